@@ -1,0 +1,234 @@
+"""The exceptions modefsm raises.
+
+Every error is a :class:`ModefsmError`; each subclass keeps its context as attributes
+and builds its own message, so a caller can turn it into a JSON-RPC error or a CLI line
+without parsing text::
+
+    ModefsmError
+    ├── SpecError                    a spec file or object is unusable (every problem listed)
+    ├── UnknownSessionError          no session with that sessionId          (JSON-RPC -32002)
+    ├── SessionExistsError           new_session with a sessionId in use
+    ├── InvalidParamsError           a request names something that does not fit (-32602)
+    │   ├── UnknownModeError         a modeId / value that is not advertised
+    │   ├── UnknownConfigOptionError a configId that is not the mode option
+    │   ├── InvalidValueError        a value of the wrong type
+    │   └── TransitionNotAllowedError  the policy forbids this change from the current mode
+    ├── HookError                    a host before_change callback refused or failed
+    └── LogError                     the transition log cannot be written or read
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "HookError",
+    "InvalidParamsError",
+    "InvalidValueError",
+    "LogError",
+    "ModefsmError",
+    "SessionExistsError",
+    "SpecError",
+    "SpecProblem",
+    "TransitionNotAllowedError",
+    "UnknownConfigOptionError",
+    "UnknownModeError",
+    "UnknownSessionError",
+]
+
+
+class ModefsmError(Exception):
+    """Base of every error modefsm raises on purpose."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpecProblem:
+    """One problem found in a spec.
+
+    Attributes:
+        location: where it is, as a path into the spec (``modes[2].id``).
+        message: what is wrong there.
+    """
+
+    location: str
+    message: str
+
+    def __str__(self) -> str:
+        """Return ``location: message``."""
+        return f"{self.location}: {self.message}" if self.location else self.message
+
+
+class SpecError(ModefsmError):
+    """A spec does not parse or does not validate.
+
+    Attributes:
+        problems: every problem found, in document order.
+        source: the file (or other origin) the spec came from, if any.
+    """
+
+    def __init__(self, problems: Sequence[SpecProblem], source: str | None = None) -> None:
+        """Build the error from all the problems found at once."""
+        self.problems = tuple(problems)
+        self.source = source
+        where = f"{source}: " if source else ""
+        lines = "; ".join(str(p) for p in self.problems)
+        noun = "problem" if len(self.problems) == 1 else "problems"
+        super().__init__(f"{where}invalid mode spec ({len(self.problems)} {noun}): {lines}")
+
+
+class UnknownSessionError(ModefsmError):
+    """No session has this ``sessionId`` (ACP answers ``-32002`` resource not found).
+
+    Attributes:
+        session_id: the id asked for.
+    """
+
+    def __init__(self, session_id: str) -> None:
+        """Build the error for *session_id*."""
+        self.session_id = session_id
+        super().__init__(f"unknown sessionId {session_id!r}")
+
+
+class SessionExistsError(ModefsmError):
+    """A session with this ``sessionId`` already exists.
+
+    Attributes:
+        session_id: the id that is already in use.
+    """
+
+    def __init__(self, session_id: str) -> None:
+        """Build the error for *session_id*."""
+        self.session_id = session_id
+        super().__init__(f"sessionId {session_id!r} already exists")
+
+
+class InvalidParamsError(ModefsmError):
+    """A request parameter does not fit (ACP answers ``-32602`` invalid params).
+
+    Attributes:
+        field: the ACP field at fault (``modeId``, ``value``, ``configId``, ...).
+        value: the value received.
+        valid: the values that would have been accepted, in spec order.
+    """
+
+    def __init__(self, field: str, value: object, valid: Sequence[str], message: str) -> None:
+        """Build the error; *message* is the full human-readable sentence."""
+        self.field = field
+        self.value = value
+        self.valid = tuple(valid)
+        super().__init__(message)
+
+    def to_data(self) -> dict[str, object]:
+        """Return the JSON-RPC ``error.data`` object: ``{"field", "value", "valid", "message"}``."""
+        return {
+            "field": self.field,
+            "value": self.value,
+            "valid": list(self.valid),
+            "message": str(self),
+        }
+
+
+class UnknownModeError(InvalidParamsError):
+    """A mode id that the session does not advertise in ``availableModes``."""
+
+    def __init__(self, value: object, valid: Sequence[str], field: str = "modeId") -> None:
+        """Build the error for *value* received in *field*."""
+        listed = ", ".join(repr(v) for v in valid)
+        super().__init__(
+            field,
+            value,
+            valid,
+            f"{field}: unknown mode {value!r}; available modes: {listed}",
+        )
+
+
+class UnknownConfigOptionError(InvalidParamsError):
+    """A ``configId`` that is not one of the session's ``configOptions``."""
+
+    def __init__(self, value: object, valid: Sequence[str]) -> None:
+        """Build the error for the *value* received as ``configId``."""
+        listed = ", ".join(repr(v) for v in valid)
+        super().__init__(
+            "configId",
+            value,
+            valid,
+            f"configId: unknown config option {value!r}; config options: {listed}",
+        )
+
+
+class InvalidValueError(InvalidParamsError):
+    """A value of the wrong type (a boolean where a mode id is expected)."""
+
+    def __init__(self, field: str, value: object, valid: Sequence[str], expected: str) -> None:
+        """Build the error: *field* should have been *expected*."""
+        listed = ", ".join(repr(v) for v in valid)
+        super().__init__(
+            field,
+            value,
+            valid,
+            f"{field}: expected {expected}, got {value!r}; valid values: {listed}",
+        )
+
+
+class TransitionNotAllowedError(InvalidParamsError):
+    """The spec's policy does not allow this change from the session's current mode.
+
+    Attributes:
+        session_id: the session.
+        source: the session's current mode.
+        dest: the mode asked for.
+        origin: who asked (``set_mode``, ``set_config_option``, ``switch_mode``, ``restore``).
+    """
+
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        source: str,
+        dest: str,
+        origin: str,
+        allowed: Sequence[str],
+        field: str = "modeId",
+    ) -> None:
+        """Build the error; *allowed* lists the modes this origin may reach from *source*."""
+        self.session_id = session_id
+        self.source = source
+        self.dest = dest
+        self.origin = origin
+        listed = ", ".join(repr(v) for v in allowed) or "none"
+        super().__init__(
+            field,
+            dest,
+            allowed,
+            f"{field}: {origin} may not change session {session_id!r} from mode {source!r} "
+            f"to {dest!r}; allowed from {source!r}: {listed}",
+        )
+
+
+class HookError(ModefsmError):
+    """A host ``before_change`` callback raised, so the change was not made.
+
+    Attributes:
+        hook: the callback's qualified name.
+        error: the exception it raised.
+    """
+
+    def __init__(self, hook: str, error: BaseException) -> None:
+        """Build the error for *hook* that raised *error*."""
+        self.hook = hook
+        self.error = error
+        super().__init__(f"before_change hook {hook} refused the change: {error!r}")
+
+
+class LogError(ModefsmError):
+    """The transition log cannot be opened, written or read.
+
+    Attributes:
+        path: the file, if the log is a file.
+    """
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        """Build the error; *message* says what failed."""
+        self.path = path
+        super().__init__(f"{path}: {message}" if path else message)

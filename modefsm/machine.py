@@ -1,0 +1,128 @@
+"""The ``transitions`` state machine of a spec; the only module that imports ``transitions``.
+
+One synchronous :class:`transitions.Machine` is built per engine, with ``model=None``:
+sessions are small objects with a ``state`` attribute that are never added to the machine
+and are fired through ``machine.events[trigger].trigger(session, ...)``. This is the
+"static machine, unbound models" pattern: 0.2 µs and ~90 bytes to start a session,
+O(1) to drop one, no reference cycles (a ``Machine`` per session costs 240 µs and 15 KB
+each and stalls the garbage collector at 100k sessions).
+
+Triggers, one per origin kind and destination (``auto_transitions`` is off, so no
+``to_<state>`` trigger can bypass the policy):
+
+``client_change>DEST``
+    ``session/set_mode`` and ``session/set_config_option``: from every mode whose
+    ``client_changes`` allow DEST.
+``switch_mode>DEST``
+    an approved ``switch_mode``: from every mode that has a switch option reaching DEST, and
+    from every mode a client change could reach DEST from (an approval is at least a
+    client's explicit choice, which matters when the client changed the mode while the
+    permission request was pending).
+``restore>DEST``
+    ``session/load``/``session/resume`` of a session last seen in a non-restorable mode:
+    from that mode to its fallback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+from transitions import Machine, MachineError
+
+from modefsm.spec import ModeSpec
+
+__all__ = ["TRIGGER_KINDS", "ModeMachine", "TriggerKind"]
+
+TriggerKind = Literal["client_change", "switch_mode", "restore"]
+TRIGGER_KINDS: tuple[TriggerKind, ...] = ("client_change", "switch_mode", "restore")
+
+Callback = Callable[[Any, str, str, Any], None]
+"""``callback(session, source, dest, context)``."""
+
+
+class ModeMachine:
+    """A spec compiled into a ``transitions.Machine``.
+
+    Args:
+        spec: the spec.
+        before: called after the guards passed and before the state is set, with
+            ``(session, source, dest, context)``; if it raises, the state is unchanged.
+        after: called once the state is set, with the same arguments.
+    """
+
+    def __init__(self, spec: ModeSpec, *, before: Callback, after: Callback) -> None:
+        """Build the machine: one state per mode, the triggers described in the module."""
+        self.spec = spec
+        self._before = before
+        self._after = after
+        self._machine = Machine(
+            model=None,
+            states=list(spec.mode_ids),
+            initial=spec.initial,
+            auto_transitions=False,
+            send_event=True,
+            before_state_change=[self._on_before],
+            after_state_change=[self._on_after],
+        )
+        self._events: dict[tuple[str, str], Any] = {}
+        for kind, source, dest in self.edges():
+            name = f"{kind}>{dest}"
+            self._machine.add_transition(name, source, dest)
+            self._events[kind, dest] = self._machine.events[name]
+
+    def edges(self) -> list[tuple[TriggerKind, str, str]]:
+        """Every transition as ``(kind, source, dest)``, in spec order of dest then source."""
+        spec = self.spec
+        edges: list[tuple[TriggerKind, str, str]] = []
+        for dest in spec.mode_ids:
+            for source in spec.mode_ids:
+                if dest in spec.client_targets(source):
+                    edges.append(("client_change", source, dest))
+            for source in spec.mode_ids:
+                if dest in spec.switch_targets(source) or dest in spec.client_targets(source):
+                    edges.append(("switch_mode", source, dest))
+            for source in spec.mode_ids:
+                if source != dest and spec.restore_target(source) == dest:
+                    edges.append(("restore", source, dest))
+        return edges
+
+    def sources(self, kind: TriggerKind, dest: str) -> tuple[str, ...]:
+        """The modes from which trigger *kind* may reach *dest*."""
+        event = self._events.get((kind, dest))
+        return () if event is None else tuple(event.transitions)
+
+    def targets(self, kind: TriggerKind, source: str) -> tuple[str, ...]:
+        """The modes trigger *kind* may reach from *source*, in spec order."""
+        return tuple(d for d in self.spec.mode_ids if source in self.sources(kind, d))
+
+    def allows(self, kind: TriggerKind, source: str, dest: str) -> bool:
+        """Whether trigger *kind* has a transition from *source* to *dest*."""
+        event = self._events.get((kind, dest))
+        return event is not None and source in event.transitions
+
+    def fire(self, session: Any, kind: TriggerKind, dest: str, context: Any) -> bool:
+        """Fire trigger *kind* towards *dest* on *session* (an object with a ``state``).
+
+        Returns:
+            ``True`` when the transition ran; ``False`` when no transition exists from the
+            session's state (the state is untouched).
+
+        Raises:
+            Exception: whatever the ``before`` callback raised (the state is untouched).
+        """
+        event = self._events.get((kind, dest))
+        if event is None or session.state not in event.transitions:
+            return False
+        try:
+            return bool(event.trigger(session, context=context))
+        except MachineError:  # pragma: no cover - guarded above; kept as a safety net
+            return False
+
+    def _on_before(self, event: Any) -> None:
+        self._before(event.model, event.transition.source, event.transition.dest,
+                     event.kwargs["context"])
+
+    def _on_after(self, event: Any) -> None:
+        self._after(event.model, event.transition.source, event.transition.dest,
+                    event.kwargs["context"])

@@ -1,0 +1,583 @@
+"""The mode engine: every session's mode, one transition function for every origin.
+
+Data flows one way: a request is validated against the spec, fired through the
+transitions machine, written to the transition log *before* the state changes
+(write-ahead), committed in memory, and its two ACP notifications are queued in commit
+order; :meth:`ModeEngine.flush` then sends them through the host's sink. The async
+methods (:meth:`ModeEngine.set_mode`, ...) do both, so a request's notifications have
+left before its response.
+
+Concurrency: the engine belongs to one asyncio event loop (the SDK runs each request in
+its own task). A change is synchronous from validation to commit, so changes never
+interleave; the notification queue is drained under one ``asyncio.Lock`` so they leave in
+commit order. Nothing awaits the client while a change is in progress.
+
+Example:
+    >>> import asyncio
+    >>> from modefsm import ModeEngine, preset
+    >>> sent = []
+    >>> async def sink(session_id, update):
+    ...     sent.append((session_id, update.session_update))
+    >>> engine = ModeEngine(preset("seed"), sink=sink)
+    >>> session = engine.new_session("sess_1")
+    >>> change = asyncio.run(engine.set_mode("sess_1", "architect"))
+    >>> (change.seq, change.from_mode, change.to_mode, session.state)
+    (2, 'ask', 'architect', 'architect')
+    >>> sent
+    [('sess_1', 'current_mode_update'), ('sess_1', 'config_option_update')]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from acp.schema import ConfigOptionUpdate, CurrentModeUpdate, SessionConfigOptionSelect
+
+from modefsm.errors import (
+    HookError,
+    InvalidValueError,
+    ModefsmError,
+    SessionExistsError,
+    TransitionNotAllowedError,
+    UnknownConfigOptionError,
+    UnknownModeError,
+    UnknownSessionError,
+)
+from modefsm.machine import ModeMachine, TriggerKind
+from modefsm.records import (
+    EVENT_CHANGED,
+    EVENT_CREATED,
+    EVENT_REJECTED,
+    Origin,
+    RejectReason,
+    TransitionLog,
+    utc_timestamp,
+)
+from modefsm.spec import PREVIOUS, ModeSpec, SwitchOption
+from modefsm.views import ModeView, build_views
+
+__all__ = ["ModeChange", "ModeEngine", "NotificationSink", "Session"]
+
+Update = CurrentModeUpdate | ConfigOptionUpdate
+NotificationSink = Callable[[str, Update], Awaitable[None]]
+"""``await sink(session_id, update)``: the signature of the SDK's ``conn.session_update``."""
+
+_KIND: dict[Origin, TriggerKind] = {
+    "set_mode": "client_change",
+    "set_config_option": "client_change",
+    "switch_mode": "switch_mode",
+    "restore": "restore",
+}
+
+
+class Session:
+    """One session's mode: the model the transitions machine moves.
+
+    Attributes:
+        session_id: ACP ``sessionId``.
+        state: the current mode id (ACP ``currentModeId``); the machine's model attribute.
+        seq: the sequence number of the session's last record (1 after creation).
+        previous: the mode before the last change (the target of ``$previous``), or ``None``.
+        closed: whether the session was closed; a closed session accepts no change.
+    """
+
+    __slots__ = ("closed", "previous", "seq", "session_id", "state")
+
+    def __init__(self, session_id: str, state: str, seq: int, previous: str | None = None) -> None:
+        """Create a session in mode *state* whose last record had sequence number *seq*."""
+        self.session_id = session_id
+        self.state = state
+        self.seq = seq
+        self.previous = previous
+        self.closed = False
+
+    def __repr__(self) -> str:
+        """Return ``Session('sess_1', state='ask', seq=1)``."""
+        return f"Session({self.session_id!r}, state={self.state!r}, seq={self.seq})"
+
+
+@dataclass(frozen=True, slots=True)
+class ModeChange:
+    """A committed (or, for ``before_change`` hooks, about to be committed) mode change.
+
+    Attributes:
+        session_id: ACP ``sessionId``.
+        seq: its sequence number in the session.
+        from_mode: the mode before (the transition's source).
+        to_mode: the mode after (the transition's dest).
+        origin: ``set_mode``, ``set_config_option``, ``switch_mode`` or ``restore``.
+        request_id: the JSON-RPC id of the request, if known.
+        tool_call_id: ACP ``toolCallId``, for an approved switch.
+        option_id: ACP ``optionId`` selected, for an approved switch.
+        proposed_in: the mode an approved switch was proposed in, when the client changed
+            the mode while its permission request was pending.
+    """
+
+    session_id: str
+    seq: int
+    from_mode: str
+    to_mode: str
+    origin: Origin
+    request_id: str | int | None = None
+    tool_call_id: str | None = None
+    option_id: str | None = None
+    proposed_in: str | None = None
+
+
+ChangeHook = Callable[[ModeChange], None]
+
+
+class ModeEngine:
+    """Every session's mode under one spec.
+
+    Args:
+        spec: the modes and policy.
+        log: where records go; ``None`` writes none (tests and benchmarks of the bare engine).
+        sink: ``await sink(session_id, update)`` for each notification, e.g. the SDK's
+            ``conn.session_update``; ``None`` sends none.
+        before_change: host callbacks run before a change commits; one that raises cancels
+            the change (:class:`~modefsm.errors.HookError`) and nothing is changed.
+        after_change: host callbacks run after a change committed; one that raises is logged
+            and does not undo the change.
+    """
+
+    def __init__(
+        self,
+        spec: ModeSpec,
+        *,
+        log: TransitionLog | None = None,
+        sink: NotificationSink | None = None,
+        before_change: Iterable[ChangeHook] = (),
+        after_change: Iterable[ChangeHook] = (),
+    ) -> None:
+        """Compile *spec* into a machine and prepare its ACP views."""
+        self.spec = spec
+        self.log = log
+        self.sink = sink
+        self.before_change: list[ChangeHook] = list(before_change)
+        self.after_change: list[ChangeHook] = list(after_change)
+        self.machine = ModeMachine(spec, before=self._write_ahead, after=self._commit)
+        self.views: dict[str, ModeView] = build_views(spec)
+        self._sessions: dict[str, Session] = {}
+        self._outbox: deque[tuple[str, Update]] = deque()
+        self._flush_lock = asyncio.Lock()
+        self._spec_fields = {"spec": spec.name, "spec_hash": spec.content_hash}
+
+    # -- sessions ------------------------------------------------------------------------
+
+    def new_session(self, session_id: str | None = None, *, request_id: str | int | None = None) -> Session:
+        """Start a session in the spec's initial mode and log its creation (``seq`` 1).
+
+        Args:
+            session_id: ACP ``sessionId``; a fresh ``sess_<hex>`` id when ``None``.
+            request_id: the ``session/new`` request id, for the record.
+
+        Raises:
+            SessionExistsError: *session_id* is in use.
+            LogError: the creation record cannot be written (no session is created).
+        """
+        session_id = session_id or f"sess_{uuid.uuid4().hex}"
+        if session_id in self._sessions:
+            raise SessionExistsError(session_id)
+        session = Session(session_id, self.spec.initial, 1)
+        if self.log is not None:
+            self.log.write(
+                EVENT_CREATED,
+                self._fields(session_id, 1, None, session.state, "new", request_id=request_id),
+            )
+        self._sessions[session_id] = session
+        return session
+
+    def get(self, session_id: str) -> Session:
+        """Return the live session *session_id*.
+
+        Raises:
+            UnknownSessionError: no such session.
+        """
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise UnknownSessionError(session_id)
+        return session
+
+    def __contains__(self, session_id: object) -> bool:
+        """Whether *session_id* is a live session."""
+        return session_id in self._sessions
+
+    def __len__(self) -> int:
+        """The number of live sessions."""
+        return len(self._sessions)
+
+    def close_session(self, session_id: str) -> None:
+        """Forget session *session_id* (O(1)); later changes to it raise ``UnknownSessionError``.
+
+        Raises:
+            UnknownSessionError: no such session.
+        """
+        self.get(session_id).closed = True
+        del self._sessions[session_id]
+
+    def restore_session(
+        self,
+        session_id: str,
+        mode_id: str,
+        seq: int,
+        *,
+        request_id: str | int | None = None,
+    ) -> Session:
+        """Bring back a session whose last record put it in *mode_id* with number *seq*.
+
+        Used by ``session/load`` and ``session/resume`` after the process restarted. A
+        restorable mode comes back as it was, with no record and no notification. A mode
+        the spec marks not restorable moves to its fallback through the ``restore``
+        trigger (logged, notified). A mode the spec no longer has comes back as the initial
+        mode, also logged as a ``restore`` record.
+
+        Args:
+            session_id: ACP ``sessionId``.
+            mode_id: the ``to_mode`` of the session's last record.
+            seq: the ``seq`` of that record.
+            request_id: the load/resume request id, for the record.
+
+        Returns:
+            The live session (already live sessions are returned unchanged).
+        """
+        live = self._sessions.get(session_id)
+        if live is not None:
+            return live
+        if not self.spec.has_mode(mode_id):
+            session = Session(session_id, self.spec.initial, seq + 1, previous=None)
+            if self.log is not None:
+                fields = self._fields(session_id, seq + 1, mode_id, self.spec.initial, "restore",
+                                      request_id=request_id)
+                self.log.write(EVENT_CHANGED, fields)
+            self._sessions[session_id] = session
+            self._enqueue(session_id, self.spec.initial)
+            return session
+        session = Session(session_id, mode_id, seq)
+        self._sessions[session_id] = session
+        target = self.spec.restore_target(mode_id)
+        if target != mode_id:
+            context = ModeChange(session_id, seq + 1, mode_id, target, "restore", request_id)
+            self._fire(session, "restore", target, context)
+        return session
+
+    # -- changes -------------------------------------------------------------------------
+
+    def change(
+        self,
+        session_id: str,
+        mode_id: object,
+        origin: Origin,
+        *,
+        request_id: str | int | None = None,
+        field: str = "modeId",
+    ) -> ModeChange | None:
+        """Change a session's mode now; queue its notifications (send them with :meth:`flush`).
+
+        This is the one transition function behind every client origin. Setting the
+        current mode succeeds and changes nothing.
+
+        Args:
+            session_id: ACP ``sessionId``.
+            mode_id: the mode asked for (ACP ``modeId`` or the mode option's ``value``).
+            origin: ``set_mode`` or ``set_config_option``.
+            request_id: the JSON-RPC request id, for the record.
+            field: the ACP field *mode_id* came from, for errors.
+
+        Returns:
+            The committed change, or ``None`` when *mode_id* is already the current mode.
+
+        Raises:
+            UnknownSessionError: no such session (nothing is logged).
+            UnknownModeError: *mode_id* is not advertised (logged as a rejection).
+            TransitionNotAllowedError: the policy forbids it from the current mode (logged).
+            HookError: a ``before_change`` hook refused (logged).
+            LogError: the record could not be written (nothing changed).
+        """
+        session = self.get(session_id)
+        if not self.spec.has_mode(mode_id):
+            self._reject(session, mode_id, origin, "unknown_mode", request_id=request_id)
+            raise UnknownModeError(mode_id, self.spec.mode_ids, field=field)
+        assert isinstance(mode_id, str)  # noqa: S101 - has_mode checked it
+        if mode_id == session.state:
+            return None
+        context = ModeChange(session_id, session.seq + 1, session.state, mode_id, origin, request_id)
+        if not self._fire(session, _KIND[origin], mode_id, context):
+            self._reject(session, mode_id, origin, "not_allowed", request_id=request_id)
+            raise TransitionNotAllowedError(
+                session_id=session_id,
+                source=session.state,
+                dest=mode_id,
+                origin=origin,
+                allowed=self.machine.targets(_KIND[origin], session.state),
+                field=field,
+            )
+        return context
+
+    def set_config_value(
+        self,
+        session_id: str,
+        config_id: object,
+        value: object,
+        *,
+        request_id: str | int | None = None,
+    ) -> ModeChange | None:
+        """Apply ``session/set_config_option`` to the mode option; see :meth:`change`.
+
+        Raises:
+            UnknownSessionError: no such session.
+            UnknownConfigOptionError: *config_id* is not the mode option (logged).
+            InvalidValueError: *value* is not a string (a boolean option request; logged).
+            UnknownModeError, TransitionNotAllowedError, HookError, LogError: as :meth:`change`.
+        """
+        session = self.get(session_id)
+        option_ids = (self.spec.config_option_id,)
+        if config_id != self.spec.config_option_id:
+            self._reject(session, None, "set_config_option", "unknown_config_option",
+                         request_id=request_id)
+            raise UnknownConfigOptionError(config_id, option_ids)
+        if not isinstance(value, str):
+            self._reject(session, None, "set_config_option", "invalid_value", request_id=request_id)
+            raise InvalidValueError("value", value, self.spec.mode_ids, "a mode id (string)")
+        return self.change(session_id, value, "set_config_option", request_id=request_id,
+                           field="value")
+
+    def resolve_target(self, session_id: str, option: SwitchOption) -> str | None:
+        """The mode an allow *option* of a switch would move session *session_id* to now.
+
+        Returns:
+            The target mode id; ``None`` for a reject option, or for a ``$previous`` target
+            when the session has no previous mode.
+        """
+        if not option.allows:
+            return None
+        if option.target == PREVIOUS:
+            return self.get(session_id).previous
+        return option.target
+
+    def apply_switch(
+        self,
+        session_id: str,
+        dest: str,
+        *,
+        tool_call_id: str,
+        option_id: str,
+        proposed_in: str,
+        request_id: str | int | None = None,
+    ) -> ModeChange | None:
+        """Fire an approved ``switch_mode`` to *dest* now; queue its notifications.
+
+        Args:
+            session_id: ACP ``sessionId``.
+            dest: the target of the selected allow option (already resolved).
+            tool_call_id: ACP ``toolCallId`` of the switch's tool call.
+            option_id: ACP ``optionId`` the user selected.
+            proposed_in: the mode the switch was proposed in; when it differs from the
+                current mode (the client changed it meanwhile) it is recorded.
+            request_id: the ``session/request_permission`` request id, if known.
+
+        Returns:
+            The committed change, or ``None`` when *dest* is already the current mode.
+
+        Raises:
+            UnknownSessionError: the session is gone.
+            TransitionNotAllowedError: *dest* is not reachable from the current mode (logged).
+            HookError, LogError: as :meth:`change`.
+        """
+        session = self.get(session_id)
+        if dest == session.state:
+            return None
+        meanwhile = proposed_in if proposed_in != session.state else None
+        context = ModeChange(session_id, session.seq + 1, session.state, dest, "switch_mode",
+                             request_id, tool_call_id, option_id, meanwhile)
+        if not self._fire(session, "switch_mode", dest, context):
+            self.reject_switch(session_id, "not_allowed", dest=dest, tool_call_id=tool_call_id,
+                               option_id=option_id, proposed_in=meanwhile)
+            raise TransitionNotAllowedError(
+                session_id=session_id,
+                source=session.state,
+                dest=dest,
+                origin="switch_mode",
+                allowed=self.machine.targets("switch_mode", session.state),
+                field="optionId",
+            )
+        return context
+
+    def reject_switch(
+        self,
+        session_id: str,
+        reason: RejectReason,
+        *,
+        dest: str | None = None,
+        tool_call_id: str | None = None,
+        option_id: str | None = None,
+        proposed_in: str | None = None,
+        request_id: str | int | None = None,
+    ) -> None:
+        """Log that a ``switch_mode`` changed nothing, and why (``option_rejected``, ...).
+
+        Works for closed sessions too (``session_closed``); unknown ids are logged as given.
+        """
+        session = self._sessions.get(session_id) or Session(session_id, "", 0)
+        self._reject(session, dest, "switch_mode", reason, request_id=request_id,
+                     tool_call_id=tool_call_id, option_id=option_id, proposed_in=proposed_in)
+
+    async def set_mode(
+        self, session_id: str, mode_id: object, *, request_id: str | int | None = None
+    ) -> ModeChange | None:
+        """``session/set_mode``: :meth:`change`, then send its notifications (:meth:`flush`)."""
+        change = self.change(session_id, mode_id, "set_mode", request_id=request_id)
+        await self.flush()
+        return change
+
+    async def set_config_option(
+        self,
+        session_id: str,
+        config_id: object,
+        value: object,
+        *,
+        request_id: str | int | None = None,
+    ) -> list[SessionConfigOptionSelect]:
+        """``session/set_config_option``: change, send notifications, return ``configOptions``.
+
+        Returns:
+            The complete ``configOptions`` list after the change (ACP requires it).
+        """
+        self.set_config_value(session_id, config_id, value, request_id=request_id)
+        await self.flush()
+        return self.view(session_id).config_options
+
+    def view(self, session_id: str) -> ModeView:
+        """The ACP views (``modes``, ``configOptions``, updates) of the session's current mode.
+
+        Raises:
+            UnknownSessionError: no such session.
+        """
+        return self.views[self.get(session_id).state]
+
+    # -- notifications ---------------------------------------------------------------------
+
+    def pending(self) -> int:
+        """The number of notifications queued and not yet handed to the sink."""
+        return len(self._outbox)
+
+    async def flush(self) -> None:
+        """Send every queued notification through the sink, in commit order.
+
+        One flush runs at a time; a caller that arrives while another flush is sending
+        waits for it, so when ``flush()`` returns, every notification queued before the
+        call has been handed to the sink. A notification whose sink call raises is dropped
+        and logged (the change stays committed).
+        """
+        if not self._outbox:
+            if self._flush_lock.locked():
+                async with self._flush_lock:
+                    pass
+            return
+        async with self._flush_lock:
+            sink = self.sink
+            while self._outbox:
+                session_id, update = self._outbox.popleft()
+                if sink is None:
+                    continue
+                try:
+                    await sink(session_id, update)
+                except Exception as exc:  # noqa: BLE001 - a broken sink must not stop the queue
+                    self._log_failure("modefsm.notify_failed", session_id, exc,
+                                      update=update.session_update)
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _fire(self, session: Session, kind: TriggerKind, dest: str, context: ModeChange) -> bool:
+        for hook in self.before_change:
+            try:
+                hook(context)
+            except Exception as exc:
+                self._reject(session, dest, context.origin, "hook_failed",
+                             request_id=context.request_id, tool_call_id=context.tool_call_id,
+                             option_id=context.option_id)
+                raise HookError(getattr(hook, "__qualname__", repr(hook)), exc) from exc
+        if not self.machine.fire(session, kind, dest, context):
+            return False
+        for hook in self.after_change:
+            try:
+                hook(context)
+            except Exception as exc:  # noqa: BLE001 - the change is committed; report, go on
+                self._log_failure("modefsm.hook_failed", session.session_id, exc,
+                                  hook=getattr(hook, "__qualname__", repr(hook)), seq=context.seq)
+        return True
+
+    def _write_ahead(self, session: Session, source: str, dest: str, context: ModeChange) -> None:
+        if self.log is not None:
+            self.log.write(
+                EVENT_CHANGED,
+                self._fields(
+                    session.session_id, context.seq, source, dest, context.origin,
+                    request_id=context.request_id, tool_call_id=context.tool_call_id,
+                    option_id=context.option_id, proposed_in=context.proposed_in,
+                ),
+            )
+
+    def _commit(self, session: Session, source: str, dest: str, context: ModeChange) -> None:
+        session.seq = context.seq
+        session.previous = source
+        self._enqueue(session.session_id, dest)
+
+    def _enqueue(self, session_id: str, mode_id: str) -> None:
+        if self.sink is not None:
+            view = self.views[mode_id]
+            self._outbox.append((session_id, view.current_mode_update))
+            self._outbox.append((session_id, view.config_option_update))
+
+    def _reject(
+        self,
+        session: Session,
+        dest: object,
+        origin: Origin,
+        reason: RejectReason,
+        **ids: Any,
+    ) -> None:
+        if self.log is None:
+            return
+        fields = self._fields(session.session_id, None, session.state or None,
+                              dest if isinstance(dest, str) else None, origin, **ids)
+        fields["reason"] = reason
+        self.log.write(EVENT_REJECTED, fields)
+
+    def _fields(
+        self,
+        session_id: str,
+        seq: int | None,
+        from_mode: str | None,
+        to_mode: str | None,
+        origin: Origin,
+        **ids: Any,
+    ) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            "timestamp": utc_timestamp(),
+            "session_id": session_id,
+            "seq": seq,
+            "from_mode": from_mode,
+            "to_mode": to_mode,
+            "origin": origin,
+        }
+        for key, value in ids.items():
+            if value is not None:
+                fields[key] = value
+        fields.update(self._spec_fields)
+        return fields
+
+    def _log_failure(self, event: str, session_id: str, exc: BaseException, **fields: Any) -> None:
+        if self.log is None:
+            return
+        try:
+            self.log.write(event, {"timestamp": utc_timestamp(), "session_id": session_id,
+                                   "error": repr(exc), **fields, **self._spec_fields})
+        except ModefsmError:  # pragma: no cover - nowhere left to report it
+            pass
+

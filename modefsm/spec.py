@@ -1,0 +1,387 @@
+"""The mode catalogue of an agent and its policy: what modes exist and how a session may move.
+
+A :class:`ModeSpec` is the single description everything else is built from: the
+transitions machine (:mod:`modefsm.machine`), the ACP views (``modes`` and the
+``category: "mode"`` config option), the ``switch_mode`` permission options, the
+diagrams and the replay verifier. A ``ModeSpec`` that exists is valid: building one
+checks everything and reports every problem at once, each with its location.
+
+Example:
+    >>> spec = preset("seed")
+    >>> spec.mode_ids
+    ('ask', 'architect', 'code')
+    >>> [o.option_id for o in spec.switch_from("architect").options]
+    ['code', 'ask', 'reject']
+    >>> ModeSpec.from_data({"name": "x", "initial": "b", "modes": [{"id": "a", "name": "A"}]})
+    Traceback (most recent call last):
+    ...
+    modefsm.errors.SpecError: invalid mode spec (1 problem): initial: mode "b" is not in modes (a)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from collections.abc import Mapping
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from modefsm.errors import SpecError, SpecProblem
+
+__all__ = [
+    "PREVIOUS",
+    "Mode",
+    "ModeSpec",
+    "PermissionOptionKind",
+    "Switch",
+    "SwitchOption",
+    "load_spec",
+    "preset",
+    "preset_names",
+]
+
+PREVIOUS = "$previous"
+"""A switch option target meaning "the mode the session was in before the current one"."""
+
+PermissionOptionKind = Literal["allow_once", "allow_always", "reject_once", "reject_always"]
+"""ACP ``PermissionOption.kind``."""
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class Mode(BaseModel):
+    """One advertised mode: ACP ``SessionMode`` plus modefsm's restore policy.
+
+    Attributes:
+        id: ACP ``SessionMode.id`` (also the mode option's ``value``).
+        name: ACP ``SessionMode.name``.
+        description: ACP ``SessionMode.description``.
+        restorable: whether ``session/load``/``session/resume`` may put a session back in
+            this mode. A bypass-style mode says ``False``.
+        fallback: the mode used instead when this one is not restorable; defaults to the
+            spec's ``initial`` mode.
+    """
+
+    model_config = _FROZEN
+
+    id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    description: str | None = None
+    restorable: bool = True
+    fallback: str | None = None
+
+
+class SwitchOption(BaseModel):
+    """One permission option offered for an agent-initiated ``switch_mode``.
+
+    Attributes:
+        option_id: ACP ``PermissionOption.optionId``. It may equal the target mode id (as in
+            the ACP docs' example) or be opaque.
+        name: ACP ``PermissionOption.name``, the label the user sees.
+        kind: ACP ``PermissionOption.kind``.
+        target: for ``allow_*`` options, the mode the switch moves to, or :data:`PREVIOUS`;
+            ``None`` for ``reject_*`` options.
+    """
+
+    model_config = _FROZEN
+
+    option_id: str = Field(min_length=1, alias="optionId")
+    name: str = Field(min_length=1)
+    kind: PermissionOptionKind
+    target: str | None = None
+
+    @property
+    def allows(self) -> bool:
+        """Whether selecting this option approves the switch (an ``allow_*`` kind)."""
+        return self.kind.startswith("allow")
+
+
+class Switch(BaseModel):
+    """An agent-initiated mode switch (the ``switch_mode`` tool) and its permission options.
+
+    Attributes:
+        source: the modes in which the agent may propose this switch.
+        title: the tool call's ``title``.
+        options: the ``session/request_permission`` options, in the order shown.
+    """
+
+    model_config = _FROZEN
+
+    source: tuple[str, ...] = Field(min_length=1)
+    title: str = Field(min_length=1)
+    options: tuple[SwitchOption, ...] = Field(min_length=1)
+
+
+class ModeSpec(BaseModel):
+    """An agent's modes and mode policy.
+
+    Attributes:
+        name: the spec's name, recorded in every log record.
+        modes: the advertised modes, in the order clients show them (``availableModes``).
+        initial: the mode of a new session (``currentModeId`` of ``session/new``).
+        client_changes: restrictions on client changes (``session/set_mode`` and
+            ``session/set_config_option``): for a mode listed here, the modes the client may
+            change to from it. A mode not listed may change to any mode.
+        switches: the agent-initiated switches.
+        config_option_id: the ``id`` of the ``category: "mode"`` config option.
+        config_option_name: its ``name``.
+
+    Raises:
+        SpecError: on construction, listing every problem with its location.
+    """
+
+    model_config = _FROZEN
+
+    name: str = Field(min_length=1)
+    modes: tuple[Mode, ...]
+    initial: str
+    client_changes: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    switches: tuple[Switch, ...] = ()
+    config_option_id: str = Field(default="mode", min_length=1)
+    config_option_name: str = Field(default="Session Mode", min_length=1)
+
+    def __init__(self, **data: Any) -> None:
+        """Validate *data* completely; raise :class:`SpecError` with every problem."""
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise SpecError(_problems_from_validation(exc)) from None
+        problems = _semantic_problems(self)
+        if problems:
+            raise SpecError(problems)
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any], source: str | None = None) -> ModeSpec:
+        """Build a spec from parsed TOML or JSON data.
+
+        Args:
+            data: the document's top-level table.
+            source: where it came from, for error messages.
+
+        Raises:
+            SpecError: every problem at once, each with its location.
+        """
+        if not isinstance(data, Mapping):
+            raise SpecError([SpecProblem("", "a spec must be a table/object")], source)
+        try:
+            return cls(**data)
+        except SpecError as exc:
+            raise SpecError(exc.problems, source) from None
+
+    @cached_property
+    def mode_ids(self) -> tuple[str, ...]:
+        """The advertised mode ids, in order."""
+        return tuple(m.id for m in self.modes)
+
+    @cached_property
+    def _modes_by_id(self) -> dict[str, Mode]:
+        return {m.id: m for m in self.modes}
+
+    @cached_property
+    def _switch_by_source(self) -> dict[str, Switch]:
+        return {src: sw for sw in self.switches for src in sw.source}
+
+    def mode(self, mode_id: str) -> Mode:
+        """Return the advertised mode *mode_id*.
+
+        Raises:
+            KeyError: if it is not advertised.
+        """
+        return self._modes_by_id[mode_id]
+
+    def has_mode(self, mode_id: object) -> bool:
+        """Whether *mode_id* is an advertised mode id."""
+        return isinstance(mode_id, str) and mode_id in self._modes_by_id
+
+    def client_targets(self, source: str) -> tuple[str, ...]:
+        """The modes a client may change to from *source* (never *source* itself), in spec order."""
+        allowed = self.client_changes.get(source)
+        return tuple(m for m in self.mode_ids if m != source and (allowed is None or m in allowed))
+
+    def switch_from(self, source: str) -> Switch | None:
+        """The agent-initiated switch the agent may propose in mode *source*, if any."""
+        return self._switch_by_source.get(source)
+
+    def switch_targets(self, source: str) -> tuple[str, ...]:
+        """The modes an approved ``switch_mode`` may reach from *source*, in spec order.
+
+        An option targeting :data:`PREVIOUS` may reach any other mode.
+        """
+        switch = self.switch_from(source)
+        if switch is None:
+            return ()
+        targets = {o.target for o in switch.options if o.allows}
+        if PREVIOUS in targets:
+            return tuple(m for m in self.mode_ids if m != source)
+        return tuple(m for m in self.mode_ids if m in targets and m != source)
+
+    def restore_target(self, mode_id: str) -> str:
+        """The mode a session last seen in *mode_id* is restored to on load or resume."""
+        mode = self._modes_by_id[mode_id]
+        if mode.restorable:
+            return mode_id
+        return mode.fallback or self.initial
+
+    @cached_property
+    def content_hash(self) -> str:
+        """A stable digest of the spec's content: ``sha256:`` and 16 hex digits.
+
+        Two specs with the same content have the same hash whatever file they came from;
+        log records carry it so that replay can tell which spec wrote them.
+        """
+        canonical = orjson.dumps(self.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
+        return "sha256:" + hashlib.sha256(canonical).hexdigest()[:16]
+
+
+def _problems_from_validation(exc: ValidationError) -> list[SpecProblem]:
+    problems = []
+    for err in exc.errors(include_url=False):
+        location = ""
+        for part in err["loc"]:
+            location += f"[{part}]" if isinstance(part, int) else (f".{part}" if location else part)
+        problems.append(SpecProblem(location, err["msg"]))
+    return problems
+
+
+def _semantic_problems(spec: ModeSpec) -> list[SpecProblem]:  # noqa: C901, PLR0912
+    problems: list[SpecProblem] = []
+    ids: list[str] = []
+    for i, mode in enumerate(spec.modes):
+        if mode.id in ids:
+            problems.append(SpecProblem(f"modes[{i}].id", f"duplicate id {mode.id!r}"))
+        ids.append(mode.id)
+    known = set(ids)
+    listed = ", ".join(ids)
+
+    def unknown(location: str, mode_id: str) -> None:
+        problems.append(SpecProblem(location, f'mode "{mode_id}" is not in modes ({listed})'))
+
+    if not spec.modes:
+        problems.append(SpecProblem("modes", "the catalogue is empty: advertise at least one mode"))
+    if spec.modes and spec.initial not in known:
+        unknown("initial", spec.initial)
+    for i, mode in enumerate(spec.modes):
+        if mode.fallback is not None:
+            if mode.fallback not in known:
+                unknown(f"modes[{i}].fallback", mode.fallback)
+            elif mode.restorable:
+                problems.append(
+                    SpecProblem(f"modes[{i}].fallback", "a fallback needs restorable = false")
+                )
+            elif not spec.mode(mode.fallback).restorable:
+                problems.append(
+                    SpecProblem(f"modes[{i}].fallback", f"{mode.fallback!r} is not restorable")
+                )
+    if spec.initial in known and not spec.mode(spec.initial).restorable:
+        for i, mode in enumerate(spec.modes):
+            if not mode.restorable and mode.fallback is None:
+                problems.append(
+                    SpecProblem(f"modes[{i}].fallback", "needed: the initial mode is not restorable")
+                )
+    for source, dests in spec.client_changes.items():
+        if source not in known:
+            unknown(f"client_changes.{source}", source)
+        for j, dest in enumerate(dests):
+            if dest not in known:
+                unknown(f"client_changes.{source}[{j}]", dest)
+    seen_sources: dict[str, int] = {}
+    for i, switch in enumerate(spec.switches):
+        where = f"switches[{i}]"
+        for j, source in enumerate(switch.source):
+            if source not in known:
+                unknown(f"{where}.source[{j}]", source)
+            elif source in seen_sources:
+                problems.append(
+                    SpecProblem(
+                        f"{where}.source[{j}]",
+                        f"mode {source!r} already has a switch (switches[{seen_sources[source]}])",
+                    )
+                )
+            else:
+                seen_sources[source] = i
+        option_ids: set[str] = set()
+        for j, option in enumerate(switch.options):
+            at = f"{where}.options[{j}]"
+            if option.option_id in option_ids:
+                problems.append(
+                    SpecProblem(f"{at}.option_id", f"duplicate option_id {option.option_id!r}")
+                )
+            option_ids.add(option.option_id)
+            if option.allows and option.target is None:
+                problems.append(SpecProblem(f"{at}.target", f"an {option.kind} option needs a target"))
+            elif not option.allows and option.target is not None:
+                problems.append(SpecProblem(f"{at}.target", f"a {option.kind} option has no target"))
+            elif option.target not in (None, PREVIOUS):
+                if option.target not in known:
+                    unknown(f"{at}.target", option.target)
+                elif option.target in switch.source:
+                    problems.append(
+                        SpecProblem(f"{at}.target", f"{option.target!r} is the switch's own source")
+                    )
+        if not any(o.allows for o in switch.options):
+            problems.append(SpecProblem(f"{where}.options", "no allow_* option: nothing to approve"))
+    if not problems:
+        problems.extend(_unreachable(spec))
+    return problems
+
+
+def _unreachable(spec: ModeSpec) -> list[SpecProblem]:
+    reached = {spec.initial}
+    frontier = [spec.initial]
+    while frontier:
+        source = frontier.pop()
+        for dest in (*spec.client_targets(source), *spec.switch_targets(source)):
+            if dest not in reached:
+                reached.add(dest)
+                frontier.append(dest)
+    return [
+        SpecProblem(f"modes[{i}]", f"mode {m.id!r} is unreachable from the initial mode")
+        for i, m in enumerate(spec.modes)
+        if m.id not in reached
+    ]
+
+
+def load_spec(path: str | Path) -> ModeSpec:
+    """Load a spec from a ``.toml`` or ``.json`` file.
+
+    Args:
+        path: the file; its suffix chooses the parser (anything but ``.json`` is TOML).
+
+    Raises:
+        SpecError: the file cannot be read or parsed, or the spec is invalid (every problem).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError([SpecProblem("", f"cannot read: {exc}")], str(path)) from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise SpecError([SpecProblem("", f"does not parse: {exc}")], str(path)) from None
+    return ModeSpec.from_data(data, str(path))
+
+
+def preset_names() -> tuple[str, ...]:
+    """The names of the presets shipped with modefsm, sorted."""
+    files = resources.files("modefsm.presets").iterdir()
+    return tuple(sorted(f.name.removesuffix(".toml") for f in files if f.name.endswith(".toml")))
+
+
+def preset(name: str) -> ModeSpec:
+    """Load the shipped preset *name* (see :func:`preset_names`).
+
+    Raises:
+        SpecError: if there is no such preset.
+    """
+    if name not in preset_names():
+        choices = ", ".join(preset_names())
+        raise SpecError([SpecProblem("preset", f"unknown preset {name!r}; presets: {choices}")])
+    text = resources.files("modefsm.presets").joinpath(f"{name}.toml").read_text(encoding="utf-8")
+    return ModeSpec.from_data(tomllib.loads(text), f"preset {name}")
