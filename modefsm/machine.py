@@ -75,16 +75,14 @@ class ModeMachine:
         """Every transition as ``(kind, source, dest)``, in spec order of dest then source."""
         spec = self.spec
         edges: list[tuple[TriggerKind, str, str]] = []
-        for dest in spec.mode_ids:
-            for source in spec.mode_ids:
-                if dest in spec.client_targets(source):
-                    edges.append(("client_change", source, dest))
-            for source in spec.mode_ids:
-                if dest in spec.switch_targets(source) or dest in spec.client_targets(source):
-                    edges.append(("switch_mode", source, dest))
-            for source in spec.mode_ids:
-                if source != dest and spec.restore_target(source) == dest:
-                    edges.append(("restore", source, dest))
+        modes = spec.mode_ids
+        for dest in modes:
+            client = [s for s in modes if dest in spec.client_targets(s)]
+            switch = [s for s in modes if s in client or dest in spec.switch_targets(s)]
+            restore = [s for s in modes if s != dest and spec.restore_target(s) == dest]
+            edges.extend(("client_change", s, dest) for s in client)
+            edges.extend(("switch_mode", s, dest) for s in switch)
+            edges.extend(("restore", s, dest) for s in restore)
         return edges
 
     def sources(self, kind: TriggerKind, dest: str) -> tuple[str, ...]:
@@ -120,9 +118,11 @@ class ModeMachine:
             return False
 
     def _on_before(self, event: Any) -> None:
-        self._before(event.model, event.transition.source, event.transition.dest,
-                     event.kwargs["context"])
+        self._before(
+            event.model, event.transition.source, event.transition.dest, event.kwargs["context"]
+        )
 
     def _on_after(self, event: Any) -> None:
-        self._after(event.model, event.transition.source, event.transition.dest,
-                    event.kwargs["context"])
+        self._after(
+            event.model, event.transition.source, event.transition.dest, event.kwargs["context"]
+        )

@@ -123,7 +123,7 @@ class _Logger(Protocol):
 
 
 class _SyncedFile:
-    """A raw append-only file whose every write reaches the disk (``os.fsync``) before it returns."""
+    """An append-only file whose every write reaches the disk (``os.fsync``) before returning."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
@@ -182,16 +182,16 @@ class TransitionLog:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as exc:
             raise LogError(f"cannot open the transition log: {exc.strerror}", str(path)) from None
-        file: Any = _SyncedFile(fd) if fsync else open(fd, "ab", buffering=0)  # noqa: SIM115
+        file: Any = _SyncedFile(fd) if fsync else os.fdopen(fd, "ab", buffering=0)
         log = cls.to_stream(file, path=str(path))
-        log._close = (lambda: os.close(fd)) if fsync else file.close
+        log._close = (lambda: os.close(fd)) if fsync else file.close  # noqa: SLF001 - own class
         return log
 
     @classmethod
     def to_stream(cls, stream: IO[bytes], *, path: str | None = None) -> TransitionLog:
         """Write JSON lines to the binary *stream* (flushed after each record)."""
         logger = structlog.wrap_logger(
-            structlog.BytesLogger(stream),
+            structlog.BytesLogger(stream),  # type: ignore[arg-type]
             processors=_processors(),
             wrapper_class=structlog.make_filtering_bound_logger(0),
             cache_logger_on_first_use=True,
@@ -209,7 +209,7 @@ class TransitionLog:
             LogError: the write failed; the caller must not commit the change.
         """
         try:
-            if event != EVENT_CHANGED and event != EVENT_CREATED:
+            if event not in (EVENT_CHANGED, EVENT_CREATED):
                 self._logger.warning(event, **fields)
             else:
                 self._logger.info(event, **fields)

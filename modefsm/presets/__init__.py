@@ -1,0 +1,1 @@
+"""The shipped mode specs (TOML package data); load them with :func:`modefsm.spec.preset`."""

@@ -1,0 +1,97 @@
+"""Shared fixtures: engines wired to a real log file and a recording notification sink."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from acp.schema import SessionNotification
+from acp.utils import serialize_params
+
+from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
+
+
+def wire(session_id: str, update: Any) -> dict[str, Any]:
+    """The exact ``session/update`` params the SDK puts on the wire for *update*."""
+    return serialize_params(SessionNotification(session_id=session_id, update=update))
+
+
+class Recorder:
+    """A notification sink that keeps the exact wire dicts, in the order sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    async def __call__(self, session_id: str, update: Any) -> None:
+        self.sent.append(wire(session_id, update))
+
+
+def read_log(path: Path) -> list[dict[str, Any]]:
+    """Every JSON line of *path*, without the timestamp (which varies)."""
+    lines = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    for line in lines:
+        line.pop("timestamp")
+    return lines
+
+
+def mode_option(spec: ModeSpec, current: str) -> dict[str, Any]:
+    """The complete mode config option, as a hand-written wire dict."""
+    options = []
+    for mode in spec.modes:
+        option: dict[str, Any] = {"value": mode.id, "name": mode.name}
+        if mode.description is not None:
+            option["description"] = mode.description
+        options.append(option)
+    return {
+        "id": "mode",
+        "name": "Session Mode",
+        "category": "mode",
+        "type": "select",
+        "currentValue": current,
+        "options": options,
+    }
+
+
+def announced(spec: ModeSpec, session_id: str, mode_id: str) -> list[dict[str, Any]]:
+    """The two notifications that announce a change to *mode_id*, as hand-written dicts."""
+    return [
+        {
+            "sessionId": session_id,
+            "update": {"sessionUpdate": "current_mode_update", "currentModeId": mode_id},
+        },
+        {
+            "sessionId": session_id,
+            "update": {
+                "sessionUpdate": "config_option_update",
+                "configOptions": [mode_option(spec, mode_id)],
+            },
+        },
+    ]
+
+
+@pytest.fixture
+def log_path(tmp_path: Path) -> Path:
+    return tmp_path / "transitions.jsonl"
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+def make_engine(log_path: Path, recorder: Recorder) -> Iterator[Any]:
+    logs: list[TransitionLog] = []
+
+    def make(spec: ModeSpec | str = "seed", **kwargs: Any) -> ModeEngine:
+        spec = preset(spec) if isinstance(spec, str) else spec
+        log = TransitionLog.to_file(log_path)
+        logs.append(log)
+        return ModeEngine(spec, log=log, sink=recorder, **kwargs)
+
+    yield make
+    for log in logs:
+        log.close()
