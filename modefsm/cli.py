@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from modefsm.errors import ModefsmError
+from modefsm.spec import ModeSpec, load_spec, preset, preset_names
 
 __all__ = ["main"]
 
@@ -37,3 +39,57 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 _COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = []
+
+
+def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "serve",
+        help="run a stdio ACP agent hosting a spec",
+        description="Serve a spec as an ACP agent over stdio. stdout carries only ACP "
+        "messages; the transition log goes to --log (JSON lines) or stderr.",
+    )
+    _add_spec_arguments(parser)
+    parser.add_argument(
+        "--log", type=Path, help="the JSON-lines transition log (read back on load)"
+    )
+    parser.add_argument("--fsync", action="store_true", help="sync each record to disk")
+    parser.set_defaults(run=_run_serve)
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from modefsm.serve import serve  # noqa: PLC0415 - keep `modefsm --help` fast
+
+    return serve(_spec_from(args), args.log, fsync=args.fsync)
+
+
+def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "demo",
+        help="run the ACP Session Modes story against `modefsm serve`",
+        description="Spawn `modefsm serve` and drive it with the official ACP client "
+        "through the Session Modes story, printing every JSON-RPC frame.",
+    )
+    parser.add_argument("--log", type=Path, help="the transition log (default: a new temp dir)")
+    parser.add_argument("--json", action="store_true", help="print the raw JSON-RPC frames")
+    parser.set_defaults(run=_run_demo)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from modefsm.demo import run_demo  # noqa: PLC0415
+
+    return run_demo(args.log, raw=args.json)
+
+
+def _add_spec_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--spec", type=Path, help="a spec file (.toml or .json)")
+    group.add_argument("--preset", help=f"a shipped spec: {', '.join(preset_names())}")
+
+
+def _spec_from(args: argparse.Namespace) -> ModeSpec:
+    if args.spec is not None:
+        return load_spec(args.spec)
+    return preset(args.preset or "seed")
+
+
+_COMMANDS += [_add_demo, _add_serve]

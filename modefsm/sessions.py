@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from acp.schema import ConfigOptionUpdate, CurrentModeUpdate, SessionConfigOptionSelect
+from acp.schema import SessionConfigOptionSelect
 
 from modefsm.errors import (
     HookError,
@@ -64,7 +64,8 @@ from modefsm.views import ModeView, build_views
 
 __all__ = ["ModeChange", "ModeEngine", "NotificationSink", "Session"]
 
-Update = CurrentModeUpdate | ConfigOptionUpdate
+Update = Any
+"""A ``session/update`` payload: an SDK model such as ``CurrentModeUpdate``."""
 NotificationSink = Callable[[str, Update], Awaitable[None]]
 """``await sink(session_id, update)``: the signature of the SDK's ``conn.session_update``."""
 
@@ -497,6 +498,17 @@ class ModeEngine:
         return self.views[self.get(session_id).state]
 
     # -- notifications ---------------------------------------------------------------------
+
+    async def notify(self, session_id: str, update: Any) -> None:
+        """Send another ``session/update`` (a tool call, a message) in order with mode changes.
+
+        *update* is queued behind every notification already queued, then the queue is
+        flushed, so a ``tool_call_update`` sent after a switch always follows its
+        ``current_mode_update``.
+        """
+        if self.sink is not None:
+            self._outbox.append((session_id, update))
+        await self.flush()
 
     def pending(self) -> int:
         """The number of notifications queued and not yet handed to the sink."""

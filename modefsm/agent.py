@@ -1,0 +1,284 @@
+"""The ACP agent adapter: session modes of an agent over the official Python SDK.
+
+:class:`ModeAgent` implements the mode-related ACP methods (``initialize``,
+``session/new``, ``session/load``, ``session/resume``, ``session/close``,
+``session/set_mode``, ``session/set_config_option``, ``session/cancel``) on a
+:class:`~modefsm.sessions.ModeEngine`. A host agent either subclasses it (adding
+``prompt`` and the rest) or keeps one and delegates those methods to it. Its tool code
+proposes agent-initiated switches with :meth:`ModeAgent.propose_switch`.
+
+Errors reach the client as JSON-RPC errors: an unknown ``sessionId`` is ``-32002``
+(``data: {"uri": sessionId}``); an unknown or unadvertised ``modeId``, ``configId`` or
+``value`` is ``-32602`` with ``data`` naming the field and listing the valid ids. A
+failed request changes nothing and notifies nothing.
+
+Example (a host embedding modefsm; ``acp.run_agent`` serves it over stdio)::
+
+    import asyncio, acp
+    from modefsm import TransitionLog, preset
+    from modefsm.agent import ModeAgent
+    from modefsm.replay import LogRestore
+
+    class MyAgent(ModeAgent):
+        async def prompt(self, prompt, session_id, **kwargs):
+            mode = self.engine.get(session_id).state   # decide tools by the current mode
+            ...
+
+    log = TransitionLog.to_file("modes.jsonl")
+    agent = MyAgent(preset("seed"), log=log, restore=LogRestore("modes.jsonl"))
+    asyncio.run(acp.run_agent(agent, use_unstable_protocol=True))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from importlib import metadata
+from typing import Any, Protocol
+
+from acp import PROTOCOL_VERSION, RequestError
+from acp.schema import (
+    AgentCapabilities,
+    Implementation,
+    InitializeResponse,
+    LoadSessionResponse,
+    NewSessionResponse,
+    ResumeSessionResponse,
+    SessionCapabilities,
+    SessionCloseCapabilities,
+    SessionResumeCapabilities,
+    SetSessionConfigOptionResponse,
+    SetSessionModeResponse,
+)
+
+from modefsm.errors import HookError, InvalidParamsError, LogError, UnknownSessionError
+from modefsm.permission import SwitchResult, propose_switch
+from modefsm.records import TransitionLog
+from modefsm.replay import RestorePoint
+from modefsm.sessions import ModeEngine, Session
+from modefsm.spec import ModeSpec
+
+__all__ = ["ModeAgent", "RestoreSource", "acp_errors"]
+
+
+class RestoreSource(Protocol):
+    """Where ``session/load`` finds a session's last mode (a log scan or an index)."""
+
+    def restore_point(self, session_id: str) -> RestorePoint | None:
+        """The session's last committed point, or ``None`` if it was never seen."""
+
+
+@contextlib.contextmanager
+def acp_errors() -> Iterator[None]:
+    """Turn modefsm errors raised inside the block into ACP JSON-RPC errors.
+
+    Raises:
+        RequestError: ``-32002`` for an unknown session (``data: {"uri": sessionId}``),
+            ``-32602`` for invalid params (``data``: field, value, valid, message),
+            ``-32600`` when a host hook refused the change, ``-32603`` when the log failed.
+    """
+    try:
+        yield
+    except UnknownSessionError as exc:
+        raise RequestError(-32002, f"sessionId: {exc}", {"uri": exc.session_id}) from None
+    except InvalidParamsError as exc:
+        raise RequestError(-32602, str(exc), exc.to_data()) from None
+    except HookError as exc:
+        raise RequestError(-32600, str(exc), {"message": str(exc)}) from None
+    except LogError as exc:
+        raise RequestError(-32603, str(exc), {"message": str(exc)}) from None
+
+
+class ModeAgent:
+    """The mode-related half of an ACP agent.
+
+    Args:
+        spec: the modes and policy every session follows.
+        log: the transition log; ``None`` logs nothing (and nothing can be restored).
+        restore: where ``session/load``/``session/resume`` look up a session unknown to
+            this process (after a restart); ``None`` answers them with ``-32002``.
+        **engine_kwargs: passed to :class:`~modefsm.sessions.ModeEngine`
+            (``before_change``, ``after_change``).
+
+    Attributes:
+        engine: the engine; its sink is this connection's ``session/update``.
+        conn: the SDK connection to the client, set by ``on_connect``.
+    """
+
+    agent_name = "modefsm"
+
+    def __init__(
+        self,
+        spec: ModeSpec,
+        *,
+        log: TransitionLog | None = None,
+        restore: RestoreSource | None = None,
+        **engine_kwargs: Any,
+    ) -> None:
+        """Build the engine for *spec*; the connection arrives with :meth:`on_connect`."""
+        self.engine = ModeEngine(spec, log=log, sink=self._send, **engine_kwargs)
+        self.restore = restore
+        self.conn: Any = None
+        self._cancels: dict[str, asyncio.Event] = {}
+
+    def on_connect(self, conn: Any) -> None:
+        """Called by the SDK with the connection to the client."""
+        self.conn = conn
+
+    async def _send(self, session_id: str, update: Any) -> None:
+        if self.conn is not None:
+            await self.conn.session_update(session_id=session_id, update=update)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def initialize(
+        self,
+        protocol_version: int,
+        client_capabilities: Any = None,
+        client_info: Any = None,
+        **kwargs: Any,
+    ) -> InitializeResponse:
+        """``initialize``: advertise ``loadSession: true`` (and resume, close)."""
+        del protocol_version, client_capabilities, client_info, kwargs
+        return InitializeResponse(
+            protocol_version=PROTOCOL_VERSION,
+            agent_capabilities=AgentCapabilities(
+                load_session=True,
+                session_capabilities=SessionCapabilities(
+                    resume=SessionResumeCapabilities(), close=SessionCloseCapabilities()
+                ),
+            ),
+            agent_info=Implementation(name=self.agent_name, version=_version()),
+        )
+
+    async def new_session(
+        self, cwd: str, mcp_servers: Any = None, **kwargs: Any
+    ) -> NewSessionResponse:
+        """``session/new``: a session in the initial mode, with ``modes`` and ``configOptions``."""
+        del cwd, mcp_servers, kwargs
+        with acp_errors():
+            session = self.engine.new_session()
+        view = self.engine.views[session.state]
+        return NewSessionResponse(
+            session_id=session.session_id, modes=view.modes, config_options=view.config_options
+        )
+
+    async def load_session(
+        self, cwd: str, session_id: str, mcp_servers: Any = None, **kwargs: Any
+    ) -> LoadSessionResponse:
+        """``session/load``: the session's last mode, restored from the log after a restart.
+
+        No historical mode change is replayed; a non-restorable mode's fallback is applied
+        (logged and announced) before the response, which reports the effective mode.
+        """
+        del cwd, mcp_servers, kwargs
+        view = await self._restore(session_id)
+        return LoadSessionResponse(modes=view.modes, config_options=view.config_options)
+
+    async def resume_session(
+        self, cwd: str, session_id: str, **kwargs: Any
+    ) -> ResumeSessionResponse:
+        """``session/resume`` (unstable): as :meth:`load_session`, without any replay."""
+        del cwd, kwargs
+        view = await self._restore(session_id)
+        return ResumeSessionResponse(modes=view.modes, config_options=view.config_options)
+
+    async def close_session(self, session_id: str, **kwargs: Any) -> None:
+        """``session/close`` (unstable): forget the session; a pending switch changes nothing."""
+        del kwargs
+        with acp_errors():
+            self.engine.close_session(session_id)
+        event = self._cancels.pop(session_id, None)
+        if event is not None:
+            event.set()
+
+    async def _restore(self, session_id: str) -> Any:
+        with acp_errors():
+            if session_id not in self.engine:
+                point = self.restore.restore_point(session_id) if self.restore else None
+                if point is None:
+                    raise UnknownSessionError(session_id)
+                self.engine.restore_session(session_id, point.mode, point.seq)
+                await self.engine.flush()
+            return self.engine.view(session_id)
+
+    # -- mode changes --------------------------------------------------------------------
+
+    async def set_session_mode(
+        self, session_id: str, mode_id: str, **kwargs: Any
+    ) -> SetSessionModeResponse:
+        """``session/set_mode``: change the mode; both notifications precede the response."""
+        del kwargs
+        with acp_errors():
+            await self.engine.set_mode(session_id, mode_id)
+        return SetSessionModeResponse()
+
+    async def set_config_option(
+        self,
+        config_id: str,
+        session_id: str,
+        value: str | bool,  # noqa: FBT001 - the SDK passes it by keyword
+        **kwargs: Any,
+    ) -> SetSessionConfigOptionResponse:
+        """``session/set_config_option`` on the mode option; answers the complete list."""
+        del kwargs
+        with acp_errors():
+            options = await self.engine.set_config_option(session_id, config_id, value)
+        return SetSessionConfigOptionResponse(config_options=list(options))
+
+    # -- prompts and the switch_mode tool ---------------------------------------------------
+
+    def session(self, session_id: str) -> Session:
+        """The live session (its ``state`` is the current mode).
+
+        Raises:
+            RequestError: ``-32002`` for an unknown session.
+        """
+        with acp_errors():
+            return self.engine.get(session_id)
+
+    def begin_turn(self, session_id: str) -> asyncio.Event:
+        """Mark the start of a prompt turn; the returned event is set by ``session/cancel``."""
+        event = asyncio.Event()
+        self._cancels[session_id] = event
+        return event
+
+    def end_turn(self, session_id: str) -> None:
+        """Mark the end of the session's prompt turn."""
+        self._cancels.pop(session_id, None)
+
+    async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        """``session/cancel``: end the running turn; a pending switch ends as ``cancelled``."""
+        del kwargs
+        event = self._cancels.get(session_id)
+        if event is not None:
+            event.set()
+
+    async def propose_switch(
+        self, session_id: str, *, plan: str, tool_call_id: str | None = None
+    ) -> SwitchResult:
+        """Propose the current mode's ``switch_mode`` and apply the answer.
+
+        See :func:`modefsm.permission.propose_switch`; a ``session/cancel`` during the turn
+        ends the request as ``cancelled``.
+
+        Raises:
+            RequestError: ``-32002`` unknown session, ``-32602`` no switch from this mode.
+        """
+        with acp_errors():
+            return await propose_switch(
+                self.engine,
+                self.conn,
+                session_id,
+                plan=plan,
+                tool_call_id=tool_call_id,
+                cancelled=self._cancels.get(session_id),
+            )
+
+
+def _version() -> str:
+    try:
+        return metadata.version("modefsm")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0"

@@ -1,0 +1,217 @@
+"""``modefsm demo``: the ACP Session Modes story, end to end, over a real stdio connection.
+
+The demo spawns ``modefsm serve`` (the seed preset) as a subprocess and drives it with the
+official SDK client through the story of the ACP "Session Modes" page: a new session in
+``ask``, the client switches to ``architect``, a prompt makes the agent ask to switch to
+``code`` and the user selects ``code``; a second proposal is rejected; an unknown mode is
+refused with ``-32602``; ``set_config_option`` moves the mode; then the agent process is
+restarted and ``session/load`` restores the last mode from the transition log.
+
+Every JSON-RPC frame is printed as it crosses the wire (abridged; ``--json`` prints them
+raw), each step is checked, and the demo exits 0 only if every step did what it should.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO, cast
+
+import acp
+import orjson
+from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
+
+__all__ = ["DemoClient", "DemoFailedError", "run_demo"]
+
+_WIDTH = 170
+_ID_WIDTH = 14
+
+
+class DemoFailedError(Exception):
+    """A step of the demo did not do what the protocol says it should."""
+
+
+@dataclass
+class DemoClient:
+    """The client side of the demo: records updates and answers permission requests.
+
+    Attributes:
+        answers: the ``optionId`` to select for each permission request, in order
+            (``None`` answers ``cancelled``).
+        modes: every ``currentModeId`` announced, in order.
+    """
+
+    answers: list[str | None] = field(default_factory=list)
+    modes: list[str] = field(default_factory=list)
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        """Record ``current_mode_update`` notifications."""
+        del session_id, kwargs
+        if update.session_update == "current_mode_update":
+            self.modes.append(update.current_mode_id)
+
+    async def request_permission(
+        self, options: list[Any], session_id: str, tool_call: Any, **kwargs: Any
+    ) -> RequestPermissionResponse:
+        """Answer with the next scripted choice."""
+        del options, session_id, tool_call, kwargs
+        choice = self.answers.pop(0) if self.answers else None
+        if choice is None:
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        return RequestPermissionResponse(
+            outcome=AllowedOutcome(outcome="selected", option_id=choice)
+        )
+
+
+class _Transcript:
+    """Prints frames and story lines to *out*."""
+
+    def __init__(self, out: TextIO, *, raw: bool) -> None:
+        self.out = out
+        self.raw = raw
+
+    def say(self, text: str) -> None:
+        if not self.raw:
+            print(f"\n== {text}", file=self.out, flush=True)
+
+    def frame(self, event: Any) -> None:
+        message = event.message
+        if self.raw:
+            print(orjson.dumps(message).decode(), file=self.out, flush=True)
+            return
+        arrow = "client -> agent" if event.direction.value == "outgoing" else "agent -> client"
+        body = orjson.dumps(_abridge(message)).decode()
+        if len(body) > _WIDTH:
+            body = body[: _WIDTH - 1] + "…"
+        print(f"  {arrow}  {body}", file=self.out, flush=True)
+
+
+def _abridge(value: Any) -> Any:
+    """Shorten what is long and repetitive: option lists and descriptions."""
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if key in ("availableModes", "options") and isinstance(item, list) and item:
+                ids = [o.get("id") or o.get("value") or o.get("optionId") for o in item]
+                out[key] = f"[{', '.join(str(i) for i in ids)}]"
+            elif key in ("description", "jsonrpc"):
+                continue
+            elif (
+                key in ("sessionId", "toolCallId")
+                and isinstance(item, str)
+                and len(item) > _ID_WIDTH
+            ):
+                out[key] = item[:12] + "…"
+            else:
+                out[key] = _abridge(item)
+        return out
+    if isinstance(value, list):
+        return [_abridge(v) for v in value]
+    return value
+
+
+def _expect(what: str, actual: object, expected: object) -> None:
+    if actual != expected:
+        msg = f"{what}: expected {expected!r}, got {actual!r}"
+        raise DemoFailedError(msg)
+
+
+async def _story(log: Path, out: TextIO, *, raw: bool) -> list[str]:  # noqa: PLR0915
+    transcript = _Transcript(out, raw=raw)
+    client = DemoClient(answers=["code", "reject"])
+    command = (sys.executable, "-m", "modefsm", "serve", "--preset", "seed", "--log", str(log))
+    observers: list[Callable[[Any], None]] = [transcript.frame]
+    visited: list[str] = []
+
+    async with acp.spawn_agent_process(
+        cast("Any", client), *command, transport_kwargs={"stderr": None}, observers=observers
+    ) as (conn, _process):
+        transcript.say("initialize: the agent can load sessions")
+        init = await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+        capabilities = init.agent_capabilities
+        _expect("loadSession", capabilities and capabilities.load_session, True)  # noqa: FBT003
+
+        transcript.say("session/new: the session starts in ask")
+        new = await conn.new_session(cwd=str(Path.cwd()))
+        session_id = new.session_id
+        assert new.modes is not None  # noqa: S101
+        _expect("initial mode", new.modes.current_mode_id, "ask")
+        visited.append(new.modes.current_mode_id)
+
+        transcript.say("session/set_mode architect: announced on both channels, then answered")
+        await conn.set_session_mode(session_id=session_id, mode_id="architect")
+        _expect("mode after set_mode", client.modes[-1], "architect")
+        visited.append("architect")
+
+        transcript.say("prompt in architect: the agent asks to switch; the user selects code")
+        turn = await conn.prompt(session_id=session_id, prompt=[acp.text_block(_PLAN)])
+        _expect("stopReason", turn.stop_reason, "end_turn")
+        _expect("mode after the approved switch", client.modes[-1], "code")
+        visited.append("code")
+
+        transcript.say("back to architect; the next proposal is rejected: nothing changes")
+        await conn.set_session_mode(session_id=session_id, mode_id="architect")
+        visited.append("architect")
+        count = len(client.modes)
+        await conn.prompt(session_id=session_id, prompt=[acp.text_block("Let's just start.")])
+        _expect("notifications after a rejection", len(client.modes), count)
+
+        transcript.say("session/set_mode to an unknown mode: -32602, nothing changes")
+        try:
+            await conn.set_session_mode(session_id=session_id, mode_id="does-not-exist")
+        except acp.RequestError as exc:
+            _expect("error code", exc.code, -32602)
+        else:
+            msg = "an unknown mode was accepted"
+            raise DemoFailedError(msg)
+        _expect("notifications after an error", len(client.modes), count)
+
+        transcript.say("session/set_config_option mode=code: the complete option list comes back")
+        result = await conn.set_config_option(config_id="mode", session_id=session_id, value="code")
+        _expect("currentValue", result.config_options[0].current_value, "code")
+        visited.append("code")
+
+    transcript.say("restart the agent process; session/load restores the mode from the log")
+    async with acp.spawn_agent_process(
+        cast("Any", client), *command, transport_kwargs={"stderr": None}, observers=observers
+    ) as (conn, _process):
+        await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+        loaded = await conn.load_session(cwd=str(Path.cwd()), session_id=session_id)
+        assert loaded.modes is not None  # noqa: S101
+        _expect("mode after restart", loaded.modes.current_mode_id, "code")
+        assert loaded.config_options is not None  # noqa: S101
+        _expect("configOptions after restart", loaded.config_options[0].current_value, "code")
+    return visited
+
+
+_PLAN = "## Implementation Plan\n1. Add the /items endpoint\n2. Write its tests"
+
+
+def run_demo(log: Path | None = None, *, raw: bool = False, out: TextIO | None = None) -> int:
+    """Run the demo; return 0 when every step behaved, 1 otherwise.
+
+    Args:
+        log: the transition log file to write (default: a new temporary directory's
+            ``transitions.jsonl``); an existing file is appended to.
+        raw: print the raw JSON-RPC frames (one JSON object a line) instead of a transcript.
+        out: where to print (default: stdout).
+    """
+    out = out or sys.stdout
+    if log is None:
+        log = Path(tempfile.mkdtemp(prefix="modefsm-demo-")) / "transitions.jsonl"
+    try:
+        visited = asyncio.run(_story(log, out, raw=raw))
+    except DemoFailedError as exc:
+        print(f"modefsm demo: FAILED: {exc}", file=sys.stderr)
+        return 1
+    if not raw:
+        records = sum(1 for _ in log.open("rb"))
+        print("\n== summary", file=out)
+        print(f"  modes visited: {' -> '.join(visited)}", file=out)
+        print(f"  transition log: {log} ({records} records)", file=out)
+        print(f"  replay it: modefsm replay {log}", file=out)
+    return 0
