@@ -1,0 +1,98 @@
+"""A real ACP client for the end-to-end tests: the official SDK driving `modefsm serve`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, cast
+
+import acp
+from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
+
+Answer = Callable[[list[Any], Any], Awaitable[RequestPermissionResponse]]
+
+
+def select(option_id: str) -> RequestPermissionResponse:
+    return RequestPermissionResponse(
+        outcome=AllowedOutcome(outcome="selected", option_id=option_id)
+    )
+
+
+def cancelled() -> RequestPermissionResponse:
+    return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+
+
+class TestClient:
+    """Records every raw frame and answers permission requests through :attr:`answer`."""
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self) -> None:
+        self.frames: list[tuple[str, dict[str, Any]]] = []
+        self.permission_requests: list[dict[str, Any]] = []
+        self.answer: Answer | None = None
+        self.pending = asyncio.Event()
+
+    def observe(self, event: Any) -> None:
+        self.frames.append((event.direction.value, event.message))
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        return None
+
+    async def request_permission(
+        self, options: list[Any], session_id: str, tool_call: Any, **kwargs: Any
+    ) -> RequestPermissionResponse:
+        self.pending.set()
+        if self.answer is None:
+            return cancelled()
+        return await self.answer(options, tool_call)
+
+    def received(self) -> list[dict[str, Any]]:
+        """Frames from the agent, without the jsonrpc member."""
+        out = []
+        for direction, message in self.frames:
+            if direction == "incoming":
+                out.append({k: v for k, v in message.items() if k != "jsonrpc"})
+        return out
+
+    def updates(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        """The `session/update` params received, in order."""
+        return [
+            m["params"]
+            for m in self.received()
+            if m.get("method") == "session/update"
+            and (session_id is None or m["params"]["sessionId"] == session_id)
+        ]
+
+    def mark(self) -> int:
+        return len(self.frames)
+
+    def since(self, mark: int) -> list[dict[str, Any]]:
+        return [
+            {k: v for k, v in m.items() if k != "jsonrpc"}
+            for d, m in self.frames[mark:]
+            if d == "incoming"
+        ]
+
+
+@contextlib.asynccontextmanager
+async def serve(
+    log: Path,
+    *args: str,
+    client: TestClient | None = None,
+) -> AsyncIterator[tuple[Any, TestClient]]:
+    """Spawn `python -m modefsm serve --log LOG ARGS...` and connect the SDK client to it."""
+    client = client or TestClient()
+    command = (sys.executable, "-m", "modefsm", "serve", "--log", str(log), *args)
+    async with acp.spawn_agent_process(
+        cast("Any", client),
+        *command,
+        transport_kwargs={"stderr": None},
+        observers=[client.observe],
+        use_unstable_protocol=True,
+    ) as (conn, _process):
+        await asyncio.wait_for(conn.initialize(protocol_version=acp.PROTOCOL_VERSION), 30)
+        yield conn, client
