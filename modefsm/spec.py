@@ -255,6 +255,8 @@ def _semantic_problems(spec: ModeSpec) -> list[SpecProblem]:  # noqa: C901, PLR0
     for i, mode in enumerate(spec.modes):
         if mode.id in ids:
             problems.append(SpecProblem(f"modes[{i}].id", f"duplicate id {mode.id!r}"))
+        if mode.id == PREVIOUS:
+            problems.append(SpecProblem(f"modes[{i}].id", f"{PREVIOUS!r} is reserved for targets"))
         ids.append(mode.id)
     known = set(ids)
     listed = ", ".join(ids)

@@ -118,6 +118,10 @@ class TestValidation:
             "initial: Input should be a valid string",
         ]
 
+    def test_previous_is_not_a_mode_id(self):
+        data = spec_data(modes=[{"id": "a", "name": "A"}, {"id": "$previous", "name": "P"}])
+        assert problems(data) == ["modes[1].id: '$previous' is reserved for targets"]
+
     def test_empty_catalogue(self):
         assert problems(spec_data(modes=[])) == [
             "modes: the catalogue is empty: advertise at least one mode"
