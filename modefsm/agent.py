@@ -75,8 +75,9 @@ def acp_errors() -> Iterator[None]:
 
     Raises:
         RequestError: ``-32002`` for an unknown session (``data: {"uri": sessionId}``),
-            ``-32602`` for invalid params (``data``: field, value, valid, message),
-            ``-32600`` when a host hook refused the change, ``-32603`` when the log failed.
+            ``-32602`` for invalid params (``data``: field, value, valid, message); when a
+            host hook refused the change, the ``RequestError`` the hook raised, else
+            ``-32603``; ``-32603`` when the log failed.
     """
     try:
         yield
@@ -85,7 +86,9 @@ def acp_errors() -> Iterator[None]:
     except InvalidParamsError as exc:
         raise RequestError(-32602, str(exc), exc.to_data()) from None
     except HookError as exc:
-        raise RequestError(-32600, str(exc), {"message": str(exc)}) from None
+        if isinstance(exc.error, RequestError):
+            raise exc.error from None
+        raise RequestError(-32603, str(exc), {"message": str(exc)}) from None
     except LogError as exc:
         raise RequestError(-32603, str(exc), {"message": str(exc)}) from None
 
@@ -98,6 +101,8 @@ class ModeAgent:
         log: the transition log; ``None`` logs nothing (and nothing can be restored).
         restore: where ``session/load``/``session/resume`` look up a session unknown to
             this process (after a restart); ``None`` answers them with ``-32002``.
+        unstable: advertise ``session/resume`` and ``session/close`` (serve the agent with
+            ``acp.run_agent(..., use_unstable_protocol=True)``, or the SDK refuses them).
         **engine_kwargs: passed to :class:`~modefsm.sessions.ModeEngine`
             (``before_change``, ``after_change``).
 
@@ -114,11 +119,13 @@ class ModeAgent:
         *,
         log: TransitionLog | None = None,
         restore: RestoreSource | None = None,
+        unstable: bool = False,
         **engine_kwargs: Any,
     ) -> None:
         """Build the engine for *spec*; the connection arrives with :meth:`on_connect`."""
         self.engine = ModeEngine(spec, log=log, sink=self._send, **engine_kwargs)
         self.restore = restore
+        self.unstable = unstable
         self.conn: Any = None
         self._cancels: dict[str, asyncio.Event] = {}
 
@@ -127,8 +134,11 @@ class ModeAgent:
         self.conn = conn
 
     async def _send(self, session_id: str, update: Any) -> None:
-        if self.conn is not None:
-            await self.conn.session_update(session_id=session_id, update=update)
+        if self.conn is None:
+            msg = "ModeAgent has no connection: the SDK calls on_connect(conn); a host that "
+            msg += "delegates to a ModeAgent must call it too"
+            raise ConnectionError(msg)
+        await self.conn.session_update(session_id=session_id, update=update)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -139,16 +149,18 @@ class ModeAgent:
         client_info: Any = None,
         **kwargs: Any,
     ) -> InitializeResponse:
-        """``initialize``: advertise ``loadSession: true`` (and resume, close)."""
+        """``initialize``: advertise ``loadSession: true`` (and resume, close when unstable)."""
         del protocol_version, client_capabilities, client_info, kwargs
+        sessions = (
+            SessionCapabilities(
+                resume=SessionResumeCapabilities(), close=SessionCloseCapabilities()
+            )
+            if self.unstable
+            else None
+        )
         return InitializeResponse(
             protocol_version=PROTOCOL_VERSION,
-            agent_capabilities=AgentCapabilities(
-                load_session=True,
-                session_capabilities=SessionCapabilities(
-                    resume=SessionResumeCapabilities(), close=SessionCloseCapabilities()
-                ),
-            ),
+            agent_capabilities=AgentCapabilities(load_session=True, session_capabilities=sessions),
             agent_info=Implementation(name=self.agent_name, version=_version()),
         )
 
@@ -161,7 +173,9 @@ class ModeAgent:
             session = self.engine.new_session()
         view = self.engine.views[session.state]
         return NewSessionResponse(
-            session_id=session.session_id, modes=view.modes, config_options=view.config_options
+            session_id=session.session_id,
+            modes=view.modes.model_copy(deep=True),
+            config_options=_copy(view.config_options),
         )
 
     async def load_session(
@@ -174,7 +188,9 @@ class ModeAgent:
         """
         del cwd, mcp_servers, kwargs
         view = await self._restore(session_id)
-        return LoadSessionResponse(modes=view.modes, config_options=view.config_options)
+        return LoadSessionResponse(
+            modes=view.modes.model_copy(deep=True), config_options=_copy(view.config_options)
+        )
 
     async def resume_session(
         self, cwd: str, session_id: str, **kwargs: Any
@@ -182,7 +198,9 @@ class ModeAgent:
         """``session/resume`` (unstable): as :meth:`load_session`, without any replay."""
         del cwd, kwargs
         view = await self._restore(session_id)
-        return ResumeSessionResponse(modes=view.modes, config_options=view.config_options)
+        return ResumeSessionResponse(
+            modes=view.modes.model_copy(deep=True), config_options=_copy(view.config_options)
+        )
 
     async def close_session(self, session_id: str, **kwargs: Any) -> None:
         """``session/close`` (unstable): forget the session; a pending switch changes nothing."""
@@ -199,7 +217,9 @@ class ModeAgent:
                 point = self.restore.restore_point(session_id) if self.restore else None
                 if point is None:
                     raise UnknownSessionError(session_id)
-                self.engine.restore_session(session_id, point.mode, point.seq)
+                self.engine.restore_session(
+                    session_id, point.mode, point.seq, previous=point.previous
+                )
                 await self.engine.flush()
             return self.engine.view(session_id)
 
@@ -225,7 +245,7 @@ class ModeAgent:
         del kwargs
         with acp_errors():
             options = await self.engine.set_config_option(session_id, config_id, value)
-        return SetSessionConfigOptionResponse(config_options=list(options))
+        return SetSessionConfigOptionResponse(config_options=_copy(options))
 
     # -- prompts and the switch_mode tool ---------------------------------------------------
 
@@ -239,14 +259,19 @@ class ModeAgent:
             return self.engine.get(session_id)
 
     def begin_turn(self, session_id: str) -> asyncio.Event:
-        """Mark the start of a prompt turn; the returned event is set by ``session/cancel``."""
+        """Mark the start of a prompt turn; the returned event is set by ``session/cancel``.
+
+        Optional: :meth:`propose_switch` watches for ``session/cancel`` by itself; a turn
+        marked here also sees a cancel that arrives before the switch is proposed.
+        """
         event = asyncio.Event()
         self._cancels[session_id] = event
         return event
 
-    def end_turn(self, session_id: str) -> None:
-        """Mark the end of the session's prompt turn."""
-        self._cancels.pop(session_id, None)
+    def end_turn(self, session_id: str, event: asyncio.Event | None = None) -> None:
+        """Mark the end of the session's prompt turn (the one *event* belongs to, if given)."""
+        if event is None or self._cancels.get(session_id) is event:
+            self._cancels.pop(session_id, None)
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         """``session/cancel``: end the running turn; a pending switch ends as ``cancelled``."""
@@ -260,21 +285,34 @@ class ModeAgent:
     ) -> SwitchResult:
         """Propose the current mode's ``switch_mode`` and apply the answer.
 
-        See :func:`modefsm.permission.propose_switch`; a ``session/cancel`` during the turn
-        ends the request as ``cancelled``.
+        See :func:`modefsm.permission.propose_switch`. A ``session/cancel`` while it is
+        pending (or, in a turn marked with :meth:`begin_turn`, before it) ends it as
+        ``cancelled``; the prompt should then answer ``stopReason: "cancelled"``.
 
         Raises:
-            RequestError: ``-32002`` unknown session, ``-32602`` no switch from this mode.
+            RequestError: ``-32002`` for an unknown session.
+            NoSwitchError: the current mode has no switch (a bug in the agent's tool code).
         """
-        with acp_errors():
-            return await propose_switch(
-                self.engine,
-                self.conn,
-                session_id,
-                plan=plan,
-                tool_call_id=tool_call_id,
-                cancelled=self._cancels.get(session_id),
-            )
+        turn = self._cancels.get(session_id)
+        cancelled = turn or self.begin_turn(session_id)
+        try:
+            with acp_errors():
+                return await propose_switch(
+                    self.engine,
+                    self.conn,
+                    session_id,
+                    plan=plan,
+                    tool_call_id=tool_call_id,
+                    cancelled=cancelled,
+                )
+        finally:
+            if turn is None:
+                self.end_turn(session_id, cancelled)
+
+
+def _copy(options: list[Any]) -> list[Any]:
+    """Deep copies of the shared, cached option models, for a response a host may edit."""
+    return [option.model_copy(deep=True) for option in options]
 
 
 def _version() -> str:

@@ -209,7 +209,8 @@ def run_demo(log: Path | None = None, *, raw: bool = False, out: TextIO | None =
         print(f"modefsm demo: FAILED: {exc}", file=sys.stderr)
         return 1
     if not raw:
-        records = sum(1 for _ in log.open("rb"))
+        with log.open("rb") as lines:
+            records = sum(1 for _ in lines)
         print("\n== summary", file=out)
         print(f"  modes visited: {' -> '.join(visited)}", file=out)
         print(f"  transition log: {log} ({records} records)", file=out)

@@ -13,6 +13,7 @@ without parsing text::
     │   ├── UnknownConfigOptionError a configId that is not the mode option
     │   ├── InvalidValueError        a value of the wrong type
     │   └── TransitionNotAllowedError  the policy forbids this change from the current mode
+    ├── NoSwitchError                the agent proposed a switch from a mode that has none
     ├── HookError                    a host before_change callback refused or failed
     └── LogError                     the transition log cannot be written or read
 """
@@ -28,6 +29,7 @@ __all__ = [
     "InvalidValueError",
     "LogError",
     "ModefsmError",
+    "NoSwitchError",
     "SessionExistsError",
     "SpecError",
     "SpecProblem",
@@ -204,6 +206,23 @@ class TransitionNotAllowedError(InvalidParamsError):
             f"{field}: {origin} may not change session {session_id!r} from mode {source!r} "
             f"to {dest!r}; allowed from {source!r}: {listed}",
         )
+
+
+class NoSwitchError(ModefsmError):
+    """The agent proposed a ``switch_mode`` from a mode the spec defines no switch for.
+
+    This is a bug in the agent's tool code, not a client mistake.
+
+    Attributes:
+        session_id: the session.
+        mode: its current mode.
+    """
+
+    def __init__(self, session_id: str, mode: str) -> None:
+        """Build the error for *session_id* in *mode*."""
+        self.session_id = session_id
+        self.mode = mode
+        super().__init__(f"session {session_id!r}: mode {mode!r} has no switch to propose")
 
 
 class HookError(ModefsmError):

@@ -1,8 +1,11 @@
 """The ``transitions`` state machine of a spec; the only module that imports ``transitions``.
 
 One synchronous :class:`transitions.Machine` is built per engine, with ``model=None``:
-sessions are small objects with a ``state`` attribute that are never added to the machine
-and are fired through ``machine.events[trigger].trigger(session, ...)``. This is the
+sessions are small objects that are never added to the machine and are fired through
+``machine.events[trigger].trigger(session, ...)``. The machine keeps its state in the
+session's :data:`MODEL_ATTRIBUTE`, under a name derived from the mode id
+(:func:`state_name`): transitions gives ``*`` and ``=`` special meanings, so a mode id is
+never used as a state name as it is. This is the
 "static machine, unbound models" pattern: 0.2 µs and ~90 bytes to start a session,
 O(1) to drop one, no reference cycles (a ``Machine`` per session costs 240 µs and 15 KB
 each and stalls the garbage collector at 100k sessions).
@@ -32,10 +35,25 @@ from transitions import Machine, MachineError
 
 from modefsm.spec import ModeSpec
 
-__all__ = ["TRIGGER_KINDS", "ModeMachine", "TriggerKind"]
+__all__ = ["MODEL_ATTRIBUTE", "ModeMachine", "TriggerKind", "mode_of", "state_name"]
 
 TriggerKind = Literal["client_change", "switch_mode", "restore"]
-TRIGGER_KINDS: tuple[TriggerKind, ...] = ("client_change", "switch_mode", "restore")
+
+MODEL_ATTRIBUTE = "fsm_state"
+"""The session attribute the machine reads and writes."""
+
+_PREFIX = "m:"
+
+
+def state_name(mode_id: str) -> str:
+    """The machine's name for the state of mode *mode_id* (``m:`` + the id)."""
+    return _PREFIX + mode_id
+
+
+def mode_of(state: str) -> str:
+    """The mode id of the machine state named *state* (the inverse of :func:`state_name`)."""
+    return state[len(_PREFIX) :]
+
 
 Callback = Callable[[Any, str, str, Any], None]
 """``callback(session, source, dest, context)``."""
@@ -46,8 +64,9 @@ class ModeMachine:
 
     Args:
         spec: the spec.
-        before: called after the guards passed and before the state is set, with
-            ``(session, source, dest, context)``; if it raises, the state is unchanged.
+        before: called once the transition is chosen and before the state is set, with
+            ``(session, source, dest, context)`` (mode ids); if it raises, the state is
+            unchanged.
         after: called once the state is set, with the same arguments.
     """
 
@@ -58,8 +77,9 @@ class ModeMachine:
         self._after = after
         self._machine = Machine(
             model=None,
-            states=list(spec.mode_ids),
-            initial=spec.initial,
+            states=[state_name(m) for m in spec.mode_ids],
+            initial=state_name(spec.initial),
+            model_attribute=MODEL_ATTRIBUTE,
             auto_transitions=False,
             send_event=True,
             before_state_change=[self._on_before],
@@ -68,7 +88,7 @@ class ModeMachine:
         self._events: dict[tuple[str, str], Any] = {}
         for kind, source, dest in self.edges():
             name = f"{kind}>{dest}"
-            self._machine.add_transition(name, source, dest)
+            self._machine.add_transition(name, state_name(source), state_name(dest))
             self._events[kind, dest] = self._machine.events[name]
 
     def edges(self) -> list[tuple[TriggerKind, str, str]]:
@@ -88,7 +108,7 @@ class ModeMachine:
     def sources(self, kind: TriggerKind, dest: str) -> tuple[str, ...]:
         """The modes from which trigger *kind* may reach *dest*."""
         event = self._events.get((kind, dest))
-        return () if event is None else tuple(event.transitions)
+        return () if event is None else tuple(mode_of(s) for s in event.transitions)
 
     def targets(self, kind: TriggerKind, source: str) -> tuple[str, ...]:
         """The modes trigger *kind* may reach from *source*, in spec order."""
@@ -97,10 +117,10 @@ class ModeMachine:
     def allows(self, kind: TriggerKind, source: str, dest: str) -> bool:
         """Whether trigger *kind* has a transition from *source* to *dest*."""
         event = self._events.get((kind, dest))
-        return event is not None and source in event.transitions
+        return event is not None and state_name(source) in event.transitions
 
     def fire(self, session: Any, kind: TriggerKind, dest: str, context: Any) -> bool:
-        """Fire trigger *kind* towards *dest* on *session* (an object with a ``state``).
+        """Fire trigger *kind* towards *dest* on *session* (which has :data:`MODEL_ATTRIBUTE`).
 
         Returns:
             ``True`` when the transition ran; ``False`` when no transition exists from the
@@ -110,7 +130,7 @@ class ModeMachine:
             Exception: whatever the ``before`` callback raised (the state is untouched).
         """
         event = self._events.get((kind, dest))
-        if event is None or session.state not in event.transitions:
+        if event is None or session.fsm_state not in event.transitions:
             return False
         try:
             return bool(event.trigger(session, context=context))
@@ -118,11 +138,19 @@ class ModeMachine:
             return False
 
     def _on_before(self, event: Any) -> None:
+        transition = event.transition
         self._before(
-            event.model, event.transition.source, event.transition.dest, event.kwargs["context"]
+            event.model,
+            mode_of(transition.source),
+            mode_of(transition.dest),
+            event.kwargs["context"],
         )
 
     def _on_after(self, event: Any) -> None:
+        transition = event.transition
         self._after(
-            event.model, event.transition.source, event.transition.dest, event.kwargs["context"]
+            event.model,
+            mode_of(transition.source),
+            mode_of(transition.dest),
+            event.kwargs["context"],
         )

@@ -10,7 +10,8 @@ current mode (the "exit plan mode" flow of the ACP Session Modes page):
    option's target (both mode notifications go out), then ``tool_call_update`` ``completed``;
 4. on anything else (a reject option, ``cancelled``, a ``-32800`` error, an ``optionId``
    that was not offered, the session closed meanwhile), nothing changes, the tool call
-   ends ``failed`` and the log records why.
+   ends ``failed`` and the log records why (a client error, a refusing host hook and a
+   failed log write end it ``failed`` too).
 
 If the client changed the mode while the request was pending, the approval is still the
 user's latest explicit choice: it applies when the spec lets the *current* mode reach the
@@ -36,7 +37,7 @@ from acp.schema import (
     ToolCallUpdate,
 )
 
-from modefsm.errors import TransitionNotAllowedError, UnknownSessionError
+from modefsm.errors import HookError, LogError, NoSwitchError, TransitionNotAllowedError
 from modefsm.records import RejectReason
 from modefsm.sessions import ModeChange, ModeEngine
 
@@ -52,6 +53,9 @@ _DECLINED_TEXT: dict[RejectReason, str] = {
     "session_closed": "Refused: the session ended before the answer arrived.",
     "not_allowed": "Refused: the mode changed meanwhile and {mode} cannot reach the target.",
     "no_previous_mode": "Refused: there is no previous mode to return to.",
+    "client_error": "Failed: the client answered the permission request with an error.",
+    "hook_failed": "Refused by the agent's policy: staying in {mode} mode.",
+    "log_failed": "Failed: the change could not be recorded; staying in {mode} mode.",
 }
 
 
@@ -86,19 +90,12 @@ def offered_options(engine: ModeEngine, session_id: str) -> dict[str, str | None
 
     Raises:
         UnknownSessionError: no such session.
-        TransitionNotAllowedError: the current mode has no switch.
+        NoSwitchError: the current mode has no switch.
     """
     session = engine.get(session_id)
     switch = engine.spec.switch_from(session.state)
     if switch is None:
-        raise TransitionNotAllowedError(
-            session_id=session_id,
-            source=session.state,
-            dest="",
-            origin="switch_mode",
-            allowed=(),
-            field="kind",
-        )
+        raise NoSwitchError(session_id, session.state)
     offered: dict[str, str | None] = {}
     for option in switch.options:
         target = engine.resolve_target(session_id, option)
@@ -108,7 +105,7 @@ def offered_options(engine: ModeEngine, session_id: str) -> dict[str, str | None
     return offered
 
 
-async def propose_switch(  # noqa: C901, PLR0912, PLR0915
+async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top to bottom
     engine: ModeEngine,
     client: Any,
     session_id: str,
@@ -119,21 +116,24 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915
 ) -> SwitchResult:
     """Propose the current mode's switch to the client and apply the user's answer.
 
+    Whatever happens, the tool call ends (``completed`` or ``failed``) and an outcome that
+    changed nothing is logged with its reason.
+
     Args:
         engine: the engine that owns the session.
         client: the SDK connection to the client (``request_permission`` is awaited).
         session_id: ACP ``sessionId``.
         plan: the text shown with the request (Markdown), e.g. an implementation plan.
         tool_call_id: ACP ``toolCallId``; a fresh ``call_switch_mode_<hex>`` when ``None``.
-        cancelled: set by the agent's ``session/cancel`` handler; if it is set before the
-            client answers, the switch ends as ``cancelled`` without waiting further.
+        cancelled: set by the agent's ``session/cancel`` handler; once it is set, the
+            switch ends as ``cancelled`` (without asking, if the request was not sent yet).
 
     Returns:
         How it ended (:class:`SwitchResult`).
 
     Raises:
         UnknownSessionError: no such session.
-        TransitionNotAllowedError: the current mode has no switch to propose.
+        NoSwitchError: the current mode has no switch to propose (an agent bug).
         ConnectionError: the connection closed while waiting (logged as ``session_closed``).
     """
     tool_call_id = tool_call_id or f"call_switch_mode_{uuid.uuid4().hex[:12]}"
@@ -141,11 +141,7 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915
     offered = offered_options(engine, session_id)
     switch = engine.spec.switch_from(source)
     assert switch is not None  # noqa: S101 - offered_options checked it
-    kinds = {o.option_id: o.kind for o in switch.options}
-    names = {o.option_id: o.name for o in switch.options}
-    content = [
-        ContentToolCallContent(type="content", content=TextContentBlock(type="text", text=plan))
-    ]
+    content = _text(plan)
     await engine.notify(
         session_id,
         ToolCallStart(
@@ -157,53 +153,44 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915
             content=content,
         ),
     )
-    options = [
-        PermissionOption(option_id=option_id, name=names[option_id], kind=kinds[option_id])
-        for option_id in offered
-    ]
-    request = client.request_permission(
-        session_id=session_id,
-        tool_call=ToolCallUpdate(
-            tool_call_id=tool_call_id,
-            title=switch.title,
-            kind="switch_mode",
-            status="pending",
-            content=content,
-        ),
-        options=options,
-    )
     option_id: str | None = None
     reason: RejectReason | None = None
-    try:
-        response = await _until_cancelled(request, cancelled)
-    except RequestError as exc:
-        if exc.code != REQUEST_CANCELLED:
-            raise
-        response = None
-    except ConnectionError:
-        engine.reject_switch(session_id, "session_closed", tool_call_id=tool_call_id)
-        raise
-    if response is not None and isinstance(response.outcome, AllowedOutcome):
-        option_id = response.outcome.option_id
-    if session_id not in engine:
-        reason = "session_closed"
-    elif option_id is None:
+    if cancelled is not None and cancelled.is_set():
         reason = "cancelled"
-    elif option_id not in offered:
-        reason = "option_not_offered"
-    elif offered[option_id] is None:
-        reason = "option_rejected"
-    change: ModeChange | None = None
-    if reason is not None:
-        engine.reject_switch(
-            session_id,
-            reason,
-            dest=offered.get(option_id) if option_id else None,
-            tool_call_id=tool_call_id,
-            option_id=option_id,
-        )
+    elif not any(target is not None for target in offered.values()):
+        reason = "no_previous_mode"
     else:
-        assert option_id is not None  # noqa: S101
+        by_id = {o.option_id: o for o in switch.options}
+        request = client.request_permission(
+            session_id=session_id,
+            tool_call=ToolCallUpdate(
+                tool_call_id=tool_call_id,
+                title=switch.title,
+                kind="switch_mode",
+                status="pending",
+                content=content,
+            ),
+            options=[
+                PermissionOption(option_id=o, name=by_id[o].name, kind=by_id[o].kind)
+                for o in offered
+            ],
+        )
+        try:
+            response = await _until_cancelled(request, cancelled)
+        except RequestError as exc:
+            reason = "cancelled" if exc.code == REQUEST_CANCELLED else "client_error"
+        except ConnectionError:
+            engine.reject_switch(
+                session_id, "session_closed", tool_call_id=tool_call_id, proposed_in=source
+            )
+            raise
+        else:
+            if response is not None and isinstance(response.outcome, AllowedOutcome):
+                option_id = response.outcome.option_id
+            reason = _judge(engine, session_id, offered, option_id)
+    change: ModeChange | None = None
+    if reason is None:
+        assert option_id is not None  # noqa: S101 - _judge checked it
         dest = offered[option_id]
         assert dest is not None  # noqa: S101
         try:
@@ -215,9 +202,20 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915
                 proposed_in=source,
             )
         except TransitionNotAllowedError:
-            reason = "not_allowed"
-        except UnknownSessionError:  # pragma: no cover - checked above; no await between
-            reason = "session_closed"
+            reason = "not_allowed"  # logged by the engine
+        except HookError:
+            reason = "hook_failed"  # logged by the engine
+        except LogError:
+            reason = "log_failed"  # nothing could be logged
+    elif reason != "log_failed":
+        engine.reject_switch(
+            session_id,
+            reason,
+            dest=offered.get(option_id) if option_id else None,
+            tool_call_id=tool_call_id,
+            option_id=option_id,
+            proposed_in=source,
+        )
     if session_id in engine:
         mode = engine.get(session_id).state
         if reason is None:
@@ -230,27 +228,58 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915
                 session_update="tool_call_update",
                 tool_call_id=tool_call_id,
                 status="completed" if reason is None else "failed",
-                content=[
-                    ContentToolCallContent(
-                        type="content", content=TextContentBlock(type="text", text=text)
-                    )
-                ],
+                content=_text(text),
             ),
         )
     return SwitchResult(tool_call_id, option_id, change, reason)
 
 
+def _judge(
+    engine: ModeEngine, session_id: str, offered: dict[str, str | None], option_id: str | None
+) -> RejectReason | None:
+    """Why the client's answer changes nothing, or ``None`` if it approves the switch."""
+    if session_id not in engine:
+        return "session_closed"
+    if option_id is None:
+        return "cancelled"
+    if option_id not in offered:
+        return "option_not_offered"
+    if offered[option_id] is None:
+        return "option_rejected"
+    return None
+
+
+def _text(text: str) -> list[ContentToolCallContent]:
+    return [
+        ContentToolCallContent(type="content", content=TextContentBlock(type="text", text=text))
+    ]
+
+
 async def _until_cancelled(request: Any, cancelled: asyncio.Event | None) -> Any:
-    """Await *request*; return ``None`` early if *cancelled* is set first."""
+    """Await *request* in this task; return ``None`` if *cancelled* is set first.
+
+    The request is awaited directly (not in a task of its own), so its answer is handled
+    in the order the client sent it relative to the client's next requests.
+    """
     if cancelled is None:
         return await request
-    answer = asyncio.ensure_future(request)
-    stop = asyncio.ensure_future(cancelled.wait())
+    task = asyncio.current_task()
+    assert task is not None  # noqa: S101 - always called from a task
+    fired = False
+
+    async def watch() -> None:
+        nonlocal fired
+        await cancelled.wait()
+        fired = True
+        task.cancel()
+
+    watcher = asyncio.ensure_future(watch())
     try:
-        await asyncio.wait({answer, stop}, return_when=asyncio.FIRST_COMPLETED)
+        return await request
+    except asyncio.CancelledError:
+        if not fired:
+            raise
+        task.uncancel()
+        return None
     finally:
-        stop.cancel()
-    if answer.done():
-        return answer.result()
-    answer.cancel()
-    return None
+        watcher.cancel()

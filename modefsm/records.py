@@ -40,6 +40,7 @@ __all__ = [
     "EVENT_CREATED",
     "EVENT_REJECTED",
     "Origin",
+    "RejectReason",
     "TransitionLog",
     "TransitionRecord",
     "utc_timestamp",
@@ -62,9 +63,10 @@ RejectReason = Literal[
     "option_rejected",
     "cancelled",
     "option_not_offered",
-    "unknown_tool_call",
     "session_closed",
     "no_previous_mode",
+    "client_error",
+    "log_failed",
 ]
 """Why a ``modefsm.change_rejected`` record changed nothing."""
 

@@ -26,11 +26,14 @@ class RestorePoint(NamedTuple):
         session_id: ACP ``sessionId``.
         mode: the ``to_mode`` of its last ``session_created``/``mode_changed`` record.
         seq: that record's ``seq``.
+        previous: the ``from_mode`` of the session's last client or switch change, which
+            ``$previous`` switch options return to (``None`` if there was none).
     """
 
     session_id: str
     mode: str
     seq: int
+    previous: str | None = None
 
 
 def iter_records(paths: Iterable[str | Path]) -> Iterator[TransitionRecord]:
@@ -65,7 +68,13 @@ def last_points(paths: Iterable[str | Path]) -> dict[str, RestorePoint]:
     for record in iter_records(paths):
         if record.event in (EVENT_CREATED, EVENT_CHANGED) and record.seq is not None:
             assert record.to_mode is not None  # noqa: S101 - committed records name a mode
-            points[record.session_id] = RestorePoint(record.session_id, record.to_mode, record.seq)
+            last = points.get(record.session_id)
+            previous = last.previous if last else None
+            if record.origin not in ("new", "restore"):
+                previous = record.from_mode
+            points[record.session_id] = RestorePoint(
+                record.session_id, record.to_mode, record.seq, previous
+            )
     return points
 
 

@@ -59,7 +59,7 @@ class ScriptedAgent(ModeAgent):
             )
             return PromptResponse(stop_reason="end_turn")
         finally:
-            self.end_turn(session_id)
+            self.end_turn(session_id, cancelled)
 
 
 def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) -> int:
@@ -80,7 +80,7 @@ def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) 
     else:
         log = TransitionLog.to_file(log_path, fsync=fsync)
         restore = LogRestore(log_path)
-    agent = ScriptedAgent(spec, log=log, restore=restore)
+    agent = ScriptedAgent(spec, log=log, restore=restore, unstable=True)
     try:
         asyncio.run(acp.run_agent(cast("Any", agent), use_unstable_protocol=True))
     finally:

@@ -49,7 +49,7 @@ from modefsm.errors import (
     UnknownModeError,
     UnknownSessionError,
 )
-from modefsm.machine import ModeMachine, TriggerKind
+from modefsm.machine import ModeMachine, TriggerKind, mode_of, state_name
 from modefsm.records import (
     EVENT_CHANGED,
     EVENT_CREATED,
@@ -82,21 +82,25 @@ class Session:
 
     Attributes:
         session_id: ACP ``sessionId``.
-        state: the current mode id (ACP ``currentModeId``); the machine's model attribute.
+        fsm_state: the machine's state (:func:`~modefsm.machine.state_name` of the mode).
         seq: the sequence number of the session's last record (1 after creation).
-        previous: the mode before the last change (the target of ``$previous``), or ``None``.
-        closed: whether the session was closed; a closed session accepts no change.
+        previous: the mode before the last client or switch change (the target of
+            ``$previous``), or ``None``.
     """
 
-    __slots__ = ("closed", "previous", "seq", "session_id", "state")
+    __slots__ = ("fsm_state", "previous", "seq", "session_id")
 
     def __init__(self, session_id: str, state: str, seq: int, previous: str | None = None) -> None:
         """Create a session in mode *state* whose last record had sequence number *seq*."""
         self.session_id = session_id
-        self.state = state
+        self.fsm_state = state_name(state)
         self.seq = seq
         self.previous = previous
-        self.closed = False
+
+    @property
+    def state(self) -> str:
+        """The current mode id (ACP ``currentModeId``)."""
+        return mode_of(self.fsm_state)
 
     def __repr__(self) -> str:
         """Return ``Session('sess_1', state='ask', seq=1)``."""
@@ -222,7 +226,7 @@ class ModeEngine:
         Raises:
             UnknownSessionError: no such session.
         """
-        self.get(session_id).closed = True
+        self.get(session_id)
         del self._sessions[session_id]
 
     def restore_session(
@@ -231,6 +235,7 @@ class ModeEngine:
         mode_id: str,
         seq: int,
         *,
+        previous: str | None = None,
         request_id: str | int | None = None,
     ) -> Session:
         """Bring back a session whose last record put it in *mode_id* with number *seq*.
@@ -245,35 +250,31 @@ class ModeEngine:
             session_id: ACP ``sessionId``.
             mode_id: the ``to_mode`` of the session's last record.
             seq: the ``seq`` of that record.
+            previous: the mode before it (the ``from_mode`` of the last change), which
+                ``$previous`` switch options return to.
             request_id: the load/resume request id, for the record.
 
         Returns:
             The live session (already live sessions are returned unchanged).
+
+        Raises:
+            HookError, LogError: the fallback could not be made; the session stays unknown.
         """
         live = self._sessions.get(session_id)
         if live is not None:
             return live
-        if not self.spec.has_mode(mode_id):
-            session = Session(session_id, self.spec.initial, seq + 1, previous=None)
-            if self.log is not None:
-                fields = self._fields(
-                    session_id,
-                    seq + 1,
-                    mode_id,
-                    self.spec.initial,
-                    "restore",
-                    request_id=request_id,
-                )
-                self.log.write(EVENT_CHANGED, fields)
-            self._sessions[session_id] = session
-            self._enqueue(session_id, self.spec.initial)
-            return session
-        session = Session(session_id, mode_id, seq)
-        self._sessions[session_id] = session
-        target = self.spec.restore_target(mode_id)
-        if target != mode_id:
+        known = self.spec.has_mode(mode_id)
+        if previous is not None and not self.spec.has_mode(previous):
+            previous = None
+        session = Session(session_id, mode_id if known else self.spec.initial, seq, previous)
+        target = self.spec.restore_target(mode_id) if known else self.spec.initial
+        if not known or target != mode_id:
             context = ModeChange(session_id, seq + 1, mode_id, target, "restore", request_id)
-            self._fire(session, "restore", target, context)
+            if known:
+                self._fire(session, "restore", target, context)
+            else:  # the spec no longer has this mode: there is no machine state to leave
+                self._fire_outside_machine(session, context)
+        self._sessions[session_id] = session
         return session
 
     # -- changes -------------------------------------------------------------------------
@@ -486,8 +487,9 @@ class ModeEngine:
             The complete ``configOptions`` list after the change (ACP requires it).
         """
         self.set_config_value(session_id, config_id, value, request_id=request_id)
+        view = self.view(session_id)  # before the flush: a close meanwhile must not fail it
         await self.flush()
-        return self.view(session_id).config_options
+        return view.config_options
 
     def view(self, session_id: str) -> ModeView:
         """The ACP views (``modes``, ``configOptions``, updates) of the session's current mode.
@@ -543,13 +545,29 @@ class ModeEngine:
     # -- internals ------------------------------------------------------------------------
 
     def _fire(self, session: Session, kind: TriggerKind, dest: str, context: ModeChange) -> bool:
+        """Policy, then hooks, then the machine (write-ahead record, commit), then after-hooks."""
+        if not self.machine.allows(kind, session.state, dest):
+            return False
+        self._run_before_hooks(session, context)
+        if not self.machine.fire(session, kind, dest, context):  # pragma: no cover - allowed
+            return False
+        self._run_after_hooks(session, context)
+        return True
+
+    def _fire_outside_machine(self, session: Session, context: ModeChange) -> None:
+        """Commit a restore from a mode the spec no longer has: same record, hooks, commit."""
+        self._run_before_hooks(session, context)
+        self._write_ahead(session, context.from_mode, context.to_mode, context)
+        self._commit(session, context.from_mode, context.to_mode, context)
+
+    def _run_before_hooks(self, session: Session, context: ModeChange) -> None:
         for hook in self.before_change:
             try:
                 hook(context)
             except Exception as exc:
                 self._reject(
                     session,
-                    dest,
+                    context.to_mode,
                     context.origin,
                     "hook_failed",
                     request_id=context.request_id,
@@ -557,8 +575,8 @@ class ModeEngine:
                     option_id=context.option_id,
                 )
                 raise HookError(getattr(hook, "__qualname__", repr(hook)), exc) from exc
-        if not self.machine.fire(session, kind, dest, context):
-            return False
+
+    def _run_after_hooks(self, session: Session, context: ModeChange) -> None:
         for hook in self.after_change:
             try:
                 hook(context)
@@ -570,7 +588,6 @@ class ModeEngine:
                     hook=getattr(hook, "__qualname__", repr(hook)),
                     seq=context.seq,
                 )
-        return True
 
     def _write_ahead(self, session: Session, source: str, dest: str, context: ModeChange) -> None:
         if self.log is not None:
@@ -591,7 +608,11 @@ class ModeEngine:
 
     def _commit(self, session: Session, source: str, dest: str, context: ModeChange) -> None:
         session.seq = context.seq
-        session.previous = source
+        if context.origin != "restore":  # a fallback is not a move the user can return from
+            session.previous = source
+        # The machine has set fsm_state already, except for a restore from a mode the spec
+        # no longer has, which has no machine state to leave: set it here for both.
+        session.fsm_state = state_name(dest)
         self._enqueue(session.session_id, dest)
 
     def _enqueue(self, session_id: str, mode_id: str) -> None:

@@ -27,9 +27,10 @@ from collections.abc import Mapping
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import orjson
+from acp.schema import PermissionOptionKind
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from modefsm.errors import SpecError, SpecProblem
@@ -49,8 +50,6 @@ __all__ = [
 PREVIOUS = "$previous"
 """A switch option target meaning "the mode the session was in before the current one"."""
 
-PermissionOptionKind = Literal["allow_once", "allow_always", "reject_once", "reject_always"]
-"""ACP ``PermissionOption.kind``."""
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
@@ -325,6 +324,18 @@ def _semantic_problems(spec: ModeSpec) -> list[SpecProblem]:  # noqa: C901, PLR0
                 problems.append(
                     SpecProblem(f"{at}.target", f"a {option.kind} option has no target")
                 )
+            elif (
+                option.allows
+                and option.option_id in known
+                and option.target not in (option.option_id, PREVIOUS)
+            ):
+                problems.append(
+                    SpecProblem(
+                        f"{at}.option_id",
+                        f"{option.option_id!r} is a mode id but targets {option.target!r}: "
+                        "clients that read option ids as modes would disagree",
+                    )
+                )
             elif option.target not in (None, PREVIOUS):
                 if option.target not in known:
                     unknown(f"{at}.target", option.target)
@@ -342,11 +353,14 @@ def _semantic_problems(spec: ModeSpec) -> list[SpecProblem]:  # noqa: C901, PLR0
 
 
 def _unreachable(spec: ModeSpec) -> list[SpecProblem]:
+    """Modes no path reaches from the initial mode (a ``$previous`` target reaches nothing new)."""
     reached = {spec.initial}
     frontier = [spec.initial]
     while frontier:
         source = frontier.pop()
-        for dest in (*spec.client_targets(source), *spec.switch_targets(source)):
+        switch = spec.switch_from(source)
+        explicit = {o.target for o in switch.options if o.allows} if switch else set()
+        for dest in (*spec.client_targets(source), *(m for m in spec.mode_ids if m in explicit)):
             if dest not in reached:
                 reached.add(dest)
                 frontier.append(dest)

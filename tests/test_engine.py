@@ -26,7 +26,7 @@ from modefsm import (
     preset,
 )
 
-from .conftest import Recorder, announced, mode_option, read_log
+from .conftest import announced, mode_option, read_log
 
 SEED = preset("seed")
 SPEC = {"spec": "seed", "spec_hash": SEED.content_hash}
@@ -208,9 +208,8 @@ class TestRejections:
 
     async def test_closed_session_is_gone(self, make_engine):
         engine = make_engine()
-        session = engine.new_session("s1")
+        engine.new_session("s1")
         engine.close_session("s1")
-        assert session.closed
         assert "s1" not in engine
         with pytest.raises(UnknownSessionError):
             await engine.set_mode("s1", "code")
@@ -531,7 +530,3 @@ class TestOrdering:
         assert calls == ["current_mode_update", "config_option_update"]
         assert engine.pending() == 0
         assert read_log(log_path)[-1]["event"] == "modefsm.notify_failed"
-
-
-def test_recorder_type():
-    assert isinstance(Recorder(), Recorder)
