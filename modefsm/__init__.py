@@ -19,7 +19,16 @@ from modefsm.errors import (
 )
 from modefsm.records import TransitionLog, TransitionRecord
 from modefsm.sessions import ModeChange, ModeEngine, NotificationSink, Session
-from modefsm.spec import PREVIOUS, Mode, ModeSpec, Switch, SwitchOption, load_spec, preset, preset_names
+from modefsm.spec import (
+    PREVIOUS,
+    Mode,
+    ModeSpec,
+    Switch,
+    SwitchOption,
+    load_spec,
+    preset,
+    preset_names,
+)
 from modefsm.views import ModeView
 
 __all__ = [

@@ -76,15 +76,21 @@ class ModeMachine:
         spec = self.spec
         edges: list[tuple[TriggerKind, str, str]] = []
         for dest in spec.mode_ids:
-            for source in spec.mode_ids:
-                if dest in spec.client_targets(source):
-                    edges.append(("client_change", source, dest))
-            for source in spec.mode_ids:
-                if dest in spec.switch_targets(source) or dest in spec.client_targets(source):
-                    edges.append(("switch_mode", source, dest))
-            for source in spec.mode_ids:
-                if source != dest and spec.restore_target(source) == dest:
-                    edges.append(("restore", source, dest))
+            edges.extend(
+                ("client_change", source, dest)
+                for source in spec.mode_ids
+                if dest in spec.client_targets(source)
+            )
+            edges.extend(
+                ("switch_mode", source, dest)
+                for source in spec.mode_ids
+                if dest in spec.switch_targets(source) or dest in spec.client_targets(source)
+            )
+            edges.extend(
+                ("restore", source, dest)
+                for source in spec.mode_ids
+                if source != dest and spec.restore_target(source) == dest
+            )
         return edges
 
     def sources(self, kind: TriggerKind, dest: str) -> tuple[str, ...]:
@@ -120,9 +126,11 @@ class ModeMachine:
             return False
 
     def _on_before(self, event: Any) -> None:
-        self._before(event.model, event.transition.source, event.transition.dest,
-                     event.kwargs["context"])
+        self._before(
+            event.model, event.transition.source, event.transition.dest, event.kwargs["context"]
+        )
 
     def _on_after(self, event: Any) -> None:
-        self._after(event.model, event.transition.source, event.transition.dest,
-                    event.kwargs["context"])
+        self._after(
+            event.model, event.transition.source, event.transition.dest, event.kwargs["context"]
+        )

@@ -27,7 +27,7 @@ import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, Literal, Protocol
+from typing import Any, BinaryIO, Literal, Protocol
 
 import orjson
 import structlog
@@ -123,7 +123,7 @@ class _Logger(Protocol):
 
 
 class _SyncedFile:
-    """A raw append-only file whose every write reaches the disk (``os.fsync``) before it returns."""
+    """A raw append-only file whose every write reaches the disk (``os.fsync``) first."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
@@ -182,13 +182,13 @@ class TransitionLog:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as exc:
             raise LogError(f"cannot open the transition log: {exc.strerror}", str(path)) from None
-        file: Any = _SyncedFile(fd) if fsync else open(fd, "ab", buffering=0)  # noqa: SIM115
+        file: Any = _SyncedFile(fd) if fsync else open(fd, "ab", buffering=0)  # noqa: SIM115, PTH123
         log = cls.to_stream(file, path=str(path))
-        log._close = (lambda: os.close(fd)) if fsync else file.close
+        log._close = (lambda: os.close(fd)) if fsync else file.close  # noqa: SLF001
         return log
 
     @classmethod
-    def to_stream(cls, stream: IO[bytes], *, path: str | None = None) -> TransitionLog:
+    def to_stream(cls, stream: BinaryIO, *, path: str | None = None) -> TransitionLog:
         """Write JSON lines to the binary *stream* (flushed after each record)."""
         logger = structlog.wrap_logger(
             structlog.BytesLogger(stream),
@@ -209,7 +209,7 @@ class TransitionLog:
             LogError: the write failed; the caller must not commit the change.
         """
         try:
-            if event != EVENT_CHANGED and event != EVENT_CREATED:
+            if event not in (EVENT_CHANGED, EVENT_CREATED):
                 self._logger.warning(event, **fields)
             else:
                 self._logger.info(event, **fields)

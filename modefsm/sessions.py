@@ -30,6 +30,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
@@ -170,7 +171,9 @@ class ModeEngine:
 
     # -- sessions ------------------------------------------------------------------------
 
-    def new_session(self, session_id: str | None = None, *, request_id: str | int | None = None) -> Session:
+    def new_session(
+        self, session_id: str | None = None, *, request_id: str | int | None = None
+    ) -> Session:
         """Start a session in the spec's initial mode and log its creation (``seq`` 1).
 
         Args:
@@ -252,8 +255,14 @@ class ModeEngine:
         if not self.spec.has_mode(mode_id):
             session = Session(session_id, self.spec.initial, seq + 1, previous=None)
             if self.log is not None:
-                fields = self._fields(session_id, seq + 1, mode_id, self.spec.initial, "restore",
-                                      request_id=request_id)
+                fields = self._fields(
+                    session_id,
+                    seq + 1,
+                    mode_id,
+                    self.spec.initial,
+                    "restore",
+                    request_id=request_id,
+                )
                 self.log.write(EVENT_CHANGED, fields)
             self._sessions[session_id] = session
             self._enqueue(session_id, self.spec.initial)
@@ -306,7 +315,9 @@ class ModeEngine:
         assert isinstance(mode_id, str)  # noqa: S101 - has_mode checked it
         if mode_id == session.state:
             return None
-        context = ModeChange(session_id, session.seq + 1, session.state, mode_id, origin, request_id)
+        context = ModeChange(
+            session_id, session.seq + 1, session.state, mode_id, origin, request_id
+        )
         if not self._fire(session, _KIND[origin], mode_id, context):
             self._reject(session, mode_id, origin, "not_allowed", request_id=request_id)
             raise TransitionNotAllowedError(
@@ -338,14 +349,16 @@ class ModeEngine:
         session = self.get(session_id)
         option_ids = (self.spec.config_option_id,)
         if config_id != self.spec.config_option_id:
-            self._reject(session, None, "set_config_option", "unknown_config_option",
-                         request_id=request_id)
+            self._reject(
+                session, None, "set_config_option", "unknown_config_option", request_id=request_id
+            )
             raise UnknownConfigOptionError(config_id, option_ids)
         if not isinstance(value, str):
             self._reject(session, None, "set_config_option", "invalid_value", request_id=request_id)
             raise InvalidValueError("value", value, self.spec.mode_ids, "a mode id (string)")
-        return self.change(session_id, value, "set_config_option", request_id=request_id,
-                           field="value")
+        return self.change(
+            session_id, value, "set_config_option", request_id=request_id, field="value"
+        )
 
     def resolve_target(self, session_id: str, option: SwitchOption) -> str | None:
         """The mode an allow *option* of a switch would move session *session_id* to now.
@@ -393,11 +406,26 @@ class ModeEngine:
         if dest == session.state:
             return None
         meanwhile = proposed_in if proposed_in != session.state else None
-        context = ModeChange(session_id, session.seq + 1, session.state, dest, "switch_mode",
-                             request_id, tool_call_id, option_id, meanwhile)
+        context = ModeChange(
+            session_id,
+            session.seq + 1,
+            session.state,
+            dest,
+            "switch_mode",
+            request_id,
+            tool_call_id,
+            option_id,
+            meanwhile,
+        )
         if not self._fire(session, "switch_mode", dest, context):
-            self.reject_switch(session_id, "not_allowed", dest=dest, tool_call_id=tool_call_id,
-                               option_id=option_id, proposed_in=meanwhile)
+            self.reject_switch(
+                session_id,
+                "not_allowed",
+                dest=dest,
+                tool_call_id=tool_call_id,
+                option_id=option_id,
+                proposed_in=meanwhile,
+            )
             raise TransitionNotAllowedError(
                 session_id=session_id,
                 source=session.state,
@@ -424,8 +452,16 @@ class ModeEngine:
         Works for closed sessions too (``session_closed``); unknown ids are logged as given.
         """
         session = self._sessions.get(session_id) or Session(session_id, "", 0)
-        self._reject(session, dest, "switch_mode", reason, request_id=request_id,
-                     tool_call_id=tool_call_id, option_id=option_id, proposed_in=proposed_in)
+        self._reject(
+            session,
+            dest,
+            "switch_mode",
+            reason,
+            request_id=request_id,
+            tool_call_id=tool_call_id,
+            option_id=option_id,
+            proposed_in=proposed_in,
+        )
 
     async def set_mode(
         self, session_id: str, mode_id: object, *, request_id: str | int | None = None
@@ -488,8 +524,9 @@ class ModeEngine:
                 try:
                     await sink(session_id, update)
                 except Exception as exc:  # noqa: BLE001 - a broken sink must not stop the queue
-                    self._log_failure("modefsm.notify_failed", session_id, exc,
-                                      update=update.session_update)
+                    self._log_failure(
+                        "modefsm.notify_failed", session_id, exc, update=update.session_update
+                    )
 
     # -- internals ------------------------------------------------------------------------
 
@@ -498,9 +535,15 @@ class ModeEngine:
             try:
                 hook(context)
             except Exception as exc:
-                self._reject(session, dest, context.origin, "hook_failed",
-                             request_id=context.request_id, tool_call_id=context.tool_call_id,
-                             option_id=context.option_id)
+                self._reject(
+                    session,
+                    dest,
+                    context.origin,
+                    "hook_failed",
+                    request_id=context.request_id,
+                    tool_call_id=context.tool_call_id,
+                    option_id=context.option_id,
+                )
                 raise HookError(getattr(hook, "__qualname__", repr(hook)), exc) from exc
         if not self.machine.fire(session, kind, dest, context):
             return False
@@ -508,8 +551,13 @@ class ModeEngine:
             try:
                 hook(context)
             except Exception as exc:  # noqa: BLE001 - the change is committed; report, go on
-                self._log_failure("modefsm.hook_failed", session.session_id, exc,
-                                  hook=getattr(hook, "__qualname__", repr(hook)), seq=context.seq)
+                self._log_failure(
+                    "modefsm.hook_failed",
+                    session.session_id,
+                    exc,
+                    hook=getattr(hook, "__qualname__", repr(hook)),
+                    seq=context.seq,
+                )
         return True
 
     def _write_ahead(self, session: Session, source: str, dest: str, context: ModeChange) -> None:
@@ -517,9 +565,15 @@ class ModeEngine:
             self.log.write(
                 EVENT_CHANGED,
                 self._fields(
-                    session.session_id, context.seq, source, dest, context.origin,
-                    request_id=context.request_id, tool_call_id=context.tool_call_id,
-                    option_id=context.option_id, proposed_in=context.proposed_in,
+                    session.session_id,
+                    context.seq,
+                    source,
+                    dest,
+                    context.origin,
+                    request_id=context.request_id,
+                    tool_call_id=context.tool_call_id,
+                    option_id=context.option_id,
+                    proposed_in=context.proposed_in,
                 ),
             )
 
@@ -544,8 +598,14 @@ class ModeEngine:
     ) -> None:
         if self.log is None:
             return
-        fields = self._fields(session.session_id, None, session.state or None,
-                              dest if isinstance(dest, str) else None, origin, **ids)
+        fields = self._fields(
+            session.session_id,
+            None,
+            session.state or None,
+            dest if isinstance(dest, str) else None,
+            origin,
+            **ids,
+        )
         fields["reason"] = reason
         self.log.write(EVENT_REJECTED, fields)
 
@@ -566,18 +626,21 @@ class ModeEngine:
             "to_mode": to_mode,
             "origin": origin,
         }
-        for key, value in ids.items():
-            if value is not None:
-                fields[key] = value
+        fields.update({key: value for key, value in ids.items() if value is not None})
         fields.update(self._spec_fields)
         return fields
 
     def _log_failure(self, event: str, session_id: str, exc: BaseException, **fields: Any) -> None:
         if self.log is None:
             return
-        try:
-            self.log.write(event, {"timestamp": utc_timestamp(), "session_id": session_id,
-                                   "error": repr(exc), **fields, **self._spec_fields})
-        except ModefsmError:  # pragma: no cover - nowhere left to report it
-            pass
-
+        with contextlib.suppress(ModefsmError):  # nowhere left to report it
+            self.log.write(
+                event,
+                {
+                    "timestamp": utc_timestamp(),
+                    "session_id": session_id,
+                    "error": repr(exc),
+                    **fields,
+                    **self._spec_fields,
+                },
+            )

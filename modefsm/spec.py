@@ -249,7 +249,7 @@ def _problems_from_validation(exc: ValidationError) -> list[SpecProblem]:
     return problems
 
 
-def _semantic_problems(spec: ModeSpec) -> list[SpecProblem]:  # noqa: C901, PLR0912
+def _semantic_problems(spec: ModeSpec) -> list[SpecProblem]:  # noqa: C901, PLR0912, PLR0915
     problems: list[SpecProblem] = []
     ids: list[str] = []
     for i, mode in enumerate(spec.modes):
@@ -282,7 +282,9 @@ def _semantic_problems(spec: ModeSpec) -> list[SpecProblem]:  # noqa: C901, PLR0
         for i, mode in enumerate(spec.modes):
             if not mode.restorable and mode.fallback is None:
                 problems.append(
-                    SpecProblem(f"modes[{i}].fallback", "needed: the initial mode is not restorable")
+                    SpecProblem(
+                        f"modes[{i}].fallback", "needed: the initial mode is not restorable"
+                    )
                 )
     for source, dests in spec.client_changes.items():
         if source not in known:
@@ -314,9 +316,13 @@ def _semantic_problems(spec: ModeSpec) -> list[SpecProblem]:  # noqa: C901, PLR0
                 )
             option_ids.add(option.option_id)
             if option.allows and option.target is None:
-                problems.append(SpecProblem(f"{at}.target", f"an {option.kind} option needs a target"))
+                problems.append(
+                    SpecProblem(f"{at}.target", f"an {option.kind} option needs a target")
+                )
             elif not option.allows and option.target is not None:
-                problems.append(SpecProblem(f"{at}.target", f"a {option.kind} option has no target"))
+                problems.append(
+                    SpecProblem(f"{at}.target", f"a {option.kind} option has no target")
+                )
             elif option.target not in (None, PREVIOUS):
                 if option.target not in known:
                     unknown(f"{at}.target", option.target)
@@ -325,7 +331,9 @@ def _semantic_problems(spec: ModeSpec) -> list[SpecProblem]:  # noqa: C901, PLR0
                         SpecProblem(f"{at}.target", f"{option.target!r} is the switch's own source")
                     )
         if not any(o.allows for o in switch.options):
-            problems.append(SpecProblem(f"{where}.options", "no allow_* option: nothing to approve"))
+            problems.append(
+                SpecProblem(f"{where}.options", "no allow_* option: nothing to approve")
+            )
     if not problems:
         problems.extend(_unreachable(spec))
     return problems
