@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import io
 import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -184,10 +185,12 @@ class _FileReader:
                 stack.enter_context(raw)
             yield from self._lines(raw, start, progress)
 
-    def _lines(  # noqa: C901, PLR0912
+    def _lines(  # noqa: C901 - one pass over the lines, a few lines per kind
         self, raw: Any, start: int, progress: Callable[[int], None] | None
     ) -> Iterator[LogEntry | LogProblem]:
         name = self.name
+        if not hasattr(raw, "peek"):
+            raw = io.BufferedReader(raw)
         try:
             compressed = raw.peek(2)[:2] == b"\x1f\x8b"
         except OSError as exc:
@@ -198,27 +201,14 @@ class _FileReader:
             stream.seek(start)
         offset, lineno, records, content_lines = start, 0, 0, 0
         next_report = _PROGRESS_STEP
-        while True:
-            try:
-                line = stream.readline(MAX_LINE + 1)
-            except EOFError:
-                yield LogProblem(
-                    Location(name, 0),
-                    "torn",
-                    f"the gzip data ends early, after line {lineno} (an unfinished archive)",
-                )
-                break
-            except (OSError, zlib.error) as exc:
-                yield LogProblem(
-                    Location(name, 0), "unreadable", f"corrupt after line {lineno}: {exc}"
-                )
-                break
-            if not line:
+        while line := _readline(stream, name, lineno):
+            if isinstance(line, LogProblem):
+                yield line
                 break
             lineno += 1
             offset += len(line)
             if progress is not None and offset >= next_report:
-                progress(raw.tell() if compressed else offset)
+                progress(_tell(raw, offset) if compressed else offset)
                 next_report = offset + _PROGRESS_STEP
             location = Location(name, lineno)
             terminated = line.endswith(b"\n")
@@ -233,23 +223,18 @@ class _FileReader:
                 continue
             content_lines += 1
             if content_lines == 1 and _is_binary(content):
+                records = -1  # the file is reported as unusable, not as holding no record
                 yield LogProblem(
                     location, "not_text", "binary data, not a JSON-lines log: file skipped"
                 )
-                self.consumed = raw.tell() if compressed else offset
-                return
+                break
             item = self._parse(content, location, terminated=terminated, end=offset)
             if item is not None:
                 records += isinstance(item, LogEntry) or item.bad_record
                 yield item
-        self.consumed = offset if not compressed else _tell(raw, offset)
-        if lineno == 0 and not start:
-            yield LogProblem(Location(name, 0), "empty", "empty file")
-        elif records == 0 and not start:
-            noun = "line" if lineno == 1 else "lines"
-            yield LogProblem(
-                Location(name, 0), "no_records", f"{lineno} {noun}, none a modefsm record"
-            )
+        self.consumed = _tell(raw, offset) if compressed else offset
+        if not start and records == 0:
+            yield _no_records(name, lineno)
 
     def _parse(  # noqa: PLR0911 - one return per kind of line
         self, content: bytes, location: Location, *, terminated: bool, end: int
@@ -291,6 +276,24 @@ class _FileReader:
         if self.check_digests and record.digest is not None:
             intact = record_digest(data) == record.digest
         return LogEntry(location, record, end, intact)
+
+
+def _readline(stream: Any, name: str, lineno: int) -> bytes | LogProblem:
+    """The next line (at most ``MAX_LINE + 1`` bytes; ``b""`` at the end), or why there is none."""
+    try:
+        return bytes(stream.readline(MAX_LINE + 1))
+    except EOFError:
+        message = f"the gzip data ends early, after line {lineno} (an unfinished archive)"
+        return LogProblem(Location(name, 0), "torn", message)
+    except (OSError, zlib.error) as exc:
+        return LogProblem(Location(name, 0), "unreadable", f"corrupt after line {lineno}: {exc}")
+
+
+def _no_records(name: str, lines: int) -> LogProblem:
+    if lines == 0:
+        return LogProblem(Location(name, 0), "empty", "empty file")
+    noun = "line" if lines == 1 else "lines"
+    return LogProblem(Location(name, 0), "no_records", f"{lines} {noun}, none a modefsm record")
 
 
 def _describe(exc: ValidationError) -> str:
