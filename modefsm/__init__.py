@@ -18,6 +18,8 @@ from modefsm.errors import (
     UnknownSessionError,
 )
 from modefsm.records import TransitionLog, TransitionRecord
+from modefsm.replay import ReplayReport, Violation, replay
+from modefsm.restore import LogRestore, RestoreIndex, RestorePoint
 from modefsm.sessions import ModeChange, ModeEngine, NotificationSink, Session
 from modefsm.spec import (
     PREVIOUS,
@@ -37,6 +39,7 @@ __all__ = [
     "InvalidParamsError",
     "InvalidValueError",
     "LogError",
+    "LogRestore",
     "Mode",
     "ModeChange",
     "ModeEngine",
@@ -44,6 +47,9 @@ __all__ = [
     "ModeView",
     "ModefsmError",
     "NotificationSink",
+    "ReplayReport",
+    "RestoreIndex",
+    "RestorePoint",
     "Session",
     "SessionExistsError",
     "SpecError",
@@ -56,7 +62,9 @@ __all__ = [
     "UnknownConfigOptionError",
     "UnknownModeError",
     "UnknownSessionError",
+    "Violation",
     "load_spec",
     "preset",
     "preset_names",
+    "replay",
 ]

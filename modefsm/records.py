@@ -16,18 +16,34 @@ A line looks like::
      "origin":"set_mode","request_id":3,"spec":"seed","spec_hash":"sha256:e9ad63e2f0c19cf3",
      "timestamp":"2026-11-30T13:45:01.123456Z","event":"modefsm.mode_changed","level":"info"}
 
+(one line in the file; shown wrapped, without its ``prev`` and ``digest``).
+
 modefsm never calls ``structlog.configure()``: unconfigured structlog prints to stdout,
 which would corrupt an ACP stdio stream. :class:`TransitionLog` builds its own logger
 over a file or binary stream, or wraps a logger the host passes in.
+
+Tamper evidence: every record carries ``prev``, the ``digest`` of the record written
+before it on the same log (``null`` for the first record of a fresh log), and ``digest``,
+the SHA-256 (64 hex digits) of :func:`canonical_record`, which covers ``prev``. The
+records of a log thus form a hash chain: editing, deleting, inserting or reordering a
+record breaks it where it happened, and ``modefsm replay --verify`` says where. A log
+reopened after a restart or a rotation continues the chain from its last record.
+
+There is no secret key: the chain proves that nothing was changed *by someone who did not
+recompute the digests after the change*. A forger who rewrites a record and every record
+after it produces a valid chain; cutting records off the end, or deleting a whole file,
+leaves none behind. Keep a copy of the chain head (``modefsm replay --verify`` prints it)
+somewhere the writer cannot change to detect those.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal, Protocol
 
 import orjson
 import structlog
@@ -35,20 +51,30 @@ from pydantic import BaseModel, ConfigDict
 
 from modefsm.errors import LogError
 
+if TYPE_CHECKING:
+    from modefsm.restore import RestoreIndex
+
 __all__ = [
     "EVENT_CHANGED",
     "EVENT_CREATED",
     "EVENT_REJECTED",
+    "RECORD_EVENTS",
     "Origin",
     "RejectReason",
     "TransitionLog",
     "TransitionRecord",
+    "canonical_record",
+    "previous_of",
+    "record_digest",
     "utc_timestamp",
 ]
 
 EVENT_CREATED = "modefsm.session_created"
 EVENT_CHANGED = "modefsm.mode_changed"
 EVENT_REJECTED = "modefsm.change_rejected"
+RECORD_EVENTS = frozenset({EVENT_CREATED, EVENT_CHANGED, EVENT_REJECTED})
+"""The events that are :class:`TransitionRecord` lines (other ``modefsm.*`` events, such as
+``modefsm.notify_failed``, are diagnostics: not records, not chained)."""
 
 Origin = Literal["new", "set_mode", "set_config_option", "switch_mode", "restore"]
 """Who caused a record: ``new`` (session creation), a client request, an approved switch,
@@ -93,6 +119,10 @@ class TransitionRecord(BaseModel):
         spec: the spec's name.
         spec_hash: the spec's :attr:`~modefsm.spec.ModeSpec.content_hash`.
         level: the log level (``info``, ``warning`` for rejections).
+        prev: the ``digest`` of the record written before this one on the same log, or
+            ``None`` for the first record of a fresh log (and in logs written before
+            records were chained).
+        digest: :func:`record_digest` of this record: 64 hex digits.
     """
 
     model_config = ConfigDict(frozen=True, extra="ignore")
@@ -112,6 +142,46 @@ class TransitionRecord(BaseModel):
     spec: str
     spec_hash: str
     level: str = "info"
+    prev: str | None = None
+    digest: str | None = None
+
+
+_DIGEST_KEYS = frozenset(TransitionRecord.model_fields) - {"level", "digest"}
+
+
+def canonical_record(data: Mapping[str, Any]) -> bytes:
+    """The bytes a record's digest covers: its fields as compact JSON with sorted keys.
+
+    Every :class:`TransitionRecord` field present in *data* counts, ``prev`` and ``event``
+    included, except ``level`` (derived from the event) and ``digest`` itself. Keys a host
+    logger adds (its own context) are not covered.
+
+    Args:
+        data: a record as a JSON object (parsed from a line, or about to be written).
+
+    Example:
+        >>> canonical_record({"seq": 2, "event": "modefsm.mode_changed", "pid": 7})
+        b'{"event":"modefsm.mode_changed","seq":2}'
+    """
+    if not data.keys() <= _DIGEST_KEYS:
+        data = {key: value for key, value in data.items() if key in _DIGEST_KEYS}
+    return orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+
+
+def record_digest(data: Mapping[str, Any]) -> str:
+    """SHA-256 of :func:`canonical_record` of *data*, as 64 lowercase hex digits."""
+    return hashlib.sha256(canonical_record(data)).hexdigest()
+
+
+def previous_of(origin: str, from_mode: str | None) -> tuple[str | None, bool]:
+    """How a committed record moves a session's ``previous`` mode: ``(value, keep)``.
+
+    A client or switch change sets it to the record's ``from_mode``; a creation clears it;
+    a restore keeps it (a fallback is not a move the user can return from).
+    """
+    if origin == "restore":
+        return None, True
+    return (None if origin == "new" else from_mode), False
 
 
 def utc_timestamp() -> str:
@@ -125,7 +195,7 @@ class _Logger(Protocol):
 
 
 class _SyncedFile:
-    """An append-only file whose every write reaches the disk (``os.fsync``) before returning."""
+    """A raw append-only file whose every write reaches the disk (``os.fsync``) first."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
@@ -138,12 +208,67 @@ class _SyncedFile:
     def flush(self) -> None:
         """Nothing to flush: :meth:`write` already synced."""
 
+    def close(self) -> None:
+        os.close(self._fd)
+
 
 def _processors() -> list[Callable[..., Any]]:
     return [
         structlog.processors.add_log_level,
         structlog.processors.JSONRenderer(serializer=orjson.dumps),
     ]
+
+
+_TAIL_CHUNK = 64 * 1024
+
+
+def _last_record(fd: int, size: int) -> tuple[bool, str | None]:
+    """Whether the file behind *fd* holds a record, and the ``digest`` of its last one.
+
+    Reads backwards from the end in chunks, so a restart costs a read of the tail, not of
+    the whole file; host lines after the last record are skipped.
+    """
+    pos = size
+    partial = b""
+    while pos > 0:
+        step = min(_TAIL_CHUNK, pos)
+        pos -= step
+        lines = (os.pread(fd, step, pos) + partial).split(b"\n")
+        partial = lines.pop(0) if pos > 0 else b""
+        for line in reversed(lines):
+            if b'"modefsm.' not in line:
+                continue
+            try:
+                data = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(data, dict) and data.get("event") in RECORD_EVENTS:
+                digest = data.get("digest")
+                return True, digest if isinstance(digest, str) else None
+    return False, None
+
+
+class _LogFile:
+    """An append-only log file: its descriptor, its writer, and the chain head it ends with."""
+
+    def __init__(self, path: Path, *, fsync: bool) -> None:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise LogError(f"cannot open the transition log: {exc.strerror}", str(path)) from None
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                # A torn last line (a crash mid-write): end it, so the next record starts
+                # on a line of its own; readers report the torn line and skip it.
+                os.write(fd, b"\n")
+                size += 1
+            self.has_records, self.head = _last_record(fd, size) if size else (False, None)
+        except OSError as exc:
+            os.close(fd)
+            raise LogError(f"cannot read the transition log: {exc.strerror}", str(path)) from None
+        self.fd = fd
+        self.file: Any = _SyncedFile(fd) if fsync else open(fd, "ab", buffering=0)  # noqa: SIM115, PTH123
 
 
 class TransitionLog:
@@ -154,54 +279,108 @@ class TransitionLog:
     the operating system, or synced to disk with ``fsync=True``) before the change it
     describes becomes visible, so no acknowledged change can be lost with the process.
 
+    Each record gets ``prev`` and ``digest`` (see the module docstring). Through a host
+    logger, records verify only if the host's processors leave modefsm's keys as they are
+    (a ``TimeStamper`` writing ``timestamp`` would change them: give it another key).
+
     Args:
         logger: any object with structlog's ``info(event, **kw)`` and ``warning(...)``.
         path: the file behind the logger, if any, for messages.
+        head: the ``digest`` of the last record already in the log this one continues
+            (``None``: a fresh chain).
+
+    Attributes:
+        index: the :class:`~modefsm.restore.RestoreIndex` kept current by :meth:`write`,
+            if the log was opened with one.
     """
 
-    def __init__(self, logger: Any, path: str | None = None) -> None:
+    def __init__(self, logger: Any, path: str | None = None, *, head: str | None = None) -> None:
         """Wrap *logger* (a structlog bound logger or anything with ``info``/``warning``)."""
         self._logger: _Logger = logger
         self.path = path
-        self._close: Callable[[], None] | None = None
+        self.index: RestoreIndex | None = None
+        self._head = head
+        self._file: _LogFile | None = None
+        self._fsync = False
+        self._owns_index = False
+
+    @property
+    def head(self) -> str | None:
+        """The ``digest`` of the last record written (or found when the file was opened)."""
+        return self._head
 
     @classmethod
-    def to_file(cls, path: str | Path, *, fsync: bool = False) -> TransitionLog:
+    def to_file(
+        cls,
+        path: str | Path,
+        *,
+        fsync: bool = False,
+        index: str | Path | RestoreIndex | None = None,
+    ) -> TransitionLog:
         """Append JSON lines to *path*, one unbuffered ``write`` per record.
 
         Each record is written with a single ``write`` on a file opened with ``O_APPEND``,
-        so lines from several writers never interleave within a line.
+        so lines from several writers never interleave within a line. An existing file is
+        continued: a torn last line (a crash mid-write) is ended with a newline, and the
+        chain continues from the file's last record (read backwards from the end; with an
+        *index* and a file holding no record yet, from the head the index kept, which is
+        how a rotated log continues its predecessor's chain).
 
         Args:
             path: the log file; created if missing, never truncated.
             fsync: also ``fsync`` after each record (survives power loss; costs a disk flush).
+            index: a :class:`~modefsm.restore.RestoreIndex`, or the path of its SQLite
+                file (created if missing), to keep current as records are written. It is
+                first caught up with the records the log holds beyond what it indexed (a
+                crash between the log write and the index commit loses nothing). An index
+                opened here is closed by :meth:`close`.
 
         Raises:
-            LogError: the file cannot be opened.
+            LogError: the file cannot be opened or read, or the index cannot be opened.
         """
         path = Path(path)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise LogError(f"cannot open the transition log: {exc.strerror}", str(path)) from None
-        file: Any = _SyncedFile(fd) if fsync else os.fdopen(fd, "ab", buffering=0)
-        log = cls.to_stream(file, path=str(path))
-        log._close = (lambda: os.close(fd)) if fsync else file.close  # noqa: SLF001 - own class
+        log = cls(None, path=str(path))
+        log._fsync = fsync
+        if index is not None:
+            from modefsm.restore import RestoreIndex  # noqa: PLC0415 - restore reads records
+
+            log._owns_index = not isinstance(index, RestoreIndex)
+            log.index = index if isinstance(index, RestoreIndex) else RestoreIndex(index)
+        log._open()
         return log
 
+    def _open(self) -> None:
+        assert self.path is not None  # noqa: S101 - only file logs open
+        path = Path(self.path)
+        log_file = _LogFile(path, fsync=self._fsync)
+        self._file = log_file
+        self._logger = _bind(log_file.file)
+        self._head = log_file.head
+        if self.index is not None:
+            self.index.catch_up(path)
+            if not log_file.has_records:
+                self._head = self.index.head
+
     @classmethod
-    def to_stream(cls, stream: IO[bytes], *, path: str | None = None) -> TransitionLog:
-        """Write JSON lines to the binary *stream* (flushed after each record)."""
-        logger = structlog.wrap_logger(
-            structlog.BytesLogger(stream),  # type: ignore[arg-type]
-            processors=_processors(),
-            wrapper_class=structlog.make_filtering_bound_logger(0),
-            cache_logger_on_first_use=True,
-        )
-        return cls(logger, path=path)
+    def to_stream(
+        cls, stream: BinaryIO, *, path: str | None = None, head: str | None = None
+    ) -> TransitionLog:
+        """Write JSON lines to the binary *stream* (flushed after each record).
+
+        Args:
+            stream: where the lines go.
+            path: its name, for messages.
+            head: the ``digest`` of the last record of the log this stream continues.
+        """
+        return cls(_bind(stream), path=path, head=head)
 
     def write(self, event: str, fields: dict[str, Any]) -> None:
         """Write one record.
+
+        Records (:data:`RECORD_EVENTS`) get ``prev`` and ``digest``; other ``modefsm.*``
+        events (diagnostics) are written as given. The index, if any, learns the new mode
+        of the session after the line is written; an index failure never fails the write
+        (the index then refuses lookups until it is rebuilt or reopened).
 
         Args:
             event: one of the ``modefsm.*`` event names.
@@ -210,16 +389,80 @@ class TransitionLog:
         Raises:
             LogError: the write failed; the caller must not commit the change.
         """
+        digest = None
+        if event in RECORD_EVENTS:
+            fields = {**fields, "event": event, "prev": self._head}
+            digest = record_digest(fields)
+            del fields["event"]
+            fields["digest"] = digest
         try:
-            if event not in (EVENT_CHANGED, EVENT_CREATED):
-                self._logger.warning(event, **fields)
-            else:
+            if event in (EVENT_CHANGED, EVENT_CREATED):
                 self._logger.info(event, **fields)
+            else:
+                self._logger.warning(event, **fields)
         except OSError as exc:
             raise LogError(f"cannot write the transition log: {exc}", self.path) from None
+        if digest is None:
+            return
+        self._head = digest
+        index = self.index
+        if index is not None:
+            offset = os.lseek(self._file.fd, 0, os.SEEK_CUR) if self._file else None
+            if event == EVENT_REJECTED:
+                index.advance(offset, digest)
+            else:
+                index.update(
+                    fields["session_id"],
+                    fields["to_mode"],
+                    fields["seq"],
+                    offset,
+                    digest,
+                    previous_of(fields["origin"], fields["from_mode"]),
+                )
+
+    def reopen(self) -> None:
+        """Reopen the file at :attr:`path` after it was rotated, continuing the chain.
+
+        A rotation tool renames the file and the process reopens its path: the new file
+        is created if missing, and its first record's ``prev`` is the digest of the last
+        record written to the old one, so the two files verify as one stream.
+
+        Raises:
+            LogError: this log was not opened with :meth:`to_file`, or the file cannot be
+                opened.
+        """
+        if self._file is None:
+            raise LogError("only a log opened with to_file can be reopened", self.path)
+        head = self._head
+        if self.index is not None:
+            self.index.commit()
+        self._file.file.close()
+        self._file = None
+        self._open()
+        if not self._file.has_records:  # type: ignore[attr-defined]  # _open set it
+            self._head = head
+            if self.index is not None:
+                self.index.advance(None, head)
 
     def close(self) -> None:
-        """Close the file this log opened (a no-op for streams and host loggers)."""
-        if self._close is not None:
-            self._close()
-            self._close = None
+        """Close the file this log opened and commit its index (a no-op for streams).
+
+        The index is closed too when :meth:`to_file` opened it from a path.
+        """
+        if self.index is not None:
+            self.index.commit()
+            if self._owns_index:
+                self.index.close()
+                self.index = None
+        if self._file is not None:
+            self._file.file.close()
+            self._file = None
+
+
+def _bind(stream: Any) -> Any:
+    return structlog.wrap_logger(
+        structlog.BytesLogger(stream),
+        processors=_processors(),
+        wrapper_class=structlog.make_filtering_bound_logger(0),
+        cache_logger_on_first_use=True,
+    )

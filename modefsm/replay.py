@@ -1,96 +1,707 @@
-"""Reading transition logs back: records, the last mode of each session, restore.
+"""Replay: every session's history rebuilt from the log, re-checked against its spec.
 
-This is the read side of :mod:`modefsm.records`: the same :class:`TransitionRecord`
-model parses what the engine wrote. Lines that are not modefsm records (a host's own
-log lines) are skipped; a torn last line (a crash mid-write) is skipped too.
+:func:`replay` reads logs with :func:`~modefsm.reader.read_log` and feeds each record to a
+:class:`Replayer`, which keeps a few fields per session (never the whole log, unless
+asked for the timelines) and checks, for each committed record:
+
+- its ``seq``: no gap, no repeat, never backwards (per session);
+- its ``from_mode``: the ``to_mode`` of the session's previous record;
+- its legality: the change from ``from_mode`` to ``to_mode`` by its ``origin`` is a
+  transition of the :class:`~modefsm.machine.ModeMachine` built from the spec the record
+  was written with (matched by ``spec_hash``); a creation is in the spec's initial mode;
+  a restore goes where the spec's restore policy says;
+- approved switches: a ``tool_call_id``, and an ``option_id`` that the spec offers in the
+  mode the switch was proposed in (``proposed_in``, else ``from_mode``), that approves,
+  and whose target is ``to_mode``.
+
+With ``verify=True`` it also follows the digest chain (see :mod:`modefsm.records`): an
+edited record, a deleted, inserted or moved one, a chain that restarts or forks (two
+processes writing one file) is a violation at the line where it shows.
+
+Example:
+    >>> import io
+    >>> from modefsm import ModeEngine, TransitionLog, preset
+    >>> buffer = io.BytesIO()
+    >>> engine = ModeEngine(preset("seed"), log=TransitionLog.to_stream(buffer))
+    >>> _ = engine.new_session("sess_1")
+    >>> _ = engine.change("sess_1", "architect", "set_mode")
+    >>> stdin = io.BufferedReader(io.BytesIO(buffer.getvalue()))
+    >>> report = replay(["-"], verify=True, stdin=stdin)
+    >>> report.session("sess_1").mode, report.violations, report.exit_status
+    ('architect', (), 0)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import BinaryIO, Literal
 
-import orjson
-from pydantic import ValidationError
+from modefsm.machine import ModeMachine
+from modefsm.reader import Location, LogEntry, LogProblem, read_log
+from modefsm.records import EVENT_CREATED, EVENT_REJECTED, TransitionRecord
+from modefsm.restore import LogRestore, RestorePoint, last_points
+from modefsm.spec import PREVIOUS, ModeSpec, preset, preset_names
 
-from modefsm.records import EVENT_CHANGED, EVENT_CREATED, TransitionRecord
+__all__ = [
+    "ChainSummary",
+    "LogRestore",
+    "Note",
+    "ReplayReport",
+    "Replayer",
+    "RestorePoint",
+    "SessionHistory",
+    "Violation",
+    "ViolationKind",
+    "iter_records",
+    "last_points",
+    "replay",
+]
 
-__all__ = ["LogRestore", "RestorePoint", "iter_records", "last_points"]
+ViolationKind = Literal[
+    "bad_record", "gap", "repeat", "out_of_order", "from_mode", "creation", "illegal",
+    "switch", "unknown_spec", "spec_changed", "tampered", "chain", "no_digest",
+]  # fmt: skip
+"""What a :class:`Violation` is about.
+
+``bad_record``: a modefsm record that does not parse. ``gap``, ``repeat``,
+``out_of_order``: its ``seq``. ``from_mode``: not where the previous record left the
+session. ``creation``: a ``session_created`` that is not ``seq`` 1 in the initial mode.
+``illegal``: the spec does not allow the change by its origin. ``switch``: an approved
+switch without its tool call, or with an option not offered. ``unknown_spec``,
+``spec_changed``: no spec given has the records' ``spec_hash`` (so their legality is
+unchecked). ``tampered``: the digest does not match the record. ``chain``: the record does
+not continue the chain. ``no_digest``: records that cannot be verified."""
 
 
-class RestorePoint(NamedTuple):
-    """Where a session stood at its last committed record.
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """Something in the log that should not be there.
+
+    Attributes:
+        location: where it shows (file and line).
+        kind: see :data:`ViolationKind`.
+        message: what is wrong, for people.
+        session_id: the session, when it concerns one.
+        seq: the record's ``seq``, when it has one.
+    """
+
+    location: Location
+    kind: ViolationKind
+    message: str
+    session_id: str | None = None
+    seq: int | None = None
+
+    def __str__(self) -> str:
+        """Return ``path:line: session 'id' seq N: kind: message`` (what is known of it)."""
+        parts = [str(self.location)]
+        if self.session_id is not None:
+            parts.append(
+                f"session {self.session_id!r}" + ("" if self.seq is None else f" seq {self.seq}")
+            )
+        return ": ".join([*parts, self.kind, self.message])
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """Something worth knowing that is not a violation (a torn last line, a partial history).
+
+    Attributes:
+        location: where (line 0: the file as a whole).
+        kind: a :data:`~modefsm.reader.ProblemKind` of the reader, or ``partial`` (a session
+            whose earlier records are in a log not given); in
+            :attr:`ReplayReport.errors` also ``no_records`` (the input holds none) and
+            ``no_session`` (the session asked for is not in it).
+        message: what, for people.
+    """
+
+    location: Location
+    kind: str
+    message: str
+
+    def __str__(self) -> str:
+        """Return ``path:line: kind: message`` (``kind: message`` for the whole input)."""
+        where = f"{self.location}: " if self.location.path else ""
+        return f"{where}{self.kind}: {self.message}"
+
+
+_INPUT = Location("", 0)
+"""The input as a whole, for notes about no file in particular."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionHistory:
+    """One session as the log tells it.
 
     Attributes:
         session_id: ACP ``sessionId``.
-        mode: the ``to_mode`` of its last ``session_created``/``mode_changed`` record.
-        seq: that record's ``seq``.
-        previous: the ``from_mode`` of the session's last client or switch change, which
-            ``$previous`` switch options return to (``None`` if there was none).
+        mode: its mode after its last committed record (``None``: only rejections seen).
+        seq: the ``seq`` of that record (0 when none).
+        spec: the spec name of its last record.
+        spec_hash: that record's ``spec_hash``.
+        changes: its committed records (creation, changes, restores) in order, when the
+            timelines were kept; records that repeat or go back are not in it.
+        records: the number of committed records applied.
+        rejections: the number of ``change_rejected`` records.
+        first: where it first appears.
+        last: where its last record is.
     """
 
     session_id: str
-    mode: str
+    mode: str | None
     seq: int
+    spec: str
+    spec_hash: str
+    changes: tuple[TransitionRecord, ...]
+    records: int
+    rejections: int
+    first: Location
+    last: Location
+
+
+@dataclass(frozen=True, slots=True)
+class ChainSummary:
+    """What ``verify`` saw of the digest chain.
+
+    Attributes:
+        verified: records whose digest matched and that continued the chain.
+        unverifiable: records without a digest.
+        head: the ``digest`` of the last record read (keep it elsewhere to detect a cut tail).
+    """
+
+    verified: int
+    unverifiable: int
+    head: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayReport:
+    """The result of a replay.
+
+    Attributes:
+        sessions: every session seen (the ``--session`` one only, if given), in order of
+            first appearance.
+        violations: in input order (spec and digest summaries at the end).
+        notes: torn lines, partial histories and other facts that are not violations.
+        errors: why some input was unusable (unreadable, binary, no records at all).
+        records: the number of modefsm records read (all sessions).
+        chain: the digest chain summary, with ``verify``; else ``None``.
+    """
+
+    sessions: tuple[SessionHistory, ...]
+    violations: tuple[Violation, ...]
+    notes: tuple[Note, ...]
+    errors: tuple[Note, ...]
+    records: int
+    chain: ChainSummary | None
+
+    def session(self, session_id: str) -> SessionHistory | None:
+        """The history of *session_id*, if the log has it."""
+        return next((s for s in self.sessions if s.session_id == session_id), None)
+
+    @property
+    def exit_status(self) -> int:
+        """``2`` if some input was unusable, else ``1`` if there are violations, else ``0``."""
+        if self.errors:
+            return 2
+        return 1 if self.violations else 0
+
+
+@dataclass(slots=True)
+class _Track:
+    first: Location
+    last: Location  # the session's last record
+    at: Location  # its last committed record (the one that set mode and seq)
+    spec: str
+    spec_hash: str
+    mode: str | None = None
+    seq: int = 0
     previous: str | None = None
+    records: int = 0
+    rejections: int = 0
+    changes: list[TransitionRecord] = field(default_factory=list)
+
+
+_CLIENT_ORIGINS = ("set_mode", "set_config_option")
+_TAMPERED = "the record was changed after it was written: its digest does not match"
+_FORK = "(two processes writing one file, or an inserted or moved record)"
+_RESTART = (
+    "a new chain starts in the middle of the file: another process began a fresh log "
+    "here, or the records before it were replaced"
+)
+_NOT_CONTINUED = (
+    "its first record continues no record read before it (a file missing between them, "
+    "or files out of order)"
+)
+_BROKEN = (
+    "the chain breaks here: this record continues no record read before it (a record "
+    "before it was deleted or moved)"
+)
+_MAX_HEADS = 16
+_MAX_RECENT = 4096
+
+
+class _Chain:
+    """Follows the digest chain with bounded memory: a few chain heads, recent digests."""
+
+    def __init__(self) -> None:
+        self.heads: OrderedDict[str, Location] = OrderedDict()
+        self.recent: OrderedDict[str, tuple[Location, Location | None]] = OrderedDict()
+        self.path: str | None = None
+        self.seen = 0
+        self.verified = 0
+        self.head: str | None = None
+        self.undigested: dict[str, tuple[int, Location]] = {}
+
+    def check(self, entry: LogEntry) -> list[tuple[ViolationKind, str]]:
+        record, location = entry.record, entry.location
+        new_file = location.path != self.path
+        previous_path, self.path = self.path, location.path
+        if record.digest is None:
+            count, first = self.undigested.get(location.path, (0, location))
+            self.undigested[location.path] = (count + 1, first)
+            return []
+        found: list[tuple[ViolationKind, str]] = []
+        if entry.intact is False:
+            found.append(("tampered", _TAMPERED))
+        broken = self._link(record.prev, new_file=new_file, previous_path=previous_path)
+        if broken is not None:
+            found.append(("chain", broken))
+        prev = record.prev
+        if prev is not None:
+            self.heads.pop(prev, None)
+            if prev in self.recent:
+                self.recent[prev] = (self.recent[prev][0], location)
+        self.heads[record.digest] = location
+        if len(self.heads) > _MAX_HEADS:
+            self.heads.popitem(last=False)
+        self.recent[record.digest] = (location, None)
+        if len(self.recent) > _MAX_RECENT:
+            self.recent.popitem(last=False)
+        self.seen += 1
+        self.verified += not found
+        self.head = record.digest
+        return found
+
+    def _link(self, prev: str | None, *, new_file: bool, previous_path: str | None) -> str | None:
+        """Why a record with *prev* does not continue the chain, or ``None`` if it does."""
+        if self.seen == 0 or prev in self.heads:
+            return None  # the first record anchors the chain; the others continue a head
+        if prev is not None and prev in self.recent:
+            at, by = self.recent[prev]
+            by_text = f", which {by} already continues" if by is not None else ""
+            return f"the chain forks here: this record continues {at}{by_text} " + _FORK
+        if prev is None:
+            return None if new_file else _RESTART
+        if new_file:
+            return f"this file does not continue {previous_path}: " + _NOT_CONTINUED
+        return _BROKEN
+
+    def violations(self) -> Iterator[Violation]:
+        for path, (count, first) in self.undigested.items():
+            noun = "record carries" if count == 1 else "records carry"
+            yield Violation(
+                first,
+                "no_digest",
+                f"{count} {noun} no digest in {path} (the first here): written before "
+                "records were chained, or by another writer; they cannot be verified",
+            )
+
+    def summary(self) -> ChainSummary:
+        unverifiable = sum(count for count, _ in self.undigested.values())
+        return ChainSummary(self.verified, unverifiable, self.head)
+
+
+class Replayer:
+    """Replays records one at a time; :meth:`report` gives the result so far.
+
+    Args:
+        specs: the specs the records may have been written with; ``None``: the shipped
+            presets. Records are matched to a spec by ``spec_hash``.
+        verify: also follow the digest chain (entries must come from
+            ``read_log(..., check_digests=True)``).
+        session_id: replay only this session (the chain is still followed over all).
+        keep_timeline: keep every session's committed records
+            (:attr:`SessionHistory.changes`); memory then grows with the log.
+    """
+
+    def __init__(
+        self,
+        specs: Iterable[ModeSpec] | None = None,
+        *,
+        verify: bool = False,
+        session_id: str | None = None,
+        keep_timeline: bool = False,
+    ) -> None:
+        """Prepare one :class:`~modefsm.machine.ModeMachine` per spec."""
+        self.explicit_specs = specs is not None
+        given = list(specs) if specs is not None else [preset(n) for n in preset_names()]
+        self._specs: dict[str, tuple[ModeSpec, ModeMachine]] = {
+            s.content_hash: (s, ModeMachine(s, before=_ignore, after=_ignore)) for s in given
+        }
+        self._verify = verify
+        self._session_id = session_id
+        self._keep = keep_timeline
+        self._chain = _Chain() if verify else None
+        self._tracks: dict[str, _Track] = {}
+        self._unknown: dict[str, tuple[int, LogEntry]] = {}
+        self._violations: list[Violation] = []
+        self._notes: list[Note] = []
+        self._errors: list[Note] = []
+        self._records = 0
+
+    def feed(self, item: LogEntry | LogProblem) -> bool:
+        """Take the next item of :func:`~modefsm.reader.read_log`.
+
+        Returns:
+            Whether *item* is a record of the replayed session(s).
+        """
+        if isinstance(item, LogProblem):
+            self._problem(item)
+            return False
+        self._records += 1
+        record = item.record
+        if self._chain is not None:
+            for kind, message in self._chain.check(item):
+                self._violation(item, kind, message)
+        if self._session_id is not None and record.session_id != self._session_id:
+            return False
+        spec = self._spec(item)
+        if record.event == EVENT_REJECTED:
+            self._rejected(item)
+        else:
+            self._committed(item, spec)
+        return True
+
+    def report(self) -> ReplayReport:
+        """The result for everything fed so far."""
+        violations = list(self._violations)
+        for spec_hash, (count, entry) in self._unknown.items():
+            violations.append(self._unknown_spec(spec_hash, count, entry))
+        if self._chain is not None:
+            violations.extend(self._chain.violations())
+        notes, errors = list(self._notes), list(self._errors)
+        if self._records == 0 and not errors:
+            errors.append(Note(_INPUT, "no_records", "the input holds no modefsm record"))
+        elif self._session_id is not None and not self._tracks and not errors:
+            message = f"the input holds no record of session {self._session_id!r}"
+            errors.append(Note(_INPUT, "no_session", message))
+        sessions = tuple(
+            SessionHistory(
+                session_id=sid,
+                mode=t.mode,
+                seq=t.seq,
+                spec=t.spec,
+                spec_hash=t.spec_hash,
+                changes=tuple(t.changes),
+                records=t.records,
+                rejections=t.rejections,
+                first=t.first,
+                last=t.last,
+            )
+            for sid, t in self._tracks.items()
+        )
+        chain = self._chain.summary() if self._chain is not None else None
+        return ReplayReport(
+            sessions, tuple(violations), tuple(notes), tuple(errors), self._records, chain
+        )
+
+    # -- records ---------------------------------------------------------------------------
+
+    def _problem(self, problem: LogProblem) -> None:
+        if problem.fatal:
+            self._errors.append(Note(problem.location, problem.kind, problem.message))
+        elif problem.bad_record:
+            if self._session_id is None or problem.session_id in (None, self._session_id):
+                self._violations.append(
+                    Violation(
+                        problem.location,
+                        "bad_record",
+                        problem.message,
+                        problem.session_id,
+                        problem.seq,
+                    )
+                )
+        else:
+            self._notes.append(Note(problem.location, problem.kind, problem.message))
+
+    def _track(self, entry: LogEntry) -> _Track:
+        record = entry.record
+        track = self._tracks.get(record.session_id)
+        if track is None:
+            location = entry.location
+            track = _Track(location, location, location, record.spec, record.spec_hash)
+            self._tracks[record.session_id] = track
+        return track
+
+    def _rejected(self, entry: LogEntry) -> None:
+        record = entry.record
+        track = self._track(entry)
+        track.rejections += 1
+        track.last = entry.location
+        if track.mode is not None and record.from_mode not in (None, track.mode):
+            self._violation(
+                entry,
+                "from_mode",
+                f"rejected in mode {record.from_mode!r}, but seq {track.seq} ({track.at}) left "
+                f"the session in {track.mode!r}",
+            )
+
+    def _committed(self, entry: LogEntry, spec: tuple[ModeSpec, ModeMachine] | None) -> None:
+        record = entry.record
+        seq, to_mode = record.seq, record.to_mode
+        if seq is None or to_mode is None:
+            missing = "seq" if seq is None else "to_mode"
+            self._violation(entry, "bad_record", f"a {record.event} record without {missing}")
+            return
+        track = self._track(entry)
+        if not self._in_order(entry, track, seq):
+            return
+        if record.event == EVENT_CREATED:
+            self._check_creation(entry, spec)
+        elif track.mode is None:
+            if seq <= 1:
+                self._violation(entry, "creation", "seq 1 is the creation, not a change")
+            else:
+                self._notes.append(
+                    Note(
+                        entry.location,
+                        "partial",
+                        f"session {record.session_id!r} starts at seq {seq} here: its "
+                        "earlier records are in a log not given",
+                    )
+                )
+        elif record.from_mode != track.mode:
+            self._violation(
+                entry,
+                "from_mode",
+                f"from_mode {record.from_mode!r}, but seq {track.seq} ({track.at}) left "
+                f"the session in {track.mode!r}",
+            )
+        if spec is not None and record.event != EVENT_CREATED:
+            for kind, message in _legality(record, track, *spec):
+                self._violation(entry, kind, message)
+        track.previous = record.from_mode
+        track.mode, track.seq, track.last, track.at = to_mode, seq, entry.location, entry.location
+        track.spec, track.spec_hash = record.spec, record.spec_hash
+        track.records += 1
+        if self._keep:
+            track.changes.append(record)
+
+    def _in_order(self, entry: LogEntry, track: _Track, seq: int) -> bool:
+        if track.mode is None or seq == track.seq + 1:
+            return True
+        if seq > track.seq:
+            missing = seq - track.seq - 1
+            noun = "record is" if missing == 1 else "records are"
+            self._violation(
+                entry,
+                "gap",
+                f"seq {seq} follows seq {track.seq} ({track.at}): {missing} {noun} missing",
+            )
+            return True
+        if seq == track.seq:
+            self._violation(
+                entry, "repeat", f"seq {seq} again: {track.at} has it already (ignored)"
+            )
+        else:
+            self._violation(
+                entry,
+                "out_of_order",
+                f"seq {seq} comes after seq {track.seq} ({track.at}): records out of order "
+                "(ignored)",
+            )
+        return False
+
+    def _check_creation(self, entry: LogEntry, spec: tuple[ModeSpec, ModeMachine] | None) -> None:
+        record = entry.record
+        problems = []
+        if record.seq != 1:
+            problems.append(f"session_created with seq {record.seq} (a creation is seq 1)")
+        if record.origin != "new" or record.from_mode is not None:
+            problems.append(
+                f"session_created with origin {record.origin!r} and from_mode "
+                f"{record.from_mode!r} (a creation has origin 'new', no from_mode)"
+            )
+        if spec is not None and record.to_mode != spec[0].initial:
+            problems.append(
+                f"created in mode {record.to_mode!r}, but spec {spec[0].name!r} starts "
+                f"sessions in {spec[0].initial!r}"
+            )
+        for message in problems:
+            self._violation(entry, "creation", message)
+
+    def _spec(self, entry: LogEntry) -> tuple[ModeSpec, ModeMachine] | None:
+        spec_hash = entry.record.spec_hash
+        found = self._specs.get(spec_hash)
+        if found is None:
+            count, first = self._unknown.get(spec_hash, (0, entry))
+            self._unknown[spec_hash] = (count + 1, first)
+        return found
+
+    def _unknown_spec(self, spec_hash: str, count: int, entry: LogEntry) -> Violation:
+        record = entry.record
+        noun = "record" if count == 1 else "records"
+        same_name = [s for s, _ in self._specs.values() if s.name == record.spec]
+        unchecked = f"{count} {noun} (the first here) were not checked against a spec"
+        if same_name:
+            given = ", ".join(s.content_hash for s in same_name)
+            return Violation(
+                entry.location,
+                "spec_changed",
+                f"spec {record.spec!r} changed since these records were written: they have "
+                f"{spec_hash}, the spec given has {given}; {unchecked}. Pass the version "
+                "they were written with",
+                record.session_id,
+                record.seq,
+            )
+        given = ", ".join(f"{s.name} {h}" for h, (s, _) in self._specs.items()) or "none"
+        source = "given" if self.explicit_specs else "shipped (presets)"
+        return Violation(
+            entry.location,
+            "unknown_spec",
+            f"no spec {source} has {spec_hash} (spec {record.spec!r}; known: {given}); "
+            f"{unchecked}. Pass the spec they were written with",
+            record.session_id,
+            record.seq,
+        )
+
+    def _violation(self, entry: LogEntry, kind: ViolationKind, message: str) -> None:
+        record = entry.record
+        self._violations.append(
+            Violation(entry.location, kind, message, record.session_id, record.seq)
+        )
+
+
+def _ignore(*_: object) -> None:
+    """A machine callback that does nothing: replay only asks the machine what it allows."""
+
+
+def _legality(  # noqa: C901
+    record: TransitionRecord, track: _Track, spec: ModeSpec, machine: ModeMachine
+) -> Iterator[tuple[ViolationKind, str]]:
+    source, dest, origin = record.from_mode or "", record.to_mode or "", record.origin
+    name = spec.name
+    modes = ", ".join(spec.mode_ids)
+    if not spec.has_mode(dest):
+        yield "illegal", f"to_mode {dest!r} is not a mode of spec {name!r} ({modes})"
+        return
+    if origin == "restore":
+        if not spec.has_mode(source):
+            if dest != spec.initial:
+                message = (
+                    f"a restore from {source!r}, a mode spec {name!r} does not have, goes to "
+                    f"its initial mode {spec.initial!r}, not {dest!r}"
+                )
+                yield "illegal", message
+        elif not machine.allows("restore", source, dest):
+            target = spec.restore_target(source)
+            goes = (
+                "stays there (the mode is restorable)"
+                if target == source
+                else f"goes to {target!r}"
+            )
+            yield "illegal", f"a restore from {source!r} {goes}, not to {dest!r} (spec {name!r})"
+        return
+    if not spec.has_mode(source):
+        yield "illegal", f"from_mode {source!r} is not a mode of spec {name!r} ({modes})"
+        return
+    if origin == "new":
+        yield "illegal", "origin 'new' on a mode_changed record (only a creation has it)"
+    elif origin in _CLIENT_ORIGINS:
+        if not machine.allows("client_change", source, dest):
+            allowed = ", ".join(machine.targets("client_change", source)) or "none"
+            message = (
+                f"{origin} may not change the mode from {source!r} to {dest!r} under spec "
+                f"{name!r} (allowed from {source!r}: {allowed})"
+            )
+            yield "illegal", message
+    else:
+        if not machine.allows("switch_mode", source, dest):
+            allowed = ", ".join(machine.targets("switch_mode", source)) or "none"
+            message = (
+                f"an approved switch_mode may not move from {source!r} to {dest!r} under "
+                f"spec {name!r} (allowed from {source!r}: {allowed})"
+            )
+            yield "illegal", message
+        yield from _switch_problems(record, track, spec)
+
+
+def _switch_problems(
+    record: TransitionRecord, track: _Track, spec: ModeSpec
+) -> Iterator[tuple[ViolationKind, str]]:
+    if record.tool_call_id is None:
+        yield "switch", "an approved switch_mode without a tool_call_id"
+    option_id = record.option_id
+    if option_id is None:
+        yield "switch", "an approved switch_mode without an option_id"
+        return
+    proposer = record.proposed_in or record.from_mode or ""
+    switch = spec.switch_from(proposer)
+    if switch is None:
+        yield "switch", f"spec {spec.name!r} offers no switch in mode {proposer!r}"
+        return
+    option = next((o for o in switch.options if o.option_id == option_id), None)
+    if option is None:
+        offered = ", ".join(o.option_id for o in switch.options)
+        yield (
+            "switch",
+            f"option {option_id!r} was not offered in mode {proposer!r} (offered: {offered})",
+        )
+        return
+    if not option.allows:
+        yield "switch", f"option {option_id!r} is a {option.kind} option: it approves nothing"
+    elif option.target == PREVIOUS:
+        if track.previous is not None and record.to_mode != track.previous:
+            message = (
+                f"option {option_id!r} returns to the previous mode {track.previous!r}, "
+                f"not {record.to_mode!r}"
+            )
+            yield "switch", message
+    elif option.target != record.to_mode:
+        yield "switch", f"option {option_id!r} moves to {option.target!r}, not {record.to_mode!r}"
+
+
+def replay(
+    paths: Iterable[str | Path],
+    specs: Iterable[ModeSpec] | None = None,
+    *,
+    verify: bool = False,
+    session_id: str | None = None,
+    keep_timeline: bool = True,
+    on_entry: Callable[[LogEntry], None] | None = None,
+    progress: Callable[[int], None] | None = None,
+    stdin: BinaryIO | None = None,
+) -> ReplayReport:
+    """Replay the logs *paths* (oldest first) and check every session's history.
+
+    Args:
+        paths: JSON-lines logs, gzip files, or ``-`` for standard input, in order.
+        specs: the specs the records may have been written with; ``None``: the shipped
+            presets (see :class:`Replayer`).
+        verify: also verify the digest chain.
+        session_id: replay only this session.
+        keep_timeline: keep each session's records in :attr:`SessionHistory.changes`
+            (set ``False`` for large logs when only final modes and violations matter).
+        on_entry: called with each record of the replayed session(s), in log order (the
+            CLI prints the timeline from it while reading).
+        progress: called now and then with the number of bytes read so far.
+        stdin: what ``-`` reads (default: ``sys.stdin.buffer``).
+
+    Returns:
+        The :class:`ReplayReport`; nothing is raised for bad input, it is all reported.
+    """
+    replayer = Replayer(specs, verify=verify, session_id=session_id, keep_timeline=keep_timeline)
+    for item in read_log(paths, check_digests=verify, progress=progress, stdin=stdin):
+        if replayer.feed(item) and on_entry is not None:
+            on_entry(item)  # type: ignore[arg-type]  # feed() is True only for entries
+    return replayer.report()
 
 
 def iter_records(paths: Iterable[str | Path]) -> Iterator[TransitionRecord]:
-    """Yield the modefsm records of the JSON-lines files *paths*, in order.
-
-    Lines that are not JSON objects with a ``modefsm.`` event, or that do not parse as a
-    :class:`TransitionRecord`, are skipped.
-    """
-    for path in paths:
-        with Path(path).open("rb") as file:
-            for line in file:
-                try:
-                    data = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    continue
-                if not isinstance(data, dict) or data.get("event") not in _RECORD_EVENTS:
-                    continue
-                try:
-                    yield TransitionRecord.model_validate(data)
-                except ValidationError:
-                    continue
-
-
-_RECORD_EVENTS = frozenset(
-    {EVENT_CREATED, EVENT_CHANGED, "modefsm.change_rejected"},
-)
-
-
-def last_points(paths: Iterable[str | Path]) -> dict[str, RestorePoint]:
-    """The :class:`RestorePoint` of every session found in *paths*."""
-    points: dict[str, RestorePoint] = {}
-    for record in iter_records(paths):
-        if record.event in (EVENT_CREATED, EVENT_CHANGED) and record.seq is not None:
-            assert record.to_mode is not None  # noqa: S101 - committed records name a mode
-            last = points.get(record.session_id)
-            previous = last.previous if last else None
-            if record.origin not in ("new", "restore"):
-                previous = record.from_mode
-            points[record.session_id] = RestorePoint(
-                record.session_id, record.to_mode, record.seq, previous
-            )
-    return points
-
-
-class LogRestore:
-    """Find a session's last mode in a transition log file (a full scan per lookup).
-
-    Args:
-        path: the JSON-lines transition log.
-    """
-
-    def __init__(self, path: str | Path) -> None:
-        """Read from *path* (which may not exist yet)."""
-        self.path = Path(path)
-
-    def restore_point(self, session_id: str) -> RestorePoint | None:
-        """The last committed point of *session_id*, or ``None`` if the log never saw it."""
-        if not self.path.exists():
-            return None
-        return last_points([self.path]).get(session_id)
+    """Yield the modefsm records of the JSON-lines files *paths*, in order (problems skipped)."""
+    for item in read_log(paths):
+        if isinstance(item, LogEntry):
+            yield item.record

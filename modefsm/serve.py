@@ -24,10 +24,9 @@ from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock
 
 from modefsm.agent import ModeAgent
 from modefsm.records import TransitionLog
-from modefsm.replay import LogRestore
 from modefsm.spec import ModeSpec
 
-__all__ = ["ScriptedAgent", "serve"]
+__all__ = ["ScriptedAgent", "index_path", "serve"]
 
 
 class ScriptedAgent(ModeAgent):
@@ -62,13 +61,19 @@ class ScriptedAgent(ModeAgent):
             self.end_turn(session_id, cancelled)
 
 
+def index_path(log_path: Path) -> Path:
+    """The restore index kept next to the log *log_path*: the same name plus ``.index``."""
+    return log_path.with_name(log_path.name + ".index")
+
+
 def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) -> int:
     """Serve *spec* over stdio until the client closes stdin; return the exit status.
 
     Args:
         spec: the modes and policy.
-        log_path: the JSON-lines transition log (also read back on ``session/load``);
-            ``None`` writes the log to stderr and cannot restore after a restart.
+        log_path: the JSON-lines transition log; its restore index (SQLite, see
+            :func:`index_path`) answers ``session/load`` after a restart. ``None`` writes the
+            log to stderr and cannot restore after a restart.
         fsync: sync every record to disk before it takes effect.
 
     Raises:
@@ -78,8 +83,8 @@ def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) 
         log = TransitionLog.to_stream(sys.stderr.buffer, path="<stderr>")
         restore = None
     else:
-        log = TransitionLog.to_file(log_path, fsync=fsync)
-        restore = LogRestore(log_path)
+        log = TransitionLog.to_file(log_path, fsync=fsync, index=index_path(log_path))
+        restore = log.index
     agent = ScriptedAgent(spec, log=log, restore=restore, unstable=True)
     try:
         asyncio.run(acp.run_agent(cast("Any", agent), use_unstable_protocol=True))

@@ -18,8 +18,9 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 def example() -> str:
     blocks = re.findall(r"```python\n(.+?)```", README.read_text(encoding="utf-8"), re.DOTALL)
-    assert len(blocks) == 1
-    return str(blocks[0])
+    agents = [block for block in blocks if "class MyAgent(ModeAgent)" in block]
+    assert len(agents) == 1
+    return str(agents[0])
 
 
 async def test_readme_agent_runs_the_seed_flow(tmp_path: Path):

@@ -1,0 +1,331 @@
+r"""Reading transition logs as a stream: several files in order, gzip, stdin, located problems.
+
+:func:`read_log` yields one :class:`LogEntry` per modefsm record and one
+:class:`LogProblem` per line it could not use, each with its file and line number. It
+holds one line at a time (at most :data:`MAX_LINE` bytes), so its memory does not grow
+with the log.
+
+What it does with each line:
+
+- a host's own line (anything that is not a modefsm record) is skipped silently; so are
+  modefsm's diagnostics (``modefsm.notify_failed``, ...), which are not records;
+- a torn line (a crash mid-write: the last line without its newline, or a record cut
+  short) is a ``torn`` problem: reported, skipped, never fatal;
+- a line that looks like a modefsm record (a JSON object naming a record event) but is
+  not valid JSON (``not_json``) or does not fit :class:`~modefsm.records.TransitionRecord`
+  (``not_a_record``) is reported with what is wrong;
+- a file that cannot be read, or whose first line is binary, is ``unreadable`` or
+  ``not_text``: the only :attr:`LogProblem.fatal` kinds.
+
+Example:
+    >>> import io
+    >>> lines = [b'{"event": "request", "path": "/"}',
+    ...          b'{"event":"modefsm.mode_changed","seq":"two"}']
+    >>> stdin = io.BufferedReader(io.BytesIO(b"\n".join(lines) + b"\n"))
+    >>> [(str(p.location), p.kind) for p in read_log(["-"], stdin=stdin)]
+    [('-:2', 'not_a_record')]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import sys
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Literal
+
+import orjson
+from pydantic import ValidationError
+
+from modefsm.records import RECORD_EVENTS, TransitionRecord, record_digest
+
+__all__ = ["MAX_LINE", "Location", "LogEntry", "LogProblem", "ProblemKind", "read_log"]
+
+MAX_LINE = 1 << 20
+"""The longest line read, in bytes (1 MiB); a longer line is skipped as ``too_long``."""
+
+ProblemKind = Literal[
+    "torn", "not_json", "not_a_record", "binary", "too_long", "empty", "no_records",
+    "unreadable", "not_text",
+]  # fmt: skip
+"""What is wrong with a line or a file (see :class:`LogProblem`)."""
+
+_FATAL: frozenset[ProblemKind] = frozenset({"unreadable", "not_text"})
+_BAD_RECORD: frozenset[ProblemKind] = frozenset({"not_json", "not_a_record"})
+_MARKS = tuple(f'"{event}"'.encode() for event in sorted(RECORD_EVENTS))
+_PROGRESS_STEP = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """A place in the input.
+
+    Attributes:
+        path: the file as given (``-`` for standard input).
+        line: the line number, from 1; 0 for the file as a whole.
+    """
+
+    path: str
+    line: int
+
+    def __str__(self) -> str:
+        """Return ``path:line`` (``path`` alone for the file as a whole)."""
+        return f"{self.path}:{self.line}" if self.line else self.path
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One modefsm record and where it was read.
+
+    Attributes:
+        location: its file and line.
+        record: the parsed record.
+        end: the byte offset just past its line, in the (decompressed) file.
+        intact: whether its ``digest`` matches its content; ``None`` when digests were not
+            checked or the record has none.
+    """
+
+    location: Location
+    record: TransitionRecord
+    end: int
+    intact: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogProblem:
+    """A line or file that could not be used.
+
+    Attributes:
+        location: the line (or the file, line 0).
+        kind: ``torn`` (a crash mid-write), ``not_json`` and ``not_a_record`` (a modefsm
+            record that does not parse), ``binary`` (a line of binary data among text),
+            ``too_long`` (over :data:`MAX_LINE`), ``empty`` (an empty file),
+            ``no_records`` (a file without modefsm records), ``unreadable`` and
+            ``not_text`` (the file is unusable).
+        message: what is wrong, for people.
+        session_id: the record's ``session_id``, when the line got far enough to say.
+        seq: the record's ``seq``, likewise.
+    """
+
+    location: Location
+    kind: ProblemKind
+    message: str
+    session_id: str | None = None
+    seq: int | None = None
+
+    @property
+    def fatal(self) -> bool:
+        """Whether the file is unusable (``unreadable`` or ``not_text``)."""
+        return self.kind in _FATAL
+
+    @property
+    def bad_record(self) -> bool:
+        """Whether a modefsm record was lost to it (``not_json`` or ``not_a_record``)."""
+        return self.kind in _BAD_RECORD
+
+    def __str__(self) -> str:
+        """Return ``path:line: kind: message``."""
+        return f"{self.location}: {self.kind}: {self.message}"
+
+
+def read_log(
+    paths: Iterable[str | Path],
+    *,
+    check_digests: bool = False,
+    start: int = 0,
+    progress: Callable[[int], None] | None = None,
+    stdin: BinaryIO | None = None,
+) -> Iterator[LogEntry | LogProblem]:
+    """Yield the records of the JSON-lines logs *paths*, in order, and every problem met.
+
+    Args:
+        paths: log files, read one after the other; gzip files are recognised by their
+            first bytes; ``-`` is standard input.
+        check_digests: recompute each record's digest (sets :attr:`LogEntry.intact`).
+        start: a byte offset to start every plain file at (a line boundary; line numbers
+            then count from there).
+        progress: called now and then with the number of bytes read so far, over all
+            files (compressed bytes for gzip files).
+        stdin: what ``-`` reads (default: ``sys.stdin.buffer``).
+
+    Yields:
+        :class:`LogEntry` and :class:`LogProblem` items, in input order.
+    """
+    done = 0
+    for path in paths:
+        reader = _FileReader(str(path), check_digests=check_digests, stdin=stdin)
+        report = None if progress is None else (lambda n, base=done: progress(base + n))
+        yield from reader.items(start, report)
+        done += reader.consumed
+
+
+class _FileReader:
+    def __init__(self, name: str, *, check_digests: bool, stdin: BinaryIO | None) -> None:
+        self.name = name
+        self.check_digests = check_digests
+        self.stdin = stdin
+        self.consumed = 0
+
+    def items(
+        self, start: int, progress: Callable[[int], None] | None
+    ) -> Iterator[LogEntry | LogProblem]:
+        try:
+            raw: Any = (
+                (self.stdin or sys.stdin.buffer) if self.name == "-" else open(self.name, "rb")  # noqa: SIM115, PTH123 - closed by the stack below
+            )
+        except OSError as exc:
+            yield LogProblem(Location(self.name, 0), "unreadable", f"cannot read: {exc.strerror}")
+            return
+        with contextlib.ExitStack() as stack:
+            if self.name != "-":
+                stack.enter_context(raw)
+            yield from self._lines(raw, start, progress)
+
+    def _lines(  # noqa: C901 - one pass over the lines, a few lines per kind
+        self, raw: Any, start: int, progress: Callable[[int], None] | None
+    ) -> Iterator[LogEntry | LogProblem]:
+        name = self.name
+        if not hasattr(raw, "peek"):
+            raw = io.BufferedReader(raw)
+        try:
+            compressed = raw.peek(2)[:2] == b"\x1f\x8b"
+        except OSError as exc:
+            yield LogProblem(Location(name, 0), "unreadable", f"cannot read: {exc.strerror}")
+            return
+        stream: Any = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
+        if start:
+            stream.seek(start)
+        offset, lineno, records, content_lines = start, 0, 0, 0
+        next_report = _PROGRESS_STEP
+        while line := _readline(stream, name, lineno):
+            if isinstance(line, LogProblem):
+                yield line
+                break
+            lineno += 1
+            offset += len(line)
+            if progress is not None and offset >= next_report:
+                progress(_tell(raw, offset) if compressed else offset)
+                next_report = offset + _PROGRESS_STEP
+            location = Location(name, lineno)
+            terminated = line.endswith(b"\n")
+            if not terminated and len(line) > MAX_LINE:
+                offset += _skip_line(stream)
+                yield LogProblem(
+                    location, "too_long", f"a line longer than {MAX_LINE} bytes, skipped"
+                )
+                continue
+            content = line.rstrip(b"\r\n")
+            if not content.strip():
+                continue
+            content_lines += 1
+            if content_lines == 1 and _is_binary(content):
+                records = -1  # the file is reported as unusable, not as holding no record
+                yield LogProblem(
+                    location, "not_text", "binary data, not a JSON-lines log: file skipped"
+                )
+                break
+            item = self._parse(content, location, terminated=terminated, end=offset)
+            if item is not None:
+                records += isinstance(item, LogEntry) or item.bad_record
+                yield item
+        self.consumed = _tell(raw, offset) if compressed else offset
+        if not start and records == 0:
+            yield _no_records(name, lineno)
+
+    def _parse(  # noqa: PLR0911 - one return per kind of line
+        self, content: bytes, location: Location, *, terminated: bool, end: int
+    ) -> LogEntry | LogProblem | None:
+        looks_like_record = content.startswith(b"{") and any(m in content for m in _MARKS)
+        if not looks_like_record and terminated:
+            if b"\x00" in content:
+                return LogProblem(location, "binary", "a line of binary data, skipped")
+            return None
+        try:
+            data = orjson.loads(content)
+        except orjson.JSONDecodeError as exc:
+            if not terminated:
+                return LogProblem(
+                    location, "torn", "the last line is cut short (a crash mid-write), skipped"
+                )
+            if exc.pos >= len(content) - 1:
+                return LogProblem(
+                    location,
+                    "torn",
+                    "a record cut short (a crash mid-write: its change was never made), skipped",
+                )
+            return LogProblem(location, "not_json", f"a modefsm record that is not JSON: {exc}")
+        if not isinstance(data, dict) or data.get("event") not in RECORD_EVENTS:
+            return None
+        try:
+            record = TransitionRecord.model_validate(data)
+        except ValidationError as exc:
+            session_id = data.get("session_id")
+            seq = data.get("seq")
+            return LogProblem(
+                location,
+                "not_a_record",
+                f"a {data['event']} record that does not fit the record model: " + _describe(exc),
+                session_id if isinstance(session_id, str) else None,
+                seq if isinstance(seq, int) and not isinstance(seq, bool) else None,
+            )
+        intact = None
+        if self.check_digests and record.digest is not None:
+            intact = record_digest(data) == record.digest
+        return LogEntry(location, record, end, intact)
+
+
+def _readline(stream: Any, name: str, lineno: int) -> bytes | LogProblem:
+    """The next line (at most ``MAX_LINE + 1`` bytes; ``b""`` at the end), or why there is none."""
+    try:
+        return bytes(stream.readline(MAX_LINE + 1))
+    except EOFError:
+        message = f"the gzip data ends early, after line {lineno} (an unfinished archive)"
+        return LogProblem(Location(name, 0), "torn", message)
+    except (OSError, zlib.error) as exc:
+        return LogProblem(Location(name, 0), "unreadable", f"corrupt after line {lineno}: {exc}")
+
+
+def _no_records(name: str, lines: int) -> LogProblem:
+    if lines == 0:
+        return LogProblem(Location(name, 0), "empty", "empty file")
+    noun = "line" if lines == 1 else "lines"
+    return LogProblem(Location(name, 0), "no_records", f"{lines} {noun}, none a modefsm record")
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in err["loc"])
+        got = "" if err["type"] == "missing" else f" (got {err['input']!r})"
+        parts.append(f"{where}: {err['msg']}{got}")
+    return "; ".join(parts)
+
+
+def _is_binary(content: bytes) -> bool:
+    if b"\x00" in content:
+        return True
+    try:
+        content.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def _skip_line(stream: Any) -> int:
+    skipped = 0
+    while chunk := stream.readline(MAX_LINE):
+        skipped += len(chunk)
+        if chunk.endswith(b"\n"):
+            break
+    return skipped
+
+
+def _tell(raw: Any, default: int) -> int:
+    try:
+        return int(raw.tell())
+    except OSError:
+        return default

@@ -1,0 +1,434 @@
+"""Restore: the last mode of each session, from the log or from an index kept beside it.
+
+``session/load`` and ``session/resume`` ask "which mode was this session in?". Two
+answers share one signature, ``restore_point(session_id) -> RestorePoint | None``:
+
+- :class:`LogRestore` reads the whole log for every question (no state; fine for small
+  logs and tests);
+- :class:`RestoreIndex` answers from a SQLite table (standard library ``sqlite3``) that
+  :class:`~modefsm.records.TransitionLog` keeps current as it writes, in milliseconds
+  however long the log.
+
+The agent then calls :meth:`ModeEngine.restore_session(session_id, point.mode, point.seq)
+<modefsm.sessions.ModeEngine.restore_session>`; a mode the spec marks not restorable
+falls back as the spec says, and that fallback is logged as a ``restore`` record.
+
+Why the index cannot go stale. Commits are batched (one per :attr:`RestoreIndex.commit_every`
+records or :attr:`RestoreIndex.commit_seconds`), and each commit also stores how far into
+the log the index reaches (a byte offset, with the file's device and inode). The log is
+written before the index, so after a crash the log holds everything the index lost;
+opening the log with the index (``TransitionLog.to_file(path, index=...)``) first reads
+the log from that offset on and applies what it finds. Within the writing process, lookups
+see the uncommitted rows too.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> from modefsm import ModeEngine, TransitionLog, preset
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> log = TransitionLog.to_file(folder / "modes.jsonl", index=folder / "modes.index")
+    >>> engine = ModeEngine(preset("seed"), log=log)
+    >>> _ = engine.new_session("sess_1"); _ = engine.change("sess_1", "code", "set_mode")
+    >>> log.index.restore_point("sess_1")
+    RestorePoint(session_id='sess_1', mode='code', seq=2, previous='ask')
+    >>> log.close()
+    >>> LogRestore(folder / "modes.jsonl").restore_point("sess_1")
+    RestorePoint(session_id='sess_1', mode='code', seq=2, previous='ask')
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import NamedTuple
+
+import orjson
+
+from modefsm.errors import LogError
+from modefsm.reader import LogEntry, LogProblem, read_log
+from modefsm.records import EVENT_REJECTED, previous_of
+
+__all__ = ["LogRestore", "RestoreIndex", "RestorePoint", "last_points"]
+
+
+class RestorePoint(NamedTuple):
+    """Where a session stood at its last committed record.
+
+    Attributes:
+        session_id: ACP ``sessionId``.
+        mode: the ``to_mode`` of its last ``session_created``/``mode_changed`` record.
+        seq: that record's ``seq``.
+        previous: the ``from_mode`` of its last client or switch change, which
+            ``$previous`` switch options return to (``None`` if there was none).
+    """
+
+    session_id: str
+    mode: str
+    seq: int
+    previous: str | None = None
+
+
+def last_points(paths: Iterable[str | Path]) -> dict[str, RestorePoint]:
+    """The :class:`RestorePoint` of every session found in *paths* (the last record wins)."""
+    points: dict[str, RestorePoint] = {}
+    for item in read_log(paths):
+        if isinstance(item, LogEntry):
+            point = _point(item)
+            if point is not None:
+                previous, keep = previous_of(item.record.origin, item.record.from_mode)
+                last = points.get(point.session_id)
+                if keep:
+                    previous = last.previous if last else None
+                points[point.session_id] = point._replace(previous=previous)
+    return points
+
+
+def _point(entry: LogEntry) -> RestorePoint | None:
+    record = entry.record
+    if record.event == EVENT_REJECTED or record.seq is None or record.to_mode is None:
+        return None
+    return RestorePoint(record.session_id, record.to_mode, record.seq)
+
+
+class LogRestore:
+    """Find a session's last mode in a transition log file (a full scan per lookup).
+
+    Args:
+        path: the JSON-lines transition log.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        """Read from *path* (which may not exist yet)."""
+        self.path = Path(path)
+
+    def restore_point(self, session_id: str) -> RestorePoint | None:
+        """The last committed point of *session_id*, or ``None`` if the log never saw it."""
+        if not self.path.exists():
+            return None
+        return last_points([self.path]).get(session_id)
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY,
+    mode TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    previous TEXT
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS log_position (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    device INTEGER,
+    inode INTEGER,
+    offset INTEGER NOT NULL,
+    head TEXT
+);
+INSERT OR IGNORE INTO log_position (id, offset) VALUES (1, 0);
+"""
+_UPSERT = (
+    "INSERT INTO sessions (session_id, mode, seq, previous) VALUES (?1, ?2, ?3, ?4) "
+    "ON CONFLICT (session_id) DO UPDATE SET mode = excluded.mode, seq = excluded.seq, "
+    "previous = CASE WHEN ?5 THEN sessions.previous ELSE excluded.previous END"
+)
+
+
+class RestoreIndex:
+    """The last mode of every session, in a SQLite file, kept current by the log writer.
+
+    Open it with the log (``TransitionLog.to_file(log_path, index=index_path)``), which
+    catches it up and then calls :meth:`update` for every record it writes; rebuild it from
+    the logs with :meth:`rebuild` (``modefsm replay LOG... --rebuild-index INDEX``). One
+    process writes a log and its index; lookups are answered in that process.
+
+    Args:
+        path: the SQLite file; created if missing.
+        commit_every: commit after this many updates.
+        commit_seconds: also commit on the first update this many seconds after the last
+            commit.
+
+    Raises:
+        LogError: the file cannot be opened or is not a restore index.
+    """
+
+    def __init__(
+        self, path: str | Path, *, commit_every: int = 256, commit_seconds: float = 1.0
+    ) -> None:
+        """Open (or create) the index at *path*."""
+        self.path = Path(path)
+        self.commit_every = commit_every
+        self.commit_seconds = commit_seconds
+        self._failure: str | None = None
+        self._pending = 0
+        self._last_commit = time.monotonic()
+        try:
+            self._db = sqlite3.connect(self.path, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise LogError(f"cannot open the restore index: {exc}", str(self.path)) from None
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            row = self._db.execute(
+                "SELECT device, inode, offset, head FROM log_position WHERE id = 1"
+            ).fetchone()
+        except sqlite3.Error as exc:
+            self._db.close()
+            raise LogError(f"not a restore index: {exc}", str(self.path)) from None
+        self._device: int | None = row[0]
+        self._inode: int | None = row[1]
+        self._offset: int = row[2]
+        self.head: str | None = row[3]
+        """The ``digest`` of the last record indexed (the chain head a new file continues)."""
+
+    # -- lookups ---------------------------------------------------------------------------
+
+    def restore_point(self, session_id: str) -> RestorePoint | None:
+        """The last committed point of *session_id*, or ``None`` if no record named it.
+
+        Args:
+            session_id: ACP ``sessionId`` of the ``session/load`` or ``session/resume``.
+
+        Returns:
+            ``RestorePoint(session_id, mode, seq)``, from the session's last
+            ``session_created``/``mode_changed`` record.
+
+        Raises:
+            LogError: an earlier update failed, so the index may be stale; reopen the log
+                with the index (it catches up) or rebuild it.
+        """
+        if self._failure is not None:
+            raise LogError(
+                f"the restore index is out of date ({self._failure}); reopen or rebuild it",
+                str(self.path),
+            )
+        row = self._db.execute(
+            "SELECT mode, seq, previous FROM sessions WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        return None if row is None else RestorePoint(session_id, row[0], row[1], row[2])
+
+    def __len__(self) -> int:
+        """The number of sessions indexed."""
+        return int(self._db.execute("SELECT count(*) FROM sessions").fetchone()[0])
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def update(  # noqa: PLR0917 - the writer passes a record's fields in order
+        self,
+        session_id: str,
+        mode: str,
+        seq: int,
+        offset: int | None,
+        head: str | None,
+        previous: tuple[str | None, bool] = (None, False),
+    ) -> None:
+        """Record that *session_id* is now in *mode* at *seq* (after the log line is written).
+
+        Never raises: a database error is kept, and :meth:`restore_point` then refuses to
+        answer rather than answer from a stale table.
+
+        Args:
+            session_id: ACP ``sessionId``.
+            mode: the record's ``to_mode``.
+            seq: the record's ``seq``.
+            offset: the byte offset just past the record's line in the log file, if known.
+            head: the record's ``digest``.
+            previous: :func:`previous_of` the record.
+        """
+        if self._failure is not None:
+            return
+        try:
+            if self._pending == 0:
+                self._db.execute("BEGIN")
+            self._db.execute(_UPSERT, (session_id, mode, seq, *previous))
+        except sqlite3.Error as exc:
+            self._fail(exc)
+            return
+        self.advance(offset, head)
+
+    def advance(self, offset: int | None, head: str | None) -> None:
+        """Note that the log reaches *offset* with chain head *head* (a rejection: no mode)."""
+        if offset is not None:
+            self._offset = offset
+        self.head = head
+        self._pending += 1
+        if self._pending >= self.commit_every or (
+            time.monotonic() - self._last_commit >= self.commit_seconds
+        ):
+            self.commit()
+
+    def commit(self) -> None:
+        """Make every update so far durable, with the log position it reaches."""
+        if self._failure is not None or self._db is None:
+            return
+        try:
+            if self._pending == 0:
+                self._db.execute("BEGIN")
+            self._db.execute(
+                "UPDATE log_position SET device = ?, inode = ?, offset = ?, head = ? WHERE id = 1",
+                (self._device, self._inode, self._offset, self.head),
+            )
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._fail(exc)
+            return
+        self._pending = 0
+        self._last_commit = time.monotonic()
+
+    def catch_up(self, log: str | Path) -> int:
+        """Apply the records of *log* that the index has not seen; commit.
+
+        Reads from the offset of the last commit when *log* is the file the index was
+        following (same device and inode, not shorter), else from its beginning (a rotated
+        or replaced file). A failed index is reset and rebuilt from *log* alone.
+
+        Args:
+            log: the transition log file the writer appends to.
+
+        Returns:
+            The number of records applied.
+
+        Raises:
+            LogError: *log* exists but cannot be read.
+        """
+        return self._catch_up(Path(log), strict=False)
+
+    def _catch_up(self, path: Path, *, strict: bool) -> int:
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            if strict:
+                raise LogError(
+                    "unreadable: cannot read: No such file or directory", str(path)
+                ) from None
+            return 0
+        except OSError as exc:
+            raise LogError(f"cannot read the transition log: {exc.strerror}", str(path)) from None
+        if self._failure is not None:
+            self._reset()
+        same = (stat.st_dev, stat.st_ino) == (self._device, self._inode)
+        start = self._offset if same and self._ends_with_head(path, stat.st_size) else 0
+        self._device, self._inode = stat.st_dev, stat.st_ino
+        self._offset = start
+        applied = self._apply(read_log([path], start=start), strict=strict)
+        self.commit()
+        if self._failure is not None:
+            raise LogError(f"cannot update the restore index: {self._failure}", str(self.path))
+        return applied
+
+    def _ends_with_head(self, path: Path, size: int) -> bool:
+        """Whether the line that ends at the committed offset is the record indexed last.
+
+        Guards against a file replaced by another that reuses the inode number.
+        """
+        if self._offset > size:
+            return False
+        if self._offset == 0 or self.head is None:
+            return True
+        step = min(self._offset, 64 * 1024)
+        with path.open("rb") as file:
+            file.seek(self._offset - step)
+            tail = file.read(step)
+        if not tail.endswith(b"\n"):
+            return False
+        line = tail[:-1].rsplit(b"\n", 1)[-1]
+        try:
+            data = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return False
+        return isinstance(data, dict) and data.get("digest") == self.head
+
+    def _apply(self, items: Iterable[LogEntry | LogProblem], *, strict: bool = False) -> int:
+        applied = 0
+        for item in items:
+            if isinstance(item, LogProblem):
+                if strict and item.fatal:
+                    raise LogError(f"{item.kind}: {item.message}", str(item.location))
+                continue
+            offset = item.end if self._inode is not None else None
+            point = _point(item)
+            if point is None:
+                self.advance(offset, item.record.digest)
+            else:
+                record = item.record
+                self.update(
+                    point.session_id,
+                    point.mode,
+                    point.seq,
+                    offset,
+                    record.digest,
+                    previous_of(record.origin, record.from_mode),
+                )
+                applied += 1
+        return applied
+
+    @classmethod
+    def rebuild(cls, path: str | Path, logs: Iterable[str | Path]) -> int:
+        """Build the index at *path* anew from *logs* (oldest first), atomically.
+
+        The new index is written beside *path* and renamed over it when complete, so a
+        reader never sees half of it. The last of *logs* is taken as the file the writer
+        appends to: the index follows it from its end.
+
+        Args:
+            path: the index file to replace.
+            logs: the transition logs, in the order they were written.
+
+        Returns:
+            The number of sessions indexed.
+
+        Raises:
+            LogError: a log is unusable (unreadable, not text), or the index cannot be
+                written.
+        """
+        target = Path(path)
+        files = [Path(log) for log in logs]
+        temporary = target.with_name(f".{target.name}.rebuild-{os.getpid()}")
+        for leftover in _sqlite_files(temporary):
+            leftover.unlink(missing_ok=True)
+        index = cls(temporary, commit_every=10_000, commit_seconds=3600.0)
+        try:
+            index._apply(read_log(files[:-1]), strict=True)
+            if files:
+                index._catch_up(files[-1], strict=True)
+            count = len(index)
+            index.close()
+            for stale in _sqlite_files(target)[1:]:
+                stale.unlink(missing_ok=True)
+            temporary.replace(target)
+        except BaseException:
+            index.close()
+            for leftover in _sqlite_files(temporary):
+                leftover.unlink(missing_ok=True)
+            raise
+        return count
+
+    def close(self) -> None:
+        """Commit and close the database (idempotent)."""
+        if self._db is None:
+            return
+        self.commit()
+        with contextlib.suppress(sqlite3.Error):
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self._db.close()
+        self._db = None  # type: ignore[assignment]  # closed for good
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _fail(self, exc: sqlite3.Error) -> None:
+        self._failure = str(exc)
+        with contextlib.suppress(sqlite3.Error):
+            self._db.execute("ROLLBACK")
+        self._pending = 0
+
+    def _reset(self) -> None:
+        self._failure = None
+        self._db.execute("DELETE FROM sessions")
+        self._device = self._inode = None
+        self._offset = 0
+        self.head = None
+
+
+def _sqlite_files(path: Path) -> list[Path]:
+    return [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]

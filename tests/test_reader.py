@@ -1,0 +1,198 @@
+"""The streaming reader: files in order, gzip, stdin, host lines, and every kind of bad line."""
+
+from __future__ import annotations
+
+import gzip
+import io
+
+import pytest
+
+from modefsm import ModeEngine, TransitionLog, preset
+from modefsm.reader import MAX_LINE, Location, LogEntry, LogProblem, read_log
+
+
+def _log(path, *sessions: str) -> bytes:
+    log = TransitionLog.to_file(path)
+    engine = ModeEngine(preset("seed"), log=log)
+    for session_id in sessions:
+        engine.new_session(session_id)
+    log.close()
+    return bytes(path.read_bytes())
+
+
+def _problems(items) -> list[LogProblem]:
+    listed = list(items)
+    problems = [i for i in listed if isinstance(i, LogProblem)]
+    assert len(listed) == len(problems)
+    return problems
+
+
+def _summary(items) -> list[tuple[str, str]]:
+    """Each item as (location, session id or problem kind)."""
+    return [
+        (str(i.location), i.record.session_id if isinstance(i, LogEntry) else i.kind) for i in items
+    ]
+
+
+class TestInputs:
+    """Several files in order, gzip, standard input."""
+
+    def test_files_are_read_in_the_order_given(self, tmp_path):
+        _log(tmp_path / "a.jsonl", "s1", "s2")
+        _log(tmp_path / "b.jsonl", "s3")
+        paths = [tmp_path / "b.jsonl", tmp_path / "a.jsonl"]
+        assert [
+            (f"{tmp_path}/b.jsonl:1", "s3"),
+            (f"{tmp_path}/a.jsonl:1", "s1"),
+            (f"{tmp_path}/a.jsonl:2", "s2"),
+        ] == _summary(read_log(paths))
+
+    def test_gzip_is_recognised_by_its_first_bytes(self, tmp_path):
+        data = _log(tmp_path / "a.jsonl", "s1")
+        (tmp_path / "a.log").write_bytes(gzip.compress(data))
+        assert [(f"{tmp_path}/a.log:1", "s1")] == _summary(read_log([tmp_path / "a.log"]))
+
+    def test_truncated_gzip_is_torn_not_fatal(self, tmp_path):
+        data = _log(tmp_path / "a.jsonl", "s1", "s2", "s3")
+        (tmp_path / "a.gz").write_bytes(gzip.compress(data)[:-12])
+        *_, problem = read_log([tmp_path / "a.gz"])
+        assert isinstance(problem, LogProblem)
+        assert ("torn", False) == (problem.kind, problem.fatal)
+        assert "the gzip data ends early" in problem.message
+
+    def test_dash_reads_standard_input(self, tmp_path):
+        data = _log(tmp_path / "a.jsonl", "s1")
+        stdin = io.BufferedReader(io.BytesIO(data))
+        assert [("-:1", "s1")] == _summary(read_log(["-"], stdin=stdin))
+
+    def test_start_skips_to_an_offset(self, tmp_path):
+        data = _log(tmp_path / "a.jsonl", "s1", "s2")
+        start = data.index(b"\n") + 1
+        entries = [
+            e for e in read_log([tmp_path / "a.jsonl"], start=start) if isinstance(e, LogEntry)
+        ]
+        assert (["s2"], [len(data)]) == (
+            [e.record.session_id for e in entries],
+            [e.end for e in entries],
+        )
+
+    def test_progress_reports_bytes_read(self, tmp_path):
+        path = tmp_path / "big.jsonl"
+        path.write_bytes(b'{"event":"host"}\n' * 200_000)
+        seen: list[int] = []
+        list(read_log([path], progress=seen.append))
+        assert seen == sorted(seen)
+        assert 3 == len(seen)
+
+
+class TestLines:
+    """Which lines are records, which are skipped, which are reported."""
+
+    def test_host_lines_are_skipped_silently(self, tmp_path):
+        path = tmp_path / "mixed.log"
+        record = _log(tmp_path / "a.jsonl", "s1")
+        path.write_bytes(
+            b"plain text from the host, mentioning modefsm.serve\n"
+            b'{"event":"request","path":"/"}\n'
+            b'["modefsm.mode_changed"]\n'
+            b'{"event":"modefsm.notify_failed","session_id":"s1"}\n' + record
+        )
+        assert [(f"{path}:5", "s1")] == _summary(read_log([path]))
+
+    def test_torn_last_line_is_reported_and_skipped(self, tmp_path):
+        path = tmp_path / "a.jsonl"
+        data = _log(path, "s1", "s2")
+        path.write_bytes(data[:-40])
+        assert [(f"{path}:1", "s1"), (f"{path}:2", "torn")] == _summary(read_log([path]))
+
+    def test_record_cut_short_inside_the_file_is_torn(self, tmp_path):
+        path = tmp_path / "a.jsonl"
+        lines = _log(path, "s1", "s2").splitlines()
+        path.write_bytes(lines[0][:-1] + b"\n" + lines[1] + b"\n")
+        items = list(read_log([path]))
+        assert [(f"{path}:1", "torn"), (f"{path}:2", "s2")] == _summary(items)
+        assert "a record cut short" in _problems(items[:1])[0].message
+
+    def test_record_that_is_not_json_is_a_bad_record(self, tmp_path):
+        path = tmp_path / "a.jsonl"
+        data = _log(path, "s1").replace(b'"seq":1', b'"seq":1,,')
+        path.write_bytes(data)
+        (problem,) = _problems(read_log([path]))
+        assert ("not_json", True) == (problem.kind, problem.bad_record)
+        assert problem.message.startswith("a modefsm record that is not JSON: ")
+
+    def test_record_of_the_wrong_shape_names_the_field(self, tmp_path):
+        path = tmp_path / "a.jsonl"
+        data = (
+            _log(path, "s1")
+            .replace(b'"seq":1', b'"seq":"one"')
+            .replace(b'"origin":"new"', b'"origin":"telepathy"')
+        )
+        path.write_bytes(data)
+        (problem,) = _problems(read_log([path]))
+        assert (
+            LogProblem(
+                Location(str(path), 1),
+                "not_a_record",
+                "a modefsm.session_created record that does not fit the record model: "
+                "seq: Input should be a valid integer, unable to parse string as an integer "
+                "(got 'one'); origin: Input should be 'new', 'set_mode', 'set_config_option', "
+                "'switch_mode' or 'restore' (got 'telepathy')",
+                "s1",
+                None,
+            )
+            == problem
+        )
+
+    def test_binary_first_line_makes_the_file_unusable(self, tmp_path):
+        path = tmp_path / "garbage.bin"
+        path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 8)
+        (problem,) = _problems(read_log([path]))
+        assert (f"{path}:1", "not_text", True) == (
+            str(problem.location),
+            problem.kind,
+            problem.fatal,
+        )
+
+    def test_binary_line_among_text_is_skipped_with_a_note(self, tmp_path):
+        path = tmp_path / "a.jsonl"
+        data = _log(path, "s1")
+        path.write_bytes(data + b"\x00\x00\x00\x00\n" + data)
+        assert [(f"{path}:1", "s1"), (f"{path}:2", "binary"), (f"{path}:3", "s1")] == (
+            _summary(read_log([path]))
+        )
+
+    def test_overlong_line_is_skipped_in_bounded_memory(self, tmp_path):
+        path = tmp_path / "a.jsonl"
+        data = _log(path, "s1")
+        path.write_bytes(b"x" * (3 * MAX_LINE) + b"\n" + data)
+        assert [(f"{path}:1", "too_long"), (f"{path}:2", "s1")] == _summary(read_log([path]))
+
+    def test_empty_file_is_noted(self, tmp_path):
+        path = tmp_path / "empty.log"
+        path.write_bytes(b"")
+        assert [(str(path), "empty")] == _summary(read_log([path]))
+
+    def test_file_without_records_is_noted(self, tmp_path):
+        path = tmp_path / "host.log"
+        path.write_bytes(b"one\ntwo\n")
+        (problem,) = _problems(read_log([path]))
+        assert ("no_records", "2 lines, none a modefsm record") == (problem.kind, problem.message)
+
+    def test_missing_file_is_unreadable(self, tmp_path):
+        (problem,) = _problems(read_log([tmp_path / "nope.log"]))
+        assert isinstance(problem, LogProblem)
+        assert ("unreadable", "cannot read: No such file or directory", True) == (
+            problem.kind,
+            problem.message,
+            problem.fatal,
+        )
+
+    @pytest.mark.parametrize("check", [True, False], ids=["checked", "unchecked"])
+    def test_intact_says_whether_the_digest_matches(self, tmp_path, check):
+        path = tmp_path / "a.jsonl"
+        data = _log(path, "s1", "s2")
+        path.write_bytes(data.replace(b'"session_id":"s2"', b'"session_id":"s9"'))
+        expected = [True, False] if check else [None, None]
+        entries = [e for e in read_log([path], check_digests=check) if isinstance(e, LogEntry)]
+        assert expected == [e.intact for e in entries]

@@ -1,0 +1,130 @@
+"""The transition log's digest chain: what TransitionLog writes and how a reopened log goes on."""
+
+from __future__ import annotations
+
+import io
+
+import orjson
+import pytest
+
+from modefsm import ModeEngine, TransitionLog, preset
+from modefsm.errors import LogError
+from modefsm.records import RECORD_EVENTS, canonical_record, record_digest
+
+
+def _lines(data: bytes) -> list[dict[str, object]]:
+    return [orjson.loads(line) for line in data.splitlines()]
+
+
+def _engine(log: TransitionLog) -> ModeEngine:
+    return ModeEngine(preset("seed"), log=log)
+
+
+class TestChain:
+    """Every record carries the digest of the one before it and its own."""
+
+    def test_first_record_of_a_fresh_log_has_no_prev(self):
+        buffer = io.BytesIO()
+        _engine(TransitionLog.to_stream(buffer)).new_session("s1")
+        assert [None] == [line["prev"] for line in _lines(buffer.getvalue())]
+
+    def test_each_prev_is_the_digest_before_it(self):
+        buffer = io.BytesIO()
+        engine = _engine(TransitionLog.to_stream(buffer))
+        engine.new_session("s1")
+        engine.change("s1", "code", "set_mode")
+        engine.reject_switch("s1", "cancelled", tool_call_id="t1")
+        lines = _lines(buffer.getvalue())
+        assert [None, lines[0]["digest"], lines[1]["digest"]] == [x["prev"] for x in lines]
+
+    def test_digest_is_sha256_of_the_canonical_record(self):
+        buffer = io.BytesIO()
+        _engine(TransitionLog.to_stream(buffer)).new_session("s1")
+        (line,) = _lines(buffer.getvalue())
+        assert line["digest"] == record_digest(line)
+        assert len(line["digest"]) == 64
+
+    def test_canonical_record_leaves_out_level_digest_and_host_keys(self):
+        data = {"event": "modefsm.mode_changed", "seq": 2, "level": "info", "digest": "x"}
+        assert b'{"event":"modefsm.mode_changed","seq":2}' == canonical_record(
+            {**data, "host_pid": 7}
+        )
+
+    def test_diagnostics_are_not_chained(self):
+        buffer = io.BytesIO()
+        log = TransitionLog.to_stream(buffer, head="abc")
+        log.write("modefsm.notify_failed", {"session_id": "s1", "error": "boom"})
+        (line,) = _lines(buffer.getvalue())
+        assert ("abc", "prev" in line, "digest" in line) == (log.head, False, False)
+        assert "modefsm.notify_failed" not in RECORD_EVENTS
+
+    def test_to_stream_continues_a_given_head(self):
+        buffer = io.BytesIO()
+        _engine(TransitionLog.to_stream(buffer, head="f" * 64)).new_session("s1")
+        assert "f" * 64 == _lines(buffer.getvalue())[0]["prev"]
+
+    def test_head_is_the_last_digest_written(self):
+        buffer = io.BytesIO()
+        log = TransitionLog.to_stream(buffer)
+        _engine(log).new_session("s1")
+        assert _lines(buffer.getvalue())[-1]["digest"] == log.head
+
+
+class TestReopen:
+    """A log file opened again continues the chain of its last record."""
+
+    def test_restart_continues_from_the_last_record(self, tmp_path):
+        path = tmp_path / "modes.jsonl"
+        log = TransitionLog.to_file(path)
+        _engine(log).new_session("s1")
+        log.close()
+        with path.open("ab") as file:
+            file.write(b'{"event":"host line"}\n')
+        log = TransitionLog.to_file(path)
+        _engine(log).new_session("s2")
+        log.close()
+        lines = [x for x in _lines(path.read_bytes()) if "digest" in x]
+        assert lines[0]["digest"] == lines[1]["prev"]
+
+    def test_torn_last_line_is_ended_before_the_next_record(self, tmp_path):
+        path = tmp_path / "modes.jsonl"
+        path.write_bytes(b'{"event":"modefsm.mode_changed","seq":')
+        log = TransitionLog.to_file(path)
+        _engine(log).new_session("s1")
+        log.close()
+        lines = path.read_bytes().split(b"\n")
+        assert (b'{"event":"modefsm.mode_changed","seq":', None) == (
+            lines[0],
+            orjson.loads(lines[1])["prev"],
+        )
+
+    def test_reopen_after_rotation_continues_the_chain_in_the_new_file(self, tmp_path):
+        path = tmp_path / "modes.jsonl"
+        log = TransitionLog.to_file(path)
+        engine = _engine(log)
+        engine.new_session("s1")
+        path.rename(tmp_path / "modes.jsonl.1")
+        log.reopen()
+        engine.change("s1", "code", "set_mode")
+        log.close()
+        old = _lines((tmp_path / "modes.jsonl.1").read_bytes())
+        new = _lines(path.read_bytes())
+        assert (len(old), len(new), old[-1]["digest"]) == (1, 1, new[0]["prev"])
+
+    def test_only_file_logs_reopen(self):
+        with pytest.raises(LogError, match="only a log opened with to_file can be reopened"):
+            TransitionLog.to_stream(io.BytesIO()).reopen()
+
+    def test_unopenable_file_is_a_log_error(self, tmp_path):
+        with pytest.raises(LogError, match="cannot open the transition log"):
+            TransitionLog.to_file(tmp_path / "missing" / "modes.jsonl")
+
+    def test_fsync_log_chains_too(self, tmp_path):
+        path = tmp_path / "modes.jsonl"
+        log = TransitionLog.to_file(path, fsync=True)
+        engine = _engine(log)
+        engine.new_session("s1")
+        engine.change("s1", "code", "set_mode")
+        log.close()
+        lines = _lines(path.read_bytes())
+        assert lines[0]["digest"] == lines[1]["prev"]
