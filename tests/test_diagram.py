@@ -1,4 +1,4 @@
-"""Diagrams: the format-free model, escaping, the log overlay, the Markdown page.
+"""Diagrams: the format-free model, escaping, the log overlay, the Markdown page, the CLI.
 
 The tests that need Node, Graphviz or Chromium are in ``test_diagram_tools.py``.
 """
@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from modefsm import ModeSpec, preset, preset_names
+from modefsm.cli import main
 from modefsm.diagram import (
     Diagram,
     Traffic,
@@ -514,6 +515,94 @@ class TestRender:
             str(caught.value)
             == "svg output needs Graphviz's dot program: install the Debian package graphviz"
         )
+
+
+class TestCli:
+    """``modefsm diagram [SPEC|--preset NAME] [--format F] [-o FILE] [--log FILE [--session ID]]``."""  # noqa: E501
+
+    def test_mermaid_goes_to_stdout_by_default(self, capsys):
+        assert main(["diagram", "--preset", "seed"]) == 0
+
+        assert (to_mermaid(build_diagram(preset("seed"))), "") == capsys.readouterr()
+
+    def test_format_option_chooses_the_format(self, capsys):
+        assert main(["diagram", "--preset", "sandbox", "--format", "dot"]) == 0
+
+        assert to_dot(build_diagram(preset("sandbox"))) == capsys.readouterr().out
+
+    @pytest.mark.parametrize(
+        ("suffix", "fmt"), [(".mmd", "mermaid"), (".gv", "dot"), (".md", "md")]
+    )
+    def test_output_suffix_chooses_the_format(self, tmp_path, suffix, fmt):
+        out = tmp_path / f"seed{suffix}"
+
+        assert main(["diagram", "--preset", "seed", "-o", str(out)]) == 0
+
+        assert render(preset("seed"), fmt) == out.read_bytes()
+
+    def test_spec_file_is_drawn(self, tmp_path, capsys):
+        path = tmp_path / "spec.json"
+        path.write_bytes(orjson.dumps(preset("sandbox").model_dump(mode="json")))
+
+        assert main(["diagram", str(path), "--format", "md"]) == 0
+
+        assert render(preset("sandbox"), "md").decode() == capsys.readouterr().out
+
+    def test_log_and_session_are_drawn(self, permission_log, capsys):
+        argv = ["diagram", "--preset", "permission", "--log", str(permission_log)]
+
+        assert main([*argv, "--session", "sess_a"]) == 0
+
+        expected = render(
+            preset("permission"), "mermaid", logs=[permission_log], session_id="sess_a"
+        )
+        assert expected.decode() == capsys.readouterr().out
+
+    @pytest.mark.parametrize(
+        ("args", "message"),
+        [
+            (["--preset", "seed", "--format", "png"], "png output is binary: give -o FILE"),
+            (
+                ["--preset", "seed", "--session", "s"],
+                "a session to highlight needs a transition log (--log FILE)",
+            ),
+            (
+                ["--preset", "seed", "-o", "seed.txt"],
+                "cannot tell the format of 'seed.txt' from its suffix; give --format",
+            ),
+            (
+                ["--preset", "nope"],
+                (
+                    "invalid mode spec (1 problem): preset: unknown preset 'nope'; "
+                    "presets: permission, sandbox, seed"
+                ),
+            ),
+            (
+                ["--preset", "seed", "-o", "no/such/dir/seed.mmd"],
+                "cannot write 'no/such/dir/seed.mmd': No such file or directory",
+            ),
+        ],
+        ids=[
+            "png-to-stdout",
+            "session-without-log",
+            "unknown-suffix",
+            "unknown-preset",
+            "unwritable-output",
+        ],
+    )
+    def test_user_mistake_is_one_line_on_stderr(self, args, message, capsys, monkeypatch, tmp_path):
+        monkeypatch.chdir(tmp_path)
+
+        assert main(["diagram", *args]) == 2
+
+        assert ("", f"modefsm diagram: {message}\n") == capsys.readouterr()
+
+    def test_spec_and_preset_exclude_each_other(self, capsys):
+        with pytest.raises(SystemExit) as caught:
+            main(["diagram", "spec.toml", "--preset", "seed"])
+
+        assert caught.value.code == 2
+        assert "not allowed with argument" in capsys.readouterr().err
 
 
 def test_traffic_is_a_frozen_value():
