@@ -14,6 +14,10 @@ spec renders exactly: hyphens, quotes, ``#``, ``<``/``>``, spaces, newlines, a m
 ``state``, ``a:b`` and non-ASCII text included. A carriage return counts as a line break;
 other control characters are drawn as their Unicode control pictures (U+2400 to U+2421).
 
+transitions' own ``GraphMachine`` is not used: its Mermaid breaks on such names, its DOT
+reads ``a:b`` as a port, it keeps a graph per model, and it knows nothing of permission
+options or restore policy, which live in the spec, not in the machine.
+
 The visual grammar (every picture carries its legend):
 
 - a start dot leads to the initial mode (``session/new``), which has a bold border;
