@@ -4,6 +4,7 @@ The public API, re-exported from the modules that define it.
 """
 
 from modefsm.errors import (
+    DiagramError,
     HookError,
     InvalidParamsError,
     InvalidValueError,
@@ -35,6 +36,7 @@ from modefsm.views import ModeView
 
 __all__ = [
     "PREVIOUS",
+    "DiagramError",
     "HookError",
     "InvalidParamsError",
     "InvalidValueError",

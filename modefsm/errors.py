@@ -15,7 +15,8 @@ without parsing text::
     │   └── TransitionNotAllowedError  the policy forbids this change from the current mode
     ├── NoSwitchError                the agent proposed a switch from a mode that has none
     ├── HookError                    a host before_change callback refused or failed
-    └── LogError                     the transition log cannot be written or read
+    ├── LogError                     the transition log cannot be written or read
+    └── DiagramError                 a diagram cannot be drawn (no Graphviz, unknown session)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "DiagramError",
     "HookError",
     "InvalidParamsError",
     "InvalidValueError",
@@ -251,3 +253,11 @@ class LogError(ModefsmError):
         """Build the error; *message* says what failed."""
         self.path = path
         super().__init__(f"{path}: {message}" if path else message)
+
+
+class DiagramError(ModefsmError):
+    """A diagram cannot be drawn as asked.
+
+    Raised when Graphviz's ``dot`` is missing for SVG or PNG output, when a transition log
+    holds no records of the spec drawn, or when the session to highlight is not in it.
+    """

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Literal
 
+from modefsm.errors import LogError
 from modefsm.machine import ModeMachine
 from modefsm.reader import Location, LogEntry, LogProblem, read_log
 from modefsm.records import EVENT_CREATED, EVENT_REJECTED, TransitionRecord
@@ -701,7 +702,16 @@ def replay(
 
 
 def iter_records(paths: Iterable[str | Path]) -> Iterator[TransitionRecord]:
-    """Yield the modefsm records of the JSON-lines files *paths*, in order (problems skipped)."""
+    """Yield the modefsm records of the JSON-lines files *paths*, in order.
+
+    Lines that cannot be used (torn, not a record) are skipped; :func:`replay` reports them.
+
+    Raises:
+        LogError: a file is unusable (missing, unreadable, not text).
+    """
     for item in read_log(paths):
         if isinstance(item, LogEntry):
             yield item.record
+        elif item.fatal:
+            msg = item.message.replace("cannot read:", "cannot read the transition log:")
+            raise LogError(msg, item.location.path)
