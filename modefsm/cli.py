@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -38,6 +39,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ModefsmError as exc:
         print(f"modefsm {args.command}: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`modefsm replay LOG | head`)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout
+        return 0
 
 
 _COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = []
@@ -47,8 +52,11 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = commands.add_parser(
         "serve",
         help="run a stdio ACP agent hosting a spec",
-        description="Serve a spec as an ACP agent over stdio. stdout carries only ACP "
-        "messages; the transition log goes to --log (JSON lines) or stderr.",
+        description="Serve a spec (default: --preset seed) as an ACP agent over stdio. Its "
+        "prompt turn is a fixed script: in a mode with a switch it proposes the switch, "
+        "otherwise it answers with the current mode. stdout carries only ACP messages; the "
+        "transition log goes to --log (JSON lines, with a restore index beside it, so "
+        "session/load works after a restart) or to stderr (no restore).",
     )
     _add_spec_arguments(parser)
     parser.add_argument(
@@ -61,6 +69,9 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _run_serve(args: argparse.Namespace) -> int:
     from modefsm.serve import serve  # noqa: PLC0415 - keep `modefsm --help` fast
 
+    if args.fsync and args.log is None:
+        msg = "--fsync needs --log FILE (the log on stderr is not synced)"
+        raise ModefsmError(msg)
     return serve(_spec_from(args), args.log, fsync=args.fsync)
 
 
@@ -91,7 +102,7 @@ def _add_spec_arguments(parser: argparse.ArgumentParser) -> None:
 def _spec_from(args: argparse.Namespace) -> ModeSpec:
     if args.spec is not None:
         return load_spec(args.spec)
-    return preset(args.preset or "seed")
+    return preset("seed" if args.preset is None else args.preset)
 
 
 _COMMANDS += [_add_demo, _add_serve]

@@ -25,6 +25,8 @@ import acp
 import orjson
 from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
 
+from modefsm.records import TransitionLog
+
 __all__ = ["DemoClient", "DemoFailedError", "run_demo"]
 
 _WIDTH = 170
@@ -71,33 +73,41 @@ class _Transcript:
     """Prints frames and story lines to *out*."""
 
     def __init__(self, out: TextIO, *, raw: bool) -> None:
-        self.out = out
+        self.out: TextIO | None = out
         self.raw = raw
+
+    def _print(self, text: str) -> None:
+        if self.out is None:
+            return
+        try:
+            print(text, file=self.out, flush=True)
+        except BrokenPipeError:  # `modefsm demo | head`: the story still runs to the end
+            self.out = None
 
     def say(self, text: str) -> None:
         if not self.raw:
-            print(f"\n== {text}", file=self.out, flush=True)
+            self._print(f"\n== {text}")
 
     def frame(self, event: Any) -> None:
         message = event.message
         if self.raw:
-            print(orjson.dumps(message).decode(), file=self.out, flush=True)
+            self._print(orjson.dumps(message).decode())
             return
         arrow = "client -> agent" if event.direction.value == "outgoing" else "agent -> client"
         body = orjson.dumps(_abridge(message)).decode()
         if len(body) > _WIDTH:
             body = body[: _WIDTH - 1] + "…"
-        print(f"  {arrow}  {body}", file=self.out, flush=True)
+        self._print(f"  {arrow}  {body}")
 
 
 def _abridge(value: Any) -> Any:
     """Shorten what is long and repetitive: option lists and descriptions."""
     if isinstance(value, dict):
-        out = {}
+        out: dict[str, Any] = {}
         for key, item in value.items():
             if key in ("availableModes", "options") and isinstance(item, list) and item:
                 ids = [o.get("id") or o.get("value") or o.get("optionId") for o in item]
-                out[key] = f"[{', '.join(str(i) for i in ids)}]"
+                out[key] = [f"{i}…" for i in ids]  # each object shortened to its id
             elif key in ("description", "jsonrpc"):
                 continue
             elif (
@@ -120,7 +130,7 @@ def _expect(what: str, actual: object, expected: object) -> None:
         raise DemoFailedError(msg)
 
 
-async def _story(log: Path, out: TextIO, *, raw: bool) -> list[str]:  # noqa: PLR0915
+async def _story(log: Path, out: TextIO, *, raw: bool) -> tuple[list[str], str]:  # noqa: PLR0915
     transcript = _Transcript(out, raw=raw)
     client = DemoClient(answers=["code", "reject"])
     command = (sys.executable, "-m", "modefsm", "serve", "--preset", "seed", "--log", str(log))
@@ -130,7 +140,7 @@ async def _story(log: Path, out: TextIO, *, raw: bool) -> list[str]:  # noqa: PL
     async with acp.spawn_agent_process(
         cast("Any", client), *command, transport_kwargs={"stderr": None}, observers=observers
     ) as (conn, _process):
-        transcript.say("initialize: the agent can load sessions")
+        transcript.say("initialize (frames abridged: `modefsm demo --json` prints them whole)")
         init = await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
         capabilities = init.agent_capabilities
         _expect("loadSession", capabilities and capabilities.load_session, True)  # noqa: FBT003
@@ -185,7 +195,7 @@ async def _story(log: Path, out: TextIO, *, raw: bool) -> list[str]:  # noqa: PL
         _expect("mode after restart", loaded.modes.current_mode_id, "code")
         assert loaded.config_options is not None  # noqa: S101
         _expect("configOptions after restart", loaded.config_options[0].current_value, "code")
-    return visited
+    return visited, session_id
 
 
 _PLAN = "## Implementation Plan\n1. Add the /items endpoint\n2. Write its tests"
@@ -193,6 +203,12 @@ _PLAN = "## Implementation Plan\n1. Add the /items endpoint\n2. Write its tests"
 
 def run_demo(log: Path | None = None, *, raw: bool = False, out: TextIO | None = None) -> int:
     """Run the demo; return 0 when every step behaved, 1 otherwise.
+
+    Raises:
+        LogError: *log* cannot be opened for appending.
+
+    Raises:
+        LogError: *log* cannot be opened for appending.
 
     Args:
         log: the transition log file to write (default: a new temporary directory's
@@ -203,16 +219,17 @@ def run_demo(log: Path | None = None, *, raw: bool = False, out: TextIO | None =
     out = out or sys.stdout
     if log is None:
         log = Path(tempfile.mkdtemp(prefix="modefsm-demo-")) / "transitions.jsonl"
+    TransitionLog.to_file(log).close()  # a bad path fails here, with one clear LogError
     try:
-        visited = asyncio.run(_story(log, out, raw=raw))
+        visited, session_id = asyncio.run(_story(log, out, raw=raw))
     except DemoFailedError as exc:
         print(f"modefsm demo: FAILED: {exc}", file=sys.stderr)
         return 1
     if not raw:
         with log.open("rb") as lines:
-            records = sum(1 for _ in lines)
+            records = sum(1 for line in lines if session_id.encode() in line)
         print("\n== summary", file=out)
         print(f"  modes visited: {' -> '.join(visited)}", file=out)
-        print(f"  transition log: {log} ({records} records)", file=out)
+        print(f"  transition log: {log} ({records} records of {session_id})", file=out)
         print(f"  replay it: modefsm replay {log}", file=out)
     return 0

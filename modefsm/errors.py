@@ -76,6 +76,10 @@ class SpecError(ModefsmError):
         self.problems = tuple(problems)
         self.source = source
         where = f"{source}: " if source else ""
+        if len(self.problems) == 1 and not self.problems[0].location:
+            # the file as a whole (unreadable, not TOML/JSON) or an unknown preset
+            super().__init__(f"{where}{self.problems[0].message}")
+            return
         lines = "; ".join(str(p) for p in self.problems)
         noun = "problem" if len(self.problems) == 1 else "problems"
         super().__init__(f"{where}invalid mode spec ({len(self.problems)} {noun}): {lines}")

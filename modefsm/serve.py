@@ -15,6 +15,8 @@ lines), or to stderr without one.
 from __future__ import annotations
 
 import asyncio
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any, cast
@@ -23,6 +25,7 @@ import acp
 from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock
 
 from modefsm.agent import ModeAgent
+from modefsm.errors import ModefsmError
 from modefsm.records import TransitionLog
 from modefsm.spec import ModeSpec
 
@@ -61,6 +64,23 @@ class ScriptedAgent(ModeAgent):
             self.end_turn(session_id, cancelled)
 
 
+def _check_stdio() -> None:
+    """Refuse to start unless stdin and stdout are pipes, sockets or terminals.
+
+    Raises:
+        ModefsmError: one of them is a regular file or a device such as ``/dev/null``
+            (asyncio's pipe transport cannot serve those).
+    """
+    for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout)):
+        mode = os.fstat(stream.fileno()).st_mode
+        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stream.isatty()):
+            msg = (
+                f"{name} must be a pipe or a terminal: an ACP client starts `modefsm serve` "
+                "with pipes (to try it by hand: cat requests.jsonl | modefsm serve | cat)"
+            )
+            raise ModefsmError(msg)
+
+
 def index_path(log_path: Path) -> Path:
     """The restore index kept next to the log *log_path*: the same name plus ``.index``."""
     return log_path.with_name(log_path.name + ".index")
@@ -79,6 +99,7 @@ def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) 
     Raises:
         LogError: the log file cannot be opened.
     """
+    _check_stdio()
     if log_path is None:
         log = TransitionLog.to_stream(sys.stderr.buffer, path="<stderr>")
         restore = None

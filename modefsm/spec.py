@@ -383,12 +383,18 @@ def load_spec(path: str | Path) -> ModeSpec:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError([SpecProblem("", f"cannot read: {exc}")], str(path)) from None
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise SpecError([SpecProblem("", f"cannot read the spec: {reason}")], str(path)) from None
+    except UnicodeDecodeError:
+        raise SpecError(
+            [SpecProblem("", "cannot read the spec: not UTF-8 text")], str(path)
+        ) from None
     try:
         data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise SpecError([SpecProblem("", f"does not parse: {exc}")], str(path)) from None
+        kind = "JSON" if path.suffix == ".json" else "TOML"
+        raise SpecError([SpecProblem("", f"not valid {kind}: {exc}")], str(path)) from None
     return ModeSpec.from_data(data, str(path))
 
 
@@ -406,6 +412,6 @@ def preset(name: str) -> ModeSpec:
     """
     if name not in preset_names():
         choices = ", ".join(preset_names())
-        raise SpecError([SpecProblem("preset", f"unknown preset {name!r}; presets: {choices}")])
+        raise SpecError([SpecProblem("", f"unknown preset {name!r}; presets: {choices}")])
     text = resources.files("modefsm.presets").joinpath(f"{name}.toml").read_text(encoding="utf-8")
     return ModeSpec.from_data(tomllib.loads(text), f"preset {name}")

@@ -495,7 +495,8 @@ class TestCommands:
         )
         assert result.returncode == 0, result.stderr
         assert "modes visited: ask -> architect -> code -> architect -> code" in result.stdout
-        assert f"transition log: {log} (7 records)" in result.stdout
+        session_id = read_log(log)[0]["session_id"]
+        assert f"transition log: {log} (7 records of {session_id})" in result.stdout
         assert [
             (r["event"], r["to_mode"], r["origin"], r.get("reason")) for r in read_log(log)
         ] == [

@@ -220,12 +220,10 @@ class TestLoading:
         with pytest.raises(SpecError) as info:
             load_spec(path)
         assert info.value.source == str(path)
-        assert str(info.value).startswith(
-            f"{path}: invalid mode spec (1 problem): does not parse: "
-        )
+        assert str(info.value) == f"{path}: not valid TOML: Invalid value (at line 1, column 8)"
 
     def test_missing_file(self, tmp_path: Path):
-        with pytest.raises(SpecError, match="cannot read"):
+        with pytest.raises(SpecError, match=r"missing\.toml: cannot read the spec: No such file"):
             load_spec(tmp_path / "missing.toml")
 
     def test_invalid_file_names_the_file_and_location(self, tmp_path: Path):
