@@ -39,6 +39,7 @@ somewhere the writer cannot change to detect those.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -295,7 +296,16 @@ class TransitionLog:
     """
 
     def __init__(self, logger: Any, path: str | None = None, *, head: str | None = None) -> None:
-        """Wrap *logger* (a structlog bound logger or anything with ``info``/``warning``)."""
+        """Wrap *logger* (a structlog bound logger or anything with ``info``/``warning``).
+
+        Raises:
+            LogError: *logger* drops ``info`` events (a structlog filtering logger set
+                above INFO): committed changes would silently go unrecorded.
+        """
+        enabled = getattr(logger, "is_enabled_for", None)
+        if enabled is not None and not enabled(logging.INFO):
+            msg = "the host logger drops INFO events; modefsm's change records would be lost"
+            raise LogError(msg, path)
         self._logger: _Logger = logger
         self.path = path
         self.index: RestoreIndex | None = None

@@ -319,3 +319,17 @@ def test_recorder_records_exact_wire_dicts():
             "update": {"sessionUpdate": "current_mode_update", "currentModeId": "ask"},
         }
     ]
+
+
+def test_host_logger_that_drops_info_is_refused():
+    import logging
+
+    import structlog
+
+    from modefsm import LogError, TransitionLog
+
+    logger = structlog.wrap_logger(
+        None, wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING)
+    )
+    with pytest.raises(LogError, match="drops INFO events"):
+        TransitionLog(logger)
