@@ -175,7 +175,7 @@ class ModeAgent:
         return NewSessionResponse(
             session_id=session.session_id,
             modes=view.modes.model_copy(deep=True),
-            config_options=_copy(view.config_options),
+            config_options=_copy(self.engine.config_options(session.session_id)),
         )
 
     async def load_session(
@@ -189,7 +189,8 @@ class ModeAgent:
         del cwd, mcp_servers, kwargs
         view = await self._restore(session_id)
         return LoadSessionResponse(
-            modes=view.modes.model_copy(deep=True), config_options=_copy(view.config_options)
+            modes=view.modes.model_copy(deep=True),
+            config_options=_copy(self.engine.config_options(session_id)),
         )
 
     async def resume_session(
@@ -199,7 +200,8 @@ class ModeAgent:
         del cwd, kwargs
         view = await self._restore(session_id)
         return ResumeSessionResponse(
-            modes=view.modes.model_copy(deep=True), config_options=_copy(view.config_options)
+            modes=view.modes.model_copy(deep=True),
+            config_options=_copy(self.engine.config_options(session_id)),
         )
 
     async def close_session(self, session_id: str, **kwargs: Any) -> None:

@@ -33,11 +33,11 @@ import asyncio
 import contextlib
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from acp.schema import SessionConfigOptionSelect
+from acp.schema import ConfigOptionUpdate
 
 from modefsm.errors import (
     HookError,
@@ -150,6 +150,10 @@ class ModeEngine:
             the change (:class:`~modefsm.errors.HookError`) and nothing is changed.
         after_change: host callbacks run after a change committed; one that raises is logged
             and does not undo the change.
+        other_config_options: ``other_config_options(session_id)`` returns the host's own
+            ``configOptions`` of a session (a model selector, ...), which every
+            ``configOptions`` list modefsm sends then includes after the mode option: ACP
+            requires the complete list, and clients replace theirs with it.
     """
 
     def __init__(
@@ -160,6 +164,7 @@ class ModeEngine:
         sink: NotificationSink | None = None,
         before_change: Iterable[ChangeHook] = (),
         after_change: Iterable[ChangeHook] = (),
+        other_config_options: Callable[[str], Sequence[Any]] | None = None,
     ) -> None:
         """Compile *spec* into a machine and prepare its ACP views."""
         self.spec = spec
@@ -167,6 +172,7 @@ class ModeEngine:
         self.sink = sink
         self.before_change: list[ChangeHook] = list(before_change)
         self.after_change: list[ChangeHook] = list(after_change)
+        self.other_config_options = other_config_options
         self.machine = ModeMachine(spec, before=self._write_ahead, after=self._commit)
         self.views: dict[str, ModeView] = build_views(spec)
         self._sessions: dict[str, Session] = {}
@@ -349,7 +355,7 @@ class ModeEngine:
             UnknownModeError, TransitionNotAllowedError, HookError, LogError: as :meth:`change`.
         """
         session = self.get(session_id)
-        option_ids = (self.spec.config_option_id,)
+        option_ids = tuple(o.id for o in self.config_options(session_id))
         if config_id != self.spec.config_option_id:
             self._reject(
                 session, None, "set_config_option", "unknown_config_option", request_id=request_id
@@ -480,16 +486,24 @@ class ModeEngine:
         value: object,
         *,
         request_id: str | int | None = None,
-    ) -> list[SessionConfigOptionSelect]:
+    ) -> list[Any]:
         """``session/set_config_option``: change, send notifications, return ``configOptions``.
 
         Returns:
             The complete ``configOptions`` list after the change (ACP requires it).
         """
         self.set_config_value(session_id, config_id, value, request_id=request_id)
-        view = self.view(session_id)  # before the flush: a close meanwhile must not fail it
-        await self.flush()
-        return view.config_options
+        options = self.config_options(session_id)  # before the flush: a close meanwhile
+        await self.flush()  # must not fail a change that is already committed
+        return options
+
+    def config_options(self, session_id: str) -> list[Any]:
+        """The session's complete ``configOptions``: the mode option, then the host's others.
+
+        Raises:
+            UnknownSessionError: no such session.
+        """
+        return self._complete(self.view(session_id), session_id)
 
     def view(self, session_id: str) -> ModeView:
         """The ACP views (``modes``, ``configOptions``, updates) of the session's current mode.
@@ -619,7 +633,20 @@ class ModeEngine:
         if self.sink is not None:
             view = self.views[mode_id]
             self._outbox.append((session_id, view.current_mode_update))
-            self._outbox.append((session_id, view.config_option_update))
+            if self.other_config_options is None:
+                self._outbox.append((session_id, view.config_option_update))
+            else:
+                options = self._complete(view, session_id)
+                update = ConfigOptionUpdate(
+                    session_update="config_option_update", config_options=options
+                )
+                self._outbox.append((session_id, update))
+
+    def _complete(self, view: ModeView, session_id: str) -> list[Any]:
+        """The mode option of *view* followed by the host's other options of the session."""
+        if self.other_config_options is None:
+            return list(view.config_options)
+        return [*view.config_options, *self.other_config_options(session_id)]
 
     def _reject(
         self,

@@ -530,3 +530,42 @@ class TestOrdering:
         assert calls == ["current_mode_update", "config_option_update"]
         assert engine.pending() == 0
         assert read_log(log_path)[-1]["event"] == "modefsm.notify_failed"
+
+
+class TestOtherConfigOptions:
+    """A host's own config options ride along in every complete configOptions list."""
+
+    @staticmethod
+    def model_option(current: str) -> Any:
+        from acp.schema import SessionConfigOptionSelect, SessionConfigSelectOption
+
+        return SessionConfigOptionSelect(
+            id="model",
+            name="Model",
+            category="model",
+            type="select",
+            current_value=current,
+            options=[SessionConfigSelectOption(value=v, name=v) for v in ("fast", "smart")],
+        )
+
+    async def test_mode_change_announces_the_complete_list(self, make_engine, recorder):
+        engine = make_engine(other_config_options=lambda sid: [self.model_option("smart")])
+        engine.new_session("s1")
+        options = await engine.set_config_option("s1", "mode", "code")
+        model = {
+            "id": "model",
+            "name": "Model",
+            "category": "model",
+            "type": "select",
+            "currentValue": "smart",
+            "options": [{"value": "fast", "name": "fast"}, {"value": "smart", "name": "smart"}],
+        }
+        assert recorder.sent[1]["update"]["configOptions"] == [mode_option(SEED, "code"), model]
+        assert [o.id for o in options] == ["mode", "model"]
+
+    async def test_unknown_config_id_lists_every_option(self, make_engine):
+        engine = make_engine(other_config_options=lambda sid: [self.model_option("fast")])
+        engine.new_session("s1")
+        with pytest.raises(UnknownConfigOptionError) as info:
+            await engine.set_config_option("s1", "effort", "high")
+        assert info.value.to_data()["valid"] == ["mode", "model"]
