@@ -120,7 +120,7 @@ class ModeAgent:
         self.engine = ModeEngine(spec, log=log, sink=self._send, **engine_kwargs)
         self.restore = restore
         self.conn: Any = None
-        self._cancels: dict[str, asyncio.Event] = {}
+        self._cancels: dict[str, set[asyncio.Event]] = {}
 
     def on_connect(self, conn: Any) -> None:
         """Called by the SDK with the connection to the client."""
@@ -189,8 +189,7 @@ class ModeAgent:
         del kwargs
         with acp_errors():
             self.engine.close_session(session_id)
-        event = self._cancels.pop(session_id, None)
-        if event is not None:
+        for event in self._cancels.pop(session_id, ()):
             event.set()
 
     async def _restore(self, session_id: str) -> Any:
@@ -239,42 +238,68 @@ class ModeAgent:
             return self.engine.get(session_id)
 
     def begin_turn(self, session_id: str) -> asyncio.Event:
-        """Mark the start of a prompt turn; the returned event is set by ``session/cancel``."""
+        """Mark the start of a prompt turn; the returned event is set by ``session/cancel``.
+
+        Several turns of one session may run at once (each request runs in its own task);
+        ``session/cancel`` and ``session/close`` set the events of all of them. Pass the
+        event to :meth:`propose_switch` and :meth:`end_turn`.
+        """
         event = asyncio.Event()
-        self._cancels[session_id] = event
+        self._cancels.setdefault(session_id, set()).add(event)
         return event
 
-    def end_turn(self, session_id: str) -> None:
-        """Mark the end of the session's prompt turn."""
-        self._cancels.pop(session_id, None)
+    def end_turn(self, session_id: str, event: asyncio.Event | None = None) -> None:
+        """Mark the end of the prompt turn whose :meth:`begin_turn` returned *event*.
+
+        Without *event*, every turn of the session is forgotten.
+        """
+        events = self._cancels.get(session_id)
+        if events is None:
+            return
+        if event is None:
+            events.clear()
+        else:
+            events.discard(event)
+        if not events:
+            del self._cancels[session_id]
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
-        """``session/cancel``: end the running turn; a pending switch ends as ``cancelled``."""
+        """``session/cancel``: end the running turns; a pending switch ends as ``cancelled``."""
         del kwargs
-        event = self._cancels.get(session_id)
-        if event is not None:
+        for event in self._cancels.get(session_id, ()):
             event.set()
 
     async def propose_switch(
-        self, session_id: str, *, plan: str, tool_call_id: str | None = None
+        self,
+        session_id: str,
+        *,
+        plan: str,
+        tool_call_id: str | None = None,
+        cancelled: asyncio.Event | None = None,
     ) -> SwitchResult:
         """Propose the current mode's ``switch_mode`` and apply the answer.
 
-        See :func:`modefsm.permission.propose_switch`; a ``session/cancel`` during the turn
-        ends the request as ``cancelled``.
+        See :func:`modefsm.permission.propose_switch`. A ``session/cancel`` ends the request
+        as ``cancelled``: one that arrives during the turn whose :meth:`begin_turn` event is
+        passed as *cancelled*, or, without it, one that arrives while the request is pending.
 
         Raises:
             RequestError: ``-32002`` unknown session, ``-32602`` no switch from this mode.
         """
-        with acp_errors():
-            return await propose_switch(
-                self.engine,
-                self.conn,
-                session_id,
-                plan=plan,
-                tool_call_id=tool_call_id,
-                cancelled=self._cancels.get(session_id),
-            )
+        waiter = cancelled if cancelled is not None else self.begin_turn(session_id)
+        try:
+            with acp_errors():
+                return await propose_switch(
+                    self.engine,
+                    self.conn,
+                    session_id,
+                    plan=plan,
+                    tool_call_id=tool_call_id,
+                    cancelled=waiter,
+                )
+        finally:
+            if cancelled is None:
+                self.end_turn(session_id, waiter)
 
 
 def _version() -> str:

@@ -41,7 +41,9 @@ class ScriptedAgent(ModeAgent):
         cancelled = self.begin_turn(session_id)
         try:
             if self.engine.spec.switch_from(session.state) is not None:
-                result = await self.propose_switch(session_id, plan=text or "## Plan")
+                result = await self.propose_switch(
+                    session_id, plan=text or "## Plan", cancelled=cancelled
+                )
                 if result.approved:
                     reply = f"Approved: now in {self.session(session_id).state} mode."
                 else:
@@ -59,7 +61,7 @@ class ScriptedAgent(ModeAgent):
             )
             return PromptResponse(stop_reason="end_turn")
         finally:
-            self.end_turn(session_id)
+            self.end_turn(session_id, cancelled)
 
 
 def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) -> int:
