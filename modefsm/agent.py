@@ -199,7 +199,8 @@ class ModeAgent:
                 if point is None:
                     raise UnknownSessionError(session_id)
                 self.engine.restore_session(session_id, point.mode, point.seq)
-                await self.engine.flush()
+            # the answer reports the current mode: its notifications must have left first
+            await self.engine.flush()
             return self.engine.view(session_id)
 
     # -- mode changes --------------------------------------------------------------------

@@ -483,11 +483,15 @@ class ModeEngine:
         """``session/set_config_option``: change, send notifications, return ``configOptions``.
 
         Returns:
-            The complete ``configOptions`` list after the change (ACP requires it).
+            The complete ``configOptions`` list of the session's mode once the change's
+            notifications have left (ACP requires the complete list). A session closed
+            meanwhile reports the mode it was closed in: the change stands, so the request
+            succeeded.
         """
+        session = self.get(session_id)
         self.set_config_value(session_id, config_id, value, request_id=request_id)
         await self.flush()
-        return self.view(session_id).config_options
+        return self.views[session.state].config_options
 
     def view(self, session_id: str) -> ModeView:
         """The ACP views (``modes``, ``configOptions``, updates) of the session's current mode.
@@ -517,28 +521,26 @@ class ModeEngine:
     async def flush(self) -> None:
         """Send every queued notification through the sink, in commit order.
 
-        One flush runs at a time; a caller that arrives while another flush is sending
-        waits for it, so when ``flush()`` returns, every notification queued before the
-        call has been handed to the sink. A notification whose sink call raises is dropped
-        and logged (the change stays committed).
+        One flush sends at a time; a caller that arrives while another flush is sending
+        waits for it. When ``flush()`` returns, the queue is empty and no flush is sending:
+        every notification of every change committed so far has been handed to the sink,
+        so a response built right after it reports no state the client has not been told.
+        A notification whose sink call raises is dropped and logged (the change stays
+        committed).
         """
-        if not self._outbox:
-            if self._flush_lock.locked():
-                async with self._flush_lock:
-                    pass
-            return
-        async with self._flush_lock:
-            sink = self.sink
-            while self._outbox:
-                session_id, update = self._outbox.popleft()
-                if sink is None:
-                    continue
-                try:
-                    await sink(session_id, update)
-                except Exception as exc:  # noqa: BLE001 - a broken sink must not stop the queue
-                    self._log_failure(
-                        "modefsm.notify_failed", session_id, exc, update=update.session_update
-                    )
+        while self._outbox or self._flush_lock.locked():
+            async with self._flush_lock:
+                sink = self.sink
+                while self._outbox:
+                    session_id, update = self._outbox.popleft()
+                    if sink is None:
+                        continue
+                    try:
+                        await sink(session_id, update)
+                    except Exception as exc:  # noqa: BLE001 - a broken sink must not stop the queue
+                        self._log_failure(
+                            "modefsm.notify_failed", session_id, exc, update=update.session_update
+                        )
 
     # -- internals ------------------------------------------------------------------------
 
