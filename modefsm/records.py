@@ -10,6 +10,11 @@ The same :class:`TransitionRecord` model describes what the engine writes and wh
 ``modefsm.change_rejected``
     an attempt that changed nothing (``seq`` null, ``reason`` says why).
 
+Diagnostics share the file but are not records (readers skip them):
+``modefsm.notify_failed`` and ``modefsm.hook_failed``, and ``modefsm.log_repaired``, written
+when a log is opened whose last line a crash tore (``torn_bytes``: that line's length; the
+line before the repair record is the torn one).
+
 A line looks like::
 
     {"session_id":"sess_1","seq":2,"from_mode":"ask","to_mode":"architect",
@@ -39,6 +44,7 @@ __all__ = [
     "EVENT_CHANGED",
     "EVENT_CREATED",
     "EVENT_REJECTED",
+    "EVENT_REPAIRED",
     "Origin",
     "TransitionLog",
     "TransitionRecord",
@@ -48,6 +54,7 @@ __all__ = [
 EVENT_CREATED = "modefsm.session_created"
 EVENT_CHANGED = "modefsm.mode_changed"
 EVENT_REJECTED = "modefsm.change_rejected"
+EVENT_REPAIRED = "modefsm.log_repaired"
 
 Origin = Literal["new", "set_mode", "set_config_option", "switch_mode", "restore"]
 """Who caused a record: ``new`` (session creation), a client request, an approved switch,
@@ -137,6 +144,34 @@ class _SyncedFile:
         """Nothing to flush: :meth:`write` already synced."""
 
 
+def _end_torn_line(fd: int, file: Any) -> None:
+    """End a torn last line (no newline: a write cut short) with a repair record.
+
+    One ``write`` appends a newline, so the torn bytes stay alone on their line, and a
+    ``modefsm.log_repaired`` line saying how many bytes that line has, so readers can
+    tell a line torn by a crash from a damaged log. Nothing is truncated: another
+    writer's record is never cut.
+    """
+    size = os.fstat(fd).st_size
+    if not size or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    start = size
+    while start > 0:
+        chunk = os.pread(fd, min(start, 65536), max(0, start - 65536))
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            start = start - len(chunk) + newline + 1
+            break
+        start -= len(chunk)
+    record = {
+        "timestamp": utc_timestamp(),
+        "event": EVENT_REPAIRED,
+        "torn_bytes": size - start,
+        "level": "warning",
+    }
+    file.write(b"\n" + orjson.dumps(record) + b"\n")
+
+
 def _processors() -> list[Callable[..., Any]]:
     return [
         structlog.processors.add_log_level,
@@ -168,7 +203,10 @@ class TransitionLog:
         """Append JSON lines to *path*, one unbuffered ``write`` per record.
 
         Each record is written with a single ``write`` on a file opened with ``O_APPEND``,
-        so lines from several writers never interleave within a line.
+        so lines from several writers never interleave within a line. A file whose last
+        line has no newline (a write cut short by a crash or power loss) first gets one,
+        and a ``modefsm.log_repaired`` line (``torn_bytes``: the torn line's length), so the
+        torn line stays alone and the next record is whole.
 
         Args:
             path: the log file; created if missing, never truncated.
@@ -179,10 +217,15 @@ class TransitionLog:
         """
         path = Path(path)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as exc:
             raise LogError(f"cannot open the transition log: {exc.strerror}", str(path)) from None
         file: Any = _SyncedFile(fd) if fsync else os.fdopen(fd, "ab", buffering=0)
+        try:
+            _end_torn_line(fd, file)
+        except OSError as exc:
+            file.close() if not fsync else os.close(fd)
+            raise LogError(f"cannot repair the transition log: {exc}", str(path)) from None
         log = cls.to_stream(file, path=str(path))
         log._close = (lambda: os.close(fd)) if fsync else file.close  # noqa: SLF001 - own class
         return log
