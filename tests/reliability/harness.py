@@ -51,11 +51,14 @@ class LogContents:
 
     Attributes:
         records: every complete line, parsed, in file order.
-        torn: the last line when it is incomplete (no newline, or not JSON), else ``None``.
+        torn: the last line when a crash cut it (no newline and not a whole JSON object),
+            else ``None``.
+        repaired: how many earlier torn lines a restart ended with ``modefsm.log_repaired``.
     """
 
     records: list[dict[str, Any]]
     torn: bytes | None = None
+    repaired: int = 0
 
     def of(self, session_id: str) -> list[dict[str, Any]]:
         """The records of *session_id*, in file order."""
@@ -92,18 +95,30 @@ def read_log(path: Path) -> LogContents:
     lines = data.split(b"\n")
     last = lines.pop()  # b"" when the file ends with a newline
     records: list[dict[str, Any]] = []
+    repaired = 0
     for number, line in enumerate(lines, 1):
         try:
             record = json.loads(line)
         except ValueError:
-            if number == len(lines) and not last:
-                # a torn line followed by nothing: the crash hit the final write
-                return LogContents(records, torn=line)
+            # a line torn by a crash, which a restart ended with a repair record
+            after = json.loads(lines[number]) if number < len(lines) else {}
+            if after.get("event") == "modefsm.log_repaired" and after["torn_bytes"] == len(line):
+                repaired += 1
+                continue
             msg = f"{path}:{number}: not JSON (only the last line may be torn): {line[:200]!r}"
             raise AssertionError(msg) from None
         assert isinstance(record, dict), f"{path}:{number}: not an object"
+        if record.get("event") != "modefsm.log_repaired":
+            records.append(record)
+    if last:  # no newline at the end: a whole record that lost only its newline counts
+        try:
+            record = json.loads(last)
+        except ValueError:
+            return LogContents(records, torn=last, repaired=repaired)
+        if not isinstance(record, dict):
+            return LogContents(records, torn=last, repaired=repaired)
         records.append(record)
-    return LogContents(records, torn=last or None)
+    return LogContents(records, repaired=repaired)
 
 
 def assert_sequences(log: LogContents) -> None:
