@@ -14,7 +14,8 @@ without parsing text::
     │   ├── InvalidValueError        a value of the wrong type
     │   └── TransitionNotAllowedError  the policy forbids this change from the current mode
     ├── HookError                    a host before_change callback refused or failed
-    └── LogError                     the transition log cannot be written or read
+    ├── LogError                     the transition log cannot be written or read
+    └── FrameError                   a JSON-RPC frame refused on the wire     (-32700, -32600)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "FrameError",
     "HookError",
     "InvalidParamsError",
     "InvalidValueError",
@@ -232,3 +234,40 @@ class LogError(ModefsmError):
         """Build the error; *message* says what failed."""
         self.path = path
         super().__init__(f"{path}: {message}" if path else message)
+
+
+class FrameError(ModefsmError):
+    """A JSON-RPC frame refused on the wire, before the SDK sees it.
+
+    Attributes:
+        code: the JSON-RPC error code: ``-32700`` (not JSON, or not Unicode text) or
+            ``-32600`` (JSON, but not a valid JSON-RPC 2.0 frame).
+        details: what is wrong, in one sentence.
+        request_id: the id to answer with; ``None`` when the id cannot be known.
+        answer: whether the frame gets an error answer: requests and frames of unknown
+            kind do, notifications and responses never do.
+    """
+
+    MESSAGES = {-32700: "Parse error", -32600: "Invalid request"}  # noqa: RUF012
+
+    def __init__(
+        self, code: int, details: str, *, request_id: object = None, answer: bool = True
+    ) -> None:
+        """Build the error; *details* says what is wrong with the frame."""
+        self.code = code
+        self.details = details
+        self.request_id = request_id
+        self.answer = answer
+        super().__init__(f"{self.MESSAGES[code]}: {details}")
+
+    def to_response(self) -> dict[str, object]:
+        """The JSON-RPC error response that answers the frame."""
+        return {
+            "jsonrpc": "2.0",
+            "id": self.request_id,
+            "error": {
+                "code": self.code,
+                "message": self.MESSAGES[self.code],
+                "data": {"details": self.details},
+            },
+        }

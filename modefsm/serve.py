@@ -9,7 +9,9 @@ exercise every mode path:
 - in any other mode, it answers one ``agent_message_chunk`` naming the current mode.
 
 stdout carries only ACP messages. The transition log goes to ``--log FILE`` (JSON
-lines), or to stderr without one.
+lines), or to stderr without one. Frames are checked on the wire
+(:mod:`modefsm.wire`): a malformed one is answered with a JSON-RPC error and never
+reaches the agent.
 """
 
 from __future__ import annotations
@@ -17,15 +19,15 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import acp
 from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock
 
 from modefsm.agent import ModeAgent
 from modefsm.records import TransitionLog
 from modefsm.replay import LogRestore
 from modefsm.spec import ModeSpec
+from modefsm.wire import run_agent
 
 __all__ = ["ScriptedAgent", "serve"]
 
@@ -84,7 +86,7 @@ def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) 
         restore = LogRestore(log_path)
     agent = ScriptedAgent(spec, log=log, restore=restore)
     try:
-        asyncio.run(acp.run_agent(cast("Any", agent), use_unstable_protocol=True))
+        asyncio.run(run_agent(agent))
     finally:
         log.close()
     return 0
