@@ -146,7 +146,7 @@ class ModeSpec(BaseModel):
     config_option_id: str = Field(default="mode", min_length=1)
     config_option_name: str = Field(default="Session Mode", min_length=1)
 
-    def __init__(self, **data: Any) -> None:
+    def __init__(self, /, **data: Any) -> None:
         """Validate *data* completely; raise :class:`SpecError` with every problem."""
         try:
             super().__init__(**data)
@@ -373,6 +373,8 @@ def load_spec(path: str | Path) -> ModeSpec:
         data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         raise SpecError([SpecProblem("", f"does not parse: {exc}")], str(path)) from None
+    except RecursionError:
+        raise SpecError([SpecProblem("", "does not parse: nested too deeply")], str(path)) from None
     return ModeSpec.from_data(data, str(path))
 
 
