@@ -87,7 +87,8 @@ class TransitionRecord(BaseModel):
         seq: the session's sequence number, 1 for its creation, then +1 per committed
             change; ``None`` on rejections.
         from_mode: the mode before (``None`` on creation).
-        to_mode: the mode after (on a rejection: the mode asked for, if any).
+        to_mode: the mode after (on a rejection: the mode asked for, if any; a string the
+            client sent is cut to 256 characters, ``...[+N chars]`` saying how many more).
         origin: see :data:`Origin`.
         request_id: the JSON-RPC id of the request that caused it, if known.
         tool_call_id: ACP ``toolCallId`` of a ``switch_mode`` tool call.

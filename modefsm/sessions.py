@@ -616,9 +616,11 @@ class ModeEngine:
             session.session_id,
             None,
             session.state or None,
-            dest if isinstance(dest, str) else None,
+            _clip(dest) if isinstance(dest, str) else None,
             origin,
-            **ids,
+            **{
+                key: _clip(value) if isinstance(value, str) else value for key, value in ids.items()
+            },
         )
         fields["reason"] = reason
         self.log.write(EVENT_REJECTED, fields)
@@ -656,3 +658,18 @@ class ModeEngine:
         }
         with contextlib.suppress(ModefsmError):  # nowhere left to report a failed write
             self.log.write(event, record)
+
+
+CLIP = 256
+"""Client-supplied strings in a rejection record keep at most this many characters."""
+
+
+def _clip(value: str) -> str:
+    """*value*, cut to :data:`CLIP` characters with the count of the rest (``...[+N chars]``).
+
+    A rejection records what the client sent; a megabyte-long unknown mode id must not
+    become a megabyte of log.
+    """
+    if len(value) <= CLIP:
+        return value
+    return f"{value[:CLIP]}...[+{len(value) - CLIP} chars]"

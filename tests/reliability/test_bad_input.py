@@ -641,3 +641,20 @@ class TestSpecFiles:
         assert result.stderr.count("\n") == 1, result.stderr
         assert result.stderr.startswith(f"modefsm serve: {path}: ")
         assert "Traceback" not in result.stderr
+
+
+class TestRejectionRecords:
+    """Invalid input is logged as a rejection, and a huge value cannot bloat the log."""
+
+    def test_a_huge_unknown_mode_is_logged_short(self, peer: SyncPeer, tmp_path: Path):
+        huge = "m" * 1_000_000
+        params = {"sessionId": peer.session_id, "modeId": huge}
+        frame = {"jsonrpc": "2.0", "id": 1, "method": "session/set_mode", "params": params}
+        exchange(peer, [json.dumps(frame).encode()])
+        log = (tmp_path / "log.jsonl").read_bytes()
+        assert len(log) < 4096, len(log)
+        rejected = [json.loads(line) for line in log.splitlines()][-1]
+        assert rejected["event"] == "modefsm.change_rejected"
+        assert rejected["reason"] == "unknown_mode"
+        assert rejected["to_mode"].startswith("m" * 100)
+        assert rejected["to_mode"].endswith("[+999744 chars]")
