@@ -58,6 +58,7 @@ from modefsm.records import TransitionLog
 from modefsm.replay import RestorePoint
 from modefsm.sessions import ModeEngine, Session
 from modefsm.spec import ModeSpec
+from modefsm.wire import PermissionRequest
 
 __all__ = ["ModeAgent", "RestoreSource", "acp_errors"]
 
@@ -269,6 +270,24 @@ class ModeAgent:
         del kwargs
         for event in self._cancels.get(session_id, ()):
             event.set()
+
+    def stray_answer(self, request: PermissionRequest, response: dict[str, Any]) -> None:
+        """A second answer to a ``session/request_permission``: change nothing, log it.
+
+        The SDK drops such answers silently; :class:`~modefsm.wire.CheckedTransport` calls
+        this so the log shows them (``modefsm.change_rejected``, ``duplicate_answer``, with
+        the option the answer selected, if any).
+        """
+        result = response.get("result")
+        outcome = result.get("outcome") if isinstance(result, dict) else None
+        option_id = outcome.get("optionId") if isinstance(outcome, dict) else None
+        self.engine.reject_switch(
+            request.session_id,
+            "duplicate_answer",
+            tool_call_id=request.tool_call_id,
+            option_id=option_id if isinstance(option_id, str) else None,
+            request_id=request.request_id,
+        )
 
     async def propose_switch(
         self,

@@ -9,8 +9,13 @@ current mode (the "exit plan mode" flow of the ACP Session Modes page):
 3. on a selected allow option, the engine fires the approved switch to exactly that
    option's target (both mode notifications go out), then ``tool_call_update`` ``completed``;
 4. on anything else (a reject option, ``cancelled``, a ``-32800`` error, an ``optionId``
-   that was not offered, the session closed meanwhile), nothing changes, the tool call
-   ends ``failed`` and the log records why.
+   that was not offered, an answer that is not a valid response or another error, the
+   session closed meanwhile), nothing changes, the tool call ends ``failed`` and the log
+   records why.
+
+An answer that arrives after ``session/cancel`` ended the wait changes nothing; if it
+selected an option it is logged as ``late_answer``. (A second answer to the same request
+never reaches this module: the SDK drops it, and :mod:`modefsm.wire` reports it.)
 
 If the client changed the mode while the request was pending, the approval is still the
 user's latest explicit choice: it applies when the spec lets the *current* mode reach the
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +41,7 @@ from acp.schema import (
     ToolCallStart,
     ToolCallUpdate,
 )
+from pydantic import ValidationError
 
 from modefsm.errors import TransitionNotAllowedError, UnknownSessionError
 from modefsm.records import RejectReason
@@ -52,6 +59,7 @@ _DECLINED_TEXT: dict[RejectReason, str] = {
     "session_closed": "Refused: the session ended before the answer arrived.",
     "not_allowed": "Refused: the mode changed meanwhile and {mode} cannot reach the target.",
     "no_previous_mode": "Refused: there is no previous mode to return to.",
+    "invalid_answer": "Refused: the answer was not a valid permission response.",
 }
 
 
@@ -174,11 +182,26 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915
     )
     option_id: str | None = None
     reason: RejectReason | None = None
+    invalid = False
+
+    def late(answer: Any) -> None:
+        if isinstance(answer.outcome, AllowedOutcome):
+            selected = answer.outcome.option_id
+            engine.reject_switch(
+                session_id,
+                "late_answer",
+                dest=offered.get(selected),
+                tool_call_id=tool_call_id,
+                option_id=selected,
+            )
+
     try:
-        response = await _until_cancelled(request, cancelled)
+        response = await _until_cancelled(request, cancelled, late)
     except RequestError as exc:
-        if exc.code != REQUEST_CANCELLED:
-            raise
+        invalid = exc.code != REQUEST_CANCELLED
+        response = None
+    except ValidationError:  # the SDK could not read the answer as a RequestPermissionResponse
+        invalid = True
         response = None
     except ConnectionError:
         engine.reject_switch(session_id, "session_closed", tool_call_id=tool_call_id)
@@ -187,6 +210,8 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915
         option_id = response.outcome.option_id
     if session_id not in engine:
         reason = "session_closed"
+    elif invalid:
+        reason = "invalid_answer"
     elif option_id is None:
         reason = "cancelled"
     elif option_id not in offered:
@@ -240,8 +265,14 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915
     return SwitchResult(tool_call_id, option_id, change, reason)
 
 
-async def _until_cancelled(request: Any, cancelled: asyncio.Event | None) -> Any:
-    """Await *request*; return ``None`` early if *cancelled* is set first."""
+async def _until_cancelled(
+    request: Any, cancelled: asyncio.Event | None, late: Callable[[Any], None]
+) -> Any:
+    """Await *request*; return ``None`` early if *cancelled* is set first.
+
+    The request is not abandoned: the client must still answer it (with ``cancelled``),
+    and ``late(answer)`` is called if it does with a valid answer.
+    """
     if cancelled is None:
         return await request
     answer = asyncio.ensure_future(request)
@@ -252,5 +283,10 @@ async def _until_cancelled(request: Any, cancelled: asyncio.Event | None) -> Any
         stop.cancel()
     if answer.done():
         return answer.result()
-    answer.cancel()
+
+    def arrived(future: asyncio.Future[Any]) -> None:
+        if not future.cancelled() and future.exception() is None:
+            late(future.result())
+
+    answer.add_done_callback(arrived)
     return None

@@ -72,8 +72,16 @@ RejectReason = Literal[
     "unknown_tool_call",
     "session_closed",
     "no_previous_mode",
+    "invalid_answer",
+    "late_answer",
+    "duplicate_answer",
 ]
-"""Why a ``modefsm.change_rejected`` record changed nothing."""
+"""Why a ``modefsm.change_rejected`` record changed nothing.
+
+The last three are permission answers that cannot approve anything: ``invalid_answer``
+(not a valid ``RequestPermissionResponse``, or a JSON-RPC error other than ``-32800``),
+``late_answer`` (an option selected after ``session/cancel`` or ``session/close`` ended
+the wait) and ``duplicate_answer`` (a second answer to the same request)."""
 
 
 class TransitionRecord(BaseModel):

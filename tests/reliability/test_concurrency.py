@@ -268,8 +268,19 @@ async def run_schedule(log_path: Path, seed: int) -> None:  # noqa: C901, PLR091
     # every proposed switch ends in the records its answer allows, and only allows move
     for tool_call_id, answer in client.answered.items():
         records = [r for r in log.records if r.get("tool_call_id") == tool_call_id]
+        # after a cancel or close ended the wait, the client's answer is logged as late
+        late = [r for r in records if r.get("reason") == "late_answer"]
+        records = [r for r in records if r.get("reason") != "late_answer"]
         ends = {(r["event"], r.get("reason")) for r in records}
         assert len(records) <= 1, (tool_call_id, records)
+        if late:
+            assert len(late) == 1, (tool_call_id, late)
+            assert ends & {
+                ("modefsm.change_rejected", "cancelled"),
+                ("modefsm.change_rejected", "session_closed"),
+            }, (tool_call_id, records, late)
+            bogus = "not-offered" if answer == "bogus" else answer
+            assert late[0]["option_id"] == bogus, (tool_call_id, answer, late)
         raced: set[tuple[str, str | None]] = {
             ("modefsm.change_rejected", "cancelled"),
             ("modefsm.change_rejected", "session_closed"),
