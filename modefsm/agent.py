@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
+from collections import OrderedDict
 from collections.abc import Iterator
 from importlib import metadata
 from typing import Any, Protocol
@@ -58,6 +60,7 @@ from modefsm.records import TransitionLog
 from modefsm.replay import RestorePoint
 from modefsm.sessions import ModeEngine, Session
 from modefsm.spec import ModeSpec
+from modefsm.wire import PermissionRequest
 
 __all__ = ["ModeAgent", "RestoreSource", "acp_errors"]
 
@@ -127,7 +130,8 @@ class ModeAgent:
         self.restore = restore
         self.unstable = unstable
         self.conn: Any = None
-        self._cancels: dict[str, asyncio.Event] = {}
+        self._cancels: dict[str, set[asyncio.Event]] = {}
+        self._abandoned: OrderedDict[str, None] = OrderedDict()  # toolCallIds a cancel ended
 
     def on_connect(self, conn: Any) -> None:
         """Called by the SDK with the connection to the client."""
@@ -209,8 +213,7 @@ class ModeAgent:
         del kwargs
         with acp_errors():
             self.engine.close_session(session_id)
-        event = self._cancels.pop(session_id, None)
-        if event is not None:
+        for event in self._cancels.pop(session_id, ()):
             event.set()
 
     async def _restore(self, session_id: str) -> Any:
@@ -222,7 +225,8 @@ class ModeAgent:
                 self.engine.restore_session(
                     session_id, point.mode, point.seq, previous=point.previous
                 )
-                await self.engine.flush()
+            # the answer reports the current mode: its notifications must have left first
+            await self.engine.flush()
             return self.engine.view(session_id)
 
     # -- mode changes --------------------------------------------------------------------
@@ -263,53 +267,120 @@ class ModeAgent:
     def begin_turn(self, session_id: str) -> asyncio.Event:
         """Mark the start of a prompt turn; the returned event is set by ``session/cancel``.
 
-        Optional: :meth:`propose_switch` watches for ``session/cancel`` by itself; a turn
-        marked here also sees a cancel that arrives before the switch is proposed.
+        Optional: :meth:`propose_switch` watches for ``session/cancel`` by itself; pass it
+        this event to have it also see a cancel that arrives before the switch is proposed.
+        Several turns of one session may run at once (each request runs in its own task);
+        ``session/cancel`` and ``session/close`` set the events of all of them.
         """
         event = asyncio.Event()
-        self._cancels[session_id] = event
+        self._cancels.setdefault(session_id, set()).add(event)
         return event
 
     def end_turn(self, session_id: str, event: asyncio.Event | None = None) -> None:
-        """Mark the end of the session's prompt turn (the one *event* belongs to, if given)."""
-        if event is None or self._cancels.get(session_id) is event:
-            self._cancels.pop(session_id, None)
+        """Mark the end of the turn whose :meth:`begin_turn` returned *event* (default: all)."""
+        events = self._cancels.get(session_id)
+        if events is None:
+            return
+        if event is None:
+            events.clear()
+        else:
+            events.discard(event)
+        if not events:
+            del self._cancels[session_id]
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
-        """``session/cancel``: end the running turn; a pending switch ends as ``cancelled``."""
+        """``session/cancel``: end the running turns; a pending switch ends as ``cancelled``."""
         del kwargs
-        event = self._cancels.get(session_id)
-        if event is not None:
+        for event in self._cancels.get(session_id, ()):
             event.set()
 
     async def propose_switch(
-        self, session_id: str, *, plan: str, tool_call_id: str | None = None
+        self,
+        session_id: str,
+        *,
+        plan: str,
+        tool_call_id: str | None = None,
+        cancelled: asyncio.Event | None = None,
     ) -> SwitchResult:
         """Propose the current mode's ``switch_mode`` and apply the answer.
 
-        See :func:`modefsm.permission.propose_switch`. A ``session/cancel`` while it is
-        pending (or, in a turn marked with :meth:`begin_turn`, before it) ends it as
-        ``cancelled``; the prompt should then answer ``stopReason: "cancelled"``.
+        See :func:`modefsm.permission.propose_switch`. A ``session/cancel`` ends it as
+        ``cancelled`` (the prompt should then answer ``stopReason: "cancelled"``): one that
+        arrives while the request is pending, or, with the turn's :meth:`begin_turn` event
+        as *cancelled*, any time during the turn.
 
         Raises:
             RequestError: ``-32002`` for an unknown session.
             NoSwitchError: the current mode has no switch (a bug in the agent's tool code).
         """
-        turn = self._cancels.get(session_id)
-        cancelled = turn or self.begin_turn(session_id)
+        tool_call_id = tool_call_id or f"call_switch_mode_{uuid.uuid4().hex[:12]}"
+        waiter = cancelled if cancelled is not None else self.begin_turn(session_id)
         try:
             with acp_errors():
-                return await propose_switch(
+                result = await propose_switch(
                     self.engine,
                     self.conn,
                     session_id,
                     plan=plan,
                     tool_call_id=tool_call_id,
-                    cancelled=cancelled,
+                    cancelled=waiter,
+                    abandoned=lambda: self._abandon(tool_call_id),
                 )
         finally:
-            if turn is None:
-                self.end_turn(session_id, cancelled)
+            if cancelled is None:
+                self.end_turn(session_id, waiter)
+        return result
+
+    def _abandon(self, tool_call_id: str) -> None:
+        self._abandoned[tool_call_id] = None
+        while len(self._abandoned) > _ABANDONED_KEPT:
+            self._abandoned.popitem(last=False)
+
+    def late_answer(self, request: PermissionRequest, response: dict[str, Any]) -> None:
+        """The first answer to a ``session/request_permission``, seen on the wire.
+
+        If the switch had stopped waiting (``session/cancel``, ``session/close``), the SDK
+        drops the answer: it changes nothing, and an option it selected is logged here
+        (``late_answer``). Called by :class:`~modefsm.wire.CheckedTransport`.
+        """
+        if request.tool_call_id not in self._abandoned:
+            return
+        del self._abandoned[request.tool_call_id]
+        option_id = _selected(response)
+        if option_id is not None:
+            self.engine.reject_switch(
+                request.session_id,
+                "late_answer",
+                tool_call_id=request.tool_call_id,
+                option_id=option_id,
+                request_id=request.request_id,
+            )
+
+    def stray_answer(self, request: PermissionRequest, response: dict[str, Any]) -> None:
+        """A second answer to a ``session/request_permission``: change nothing, log it.
+
+        The SDK drops such answers silently; :class:`~modefsm.wire.CheckedTransport` calls
+        this so the log shows them (``duplicate_answer``, with the option selected, if any).
+        """
+        self.engine.reject_switch(
+            request.session_id,
+            "duplicate_answer",
+            tool_call_id=request.tool_call_id,
+            option_id=_selected(response),
+            request_id=request.request_id,
+        )
+
+
+_ABANDONED_KEPT = 1024
+"""How many switches given up on by a cancel are remembered, to log their late answers."""
+
+
+def _selected(response: dict[str, Any]) -> str | None:
+    """The ``optionId`` a raw permission answer selected, if it is one."""
+    result = response.get("result")
+    outcome = result.get("outcome") if isinstance(result, dict) else None
+    option_id = outcome.get("optionId") if isinstance(outcome, dict) else None
+    return option_id if isinstance(option_id, str) else None
 
 
 def _copy(options: list[Any]) -> list[Any]:

@@ -265,3 +265,40 @@ class DiagramError(ModefsmError):
     Raised when Graphviz's ``dot`` is missing for SVG or PNG output, when a transition log
     holds no records of the spec drawn, or when the session to highlight is not in it.
     """
+
+
+class FrameError(ModefsmError):
+    """A JSON-RPC frame refused on the wire, before the SDK sees it.
+
+    Attributes:
+        code: the JSON-RPC error code: ``-32700`` (not JSON, or not Unicode text) or
+            ``-32600`` (JSON, but not a valid JSON-RPC 2.0 frame).
+        details: what is wrong, in one sentence.
+        request_id: the id to answer with; ``None`` when the id cannot be known.
+        answer: whether the frame gets an error answer: requests and frames of unknown
+            kind do, notifications and responses never do.
+    """
+
+    MESSAGES = {-32700: "Parse error", -32600: "Invalid request"}  # noqa: RUF012
+
+    def __init__(
+        self, code: int, details: str, *, request_id: object = None, answer: bool = True
+    ) -> None:
+        """Build the error; *details* says what is wrong with the frame."""
+        self.code = code
+        self.details = details
+        self.request_id = request_id
+        self.answer = answer
+        super().__init__(f"{self.MESSAGES[code]}: {details}")
+
+    def to_response(self) -> dict[str, object]:
+        """The JSON-RPC error response that answers the frame."""
+        return {
+            "jsonrpc": "2.0",
+            "id": self.request_id,
+            "error": {
+                "code": self.code,
+                "message": self.MESSAGES[self.code],
+                "data": {"details": self.details},
+            },
+        }

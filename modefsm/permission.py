@@ -10,8 +10,12 @@ current mode (the "exit plan mode" flow of the ACP Session Modes page):
    option's target (both mode notifications go out), then ``tool_call_update`` ``completed``;
 4. on anything else (a reject option, ``cancelled``, a ``-32800`` error, an ``optionId``
    that was not offered, the session closed meanwhile), nothing changes, the tool call
-   ends ``failed`` and the log records why (a client error, a refusing host hook and a
-   failed log write end it ``failed`` too).
+   ends ``failed`` and the log records why (an answer that is not a valid response or is
+   another error, a refusing host hook and a failed log write end it ``failed`` too).
+
+An answer that arrives after ``session/cancel`` ended the wait changes nothing: the SDK
+drops it, and :class:`~modefsm.agent.ModeAgent` logs it as ``late_answer`` (served through
+:mod:`modefsm.wire`, which also reports a second answer as ``duplicate_answer``).
 
 If the client changed the mode while the request was pending, the approval is still the
 user's latest explicit choice: it applies when the spec lets the *current* mode reach the
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +41,7 @@ from acp.schema import (
     ToolCallStart,
     ToolCallUpdate,
 )
+from pydantic import ValidationError
 
 from modefsm.errors import HookError, LogError, NoSwitchError, TransitionNotAllowedError
 from modefsm.records import RejectReason
@@ -53,7 +59,7 @@ _DECLINED_TEXT: dict[RejectReason, str] = {
     "session_closed": "Refused: the session ended before the answer arrived.",
     "not_allowed": "Refused: the mode changed meanwhile and {mode} cannot reach the target.",
     "no_previous_mode": "Refused: there is no previous mode to return to.",
-    "client_error": "Failed: the client answered the permission request with an error.",
+    "invalid_answer": "Refused: the answer was not a valid permission response.",
     "hook_failed": "Refused by the agent's policy: staying in {mode} mode.",
     "log_failed": "Failed: the change could not be recorded; staying in {mode} mode.",
 }
@@ -113,6 +119,7 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
     plan: str,
     tool_call_id: str | None = None,
     cancelled: asyncio.Event | None = None,
+    abandoned: Callable[[], None] | None = None,
 ) -> SwitchResult:
     """Propose the current mode's switch to the client and apply the user's answer.
 
@@ -127,6 +134,8 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
         tool_call_id: ACP ``toolCallId``; a fresh ``call_switch_mode_<hex>`` when ``None``.
         cancelled: set by the agent's ``session/cancel`` handler; once it is set, the
             switch ends as ``cancelled`` (without asking, if the request was not sent yet).
+        abandoned: called the moment a cancel ends the wait for the client's answer (which
+            the SDK will then drop), so that the agent can log it if it still comes.
 
     Returns:
         How it ended (:class:`SwitchResult`).
@@ -176,9 +185,11 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
             ],
         )
         try:
-            response = await _until_cancelled(request, cancelled)
+            response = await _until_cancelled(request, cancelled, abandoned)
         except RequestError as exc:
-            reason = "cancelled" if exc.code == REQUEST_CANCELLED else "client_error"
+            reason = "cancelled" if exc.code == REQUEST_CANCELLED else "invalid_answer"
+        except ValidationError:  # the SDK could not read the answer as a permission response
+            reason = "invalid_answer"
         except ConnectionError:
             engine.reject_switch(
                 session_id, "session_closed", tool_call_id=tool_call_id, proposed_in=source
@@ -255,7 +266,9 @@ def _text(text: str) -> list[ContentToolCallContent]:
     ]
 
 
-async def _until_cancelled(request: Any, cancelled: asyncio.Event | None) -> Any:
+async def _until_cancelled(
+    request: Any, cancelled: asyncio.Event | None, abandoned: Callable[[], None] | None = None
+) -> Any:
     """Await *request* in this task; return ``None`` if *cancelled* is set first.
 
     The request is awaited directly (not in a task of its own), so its answer is handled
@@ -271,6 +284,8 @@ async def _until_cancelled(request: Any, cancelled: asyncio.Event | None) -> Any
         nonlocal fired
         await cancelled.wait()
         fired = True
+        if abandoned is not None:
+            abandoned()
         task.cancel()
 
     watcher = asyncio.ensure_future(watch())

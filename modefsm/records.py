@@ -59,6 +59,7 @@ __all__ = [
     "EVENT_CHANGED",
     "EVENT_CREATED",
     "EVENT_REJECTED",
+    "EVENT_REPAIRED",
     "RECORD_EVENTS",
     "Origin",
     "RejectReason",
@@ -73,6 +74,8 @@ __all__ = [
 EVENT_CREATED = "modefsm.session_created"
 EVENT_CHANGED = "modefsm.mode_changed"
 EVENT_REJECTED = "modefsm.change_rejected"
+EVENT_REPAIRED = "modefsm.log_repaired"
+"""A diagnostic, not a record: the line before it was torn by a crash (``torn_bytes`` long)."""
 RECORD_EVENTS = frozenset({EVENT_CREATED, EVENT_CHANGED, EVENT_REJECTED})
 """The events that are :class:`TransitionRecord` lines (other ``modefsm.*`` events, such as
 ``modefsm.notify_failed``, are diagnostics: not records, not chained)."""
@@ -92,10 +95,17 @@ RejectReason = Literal[
     "option_not_offered",
     "session_closed",
     "no_previous_mode",
-    "client_error",
     "log_failed",
+    "invalid_answer",
+    "late_answer",
+    "duplicate_answer",
 ]
-"""Why a ``modefsm.change_rejected`` record changed nothing."""
+"""Why a ``modefsm.change_rejected`` record changed nothing.
+
+The last three are permission answers that cannot approve anything: ``invalid_answer``
+(not a valid ``RequestPermissionResponse``, or a JSON-RPC error other than ``-32800``),
+``late_answer`` (an option selected after ``session/cancel`` or ``session/close`` ended
+the wait) and ``duplicate_answer`` (a second answer to the same request)."""
 
 
 class TransitionRecord(BaseModel):
@@ -249,6 +259,32 @@ def _last_record(fd: int, size: int) -> tuple[bool, str | None]:
     return False, None
 
 
+def _end_torn_line(fd: int, size: int) -> int:
+    """End a torn last line (a write cut short by a crash) and say so; return bytes written.
+
+    One ``write`` appends a newline, so the torn bytes stay alone on their line (readers
+    report that line and skip it), and a ``modefsm.log_repaired`` line giving its length
+    (``torn_bytes``), so a line torn by a crash can be told from a damaged log. Nothing is
+    truncated: another writer's record is never cut.
+    """
+    start = size
+    while start > 0:
+        chunk = os.pread(fd, min(start, _TAIL_CHUNK), max(0, start - _TAIL_CHUNK))
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            start = start - len(chunk) + newline + 1
+            break
+        start -= len(chunk)
+    repair = {
+        "timestamp": utc_timestamp(),
+        "event": EVENT_REPAIRED,
+        "torn_bytes": size - start,
+        "level": "warning",
+    }
+    data = b"\n" + orjson.dumps(repair) + b"\n"
+    return os.write(fd, data)
+
+
 class _LogFile:
     """An append-only log file: its descriptor, its writer, and the chain head it ends with."""
 
@@ -260,10 +296,7 @@ class _LogFile:
         try:
             size = os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":
-                # A torn last line (a crash mid-write): end it, so the next record starts
-                # on a line of its own; readers report the torn line and skip it.
-                os.write(fd, b"\n")
-                size += 1
+                size += _end_torn_line(fd, size)
             self.has_records, self.head = _last_record(fd, size) if size else (False, None)
         except OSError as exc:
             os.close(fd)

@@ -239,7 +239,7 @@ class RestoreIndex:
         if self._failure is not None:
             return
         try:
-            if self._pending == 0:
+            if not self._db.in_transaction:
                 self._db.execute("BEGIN")
             self._db.execute(_UPSERT, (session_id, mode, seq, *previous))
         except sqlite3.Error as exc:
@@ -263,7 +263,7 @@ class RestoreIndex:
         if self._failure is not None or self._db is None:
             return
         try:
-            if self._pending == 0:
+            if not self._db.in_transaction:
                 self._db.execute("BEGIN")
             self._db.execute(
                 "UPDATE log_position SET device = ?, inode = ?, offset = ?, head = ? WHERE id = 1",

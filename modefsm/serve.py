@@ -9,7 +9,8 @@ exercise every mode path:
 - in any other mode, it answers one ``agent_message_chunk`` naming the current mode.
 
 stdout carries only ACP messages. The transition log goes to ``--log FILE`` (JSON
-lines), or to stderr without one.
+lines), or to stderr without one. Frames are checked on the wire (:mod:`modefsm.wire`): a
+malformed one is answered with a JSON-RPC error and never reaches the agent.
 """
 
 from __future__ import annotations
@@ -19,15 +20,15 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import acp
 from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock
 
 from modefsm.agent import ModeAgent
 from modefsm.errors import ModefsmError
 from modefsm.records import TransitionLog
 from modefsm.spec import ModeSpec
+from modefsm.wire import run_agent
 
 __all__ = ["ScriptedAgent", "index_path", "serve"]
 
@@ -43,7 +44,9 @@ class ScriptedAgent(ModeAgent):
         cancelled = self.begin_turn(session_id)
         try:
             if self.engine.spec.switch_from(session.state) is not None:
-                result = await self.propose_switch(session_id, plan=text or "## Plan")
+                result = await self.propose_switch(
+                    session_id, plan=text or "## Plan", cancelled=cancelled
+                )
                 if result.approved:
                     reply = f"Approved: now in {self.session(session_id).state} mode."
                 else:
@@ -108,7 +111,7 @@ def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) 
         restore = log.index
     agent = ScriptedAgent(spec, log=log, restore=restore, unstable=True)
     try:
-        asyncio.run(acp.run_agent(cast("Any", agent), use_unstable_protocol=True))
+        asyncio.run(run_agent(agent))
     finally:
         log.close()
     return 0

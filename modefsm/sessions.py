@@ -490,12 +490,15 @@ class ModeEngine:
         """``session/set_config_option``: change, send notifications, return ``configOptions``.
 
         Returns:
-            The complete ``configOptions`` list after the change (ACP requires it).
+            The complete ``configOptions`` list once the change's notifications have left
+            (ACP requires the complete list), for the session's mode at that moment.
         """
+        session = self.get(session_id)
         self.set_config_value(session_id, config_id, value, request_id=request_id)
-        options = self.config_options(session_id)  # before the flush: a close meanwhile
-        await self.flush()  # must not fail a change that is already committed
-        return options
+        await self.flush()
+        # The session object, not the id: a close during the flush must not fail a change
+        # that is committed; and its state now, so the answer matches the last notification.
+        return self._complete(self.views[session.state], session_id)
 
     def config_options(self, session_id: str) -> list[Any]:
         """The session's complete ``configOptions``: the mode option, then the host's others.
@@ -533,28 +536,26 @@ class ModeEngine:
     async def flush(self) -> None:
         """Send every queued notification through the sink, in commit order.
 
-        One flush runs at a time; a caller that arrives while another flush is sending
-        waits for it, so when ``flush()`` returns, every notification queued before the
-        call has been handed to the sink. A notification whose sink call raises is dropped
-        and logged (the change stays committed).
+        One flush sends at a time; a caller that arrives while another flush is sending
+        waits for it. When ``flush()`` returns, the queue is empty and no flush is sending:
+        every notification of every change committed so far has been handed to the sink,
+        so a response built right after it reports no state the client has not been told.
+        A notification whose sink call raises is dropped and logged (the change stays
+        committed).
         """
-        if not self._outbox:
-            if self._flush_lock.locked():
-                async with self._flush_lock:
-                    pass
-            return
-        async with self._flush_lock:
-            sink = self.sink
-            while self._outbox:
-                session_id, update = self._outbox.popleft()
-                if sink is None:
-                    continue
-                try:
-                    await sink(session_id, update)
-                except Exception as exc:  # noqa: BLE001 - a broken sink must not stop the queue
-                    self._log_failure(
-                        "modefsm.notify_failed", session_id, exc, update=update.session_update
-                    )
+        while self._outbox or self._flush_lock.locked():
+            async with self._flush_lock:
+                sink = self.sink
+                while self._outbox:
+                    session_id, update = self._outbox.popleft()
+                    if sink is None:
+                        continue
+                    try:
+                        await sink(session_id, update)
+                    except Exception as exc:  # noqa: BLE001 - a broken sink must not stop the queue
+                        self._log_failure(
+                            "modefsm.notify_failed", session_id, exc, update=update.session_update
+                        )
 
     # -- internals ------------------------------------------------------------------------
 
@@ -662,9 +663,11 @@ class ModeEngine:
             session.session_id,
             None,
             session.state or None,
-            dest if isinstance(dest, str) else None,
+            _clip(dest) if isinstance(dest, str) else None,
             origin,
-            **ids,
+            **{
+                key: _clip(value) if isinstance(value, str) else value for key, value in ids.items()
+            },
         )
         fields["reason"] = reason
         self.log.write(EVENT_REJECTED, fields)
@@ -702,3 +705,18 @@ class ModeEngine:
         }
         with contextlib.suppress(ModefsmError):  # nowhere left to report a failed write
             self.log.write(event, record)
+
+
+CLIP = 256
+"""Client-supplied strings in a rejection record keep at most this many characters."""
+
+
+def _clip(value: str) -> str:
+    """*value*, cut to :data:`CLIP` characters with the count of the rest (``...[+N chars]``).
+
+    A rejection records what the client sent; a megabyte-long unknown mode id must not
+    become a megabyte of log.
+    """
+    if len(value) <= CLIP:
+        return value
+    return f"{value[:CLIP]}...[+{len(value) - CLIP} chars]"

@@ -145,7 +145,7 @@ class ModeSpec(BaseModel):
     config_option_id: str = Field(default="mode", min_length=1)
     config_option_name: str = Field(default="Session Mode", min_length=1)
 
-    def __init__(self, **data: Any) -> None:
+    def __init__(self, /, **data: Any) -> None:
         """Validate *data* completely; raise :class:`SpecError` with every problem."""
         try:
             super().__init__(**data)
@@ -395,6 +395,8 @@ def load_spec(path: str | Path) -> ModeSpec:
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         kind = "JSON" if path.suffix == ".json" else "TOML"
         raise SpecError([SpecProblem("", f"not valid {kind}: {exc}")], str(path)) from None
+    except RecursionError:
+        raise SpecError([SpecProblem("", "nested too deeply")], str(path)) from None
     return ModeSpec.from_data(data, str(path))
 
 

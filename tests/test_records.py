@@ -93,10 +93,13 @@ class TestReopen:
         _engine(log).new_session("s1")
         log.close()
         lines = path.read_bytes().split(b"\n")
-        assert (b'{"event":"modefsm.mode_changed","seq":', None) == (
-            lines[0],
-            orjson.loads(lines[1])["prev"],
-        )
+        repair = orjson.loads(lines[1])
+        del repair["timestamp"]
+        assert (
+            b'{"event":"modefsm.mode_changed","seq":',
+            {"event": "modefsm.log_repaired", "torn_bytes": 38, "level": "warning"},
+            None,
+        ) == (lines[0], repair, orjson.loads(lines[2])["prev"])
 
     def test_reopen_after_rotation_continues_the_chain_in_the_new_file(self, tmp_path):
         path = tmp_path / "modes.jsonl"

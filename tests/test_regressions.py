@@ -170,9 +170,9 @@ class TestSwitchFailures:
         engine.new_session("s")
         await engine.set_mode("s", "architect")
         result = await propose_switch(engine, FakeClient(answer), "s", plan="p")
-        assert (result.reason, result.change) == ("client_error", None)
+        assert (result.reason, result.change) == ("invalid_answer", None)
         assert recorder.sent[-1]["update"]["status"] == "failed"
-        assert read_log(log_path)[-1]["reason"] == "client_error"
+        assert read_log(log_path)[-1]["reason"] == "invalid_answer"
 
     async def test_hook_refusing_the_switch_ends_the_tool_call(self, make_engine, recorder):
         def refuse(change: ModeChange) -> None:

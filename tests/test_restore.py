@@ -242,3 +242,21 @@ def test_sqlite_is_in_wal_mode(tmp_path):
         assert ("wal",) == db.execute("PRAGMA journal_mode").fetchone()
     finally:
         db.close()
+
+
+def test_rejections_alone_then_a_commit(tmp_path):
+    """Rejection records right after a commit (no session row yet) commit like any other."""
+    from modefsm import UnknownModeError
+
+    log = TransitionLog.to_file(tmp_path / "l.jsonl", index=tmp_path / "l.index")
+    engine = ModeEngine(preset("seed"), log=log)
+    engine.new_session("s1")
+    log.index.commit()
+    with pytest.raises(UnknownModeError):
+        engine.change("s1", "nope", "set_mode")
+    engine.change("s1", "code", "set_mode")
+    log.index.commit()
+    try:
+        assert log.index.restore_point("s1") == RestorePoint("s1", "code", 2, "ask")
+    finally:
+        log.close()
