@@ -4,6 +4,7 @@ The public API, re-exported from the modules that define it.
 """
 
 from modefsm.errors import (
+    FrameError,
     HookError,
     InvalidParamsError,
     InvalidValueError,
@@ -33,6 +34,7 @@ from modefsm.views import ModeView
 
 __all__ = [
     "PREVIOUS",
+    "FrameError",
     "HookError",
     "InvalidParamsError",
     "InvalidValueError",
