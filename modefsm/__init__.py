@@ -5,6 +5,7 @@ The public API, re-exported from the modules that define it.
 
 from modefsm.errors import (
     DiagramError,
+    FrameError,
     HookError,
     InvalidParamsError,
     InvalidValueError,
@@ -37,6 +38,7 @@ from modefsm.views import ModeView
 __all__ = [
     "PREVIOUS",
     "DiagramError",
+    "FrameError",
     "HookError",
     "InvalidParamsError",
     "InvalidValueError",

@@ -37,12 +37,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(args)
     except ModefsmError as exc:
-        print(f"modefsm {args.command}: {exc}", file=sys.stderr)
+        print(f"modefsm {args.command}: {_one_line(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader went away (`modefsm replay LOG | head`)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout
         return 0
+
+
+def _one_line(message: str) -> str:
+    r"""*message* with control characters escaped, so that it stays one line.
+
+    A spec's keys and mode ids come from the user; one with a newline must not split the
+    error line.
+
+    >>> _one_line('initial: mode "a\nb" is not in modes (a)')
+    'initial: mode "a\\nb" is not in modes (a)'
+    """
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
 
 
 _COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = []

@@ -1,0 +1,71 @@
+"""Interop: the official TypeScript SDK (``@agentclientprotocol/sdk`` 2.x) drives ``modefsm serve``.
+
+``tests/ts/seed_scenario.mjs`` spawns the agent and runs the seed scenario (new session,
+set_mode, the mode config option, an approved switch, a rejected one, an unknown mode,
+load), validating every frame the agent writes with the SDK's own zod schemas. The SDK
+is pinned in ``tests/ts/package.json`` and ``package-lock.json``; ``.ci/run`` installs it
+with ``npm ci``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .harness import read_log
+
+TS = Path(__file__).resolve().parent.parent / "ts"
+SDK = TS / "node_modules" / "@agentclientprotocol" / "sdk"
+
+pytestmark = [
+    pytest.mark.reliability,
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        not SDK.is_dir(),
+        reason="the TypeScript SDK is not installed: run `npm ci` in tests/ts (CI does)",
+    ),
+]
+
+
+def test_the_typescript_sdk_runs_the_seed_scenario(tmp_path: Path):
+    node = shutil.which("node")
+    assert node is not None, "tests/ts/node_modules exists but node is not on PATH"
+    log = tmp_path / "log.jsonl"
+    command = [sys.executable, "-m", "modefsm", "serve", "--log", str(log)]
+    result = subprocess.run(
+        [node, "seed_scenario.mjs", *command],
+        cwd=TS,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads(result.stdout.splitlines()[-1])
+    assert summary["steps"] == [
+        "initialize",
+        "session/new",
+        "set_mode architect",
+        "set_config_option code",
+        "approved switch to code",
+        "rejected switch stays in architect",
+        "unknown mode is -32602",
+        "session/load reports architect",
+    ]
+    assert summary["validated"] == summary["received"] == 28
+    records = read_log(log).records
+    assert [(r["event"], r["to_mode"], r["origin"], r.get("reason")) for r in records] == [
+        ("modefsm.session_created", "ask", "new", None),
+        ("modefsm.mode_changed", "architect", "set_mode", None),
+        ("modefsm.mode_changed", "code", "set_config_option", None),
+        ("modefsm.mode_changed", "architect", "set_mode", None),
+        ("modefsm.mode_changed", "code", "switch_mode", None),
+        ("modefsm.mode_changed", "architect", "set_mode", None),
+        ("modefsm.change_rejected", None, "switch_mode", "option_rejected"),
+        ("modefsm.change_rejected", "does-not-exist", "set_mode", "unknown_mode"),
+    ]
