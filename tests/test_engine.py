@@ -472,6 +472,27 @@ class TestLog:
         await engine.set_mode("s1", "code")
         assert capsys.readouterr() == ("", "")
 
+    def test_lines_are_what_a_structlog_bytes_logger_writes(self):
+        import io
+
+        import structlog
+
+        from modefsm.records import _processors
+
+        fields = {"timestamp": "t", "session_id": "s1", "seq": None, "from_mode": None}
+        expected, written = io.BytesIO(), io.BytesIO()
+        bound = structlog.wrap_logger(
+            structlog.BytesLogger(expected),
+            processors=_processors(),
+            wrapper_class=structlog.make_filtering_bound_logger(0),
+        )
+        bound.info("modefsm.mode_changed", **fields)
+        bound.warning("modefsm.change_rejected", **fields)
+        log = TransitionLog.to_stream(written)
+        log.write("modefsm.mode_changed", fields)
+        log.write("modefsm.change_rejected", fields)
+        assert written.getvalue() == expected.getvalue()
+
     async def test_host_logger_receives_the_records(self):
         import structlog.testing
 
