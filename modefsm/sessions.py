@@ -639,7 +639,11 @@ class ModeEngine:
         from_mode: str | None,
         to_mode: str | None,
         origin: Origin,
-        **ids: Any,
+        *,
+        request_id: str | int | None = None,
+        tool_call_id: str | None = None,
+        option_id: str | None = None,
+        proposed_in: str | None = None,
     ) -> dict[str, Any]:
         fields: dict[str, Any] = {
             "timestamp": utc_timestamp(),
@@ -649,8 +653,16 @@ class ModeEngine:
             "to_mode": to_mode,
             "origin": origin,
         }
-        fields.update({key: value for key, value in ids.items() if value is not None})
-        fields.update(self._spec_fields)
+        if request_id is not None:
+            fields["request_id"] = request_id
+        if tool_call_id is not None:
+            fields["tool_call_id"] = tool_call_id
+        if option_id is not None:
+            fields["option_id"] = option_id
+        if proposed_in is not None:
+            fields["proposed_in"] = proposed_in
+        fields["spec"] = self._spec_name
+        fields["spec_hash"] = self._spec_hash
         return fields
 
     def _log_failure(self, event: str, session_id: str, exc: BaseException, **fields: Any) -> None:
