@@ -10,12 +10,16 @@ both notifications before it):
 - the minimal dict agent sending no notification and writing no log (the bare wire).
 
 All three are started first and their repetitions alternate, so noise falls on all alike.
+The client runs in a fresh child process of its own (``python -m benchmarks.roundtrip``),
+so that what earlier benchmarks left in the parent's heap does not slow it down.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -70,12 +74,37 @@ async def _rate(conn: Any, session_id: str, modes: list[str], count: int) -> flo
 
 @benchmark("roundtrip", TITLE)
 def run(size: Size) -> Result:
-    """Round trips per second of each agent, repetitions alternated."""
-    return asyncio.run(_run(size))
-
-
-async def _run(size: Size) -> Result:
+    """Round trips per second of each agent, repetitions alternated (client in a child)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.roundtrip", str(size.round_trips), str(size.repeat)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=child_env(),
+        cwd=ROOT,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"round-trip client failed:\n{done.stderr}")
+    rates: dict[str, list[float]] = json.loads(done.stdout)
     result = Result("roundtrip", TITLE)
+    for key, (name, _command, note) in AGENTS.items():
+        result.add(Row(METRIC, name, "round trips/s", rates[key], key == "baseline", note))
+    ratio = (
+        result.row(METRIC, AGENTS["modefsm"][0]).median
+        / result.row(METRIC, AGENTS["baseline"][0]).median
+    )
+    result.target(
+        "modefsm >= 0.8x the dict agent's rate", met=ratio >= 0.8, measured=f"{ratio:.2f}x"
+    )
+    result.notes.append(
+        f"one session per agent, {size.round_trips:,} sequential round trips per repetition, "
+        f"{size.repeat} repetitions; each agent and the client in a process of its own"
+    )
+    return result
+
+
+async def measure(round_trips: int, repeat: int) -> dict[str, list[float]]:
+    """Round trips per second of every agent, *repeat* times each, alternated."""
     modes = ["architect", "code", "ask"]
     rates: dict[str, list[float]] = {key: [] for key in AGENTS}
     with tempfile.TemporaryDirectory() as tmp:
@@ -100,27 +129,18 @@ async def _run(size: Size) -> Result:
                 sessions[key] = (conn, session.session_id)
                 clients[key] = client
             for conn, session_id in sessions.values():
-                await _rate(conn, session_id, modes, max(10, size.round_trips // 5))
-            for index in range(size.repeat):
+                await _rate(conn, session_id, modes, max(10, round_trips // 5))
+            for index in range(repeat):
                 keys = list(sessions)
                 if index % 2:
                     keys.reverse()
                 for key in keys:
                     conn, session_id = sessions[key]
-                    rates[key].append(await _rate(conn, session_id, modes, size.round_trips))
+                    rates[key].append(await _rate(conn, session_id, modes, round_trips))
         if clients["modefsm"].updates != clients["baseline"].updates:
             raise AssertionError("modefsm and the baseline sent different numbers of updates")
-    for key, (name, _command, note) in AGENTS.items():
-        result.add(Row(METRIC, name, "round trips/s", rates[key], key == "baseline", note))
-    ratio = (
-        result.row(METRIC, AGENTS["modefsm"][0]).median
-        / result.row(METRIC, AGENTS["baseline"][0]).median
-    )
-    result.target(
-        "modefsm >= 0.8x the dict agent's rate", met=ratio >= 0.8, measured=f"{ratio:.2f}x"
-    )
-    result.notes.append(
-        f"one session per agent, {size.round_trips:,} sequential round trips per repetition, "
-        f"{size.repeat} repetitions; each agent in its own process, client in this one"
-    )
-    return result
+    return rates
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(measure(int(sys.argv[1]), int(sys.argv[2])))))

@@ -61,15 +61,18 @@ def _ids(prefix: str, count: int) -> list[str]:
     return [f"sess_{prefix}{i:031x}" for i in range(count)]
 
 
-def child(key: str, count: int, traced: int, log_dir: Path) -> dict[str, Any]:
-    """Measure handler *key* with *count* sessions (in this process); return the figures."""
+def child(key: str, count: int, traced: int, log_dir: Path, gc_runs: int = 5) -> dict[str, Any]:
+    """Measure handler *key* with *count* sessions (in this process); return the figures.
+
+    *traced* sessions are traced by tracemalloc; a full collection is timed *gc_runs* times.
+    """
     spec = preset("seed")
     handler = HANDLERS[key](spec, log_dir / f"{key}.jsonl", discard)
     others = {m: [d for d in spec.mode_ids if d in spec.client_targets(m)] for m in spec.mode_ids}
     ids = _ids("a", count)
     dests = [others[spec.initial][i % len(others[spec.initial])] for i in range(count)]
     gc.collect()
-    gc_empty = _full_gc_ms()
+    gc_empty = _full_gc_ms(gc_runs)
     hwm_before = _hwm_kib()
 
     start = time.perf_counter()
@@ -86,7 +89,7 @@ def child(key: str, count: int, traced: int, log_dir: Path) -> dict[str, Any]:
 
     change = asyncio.run(change_all(ids))
     hwm_after = _hwm_kib()
-    gc_live = _full_gc_ms()
+    gc_live = _full_gc_ms(gc_runs)
 
     start = time.perf_counter()
     for session_id in ids:
@@ -126,10 +129,15 @@ def child(key: str, count: int, traced: int, log_dir: Path) -> dict[str, Any]:
     }
 
 
-def _spawn(key: str, count: int, traced: int) -> dict[str, Any]:
+def _spawn(key: str, count: int, traced: int, gc_runs: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         done = subprocess.run(
-            [sys.executable, "-m", "benchmarks.sessions", key, str(count), str(traced), tmp],
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.sessions",
+                *(key, str(count), str(traced), tmp, str(gc_runs)),
+            ],
             capture_output=True,
             text=True,
             check=False,
@@ -163,7 +171,7 @@ def run(size: Size) -> Result:
     for index in range(size.child_repeat):
         order = ["baseline", "modefsm"] if index % 2 == 0 else ["modefsm", "baseline"]
         for key in order:
-            runs[key].append(_spawn(key, count, count))
+            runs[key].append(_spawn(key, count, count, 5))
     alternatives = ["machine_per_session"]
     if statechart_available():
         alternatives.append("statechart_per_session")
@@ -172,12 +180,13 @@ def run(size: Size) -> Result:
             "python-statemachine is not installed (pip install -e '.[bench]'): its row is missing"
         )
     for key in alternatives:
-        runs[key] = [_spawn(key, count, min(count, size.alt_tracemalloc))]
+        runs[key] = [_spawn(key, count, min(count, size.alt_tracemalloc), 1)]
     result.notes.append(
         f"{count:,} sessions per child process; baseline and modefsm {size.child_repeat} runs "
-        "each, alternated; alternatives 1 run (tracemalloc over "
-        f"{min(count, size.alt_tracemalloc):,} of their sessions); every implementation writes "
-        "its records to a real file; notifications are queued and discarded"
+        "each, alternated, full GC timed 5 times per run; alternatives 1 run, GC timed once, "
+        f"tracemalloc over {min(count, size.alt_tracemalloc):,} of their sessions; every "
+        "implementation writes its records to a real file; notifications are queued and "
+        "discarded"
     )
     for metric, field, unit in METRICS:
         for key, figures in runs.items():
@@ -214,5 +223,5 @@ def _targets(result: Result, figures: list[dict[str, Any]]) -> None:
 
 
 if __name__ == "__main__":
-    _key, _count, _traced, _dir = sys.argv[1:5]
-    print(json.dumps(child(_key, int(_count), int(_traced), Path(_dir))))
+    _key, _count, _traced, _dir, _gc_runs = sys.argv[1:6]
+    print(json.dumps(child(_key, int(_count), int(_traced), Path(_dir), int(_gc_runs))))
