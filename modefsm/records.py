@@ -155,21 +155,20 @@ class _SyncedFile:
 
 
 def _processors() -> list[Callable[..., Any]]:
-    return [
-        structlog.processors.add_log_level,
-        structlog.processors.JSONRenderer(serializer=orjson.dumps),
-    ]
+    return [structlog.processors.JSONRenderer(serializer=orjson.dumps)]
 
 
 class _JSONLines:
-    """structlog's processor chain writing one JSON line per record to a binary stream.
+    """structlog's renderer writing one JSON line per record to a binary stream.
 
-    It runs the processors a ``structlog.BytesLogger`` behind a bound logger would
-    (:func:`_processors`: the level, then ``JSONRenderer`` with ``orjson``), with the same
-    bytes as result, and writes each line with a single ``write``, then ``flush``. It
-    leaves out the bound logger's per-call work (keyword packing, context copy, method
-    dispatch, the ``BytesLogger`` lock), which cost more than rendering and writing the
-    line together; :meth:`TransitionLog.write` hands it the record's dict directly.
+    A record is its fields, then ``event``, then ``level`` (the method name, as structlog's
+    ``add_log_level`` sets it), rendered by structlog's ``JSONRenderer`` with ``orjson``
+    (:func:`_processors`): the same bytes as a ``structlog.BytesLogger`` behind a bound
+    logger with ``add_log_level`` and that renderer. Each line is written with a single
+    ``write``, then ``flush``. It leaves out the bound logger's per-call work (keyword
+    packing, context copy, method dispatch, the ``BytesLogger`` lock), which cost more
+    than rendering and writing the line together, and the ``add_log_level`` call (the
+    level is one key); :meth:`TransitionLog.write` hands it the record's dict directly.
     """
 
     def __init__(self, stream: IO[bytes]) -> None:
@@ -178,8 +177,8 @@ class _JSONLines:
         self._flush = stream.flush
 
     def write(self, method: str, event: str, fields: dict[str, Any]) -> None:
-        """Render ``fields`` plus ``event`` through the processors; write one line."""
-        rendered: Any = {**fields, "event": event}
+        """Render ``fields``, ``event`` and ``level`` through the processors; write one line."""
+        rendered: Any = {**fields, "event": event, "level": method}
         for processor in self._processors:
             rendered = processor(self, method, rendered)
         self._write(rendered + b"\n")

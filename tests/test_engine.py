@@ -475,15 +475,17 @@ class TestLog:
     def test_lines_are_what_a_structlog_bytes_logger_writes(self):
         import io
 
+        import orjson
         import structlog
-
-        from modefsm.records import _processors
 
         fields = {"timestamp": "t", "session_id": "s1", "seq": None, "from_mode": None}
         expected, written = io.BytesIO(), io.BytesIO()
         bound = structlog.wrap_logger(
             structlog.BytesLogger(expected),
-            processors=_processors(),
+            processors=[
+                structlog.processors.add_log_level,
+                structlog.processors.JSONRenderer(serializer=orjson.dumps),
+            ],
             wrapper_class=structlog.make_filtering_bound_logger(0),
         )
         bound.info("modefsm.mode_changed", **fields)
