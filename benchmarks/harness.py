@@ -308,7 +308,9 @@ def _fmt(value: float) -> str:
         return f"{value:,.0f}"
     if abs(value) >= 10:
         return f"{value:.1f}"
-    return f"{value:.2f}"
+    if abs(value) >= 0.1:
+        return f"{value:.2f}"
+    return f"{value:.2g}"
 
 
 def format_table(results: list[Result], info: dict[str, Any]) -> str:
