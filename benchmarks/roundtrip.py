@@ -9,9 +9,10 @@ both notifications before it):
   writing the same log line: the baseline;
 - the minimal dict agent sending no notification and writing no log (the bare wire).
 
-All three are started first and their repetitions alternate, so noise falls on all alike.
-The client runs in a fresh child process of its own (``python -m benchmarks.roundtrip``),
-so that what earlier benchmarks left in the parent's heap does not slow it down.
+Each repetition starts the three agents afresh and measures each in turn (the order
+alternates), so that noise, and the luck of where a process lands, fall on all alike. The
+client runs in a fresh child process of its own (``python -m benchmarks.roundtrip``), so
+that what earlier benchmarks left in the parent's heap does not slow it down.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -51,21 +54,22 @@ class _Client:
 
 
 AGENTS: dict[str, tuple[str, tuple[str, ...], str]] = {
-    "modefsm": ("modefsm serve", ("-m", "modefsm", "serve", "--log", "{log}"), ""),
+    "modefsm": ("modefsm serve", ("modefsm", "serve", "--log", "{log}"), ""),
     "baseline": (
         "baseline: dict agent, same notifications and log",
-        ("-m", "benchmarks.dict_agent", "--notify", "--log", "{log}"),
+        ("benchmarks.dict_agent", "--notify", "--log", "{log}"),
         "",
     ),
     "bare": (
         "dict agent, no notification, no log",
-        ("-m", "benchmarks.dict_agent"),
+        ("benchmarks.dict_agent",),
         "1 message back per request instead of 3",
     ),
 }
 
 
-async def _rate(conn: Any, session_id: str, modes: list[str], count: int) -> float:
+async def _rate(conn: Any, session_id: str, count: int) -> float:
+    modes = ["architect", "code", "ask"]
     start = time.perf_counter()
     for i in range(count):
         await conn.set_session_mode(session_id=session_id, mode_id=modes[i % len(modes)])
@@ -98,48 +102,78 @@ def run(size: Size) -> Result:
     )
     result.notes.append(
         f"one session per agent, {size.round_trips:,} sequential round trips per repetition, "
-        f"{size.repeat} repetitions; each agent and the client in a process of its own"
+        f"{size.repeat} repetitions, each with fresh agent processes; client pinned to CPU 0, "
+        "agents to CPU 1"
     )
     return result
 
 
+def _pin(pid: int, cpu: int) -> None:
+    """Run process *pid* (0: this one) on CPU *cpu* only, where the system allows it."""
+    if hasattr(os, "sched_setaffinity") and cpu in os.sched_getaffinity(0):
+        os.sched_setaffinity(pid, {cpu})
+
+
 async def measure(round_trips: int, repeat: int) -> dict[str, list[float]]:
-    """Round trips per second of every agent, *repeat* times each, alternated."""
-    modes = ["architect", "code", "ask"]
+    """Round trips per second of every agent, *repeat* times each.
+
+    Each repetition starts all three agents afresh (in alternating order), warms each up,
+    then measures each: the rate of one agent process can sit 10-20% above or below
+    another's for its whole life (where the scheduler and the allocator put it), so each
+    sample gets processes of its own. With two CPUs or more, the client runs on CPU 0 and
+    every agent on CPU 1, so that all agents compete under the same placement.
+    """
+    _pin(0, 0)
+    rng = random.Random()  # a new layout for every process of every run
     rates: dict[str, list[float]] = {key: [] for key in AGENTS}
+    updates: dict[str, int] = dict.fromkeys(AGENTS, 0)
     with tempfile.TemporaryDirectory() as tmp:
-        async with contextlib.AsyncExitStack() as stack:
-            sessions: dict[str, tuple[Any, str]] = {}
-            clients: dict[str, _Client] = {}
-            for key, (_name, command, _note) in AGENTS.items():
-                client = _Client()
-                args = [part.format(log=Path(tmp) / f"{key}.jsonl") for part in command]
-                conn, _process = await stack.enter_async_context(
-                    acp.spawn_agent_process(
-                        cast("Any", client),
-                        sys.executable,
-                        *args,
-                        env=child_env(),
-                        cwd=ROOT,
-                        transport_kwargs={"stderr": None},
-                    )
-                )
-                await asyncio.wait_for(conn.initialize(protocol_version=acp.PROTOCOL_VERSION), 60)
-                session = await conn.new_session(cwd=tmp)
-                sessions[key] = (conn, session.session_id)
-                clients[key] = client
-            for conn, session_id in sessions.values():
-                await _rate(conn, session_id, modes, max(10, round_trips // 5))
-            for index in range(repeat):
-                keys = list(sessions)
-                if index % 2:
-                    keys.reverse()
+        for index in range(repeat):
+            keys = list(AGENTS)
+            if index % 2:
+                keys.reverse()
+            async with contextlib.AsyncExitStack() as stack:
+                sessions: dict[str, tuple[Any, str, _Client]] = {}
                 for key in keys:
-                    conn, session_id = sessions[key]
-                    rates[key].append(await _rate(conn, session_id, modes, round_trips))
-        if clients["modefsm"].updates != clients["baseline"].updates:
-            raise AssertionError("modefsm and the baseline sent different numbers of updates")
+                    sessions[key] = await _start(stack, key, Path(tmp), rng)
+                for conn, session_id, _client in sessions.values():
+                    await _rate(conn, session_id, max(10, round_trips // 5))
+                for key, (conn, session_id, client) in sessions.items():
+                    before = client.updates
+                    rates[key].append(await _rate(conn, session_id, round_trips))
+                    updates[key] += client.updates - before
+    if updates["modefsm"] != updates["baseline"]:
+        raise AssertionError(f"modefsm and the baseline sent different updates: {updates}")
     return rates
+
+
+async def _start(
+    stack: contextlib.AsyncExitStack[Any], key: str, tmp: Path, rng: random.Random
+) -> tuple[Any, str, _Client]:
+    """Spawn agent *key*, initialize it and open a session; the stack closes it.
+
+    The agent starts through :mod:`benchmarks.launch` with a random seed (its heap laid
+    out anew) and a random number of padding bytes in its environment (its stack starts
+    elsewhere): layout effects become noise, not a bias for one agent.
+    """
+    client = _Client()
+    module, *rest = (part.format(log=tmp / f"{key}.jsonl") for part in AGENTS[key][1])
+    seed, pad = rng.randrange(2**32), rng.randrange(4096)
+    args = ["-m", "benchmarks.launch", str(seed), module, *rest]
+    conn, process = await stack.enter_async_context(
+        acp.spawn_agent_process(
+            cast("Any", client),
+            sys.executable,
+            *args,
+            env={**child_env(), "MODEFSM_BENCH_PAD": "x" * pad},
+            cwd=ROOT,
+            transport_kwargs={"stderr": None},
+        )
+    )
+    _pin(process.pid, 1)
+    await asyncio.wait_for(conn.initialize(protocol_version=acp.PROTOCOL_VERSION), 60)
+    session = await conn.new_session(cwd=str(tmp))
+    return conn, session.session_id, client
 
 
 if __name__ == "__main__":
