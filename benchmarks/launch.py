@@ -1,12 +1,12 @@
 """``python -m benchmarks.launch SEED MODULE ARGS...``: run MODULE as ``__main__``, laid out anew.
 
 Before MODULE (and everything it imports) is loaded, this allocates a random number of
-small objects of random sizes, chosen by SEED, and keeps them. Every later allocation then
-lands at other addresses, so the process's code objects, functions and dicts share the
-CPU caches differently. That layout alone moves an agent's round-trip rate by 10-20% for
-the whole life of the process (the same code installed in two directories measured 0.72x
-and 1.08x the baseline); a fresh layout per process turns that bias into noise, which the
-median of several processes then removes.
+small objects of random sizes, chosen by SEED, and keeps them, so that every later
+allocation lands at other addresses. Processes of the same agent can differ in speed by
+10-20% for their whole life (the same code, installed in two directories, measured 0.72x
+and 1.08x the baseline with one process per agent per run); where a process's objects
+land is one such cause. A fresh process per sample, each laid out anew, turns that into
+noise that the median of the samples removes.
 """
 
 from __future__ import annotations
