@@ -178,6 +178,8 @@ class ModeEngine:
         self._sessions: dict[str, Session] = {}
         self._outbox: deque[tuple[str, Update]] = deque()
         self._flush_lock = asyncio.Lock()
+        self._spec_name = spec.name
+        self._spec_hash = spec.content_hash
         self._spec_fields = {"spec": spec.name, "spec_hash": spec.content_hash}
 
     # -- sessions ------------------------------------------------------------------------
@@ -605,21 +607,30 @@ class ModeEngine:
                 )
 
     def _write_ahead(self, session: Session, source: str, dest: str, context: ModeChange) -> None:
-        if self.log is not None:
-            self.log.write(
-                EVENT_CHANGED,
-                self._fields(
-                    session.session_id,
-                    context.seq,
-                    source,
-                    dest,
-                    context.origin,
-                    request_id=context.request_id,
-                    tool_call_id=context.tool_call_id,
-                    option_id=context.option_id,
-                    proposed_in=context.proposed_in,
-                ),
-            )
+        log = self.log
+        if log is None:
+            return
+        # The record of every change, built in place (the hot path of the engine); the
+        # keys and their order are those of _fields.
+        fields: dict[str, Any] = {
+            "timestamp": utc_timestamp(),
+            "session_id": session.session_id,
+            "seq": context.seq,
+            "from_mode": source,
+            "to_mode": dest,
+            "origin": context.origin,
+        }
+        if context.request_id is not None:
+            fields["request_id"] = context.request_id
+        if context.tool_call_id is not None:
+            fields["tool_call_id"] = context.tool_call_id
+        if context.option_id is not None:
+            fields["option_id"] = context.option_id
+        if context.proposed_in is not None:
+            fields["proposed_in"] = context.proposed_in
+        fields["spec"] = self._spec_name
+        fields["spec_hash"] = self._spec_hash
+        log.write(EVENT_CHANGED, fields)
 
     def _commit(self, session: Session, source: str, dest: str, context: ModeChange) -> None:
         session.seq = context.seq
@@ -679,7 +690,11 @@ class ModeEngine:
         from_mode: str | None,
         to_mode: str | None,
         origin: Origin,
-        **ids: Any,
+        *,
+        request_id: str | int | None = None,
+        tool_call_id: str | None = None,
+        option_id: str | None = None,
+        proposed_in: str | None = None,
     ) -> dict[str, Any]:
         fields: dict[str, Any] = {
             "timestamp": utc_timestamp(),
@@ -689,8 +704,16 @@ class ModeEngine:
             "to_mode": to_mode,
             "origin": origin,
         }
-        fields.update({key: value for key, value in ids.items() if value is not None})
-        fields.update(self._spec_fields)
+        if request_id is not None:
+            fields["request_id"] = request_id
+        if tool_call_id is not None:
+            fields["tool_call_id"] = tool_call_id
+        if option_id is not None:
+            fields["option_id"] = option_id
+        if proposed_in is not None:
+            fields["proposed_in"] = proposed_in
+        fields["spec"] = self._spec_name
+        fields["spec_hash"] = self._spec_hash
         return fields
 
     def _log_failure(self, event: str, session_id: str, exc: BaseException, **fields: Any) -> None:

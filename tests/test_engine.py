@@ -471,6 +471,31 @@ class TestLog:
         await engine.set_mode("s1", "code")
         assert capsys.readouterr() == ("", "")
 
+    def test_lines_are_what_a_structlog_bytes_logger_writes(self):
+        import io
+
+        import orjson
+        import structlog
+
+        fields = {"timestamp": "t", "session_id": "s1", "seq": None, "from_mode": None}
+        expected, written = io.BytesIO(), io.BytesIO()
+        bound = structlog.wrap_logger(
+            structlog.BytesLogger(expected),
+            processors=[
+                structlog.processors.add_log_level,
+                structlog.processors.JSONRenderer(serializer=orjson.dumps),
+            ],
+            wrapper_class=structlog.make_filtering_bound_logger(0),
+        )
+        log = TransitionLog.to_stream(written)
+        log.write("modefsm.mode_changed", fields)
+        log.write("modefsm.change_rejected", fields)
+        first, second = (orjson.loads(line) for line in written.getvalue().splitlines())
+        chain = [{"prev": line["prev"], "digest": line["digest"]} for line in (first, second)]
+        bound.info("modefsm.mode_changed", **fields, **chain[0])
+        bound.warning("modefsm.change_rejected", **fields, **chain[1])
+        assert written.getvalue() == expected.getvalue()
+
     async def test_host_logger_receives_the_records(self):
         import structlog.testing
 

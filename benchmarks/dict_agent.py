@@ -1,0 +1,95 @@
+"""A minimal ACP agent for benchmark 5: the mode of each session in a dict, over the SDK.
+
+``python -m benchmarks.dict_agent [--notify] [--log FILE]`` serves the seed spec's modes
+over stdio with the official SDK, as ``modefsm serve`` does, but with no state machine: a
+``session/set_mode`` checks the mode id, stores it in a dict and answers. With
+``--notify`` it first sends the same two notifications modefsm sends
+(``current_mode_update`` and ``config_option_update``, the same SDK models); with
+``--log`` it also appends the same JSON line per change as the baseline of benchmark 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import acp
+from acp import PROTOCOL_VERSION, RequestError
+from acp.schema import (
+    InitializeResponse,
+    NewSessionResponse,
+    SetSessionModeResponse,
+)
+
+from benchmarks.handlers import DictHandler
+from modefsm import preset
+from modefsm.views import build_views
+
+__all__ = ["DictAgent", "main"]
+
+
+class DictAgent:
+    """The minimal agent: ``initialize``, ``session/new``, ``session/set_mode``."""
+
+    def __init__(self, *, notify: bool, log: Path | None) -> None:
+        """Serve the seed spec; send notifications if *notify*; log to *log* if given."""
+        self.spec = preset("seed")
+        self.views = build_views(self.spec)
+        self.conn: Any = None
+        self.handler = DictHandler(self.spec, log, self._send if notify else None)
+
+    def on_connect(self, conn: Any) -> None:
+        """Called by the SDK with the connection to the client."""
+        self.conn = conn
+
+    async def _send(self, session_id: str, update: Any) -> None:
+        await self.conn.session_update(session_id=session_id, update=update)
+
+    async def initialize(self, protocol_version: int, **kwargs: Any) -> InitializeResponse:
+        """``initialize``."""
+        del protocol_version, kwargs
+        return InitializeResponse(protocol_version=PROTOCOL_VERSION)
+
+    async def new_session(self, cwd: str, **kwargs: Any) -> NewSessionResponse:
+        """``session/new`` in the initial mode."""
+        del cwd, kwargs
+        session_id = f"sess_{uuid.uuid4().hex}"
+        self.handler.new_session(session_id)
+        view = self.views[self.spec.initial]
+        return NewSessionResponse(
+            session_id=session_id, modes=view.modes, config_options=view.config_options
+        )
+
+    async def set_session_mode(
+        self, session_id: str, mode_id: str, **kwargs: Any
+    ) -> SetSessionModeResponse:
+        """``session/set_mode``: check, store, (notify), answer."""
+        del kwargs
+        try:
+            await self.handler.set_mode(session_id, mode_id)
+        except KeyError:
+            raise RequestError(-32002, "unknown session", {"uri": session_id}) from None
+        except ValueError:
+            raise RequestError(-32602, "invalid modeId", {"field": "modeId"}) from None
+        return SetSessionModeResponse()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve the dict agent over stdio until stdin closes."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.dict_agent")
+    parser.add_argument("--notify", action="store_true", help="send both mode notifications")
+    parser.add_argument("--log", type=Path, help="append one JSON line per change")
+    args = parser.parse_args(argv)
+    agent = DictAgent(notify=args.notify, log=args.log)
+    try:
+        asyncio.run(acp.run_agent(agent))  # type: ignore[arg-type]
+    finally:
+        agent.handler.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

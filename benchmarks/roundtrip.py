@@ -1,0 +1,180 @@
+"""Benchmark 5: ``session/set_mode`` round trips per second over stdio, through the SDK.
+
+The official SDK client (``acp.spawn_agent_process``) drives three agents, each in its own
+process, one request at a time (the next request leaves when the response arrived, with
+both notifications before it):
+
+- ``modefsm serve --log FILE`` (the engine, its log, both notifications);
+- the minimal dict agent (:mod:`benchmarks.dict_agent`) sending the same notifications and
+  writing the same log line: the baseline;
+- the minimal dict agent sending no notification and writing no log (the bare wire).
+
+Each repetition starts the three agents afresh and measures each in turn (the order
+alternates), so that noise, and the luck of where a process lands, fall on all alike. The
+client runs in a fresh child process of its own (``python -m benchmarks.roundtrip``), so
+that what earlier benchmarks left in the parent's heap does not slow it down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, cast
+
+import acp
+
+from benchmarks.harness import ROOT, Result, Row, Size, benchmark, child_env
+
+__all__ = ["run"]
+
+TITLE = "5. over the wire"
+METRIC = "set_mode round trips/s"
+
+
+class _Client:
+    """A client that accepts every notification (the SDK has already parsed it)."""
+
+    def __init__(self) -> None:
+        self.updates = 0
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        del session_id, update, kwargs
+        self.updates += 1
+
+    async def request_permission(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+AGENTS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "modefsm": ("modefsm serve", ("modefsm", "serve", "--log", "{log}"), ""),
+    "baseline": (
+        "baseline: dict agent, same notifications and log",
+        ("benchmarks.dict_agent", "--notify", "--log", "{log}"),
+        "",
+    ),
+    "bare": (
+        "dict agent, no notification, no log",
+        ("benchmarks.dict_agent",),
+        "1 message back per request instead of 3",
+    ),
+}
+
+
+async def _rate(conn: Any, session_id: str, count: int) -> float:
+    modes = ["architect", "code", "ask"]
+    start = time.perf_counter()
+    for i in range(count):
+        await conn.set_session_mode(session_id=session_id, mode_id=modes[i % len(modes)])
+    return count / (time.perf_counter() - start)
+
+
+@benchmark("roundtrip", TITLE)
+def run(size: Size) -> Result:
+    """Round trips per second of each agent, repetitions alternated (client in a child)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.roundtrip", str(size.round_trips), str(size.repeat)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=child_env(),
+        cwd=ROOT,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"round-trip client failed:\n{done.stderr}")
+    rates: dict[str, list[float]] = json.loads(done.stdout)
+    result = Result("roundtrip", TITLE)
+    for key, (name, _command, note) in AGENTS.items():
+        result.add(Row(METRIC, name, "round trips/s", rates[key], key == "baseline", note))
+    ratio = (
+        result.row(METRIC, AGENTS["modefsm"][0]).median
+        / result.row(METRIC, AGENTS["baseline"][0]).median
+    )
+    result.target(
+        "modefsm >= 0.8x the dict agent's rate", met=ratio >= 0.8, measured=f"{ratio:.2f}x"
+    )
+    result.notes.append(
+        f"one session per agent, {size.round_trips:,} sequential round trips per repetition, "
+        f"{size.repeat} repetitions, each with fresh agent processes; client pinned to CPU 0, "
+        "agents to CPU 1"
+    )
+    return result
+
+
+def _pin(pid: int, cpu: int) -> None:
+    """Run process *pid* (0: this one) on CPU *cpu* only, where the system allows it."""
+    if hasattr(os, "sched_setaffinity") and cpu in os.sched_getaffinity(0):
+        os.sched_setaffinity(pid, {cpu})
+
+
+async def measure(round_trips: int, repeat: int) -> dict[str, list[float]]:
+    """Round trips per second of every agent, *repeat* times each.
+
+    Each repetition starts all three agents afresh (in alternating order), warms each up,
+    then measures each: the rate of one agent process can sit 10-20% above or below
+    another's for its whole life (where the scheduler and the allocator put it), so each
+    sample gets processes of its own. With two CPUs or more, the client runs on CPU 0 and
+    every agent on CPU 1, so that all agents compete under the same placement.
+    """
+    _pin(0, 0)
+    rng = random.Random()  # a new layout for every process of every run
+    rates: dict[str, list[float]] = {key: [] for key in AGENTS}
+    updates: dict[str, int] = dict.fromkeys(AGENTS, 0)
+    with tempfile.TemporaryDirectory() as tmp:
+        for index in range(repeat):
+            keys = list(AGENTS)
+            if index % 2:
+                keys.reverse()
+            async with contextlib.AsyncExitStack() as stack:
+                sessions: dict[str, tuple[Any, str, _Client]] = {}
+                for key in keys:
+                    sessions[key] = await _start(stack, key, Path(tmp), rng)
+                for conn, session_id, _client in sessions.values():
+                    await _rate(conn, session_id, max(10, round_trips // 5))
+                for key, (conn, session_id, client) in sessions.items():
+                    before = client.updates
+                    rates[key].append(await _rate(conn, session_id, round_trips))
+                    updates[key] += client.updates - before
+    if updates["modefsm"] != updates["baseline"]:
+        raise AssertionError(f"modefsm and the baseline sent different updates: {updates}")
+    return rates
+
+
+async def _start(
+    stack: contextlib.AsyncExitStack[Any], key: str, tmp: Path, rng: random.Random
+) -> tuple[Any, str, _Client]:
+    """Spawn agent *key*, initialize it and open a session; the stack closes it.
+
+    The agent starts through :mod:`benchmarks.launch` with a random seed (its heap laid
+    out anew) and a random number of padding bytes in its environment (its stack starts
+    elsewhere): layout effects become noise, not a bias for one agent.
+    """
+    client = _Client()
+    module, *rest = (part.format(log=tmp / f"{key}.jsonl") for part in AGENTS[key][1])
+    seed, pad = rng.randrange(2**32), rng.randrange(4096)
+    args = ["-m", "benchmarks.launch", str(seed), module, *rest]
+    conn, process = await stack.enter_async_context(
+        acp.spawn_agent_process(
+            cast("Any", client),
+            sys.executable,
+            *args,
+            env={**child_env(), "MODEFSM_BENCH_PAD": "x" * pad},
+            cwd=ROOT,
+            transport_kwargs={"stderr": None},
+        )
+    )
+    _pin(process.pid, 1)
+    await asyncio.wait_for(conn.initialize(protocol_version=acp.PROTOCOL_VERSION), 60)
+    session = await conn.new_session(cwd=str(tmp))
+    return conn, session.session_id, client
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(measure(int(sys.argv[1]), int(sys.argv[2])))))

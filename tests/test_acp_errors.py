@@ -1,0 +1,46 @@
+"""modefsm's errors become the JSON-RPC errors ACP clients expect, and nothing else does."""
+
+from __future__ import annotations
+
+import pytest
+from acp import RequestError
+
+from modefsm import HookError, LogError, UnknownModeError, UnknownSessionError
+from modefsm.agent import acp_errors
+
+
+class TestAcpErrors:
+    """Each modefsm error maps to one JSON-RPC code; the original is not chained."""
+
+    @pytest.mark.parametrize(
+        ("error", "code"),
+        [
+            pytest.param(UnknownSessionError("sess_x"), -32002, id="unknown-session"),
+            pytest.param(UnknownModeError("x", ("ask", "code")), -32602, id="invalid-params"),
+            pytest.param(HookError("refuse", ValueError("no")), -32603, id="hook-failed"),
+            pytest.param(
+                HookError("refuse", RequestError(-32001, "busy")), -32001, id="hook-request-error"
+            ),
+            pytest.param(LogError("cannot write", "log.jsonl"), -32603, id="log-failed"),
+        ],
+    )
+    def test_modefsm_error_becomes_request_error(self, error, code):
+        with pytest.raises(RequestError) as info, acp_errors():
+            raise error
+        assert info.value.code == code
+        assert info.value.__suppress_context__
+        assert info.value.__cause__ is None
+
+    def test_unknown_session_names_the_uri(self):
+        with pytest.raises(RequestError) as info, acp_errors():
+            raise UnknownSessionError("sess_x")
+        assert info.value.data == {"uri": "sess_x"}
+
+    def test_other_errors_pass_through(self):
+        with pytest.raises(KeyError), acp_errors():
+            raise KeyError("x")
+
+    def test_no_error_no_effect(self):
+        with acp_errors():
+            value = 1
+        assert value == 1
