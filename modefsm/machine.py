@@ -45,14 +45,26 @@ MODEL_ATTRIBUTE = "fsm_state"
 _PREFIX = "m:"
 
 
+_STATE_NAMES: dict[str, str] = {}
+_MODE_IDS: dict[str, str] = {}
+
+
 def state_name(mode_id: str) -> str:
-    """The machine's name for the state of mode *mode_id* (``m:`` + the id)."""
-    return _PREFIX + mode_id
+    """The machine's name for the state of mode *mode_id* (``m:`` + the id).
+
+    Names are made once per mode id and shared: every session in a mode holds the same
+    string, and naming costs a dictionary look-up.
+    """
+    name = _STATE_NAMES.get(mode_id)
+    if name is None:
+        name = _STATE_NAMES[mode_id] = _PREFIX + mode_id
+        _MODE_IDS[name] = mode_id
+    return name
 
 
 def mode_of(state: str) -> str:
     """The mode id of the machine state named *state* (the inverse of :func:`state_name`)."""
-    return state[len(_PREFIX) :]
+    return _MODE_IDS[state]
 
 
 Callback = Callable[[Any, str, str, Any], None]

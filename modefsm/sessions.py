@@ -323,11 +323,10 @@ class ModeEngine:
             self._reject(session, mode_id, origin, "unknown_mode", request_id=request_id)
             raise UnknownModeError(mode_id, self.spec.mode_ids, field=field)
         assert isinstance(mode_id, str)  # noqa: S101 - has_mode checked it
-        if mode_id == session.state:
+        source = session.state
+        if mode_id == source:
             return None
-        context = ModeChange(
-            session_id, session.seq + 1, session.state, mode_id, origin, request_id
-        )
+        context = ModeChange(session_id, session.seq + 1, source, mode_id, origin, request_id)
         if not self._fire(session, _KIND[origin], mode_id, context):
             self._reject(session, mode_id, origin, "not_allowed", request_id=request_id)
             raise TransitionNotAllowedError(
@@ -563,7 +562,7 @@ class ModeEngine:
 
     def _fire(self, session: Session, kind: TriggerKind, dest: str, context: ModeChange) -> bool:
         """Policy, then hooks, then the machine (write-ahead record, commit), then after-hooks."""
-        if not self.machine.allows(kind, session.state, dest):
+        if not self.machine.allows(kind, context.from_mode, dest):
             return False
         self._run_before_hooks(session, context)
         if not self.machine.fire(session, kind, dest, context):  # pragma: no cover - allowed
