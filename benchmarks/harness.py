@@ -10,9 +10,11 @@ Absolute times on a shared machine move by 15-30% between runs; the ratios are w
 from __future__ import annotations
 
 import gc
+import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -48,6 +50,26 @@ def child_env() -> dict[str, str]:
     """This process's environment, with the project's root first on ``PYTHONPATH``."""
     path = os.environ.get("PYTHONPATH")
     return {**os.environ, "PYTHONPATH": str(ROOT) if not path else f"{ROOT}{os.pathsep}{path}"}
+
+
+def run_child(module: str, *args: str, what: str) -> Any:
+    """Run ``python -m MODULE ARGS...`` in a fresh process and return the JSON it prints.
+
+    Raises:
+        RuntimeError: the child failed (its stderr is in the message); *what* names it.
+    """
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=child_env(),
+        cwd=ROOT,
+    )
+    if done.returncode != 0:
+        msg = f"{what} failed:\n{done.stderr}"
+        raise RuntimeError(msg)
+    return json.loads(done.stdout)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ import inspect
 import json
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from benchmarks.harness import ROOT, Result, Row, Size, benchmark, child_env
+from benchmarks.harness import Result, Row, Size, benchmark, run_child
 from modefsm import ModeEngine, TransitionLog, preset
 
 __all__ = ["replay_api", "restore_index", "run_replay", "run_restore", "write_log"]
@@ -113,17 +112,9 @@ def child(task: str, path: Path) -> dict[str, Any]:
 
 
 def _spawn(task: str, path: Path) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.replay", task, str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=child_env(),
-        cwd=ROOT,
+    figures: dict[str, Any] = run_child(
+        "benchmarks.replay", task, str(path), what=f"replay child {task}"
     )
-    if done.returncode != 0:
-        raise RuntimeError(f"replay child {task} failed:\n{done.stderr}")
-    figures: dict[str, Any] = json.loads(done.stdout)
     return figures
 
 

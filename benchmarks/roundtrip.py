@@ -22,7 +22,6 @@ import contextlib
 import json
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +30,7 @@ from typing import Any, cast
 
 import acp
 
-from benchmarks.harness import ROOT, Result, Row, Size, benchmark, child_env
+from benchmarks.harness import ROOT, Result, Row, Size, benchmark, child_env, run_child
 
 __all__ = ["run"]
 
@@ -79,17 +78,12 @@ async def _rate(conn: Any, session_id: str, count: int) -> float:
 @benchmark("roundtrip", TITLE)
 def run(size: Size) -> Result:
     """Round trips per second of each agent, repetitions alternated (client in a child)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.roundtrip", str(size.round_trips), str(size.repeat)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=child_env(),
-        cwd=ROOT,
+    rates: dict[str, list[float]] = run_child(
+        "benchmarks.roundtrip",
+        str(size.round_trips),
+        str(size.repeat),
+        what="round-trip client",
     )
-    if done.returncode != 0:
-        raise RuntimeError(f"round-trip client failed:\n{done.stderr}")
-    rates: dict[str, list[float]] = json.loads(done.stdout)
     result = Result("roundtrip", TITLE)
     for key, (name, _command, note) in AGENTS.items():
         result.add(Row(METRIC, name, "round trips/s", rates[key], key == "baseline", note))

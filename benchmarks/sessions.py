@@ -20,7 +20,6 @@ import asyncio
 import gc
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.handlers import HANDLERS, discard, statechart_available
-from benchmarks.harness import ROOT, Result, Row, Size, benchmark, child_env
+from benchmarks.harness import Result, Row, Size, benchmark, run_child
 from modefsm import preset
 
 __all__ = ["child", "run"]
@@ -131,22 +130,11 @@ def child(key: str, count: int, traced: int, log_dir: Path, gc_runs: int = 5) ->
 
 def _spawn(key: str, count: int, traced: int, gc_runs: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "benchmarks.sessions",
-                *(key, str(count), str(traced), tmp, str(gc_runs)),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-            env=child_env(),
-            cwd=ROOT,
+        figures: dict[str, Any] = run_child(
+            "benchmarks.sessions",
+            *(key, str(count), str(traced), tmp, str(gc_runs)),
+            what=f"sessions child {key}",
         )
-        if done.returncode != 0:
-            raise RuntimeError(f"sessions child {key} failed:\n{done.stderr}")
-        figures: dict[str, Any] = json.loads(done.stdout)
         return figures
 
 
