@@ -77,6 +77,13 @@ def _open_log(path: Path | None) -> IO[bytes] | None:
     return os.fdopen(fd, "ab", buffering=0)
 
 
+async def _announce(sink: Any, updates: tuple[Any, Any], session_id: str) -> None:
+    """Send a change's two notifications (``current_mode_update``, ``config_option_update``)."""
+    if sink is not None:
+        for update in updates:
+            await sink(session_id, update)
+
+
 class _Lines:
     """The log line every hand-written handler writes: the same fields as modefsm's,
     chained the same way (``prev``, ``digest``: SHA-256 of the canonical record)."""
@@ -179,11 +186,7 @@ class DictHandler:
         self._lines.write(EVENT_CHANGED, session_id, seq, (current, mode_id))
         self.modes[session_id] = mode_id
         self.seqs[session_id] = seq
-        sink = self._sink
-        if sink is not None:
-            current_mode_update, config_option_update = self._updates[mode_id]
-            await sink(session_id, current_mode_update)
-            await sink(session_id, config_option_update)
+        await _announce(self._sink, self._updates[mode_id], session_id)
 
     def close(self, session_id: str) -> None:
         """Forget a session."""
@@ -275,11 +278,7 @@ class MachinePerSession:
             model.trigger(f"set_{mode_id}")
         except MachineError:
             raise ValueError(mode_id) from None
-        sink = self._sink
-        if sink is not None:
-            current_mode_update, config_option_update = self._updates[mode_id]
-            await sink(session_id, current_mode_update)
-            await sink(session_id, config_option_update)
+        await _announce(self._sink, self._updates[mode_id], session_id)
 
     def close(self, session_id: str) -> None:
         """Drop the session and its machine."""
@@ -367,11 +366,7 @@ class StatechartPerSession:
             machine.send(self._events[mode_id])
         except machine.TransitionNotAllowed:
             raise ValueError(mode_id) from None
-        sink = self._sink
-        if sink is not None:
-            current_mode_update, config_option_update = self._updates[mode_id]
-            await sink(session_id, current_mode_update)
-            await sink(session_id, config_option_update)
+        await _announce(self._sink, self._updates[mode_id], session_id)
 
     def close(self, session_id: str) -> None:
         """Drop the session and its machine."""
