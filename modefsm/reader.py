@@ -43,7 +43,7 @@ from pydantic import ValidationError
 
 from modefsm.records import RECORD_EVENTS, TransitionRecord, record_digest
 
-__all__ = ["MAX_LINE", "Location", "LogEntry", "LogProblem", "ProblemKind", "read_log"]
+__all__ = ["MAX_LINE", "Location", "LogEntry", "LogProblem", "ProblemKind", "Take", "read_log"]
 
 MAX_LINE = 1 << 20
 """The longest line read, in bytes (1 MiB); a longer line is skipped as ``too_long``."""
@@ -54,9 +54,21 @@ ProblemKind = Literal[
 ]  # fmt: skip
 """What is wrong with a line or a file (see :class:`LogProblem`)."""
 
+Take = Callable[[str, int, dict[str, Any]], bool]
+"""A fast path for a consumer of :func:`read_log`: ``take(path, line, data)``.
+
+Called with the file, the line number and the parsed JSON object of a line that may be
+a modefsm record. Return ``True`` when the line is fully handled (the reader yields nothing
+for it and builds no model), ``False`` to have the reader treat it as usual. A ``take``
+must not change anything before it returns ``False``, and may change *data*.
+"""
+
 _FATAL: frozenset[ProblemKind] = frozenset({"unreadable", "not_text"})
 _BAD_RECORD: frozenset[ProblemKind] = frozenset({"not_json", "not_a_record"})
 _MARKS = tuple(f'"{event}"'.encode() for event in sorted(RECORD_EVENTS))
+_MARK = b'"modefsm.'
+_NEWLINE = ord("\n")
+_NEVER = 1 << 62
 _PROGRESS_STEP = 1 << 20
 
 
@@ -139,6 +151,7 @@ def read_log(
     start: int = 0,
     progress: Callable[[int], None] | None = None,
     stdin: BinaryIO | None = None,
+    take: Take | None = None,
 ) -> Iterator[LogEntry | LogProblem]:
     """Yield the records of the JSON-lines logs *paths*, in order, and every problem met.
 
@@ -151,23 +164,29 @@ def read_log(
         progress: called now and then with the number of bytes read so far, over all
             files (compressed bytes for gzip files).
         stdin: what ``-`` reads (default: ``sys.stdin.buffer``).
+        take: a consumer's fast path (see :data:`Take`): offered each complete line that
+            names a modefsm event and parses as a JSON object, before any model is built;
+            nothing is yielded for a line it takes.
 
     Yields:
         :class:`LogEntry` and :class:`LogProblem` items, in input order.
     """
     done = 0
     for path in paths:
-        reader = _FileReader(str(path), check_digests=check_digests, stdin=stdin)
+        reader = _FileReader(str(path), check_digests=check_digests, stdin=stdin, take=take)
         report = None if progress is None else (lambda n, base=done: progress(base + n))
         yield from reader.items(start, report)
         done += reader.consumed
 
 
 class _FileReader:
-    def __init__(self, name: str, *, check_digests: bool, stdin: BinaryIO | None) -> None:
+    def __init__(
+        self, name: str, *, check_digests: bool, stdin: BinaryIO | None, take: Take | None
+    ) -> None:
         self.name = name
         self.check_digests = check_digests
         self.stdin = stdin
+        self.take = take
         self.consumed = 0
 
     def items(
@@ -185,7 +204,7 @@ class _FileReader:
                 stack.enter_context(raw)
             yield from self._lines(raw, start, progress)
 
-    def _lines(  # noqa: C901 - one pass over the lines, a few lines per kind
+    def _lines(  # noqa: C901, PLR0912, PLR0915 - the hot loop: no call per line it can spare
         self, raw: Any, start: int, progress: Callable[[int], None] | None
     ) -> Iterator[LogEntry | LogProblem]:
         name = self.name
@@ -200,16 +219,34 @@ class _FileReader:
         if start:
             stream.seek(start)
         offset, lineno, records, content_lines = start, 0, 0, 0
-        next_report = _PROGRESS_STEP
-        while line := _readline(stream, name, lineno):
-            if isinstance(line, LogProblem):
-                yield line
+        next_report = _PROGRESS_STEP if progress is not None else _NEVER
+        take, loads, readline = self.take, orjson.loads, stream.readline
+        limit, newline, mark = MAX_LINE + 1, _NEWLINE, _MARK
+        while True:
+            try:
+                line = readline(limit)
+            except (EOFError, OSError, zlib.error) as exc:
+                yield _read_problem(name, lineno, exc)
+                break
+            if not line:
                 break
             lineno += 1
             offset += len(line)
-            if progress is not None and offset >= next_report:
+            if offset >= next_report and progress is not None:
                 progress(_tell(raw, offset) if compressed else offset)
                 next_report = offset + _PROGRESS_STEP
+            # The fast path: a complete line past the first (which is checked for binary
+            # data) that parses to an object the consumer takes. Anything else, including
+            # a line it declines, goes through the checks below as if it had not been seen.
+            if take is not None and content_lines and line[-1] == newline and mark in line:
+                try:
+                    data = loads(line)
+                except orjson.JSONDecodeError:
+                    data = None
+                if type(data) is dict and take(name, lineno, data):
+                    content_lines += 1
+                    records += 1
+                    continue
             location = Location(name, lineno)
             terminated = line.endswith(b"\n")
             if not terminated and len(line) > MAX_LINE:
@@ -278,15 +315,12 @@ class _FileReader:
         return LogEntry(location, record, end, intact)
 
 
-def _readline(stream: Any, name: str, lineno: int) -> bytes | LogProblem:
-    """The next line (at most ``MAX_LINE + 1`` bytes; ``b""`` at the end), or why there is none."""
-    try:
-        return bytes(stream.readline(MAX_LINE + 1))
-    except EOFError:
+def _read_problem(name: str, lineno: int, exc: Exception) -> LogProblem:
+    """Why the file cannot be read on after line *lineno*."""
+    if isinstance(exc, EOFError):
         message = f"the gzip data ends early, after line {lineno} (an unfinished archive)"
         return LogProblem(Location(name, 0), "torn", message)
-    except (OSError, zlib.error) as exc:
-        return LogProblem(Location(name, 0), "unreadable", f"corrupt after line {lineno}: {exc}")
+    return LogProblem(Location(name, 0), "unreadable", f"corrupt after line {lineno}: {exc}")
 
 
 def _no_records(name: str, lines: int) -> LogProblem:

@@ -67,6 +67,7 @@ __all__ = [
     "TransitionLog",
     "TransitionRecord",
     "canonical_record",
+    "covered_digest",
     "previous_of",
     "record_digest",
     "utc_timestamp",
@@ -183,6 +184,16 @@ def canonical_record(data: Mapping[str, Any]) -> bytes:
 def record_digest(data: Mapping[str, Any]) -> str:
     """SHA-256 of :func:`canonical_record` of *data*, as 64 lowercase hex digits."""
     return hashlib.sha256(canonical_record(data)).hexdigest()
+
+
+def covered_digest(data: dict[str, Any]) -> str:
+    """:func:`record_digest` of *data* when it holds only the keys a digest covers.
+
+    It skips the check for other keys (``level``, ``digest``, a host's own): with such a
+    key in *data* the result is not the record's digest. For a fast path that falls back
+    to :func:`record_digest` when the digests differ.
+    """
+    return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def previous_of(origin: str, from_mode: str | None) -> tuple[str | None, bool]:

@@ -33,16 +33,24 @@ Example:
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import Any, BinaryIO, Literal, get_args
 
 from modefsm.errors import LogError
-from modefsm.machine import ModeMachine
+from modefsm.machine import ModeMachine, TriggerKind
 from modefsm.reader import Location, LogEntry, LogProblem, read_log
-from modefsm.records import EVENT_CREATED, EVENT_REJECTED, TransitionRecord
+from modefsm.records import (
+    EVENT_CHANGED,
+    EVENT_CREATED,
+    EVENT_REJECTED,
+    Origin,
+    RejectReason,
+    TransitionRecord,
+    covered_digest,
+    previous_of,
+)
 from modefsm.restore import LogRestore, RestorePoint, last_points
 from modefsm.spec import PREVIOUS, ModeSpec, preset, preset_names
 
@@ -210,11 +218,19 @@ class ReplayReport:
         return 1 if self.violations else 0
 
 
+_At = tuple[str, int]
+"""A place as ``(path, line)``: what the replayer keeps; a :class:`Location` for reports."""
+
+
+def _where(at: _At) -> str:
+    return str(Location(*at))
+
+
 @dataclass(slots=True)
 class _Track:
-    first: Location
-    last: Location  # the session's last record
-    at: Location  # its last committed record (the one that set mode and seq)
+    first: _At
+    last: _At  # the session's last record
+    at: _At  # its last committed record (the one that set mode and seq)
     spec: str
     spec_hash: str
     mode: str | None = None
@@ -223,6 +239,24 @@ class _Track:
     records: int = 0
     rejections: int = 0
     changes: list[TransitionRecord] = field(default_factory=list)
+
+    def commit(  # noqa: PLR0917 - a record's fields, without building the record
+        self,
+        at: _At,
+        seq: int,
+        origin: str,
+        source: str | None,
+        dest: str,
+        spec: str,
+        spec_hash: str,
+    ) -> None:
+        """Move the session on by a committed record read at *at*."""
+        previous, keep = previous_of(origin, source)
+        if not keep:
+            self.previous = previous
+        self.mode, self.seq, self.last, self.at = dest, seq, at, at
+        self.spec, self.spec_hash = spec, spec_hash
+        self.records += 1
 
 
 _CLIENT_ORIGINS = ("set_mode", "set_config_option")
@@ -245,11 +279,18 @@ _MAX_RECENT = 4096
 
 
 class _Chain:
-    """Follows the digest chain with bounded memory: a few chain heads, recent digests."""
+    """Follows the digest chain with bounded memory: a few chain heads, recent digests.
+
+    Places are kept as ``(path, line)`` pairs (:data:`_At`) and made :class:`Location`
+    objects only for a message.
+    """
 
     def __init__(self) -> None:
-        self.heads: OrderedDict[str, Location] = OrderedDict()
-        self.recent: OrderedDict[str, tuple[Location, Location | None]] = OrderedDict()
+        self.heads: dict[str, _At] = {}  # digests no record continues yet, oldest first
+        # The last _MAX_RECENT digests: where each was read, and the record continuing it
+        self.recent: dict[str, list[_At | None]] = {}
+        self.ring: list[str | None] = [None] * _MAX_RECENT  # recent's keys, by age
+        self.slot = 0
         self.path: str | None = None
         self.seen = 0
         self.verified = 0
@@ -270,21 +311,57 @@ class _Chain:
         broken = self._link(record.prev, new_file=new_file, previous_path=previous_path)
         if broken is not None:
             found.append(("chain", broken))
-        prev = record.prev
-        if prev is not None:
-            self.heads.pop(prev, None)
-            if prev in self.recent:
-                self.recent[prev] = (self.recent[prev][0], location)
-        self.heads[record.digest] = location
-        if len(self.heads) > _MAX_HEADS:
-            self.heads.popitem(last=False)
-        self.recent[record.digest] = (location, None)
-        if len(self.recent) > _MAX_RECENT:
-            self.recent.popitem(last=False)
-        self.seen += 1
+        self._advance((location.path, location.line), record.prev, record.digest)
         self.verified += not found
-        self.head = record.digest
         return found
+
+    def follow(self, at: _At, prev: str | None, digest: str) -> bool:
+        """Take an intact record that continues the last one read in the same file.
+
+        The common case, without building a record: returns ``False`` (and changes
+        nothing) for any other record, which :meth:`check` then takes.
+        """
+        if prev != self.head or prev is None or at[0] != self.path:
+            return False
+        # _advance() for this case: prev is the newest head and the newest recent digest
+        heads = self.heads
+        heads.pop(prev, None)
+        heads[digest] = at
+        recent = self.recent
+        seen = recent.get(prev)
+        if seen is not None:
+            seen[1] = at
+        slot = self.slot
+        old = self.ring[slot]
+        if old is not None:
+            recent.pop(old, None)
+        self.ring[slot] = digest
+        self.slot = (slot + 1) % _MAX_RECENT
+        recent[digest] = [at, None]
+        self.seen += 1
+        self.head = digest
+        self.verified += 1
+        return True
+
+    def _advance(self, at: _At, prev: str | None, digest: str) -> None:
+        heads, recent = self.heads, self.recent
+        if prev is not None:
+            heads.pop(prev, None)
+            seen = recent.get(prev)
+            if seen is not None:
+                seen[1] = at
+        heads[digest] = at
+        if len(heads) > _MAX_HEADS:
+            del heads[next(iter(heads))]
+        slot = self.slot
+        old = self.ring[slot]
+        if old is not None:
+            recent.pop(old, None)
+        self.ring[slot] = digest
+        self.slot = (slot + 1) % _MAX_RECENT
+        recent[digest] = [at, None]
+        self.seen += 1
+        self.head = digest
 
     def _link(self, prev: str | None, *, new_file: bool, previous_path: str | None) -> str | None:
         """Why a record with *prev* does not continue the chain, or ``None`` if it does."""
@@ -292,8 +369,9 @@ class _Chain:
             return None  # the first record anchors the chain; the others continue a head
         if prev is not None and prev in self.recent:
             at, by = self.recent[prev]
-            by_text = f", which {by} already continues" if by is not None else ""
-            return f"the chain forks here: this record continues {at}{by_text} " + _FORK
+            assert at is not None  # noqa: S101 - set when the digest was read
+            by_text = f", which {_where(by)} already continues" if by is not None else ""
+            return f"the chain forks here: this record continues {_where(at)}{by_text} " + _FORK
         if prev is None:
             return None if new_file else _RESTART
         if new_file:
@@ -342,6 +420,8 @@ class Replayer:
         self._specs: dict[str, tuple[ModeSpec, ModeMachine]] = {
             s.content_hash: (s, ModeMachine(s, before=_ignore, after=_ignore)) for s in given
         }
+        # The transitions take() may apply; none when timelines are kept (records needed)
+        self._edges = {} if keep_timeline else {h: _edges(*s) for h, s in self._specs.items()}
         self._verify = verify
         self._session_id = session_id
         self._keep = keep_timeline
@@ -376,6 +456,136 @@ class Replayer:
             self._committed(item, spec)
         return True
 
+    def take(self, path: str, line: int, data: dict[str, Any]) -> bool:  # noqa: C901, PLR0911, PLR0912
+        """The fast path of :meth:`feed`, for :func:`~modefsm.reader.read_log`'s ``take``.
+
+        Takes a record that only moves its session on, without building its
+        :class:`~modefsm.records.TransitionRecord`: a creation, a client change, a restore
+        or a rejection whose every field has exactly its model type, that continues its
+        session (and, with ``verify``, the digest chain, its digest intact) and that its
+        spec allows. It applies it exactly as :meth:`feed` would and returns ``True``;
+        for anything else (a switch, a violation, a note, a kept timeline) it returns
+        ``False`` having changed nothing, and the record comes back through :meth:`feed`.
+
+        Args:
+            path: the file, as :class:`~modefsm.reader.Location` names it.
+            line: the line number, from 1.
+            data: the line's JSON object; changed (its ``digest`` and ``level`` removed)
+                when ``verify`` is on.
+        """
+        get = data.get
+        # Any: what the JSON holds, until checked. seq and the modes may be null but not
+        # missing: a missing one is _ABSENT, of no type any check below accepts.
+        event: Any = get("event")
+        session_id: Any = get("session_id")
+        seq: Any = get("seq", _ABSENT)
+        source: Any = get("from_mode", _ABSENT)
+        dest: Any = get("to_mode", _ABSENT)
+        origin: Any = get("origin")
+        spec_name: Any = get("spec")
+        spec_hash: Any = get("spec_hash")
+        reason: Any = get("reason")
+        track = None
+        try:  # an unhashable value (a list, an object) raises TypeError: declined
+            if (  # the fields that no check below covers
+                type(spec_name) is not str
+                or type(get("timestamp")) is not str
+                or type(get("level", "")) is not str
+                or type(get("request_id")) not in _ID_TYPES
+                or type(get("tool_call_id")) not in _STR_OR_NONE
+                or type(get("option_id")) not in _STR_OR_NONE
+                or type(get("proposed_in")) not in _STR_OR_NONE
+                or type(get("prev")) not in _STR_OR_NONE
+                or type(get("digest")) not in _STR_OR_NONE
+                or (reason is not None and reason not in _REASONS)
+            ):
+                return False
+            if self._session_id is not None and session_id != self._session_id:
+                if (
+                    event not in _EVENTS
+                    or type(spec_hash) is not str
+                    or not _well_typed(session_id, seq, source, dest, origin)
+                ):
+                    return False
+                event = None  # not replayed: only counted, and its chain link followed
+            else:
+                edges = self._edges.get(spec_hash)
+                track = self._tracks.get(session_id)
+                if edges is None:
+                    return False
+                if event == EVENT_CHANGED:
+                    # A track and an edge matched: session_id, seq, origin and both modes
+                    # have their types (a switch has no edge here: feed checks its option)
+                    if (
+                        track is None
+                        or type(seq) is not int
+                        or seq != track.seq + 1
+                        or source != track.mode
+                        or track.mode is None
+                        or (origin, source, dest) not in edges
+                    ):
+                        return False
+                elif event == EVENT_CREATED:
+                    if (
+                        track is not None
+                        or type(session_id) is not str
+                        or type(seq) is not int
+                        or seq != 1
+                        or origin != "new"
+                        or source is not None
+                        or dest != self._specs[spec_hash][0].initial
+                    ):
+                        return False
+                elif (
+                    event != EVENT_REJECTED
+                    or not _well_typed(session_id, seq, source, dest, origin)
+                    or (
+                        track is not None
+                        and track.mode is not None
+                        and source is not None
+                        and source != track.mode
+                    )
+                ):
+                    return False
+        except TypeError:
+            return False
+        if self._chain is not None and not self._follow(path, line, data):
+            return False
+        self._records += 1
+        if event is None:
+            return True
+        at = (path, line)
+        if track is None:
+            self._tracks[session_id] = track = _Track(at, at, at, spec_name, spec_hash)
+        if event == EVENT_REJECTED:
+            track.rejections += 1
+            track.last = at
+            return True
+        track.commit(at, seq, origin, source, dest, spec_name, spec_hash)
+        return True
+
+    def take_others(self, path: str, line: int, data: dict[str, Any]) -> bool:
+        """:meth:`take`, for the records of the sessions not replayed only.
+
+        For a caller that needs each replayed record as a :class:`~modefsm.reader.LogEntry`
+        (:func:`replay`'s ``on_entry``).
+        """
+        if self._session_id is None or data.get("session_id") == self._session_id:
+            return False
+        return self.take(path, line, data)
+
+    def _follow(self, path: str, line: int, data: dict[str, Any]) -> bool:
+        """With ``verify``: follow the chain by a record :meth:`take` takes, if it continues."""
+        chain = self._chain
+        assert chain is not None  # noqa: S101 - take calls it with verify only
+        digest = data.pop("digest", None)
+        data.pop("level", None)
+        return (
+            digest is not None
+            and covered_digest(data) == digest  # a host's key in data: declined
+            and chain.follow((path, line), data.get("prev"), digest)
+        )
+
     def report(self) -> ReplayReport:
         """The result for everything fed so far."""
         violations = list(self._violations)
@@ -399,8 +609,8 @@ class Replayer:
                 changes=tuple(t.changes),
                 records=t.records,
                 rejections=t.rejections,
-                first=t.first,
-                last=t.last,
+                first=Location(*t.first),
+                last=Location(*t.last),
             )
             for sid, t in self._tracks.items()
         )
@@ -432,8 +642,8 @@ class Replayer:
         record = entry.record
         track = self._tracks.get(record.session_id)
         if track is None:
-            location = entry.location
-            track = _Track(location, location, location, record.spec, record.spec_hash)
+            at = (entry.location.path, entry.location.line)
+            track = _Track(at, at, at, record.spec, record.spec_hash)
             self._tracks[record.session_id] = track
         return track
 
@@ -441,13 +651,13 @@ class Replayer:
         record = entry.record
         track = self._track(entry)
         track.rejections += 1
-        track.last = entry.location
+        track.last = (entry.location.path, entry.location.line)
         if track.mode is not None and record.from_mode not in (None, track.mode):
             self._violation(
                 entry,
                 "from_mode",
-                f"rejected in mode {record.from_mode!r}, but seq {track.seq} ({track.at}) left "
-                f"the session in {track.mode!r}",
+                f"rejected in mode {record.from_mode!r}, but seq {track.seq} "
+                f"({_where(track.at)}) left the session in {track.mode!r}",
             )
 
     def _committed(self, entry: LogEntry, spec: tuple[ModeSpec, ModeMachine] | None) -> None:
@@ -478,16 +688,16 @@ class Replayer:
             self._violation(
                 entry,
                 "from_mode",
-                f"from_mode {record.from_mode!r}, but seq {track.seq} ({track.at}) left "
+                f"from_mode {record.from_mode!r}, but seq {track.seq} ({_where(track.at)}) left "
                 f"the session in {track.mode!r}",
             )
         if spec is not None and record.event != EVENT_CREATED:
             for kind, message in _legality(record, track, *spec):
                 self._violation(entry, kind, message)
-        track.previous = record.from_mode
-        track.mode, track.seq, track.last, track.at = to_mode, seq, entry.location, entry.location
-        track.spec, track.spec_hash = record.spec, record.spec_hash
-        track.records += 1
+        at = (entry.location.path, entry.location.line)
+        track.commit(
+            at, seq, record.origin, record.from_mode, to_mode, record.spec, record.spec_hash
+        )
         if self._keep:
             track.changes.append(record)
 
@@ -500,18 +710,18 @@ class Replayer:
             self._violation(
                 entry,
                 "gap",
-                f"seq {seq} follows seq {track.seq} ({track.at}): {missing} {noun} missing",
+                f"seq {seq} follows seq {track.seq} ({_where(track.at)}): {missing} {noun} missing",
             )
             return True
         if seq == track.seq:
             self._violation(
-                entry, "repeat", f"seq {seq} again: {track.at} has it already (ignored)"
+                entry, "repeat", f"seq {seq} again: {_where(track.at)} has it already (ignored)"
             )
         else:
             self._violation(
                 entry,
                 "out_of_order",
-                f"seq {seq} comes after seq {track.seq} ({track.at}): records out of order "
+                f"seq {seq} comes after seq {track.seq} ({_where(track.at)}): records out of order "
                 "(ignored)",
             )
         return False
@@ -574,6 +784,44 @@ class Replayer:
         self._violations.append(
             Violation(entry.location, kind, message, record.session_id, record.seq)
         )
+
+
+_ABSENT = object()
+_ORIGINS = frozenset(get_args(Origin))
+_REASONS = frozenset(get_args(RejectReason))
+_EVENTS = frozenset({EVENT_CREATED, EVENT_CHANGED, EVENT_REJECTED})
+_KINDS: dict[TriggerKind, tuple[Origin, ...]] = {
+    "client_change": ("set_mode", "set_config_option"),
+    "restore": ("restore",),
+}
+_ID_TYPES = frozenset({str, int, type(None)})
+_STR_OR_NONE = frozenset({str, type(None)})
+
+
+def _well_typed(
+    session_id: object, seq: object, source: object, dest: object, origin: object
+) -> bool:
+    """Whether these fields of a record have their model types (for take)."""
+    return (
+        type(session_id) is str
+        and (seq is None or type(seq) is int)
+        and type(source) in _STR_OR_NONE
+        and type(dest) in _STR_OR_NONE
+        and origin in _ORIGINS
+    )
+
+
+def _edges(spec: ModeSpec, machine: ModeMachine) -> frozenset[tuple[str, str, str]]:
+    """The machine's client and restore transitions as ``(origin, source, dest)``, for take."""
+    modes = spec.mode_ids
+    return frozenset(
+        (origin, source, dest)
+        for kind, origins in _KINDS.items()
+        for source in modes
+        for dest in modes
+        if machine.allows(kind, source, dest)
+        for origin in origins
+    )
 
 
 def _ignore(*_: object) -> None:
@@ -695,7 +943,9 @@ def replay(
         The :class:`ReplayReport`; nothing is raised for bad input, it is all reported.
     """
     replayer = Replayer(specs, verify=verify, session_id=session_id, keep_timeline=keep_timeline)
-    for item in read_log(paths, check_digests=verify, progress=progress, stdin=stdin):
+    # Each record of the replayed session(s) goes to on_entry, so then none goes by take.
+    take = replayer.take if on_entry is None else replayer.take_others
+    for item in read_log(paths, check_digests=verify, progress=progress, stdin=stdin, take=take):
         if replayer.feed(item) and on_entry is not None:
             on_entry(item)  # type: ignore[arg-type]  # feed() is True only for entries
     return replayer.report()

@@ -1,0 +1,248 @@
+"""The replayer's fast path (:meth:`Replayer.take`) only saves time: it never changes a report.
+
+:func:`~modefsm.replay.replay` hands each well-formed record to ``Replayer.take`` before any
+model is built; whatever ``take`` declines comes back through ``Replayer.feed``. Here the
+same logs, clean and damaged, are replayed both ways (``feed`` alone, and ``replay``) and
+the reports must be equal, field for field.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from modefsm import ModeEngine, TransitionLog, preset
+from modefsm.errors import ModefsmError
+from modefsm.reader import read_log
+from modefsm.replay import Replayer, ReplayReport, replay
+from modefsm.spec import ModeSpec
+
+from .golden_logs import CASES, HOST_JSON, fixed_clock, render
+
+SPECS = [preset("permission"), preset("seed")]
+
+
+def _permission_log() -> list[bytes]:
+    """Every kind of record of the permission spec, and a host line.
+
+    Lines: 1 a created, 2 b created, 3 a default->plan (set_mode, int id),
+    4 b default->acceptEdits (set_config_option, str id), 5 the host's, 6 a rejected
+    (not_allowed), 7 a switch plan->default ($previous; restoring a in plan wrote
+    nothing), 8 b set_mode ->bypassPermissions, 9 b restore bypassPermissions->default
+    (fallback), 10 b switch rejected, 11 c created, 12 c rejected (unknown_mode).
+    """
+    buffer = io.BytesIO()
+    with fixed_clock():
+        engine = ModeEngine(preset("permission"), log=TransitionLog.to_stream(buffer))
+        engine.new_session("a", request_id=0)
+        engine.new_session("b")
+        engine.change("a", "plan", "set_mode", request_id=1)
+        engine.change("b", "acceptEdits", "set_config_option", request_id="r-2")
+        with contextlib.suppress(ModefsmError):
+            engine.change("a", "acceptEdits", "set_mode", request_id=3)
+        engine.close_session("a")
+        engine.restore_session("a", "plan", 2, previous="default")
+        previous = next(o for o in engine.spec.switches[0].options if o.target == "$previous")
+        dest = engine.resolve_target("a", previous)
+        assert dest == "default"
+        engine.apply_switch(
+            "a", dest, tool_call_id="t1", option_id=previous.option_id, proposed_in="plan"
+        )
+        engine.change("b", "bypassPermissions", "set_mode")
+        engine.close_session("b")
+        engine.restore_session("b", "bypassPermissions", 3)
+        engine.reject_switch("b", "option_rejected", tool_call_id="t2", option_id="keep_planning")
+        engine.new_session("c")
+        with contextlib.suppress(ModefsmError):
+            engine.change("c", "bogus", "set_mode")
+    lines = buffer.getvalue().splitlines()
+    return [*lines[:4], HOST_JSON, *lines[4:]]
+
+
+PERMISSION = _permission_log()
+
+
+def _write(tmp_path: Path, lines: list[bytes], name: str = "log.jsonl") -> Path:
+    path = tmp_path / name
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    return path
+
+
+def by_feed(
+    paths: list[Path],
+    specs: list[ModeSpec] | None,
+    *,
+    verify: bool,
+    session_id: str | None = None,
+    keep_timeline: bool = False,
+) -> ReplayReport:
+    """The report of ``feed`` alone: every record parsed into its model first."""
+    replayer = Replayer(specs, verify=verify, session_id=session_id, keep_timeline=keep_timeline)
+    for item in read_log(paths, check_digests=verify):
+        replayer.feed(item)
+    return replayer.report()
+
+
+def assert_same(paths: list[Path], specs: list[ModeSpec] | None = SPECS) -> None:
+    for verify in (False, True):
+        for session_id in (None, "a"):
+            fast = replay(paths, specs, verify=verify, session_id=session_id, keep_timeline=False)
+            slow = by_feed(paths, specs, verify=verify, session_id=session_id)
+            assert fast == slow, (verify, session_id)
+
+
+def test_the_permission_log_is_clean_and_taken(tmp_path):
+    path = _write(tmp_path, PERMISSION)
+    taken: list[int] = []
+    replayer = Replayer(SPECS, verify=True)
+
+    def take(name: str, line: int, data: dict[str, object]) -> bool:
+        took = replayer.take(name, line, data)
+        if took:
+            taken.append(line)
+        return took
+
+    for item in read_log([path], check_digests=True, take=take):
+        replayer.feed(item)
+    report = replayer.report()
+    assert (report.violations, report.records) == ((), 11)
+    assert [(s.session_id, s.mode, s.seq, s.records, s.rejections) for s in report.sessions] == [
+        ("a", "default", 3, 3, 1),
+        ("b", "default", 4, 4, 1),
+        ("c", "default", 1, 1, 1),
+    ]
+    # The first record anchors the chain and the switch is checked against its options:
+    # those go through feed; every other record is taken (line 5 is the host's).
+    assert taken == [2, 3, 4, 6, 8, 9, 10, 11, 12]
+
+
+def test_a_restore_keeps_the_previous_mode_a_switch_returns_to(tmp_path):
+    """A restore that falls back is not a move: ``$previous`` still means the mode before.
+
+    The engine keeps ``previous`` over a restore (see ``previous_of``); replay must too, or
+    the ``$previous`` switch right after it is reported as going to the wrong mode.
+    """
+    spec = ModeSpec.from_data(
+        {
+            "name": "fallback",
+            "initial": "ask",
+            "modes": [
+                {"id": "ask", "name": "Ask"},
+                {"id": "yolo", "name": "Yolo", "restorable": False, "fallback": "plan"},
+                {"id": "plan", "name": "Plan"},
+            ],
+            "switches": [
+                {
+                    "source": ["plan"],
+                    "title": "Leave plan",
+                    "options": [
+                        {"option_id": "back", "name": "Back", "kind": "allow_once",
+                         "target": "$previous"},
+                    ],
+                }
+            ],
+        }
+    )  # fmt: skip
+    buffer = io.BytesIO()
+    engine = ModeEngine(spec, log=TransitionLog.to_stream(buffer))
+    engine.new_session("s")
+    engine.change("s", "yolo", "set_mode")
+    engine.close_session("s")
+    engine.restore_session("s", "yolo", 2, previous="ask")
+    back = spec.switches[0].options[0]
+    assert engine.resolve_target("s", back) == "ask"
+    engine.apply_switch("s", "ask", tool_call_id="t1", option_id="back", proposed_in="plan")
+    path = _write(tmp_path, buffer.getvalue().splitlines())
+    fast = replay([path], [spec], verify=True)
+    for report in (fast, by_feed([path], [spec], verify=True, keep_timeline=True)):
+        assert report.violations == ()
+        assert [(r.origin, r.from_mode, r.to_mode) for r in report.session("s").changes] == [
+            ("new", None, "ask"),
+            ("set_mode", "ask", "yolo"),
+            ("restore", "yolo", "plan"),
+            ("switch_mode", "plan", "ask"),
+        ]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden_logs_report_the_same_both_ways(tmp_path, name):
+    path = tmp_path / f"{name}.jsonl"
+    path.write_bytes(render(name))
+    assert_same([path], None)
+
+
+def test_logs_read_one_after_the_other_report_the_same(tmp_path):
+    first = _write(tmp_path, PERMISSION[:6], "1.jsonl")
+    second = _write(tmp_path, PERMISSION[6:], "2.jsonl")
+    assert_same([first, second])
+    assert_same([second, first])
+
+
+FIELDS = [
+    "event", "timestamp", "session_id", "seq", "from_mode", "to_mode", "origin",
+    "request_id", "tool_call_id", "option_id", "proposed_in", "reason", "spec",
+    "spec_hash", "level", "prev", "digest", "pid",
+]  # fmt: skip
+VALUES: list[object] = [
+    None, 0, 1, 2, 3, True, 1.5, "", "default", "plan", "set_mode", "restore", [], {},
+]  # fmt: skip
+MISSING = object()
+FIELD_EDITS = settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+@FIELD_EDITS
+@given(
+    edits=st.lists(
+        st.tuples(
+            st.integers(0, len(PERMISSION) - 1),
+            st.sampled_from(FIELDS),
+            st.sampled_from([MISSING, *VALUES]),
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_edited_fields_report_the_same_both_ways(tmp_path, edits):
+    """Any field of any record given another value or type, or removed, or a key added."""
+    lines = list(PERMISSION)
+    for index, key, value in edits:
+        data = orjson.loads(lines[index])
+        if value is MISSING:
+            data.pop(key, None)
+        else:
+            data[key] = value
+        lines[index] = orjson.dumps(data)
+    assert_same([_write(tmp_path, lines)])
+
+
+@FIELD_EDITS
+@given(order=st.permutations(range(len(PERMISSION))), cut=st.integers(1, len(PERMISSION)))
+def test_reordered_and_cut_logs_report_the_same_both_ways(tmp_path, order, cut):
+    lines = [PERMISSION[i] for i in order[:cut]]
+    assert_same([_write(tmp_path, lines)])
+
+
+def test_a_timeline_and_on_entry_see_every_record(tmp_path):
+    """Kept timelines and ``on_entry`` get every record of the replayed sessions."""
+    path = _write(tmp_path, PERMISSION)
+    seen: list[tuple[str, int | None]] = []
+    report = replay(
+        [path],
+        SPECS,
+        session_id="b",
+        on_entry=lambda e: seen.append((e.record.session_id, e.record.seq)),
+    )
+    assert seen == [("b", 1), ("b", 2), ("b", 3), ("b", 4), ("b", None)]
+    assert [r.seq for r in report.session("b").changes] == [1, 2, 3, 4]
+    assert report.records == 11
