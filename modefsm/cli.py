@@ -161,6 +161,12 @@ def _add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     parser.add_argument("--format", choices=("table", "json"), default="table")
     parser.add_argument(
+        "--summary",
+        action="store_true",
+        help="leave out the timeline (every record): print final modes, violations and "
+        "the verdict only; the fast way through a large log",
+    )
+    parser.add_argument(
         "--rebuild-index",
         metavar="INDEX",
         help="rebuild the restore index INDEX (SQLite) from the logs instead of reporting",
@@ -190,7 +196,7 @@ def _run_replay(args: argparse.Namespace) -> int:
             verify=args.verify,
             session_id=args.session,
             keep_timeline=False,
-            on_entry=writer.entry,
+            on_entry=None if args.summary else writer.entry,
             progress=progress,
         )
     finally:

@@ -104,7 +104,8 @@ class JsonReport:
     The document is ``{"timeline": [...], "sessions": [...], "violations": [...],
     "notes": [...], "errors": [...], "chain": {...} | null, "records": N,
     "result": "clean", "exit_status": 0}``; each timeline item is a record with its
-    ``location`` (``path:line``).
+    ``location`` (``path:line``); the timeline is empty when no record was written to it
+    (``modefsm replay --summary``).
 
     Args:
         out: where to write (text).

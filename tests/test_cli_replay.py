@@ -49,6 +49,19 @@ class TestFormats:
         )
         assert f"{log_path}:2" == document["timeline"][1]["location"]
 
+    def test_summary_leaves_out_the_timeline_only(self, capsys, log_path):
+        _, full, _ = _run(capsys, str(log_path), "--verify")
+        status, out, _ = _run(capsys, str(log_path), "--verify", "--summary")
+        assert (status, out) == (0, full[full.index("SESSIONS") :])
+        assert full.splitlines()[0].startswith("TIME")
+        status, out, _ = _run(capsys, str(log_path), "--format", "json", "--summary")
+        document = json.loads(out)
+        assert (0, [], ["s1", "s2"]) == (
+            status,
+            document["timeline"],
+            [s["session_id"] for s in document["sessions"]],
+        )
+
     def test_json_lists_violations_with_their_place(self, capsys):
         status, out, _ = _run(capsys, str(GOLDEN / "gap.jsonl"), "--format", "json")
         document = json.loads(out)
