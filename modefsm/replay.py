@@ -323,23 +323,7 @@ class _Chain:
         """
         if prev != self.head or prev is None or at[0] != self.path:
             return False
-        # _advance() for this case: prev is the newest head and the newest recent digest
-        heads = self.heads
-        heads.pop(prev, None)
-        heads[digest] = at
-        recent = self.recent
-        seen = recent.get(prev)
-        if seen is not None:
-            seen[1] = at
-        slot = self.slot
-        old = self.ring[slot]
-        if old is not None:
-            recent.pop(old, None)
-        self.ring[slot] = digest
-        self.slot = (slot + 1) % _MAX_RECENT
-        recent[digest] = [at, None]
-        self.seen += 1
-        self.head = digest
+        self._advance(at, prev, digest)
         self.verified += 1
         return True
 
