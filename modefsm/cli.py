@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -29,10 +30,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="modefsm",
         description="ACP session modes as explicit, logged, replayable state machines.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in _COMMANDS:
         add(commands)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the command's own usage line, not the top level's
+        commands.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     run: Runner = args.run
     try:
         return run(args)
@@ -43,6 +47,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout
         return 0
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("modefsm")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+        return "(not installed)"
 
 
 def _one_line(message: str) -> str:

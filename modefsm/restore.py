@@ -387,7 +387,11 @@ class RestoreIndex:
         temporary = target.with_name(f".{target.name}.rebuild-{os.getpid()}")
         for leftover in _sqlite_files(temporary):
             leftover.unlink(missing_ok=True)
-        index = cls(temporary, commit_every=10_000, commit_seconds=3600.0)
+        try:
+            index = cls(temporary, commit_every=10_000, commit_seconds=3600.0)
+        except LogError as exc:  # name the file asked for, not the temporary one beside it
+            reason = str(exc).removeprefix(f"{temporary}: ")
+            raise LogError(reason, str(target)) from None
         try:
             index._apply(read_log(files[:-1]), strict=True)
             if files:

@@ -136,6 +136,26 @@ class TestBadInput:
         assert (2, "", 1) == (status, out, len(err.splitlines()))
         assert err.startswith(f"modefsm replay: {spec}: invalid mode spec (1 problem): initial")
 
+    def test_an_unknown_flag_shows_the_commands_usage(self, capsys, log_path):
+        with pytest.raises(SystemExit) as stop:
+            main(["replay", str(log_path), "--bogus"])
+        _, err = capsys.readouterr()
+        assert (
+            2,
+            "usage: modefsm replay ",
+            "modefsm replay: error: unrecognized arguments: --bogus",
+        ) == (
+            stop.value.code,
+            err[: len("usage: modefsm replay ")],
+            err.splitlines()[-1],
+        )
+
+    def test_version(self, capsys):
+        with pytest.raises(SystemExit) as stop:
+            main(["--version"])
+        out, _ = capsys.readouterr()
+        assert (0, "modefsm 0.1.0\n") == (stop.value.code, out)
+
     def test_unknown_preset_is_one_line(self, capsys, log_path):
         status, _, err = _run(capsys, str(log_path), "--preset", "nope")
         assert (2, 1) == (status, len(err.splitlines()))
@@ -168,6 +188,13 @@ class TestRebuildIndex:
             status,
             err,
         )
+
+    def test_rebuild_into_a_missing_folder_names_the_index(self, capsys, log_path, tmp_path):
+        index_path = tmp_path / "missing" / "modes.index"
+        status, _, err = _run(capsys, str(log_path), "--rebuild-index", str(index_path))
+        expected = f"modefsm replay: {index_path}: cannot open the restore index: "
+        assert (2, expected) == (status, err[: len(expected)])
+        assert len(err.splitlines()) == 1
 
     def test_rebuild_from_a_missing_log_is_one_line(self, capsys, tmp_path):
         status, _, err = _run(
