@@ -126,8 +126,9 @@ class TransitionRecord(BaseModel):
         request_id: the JSON-RPC id of the request that caused it, if known.
         tool_call_id: ACP ``toolCallId`` of a ``switch_mode`` tool call.
         option_id: ACP ``optionId`` the user selected.
-        proposed_in: for an approved switch, the mode it was proposed in when the client
-            changed the mode while the permission request was pending.
+        proposed_in: the mode a switch was proposed in: on an approved switch only when
+            the client changed the mode while the permission request was pending; on a
+            rejected switch always (when known).
         reason: why a rejection changed nothing.
         spec: the spec's name.
         spec_hash: the spec's :attr:`~modefsm.spec.ModeSpec.content_hash`.
