@@ -274,6 +274,10 @@ _BROKEN = (
     "the chain breaks here: this record continues no record read before it (a record "
     "before it was deleted or moved)"
 )
+_OUT_OF_ORDER = (
+    "{} continues this record, but was read before it: the files are out of order "
+    "(give them oldest first)"
+)
 _MAX_HEADS = 16
 _MAX_RECENT = 4096
 
@@ -291,6 +295,10 @@ class _Chain:
         self.recent: dict[str, list[_At | None]] = {}
         self.ring: list[str | None] = [None] * _MAX_RECENT  # recent's keys, by age
         self.slot = 0
+        # The prev of the record that anchored the chain, until a later record has it as
+        # its digest (files given out of order): the anchor's place
+        self.awaited: str | None = None
+        self.anchor: _At | None = None
         self.path: str | None = None
         self.seen = 0
         self.verified = 0
@@ -311,6 +319,11 @@ class _Chain:
         broken = self._link(record.prev, new_file=new_file, previous_path=previous_path)
         if broken is not None:
             found.append(("chain", broken))
+        if self.seen == 0:
+            self.awaited, self.anchor = record.prev, (location.path, location.line)
+        elif record.digest == self.awaited and self.anchor is not None:
+            self.awaited = None
+            found.append(("chain", _OUT_OF_ORDER.format(_where(self.anchor))))
         self._advance((location.path, location.line), record.prev, record.digest)
         self.verified += not found
         return found
@@ -321,7 +334,7 @@ class _Chain:
         The common case, without building a record: returns ``False`` (and changes
         nothing) for any other record, which :meth:`check` then takes.
         """
-        if prev != self.head or prev is None or at[0] != self.path:
+        if prev != self.head or prev is None or at[0] != self.path or digest == self.awaited:
             return False
         self._advance(at, prev, digest)
         self.verified += 1

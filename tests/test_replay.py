@@ -12,6 +12,7 @@ from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
 from modefsm.replay import Replayer, iter_records, last_points, replay
 from modefsm.restore import RestorePoint
 from tests.golden_logs import rechain
+from tests.test_replay_fast import by_feed
 
 SEED = preset("seed")
 PERMISSION = preset("permission")
@@ -333,6 +334,37 @@ class TestChainAcrossFiles:
             ("gap", f"seq 3 follows seq 1 ({first}:1): 1 record is missing"),
             ("from_mode", f"from_mode 'code', but seq 1 ({first}:1) left the session in 'ask'"),
         ] == [(v.kind, v.message) for v in replay([first, last], verify=True).violations]
+
+    def test_files_out_of_order_are_reported_where_the_anchor_is_continued(self, tmp_path):
+        """Each file holds other sessions, so only the chain can tell the order."""
+        path = tmp_path / "modes.jsonl"
+        log = TransitionLog.to_file(path)
+        engine = ModeEngine(SEED, log=log)
+        names = []
+        for number, session_id in enumerate(("s1", "s2", "s3"), start=1):
+            engine.new_session(session_id)
+            names.append(tmp_path / f"modes.{number}.jsonl")
+            path.rename(names[-1])
+            log.reopen()
+        engine.new_session("s4")
+        log.close()
+        oldest_first = [*names, path]
+        assert replay(oldest_first, verify=True).violations == ()
+        shuffled = [names[2], names[0], names[1], path]
+        for report in (
+            replay(shuffled, verify=True),
+            by_feed(shuffled, None, verify=True),
+        ):
+            assert [(v.kind, str(v.location), v.message) for v in report.violations] == [
+                (
+                    "chain",
+                    f"{names[1]}:1",
+                    (
+                        f"{names[2]}:1 continues this record, but was read before it: the "
+                        "files are out of order (give them oldest first)"
+                    ),
+                )
+            ]
 
     def test_later_file_alone_anchors_the_chain(self, tmp_path):
         *_, last = self._rotated(tmp_path)
