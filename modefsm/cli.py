@@ -174,8 +174,8 @@ def _add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     parser.add_argument(
         "--summary",
         action="store_true",
-        help="leave out the timeline (every record): print final modes, violations and "
-        "the verdict only; the fast way through a large log",
+        help="leave out the timeline (every record): print the final modes, violations, "
+        "notes, chain and verdict; the fast way through a large log",
     )
     parser.add_argument(
         "--rebuild-index",

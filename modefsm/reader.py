@@ -67,7 +67,7 @@ _FATAL: frozenset[ProblemKind] = frozenset({"unreadable", "not_text"})
 _BAD_RECORD: frozenset[ProblemKind] = frozenset({"not_json", "not_a_record"})
 _MARKS = tuple(f'"{event}"'.encode() for event in sorted(RECORD_EVENTS))
 _MARK = b'"modefsm.'
-_NEWLINE = ord("\n")
+_BRACE, _NEWLINE = ord("{"), ord("\n")
 _NEVER = 1 << 62
 _PROGRESS_STEP = 1 << 20
 
@@ -164,9 +164,10 @@ def read_log(
         progress: called now and then with the number of bytes read so far, over all
             files (compressed bytes for gzip files).
         stdin: what ``-`` reads (default: ``sys.stdin.buffer``).
-        take: a consumer's fast path (see :data:`Take`): offered each complete line that
-            names a modefsm event and parses as a JSON object, before any model is built;
-            nothing is yielded for a line it takes.
+        take: a consumer's fast path (see :data:`Take`): offered, before any model is
+            built, each complete line past a file's first that starts with ``{``, contains
+            ``"modefsm.`` and parses as a JSON object (a record, a diagnostic, or a host's
+            object that mentions modefsm); nothing is yielded for a line it takes.
 
     Yields:
         :class:`LogEntry` and :class:`LogProblem` items, in input order.
@@ -221,7 +222,7 @@ class _FileReader:
         offset, lineno, records, content_lines = start, 0, 0, 0
         next_report = _PROGRESS_STEP if progress is not None else _NEVER
         take, loads, readline = self.take, orjson.loads, stream.readline
-        limit, newline, mark = MAX_LINE + 1, _NEWLINE, _MARK
+        limit, brace, newline, mark = MAX_LINE + 1, _BRACE, _NEWLINE, _MARK
         while True:
             try:
                 line = readline(limit)
@@ -236,9 +237,16 @@ class _FileReader:
                 progress(_tell(raw, offset) if compressed else offset)
                 next_report = offset + _PROGRESS_STEP
             # The fast path: a complete line past the first (which is checked for binary
-            # data) that parses to an object the consumer takes. Anything else, including
-            # a line it declines, goes through the checks below as if it had not been seen.
-            if take is not None and content_lines and line[-1] == newline and mark in line:
+            # data), that _parse would read as a record (an object naming modefsm), and that
+            # the consumer takes. Anything else, including a line it declines, goes through
+            # the checks below as if it had not been seen.
+            if (
+                take is not None
+                and content_lines
+                and line[0] == brace
+                and line[-1] == newline
+                and mark in line
+            ):
                 try:
                     data = loads(line)
                 except orjson.JSONDecodeError:
@@ -276,8 +284,7 @@ class _FileReader:
     def _parse(  # noqa: PLR0911 - one return per kind of line
         self, content: bytes, location: Location, *, terminated: bool, end: int
     ) -> LogEntry | LogProblem | None:
-        looks_like_record = content.startswith(b"{") and any(m in content for m in _MARKS)
-        if not looks_like_record and terminated:
+        if not (content.startswith(b"{") and _MARK in content) and terminated:
             if b"\x00" in content:
                 return LogProblem(location, "binary", "a line of binary data, skipped")
             return None
@@ -288,6 +295,8 @@ class _FileReader:
                 return LogProblem(
                     location, "torn", "the last line is cut short (a crash mid-write), skipped"
                 )
+            if not any(m in content for m in _MARKS):
+                return None  # a host's line that mentions modefsm, not a broken record
             if exc.pos >= len(content) - 1:
                 return LogProblem(
                     location,
@@ -295,7 +304,8 @@ class _FileReader:
                     "a record cut short (a crash mid-write: its change was never made), skipped",
                 )
             return LogProblem(location, "not_json", f"a modefsm record that is not JSON: {exc}")
-        if not isinstance(data, dict) or data.get("event") not in RECORD_EVENTS:
+        event = data.get("event") if isinstance(data, dict) else None
+        if type(event) is not str or event not in RECORD_EVENTS:
             return None
         try:
             record = TransitionRecord.model_validate(data)

@@ -40,7 +40,7 @@ from typing import Any, BinaryIO, Literal, get_args
 
 from modefsm.errors import LogError
 from modefsm.machine import ModeMachine, TriggerKind
-from modefsm.reader import Location, LogEntry, LogProblem, read_log
+from modefsm.reader import Location, LogEntry, LogProblem, Take, read_log
 from modefsm.records import (
     EVENT_CHANGED,
     EVENT_CREATED,
@@ -291,9 +291,10 @@ class _Chain:
 
     def __init__(self) -> None:
         self.heads: dict[str, _At] = {}  # digests no record continues yet, oldest first
-        # The last _MAX_RECENT digests: where each was read, and the record continuing it
+        # The last _MAX_RECENT distinct digests: where each was (last) read, and the record
+        # continuing it; a digest read again keeps its age, as in an insertion-ordered dict
         self.recent: dict[str, list[_At | None]] = {}
-        self.ring: list[str | None] = [None] * _MAX_RECENT  # recent's keys, by age
+        self.ring: list[str | None] = [None] * _MAX_RECENT  # recent's keys, oldest first
         self.slot = 0
         # The prev of the record that anchored the chain, until a later record has it as
         # its digest (files given out of order): the anchor's place
@@ -329,10 +330,11 @@ class _Chain:
         return found
 
     def follow(self, at: _At, prev: str | None, digest: str) -> bool:
-        """Take an intact record that continues the last one read in the same file.
+        """Take a record that continues the last one read, in the same file.
 
-        The common case, without building a record: returns ``False`` (and changes
-        nothing) for any other record, which :meth:`check` then takes.
+        The common case, without building a record; the caller has found its digest
+        intact. Returns ``False`` (and changes nothing) for any other record, which
+        :meth:`check` then takes.
         """
         if prev != self.head or prev is None or at[0] != self.path or digest == self.awaited:
             return False
@@ -350,13 +352,17 @@ class _Chain:
         heads[digest] = at
         if len(heads) > _MAX_HEADS:
             del heads[next(iter(heads))]
-        slot = self.slot
-        old = self.ring[slot]
-        if old is not None:
-            recent.pop(old, None)
-        self.ring[slot] = digest
-        self.slot = (slot + 1) % _MAX_RECENT
-        recent[digest] = [at, None]
+        again = recent.get(digest)
+        if again is not None:  # a duplicated record
+            again[0], again[1] = at, None
+        else:
+            slot = self.slot
+            old = self.ring[slot]
+            if old is not None:
+                del recent[old]
+            self.ring[slot] = digest
+            self.slot = (slot + 1) % _MAX_RECENT
+            recent[digest] = [at, None]
         self.seen += 1
         self.head = digest
 
@@ -940,8 +946,11 @@ def replay(
         The :class:`ReplayReport`; nothing is raised for bad input, it is all reported.
     """
     replayer = Replayer(specs, verify=verify, session_id=session_id, keep_timeline=keep_timeline)
-    # Each record of the replayed session(s) goes to on_entry, so then none goes by take.
-    take = replayer.take if on_entry is None else replayer.take_others
+    # take() cannot apply a record that must reach on_entry or a kept timeline: then it
+    # only serves the sessions not replayed, if there are any
+    take: Take | None = replayer.take
+    if on_entry is not None or keep_timeline:
+        take = replayer.take_others if session_id is not None else None
     for item in read_log(paths, check_digests=verify, progress=progress, stdin=stdin, take=take):
         if replayer.feed(item) and on_entry is not None:
             on_entry(item)  # type: ignore[arg-type]  # feed() is True only for entries

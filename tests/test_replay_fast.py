@@ -246,3 +246,65 @@ def test_a_timeline_and_on_entry_see_every_record(tmp_path):
     assert seen == [("b", 1), ("b", 2), ("b", 3), ("b", 4), ("b", None)]
     assert [r.seq for r in report.session("b").changes] == [1, 2, 3, 4]
     assert report.records == 11
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda line: b" " + line, id="leading space"),
+        pytest.param(lambda line: b"\t" + line, id="leading tab"),
+        pytest.param(lambda line: line.replace(b'_changed"', b'_change\\u0064"'), id="escaped"),
+        pytest.param(lambda line: line + b"\r", id="carriage return"),
+        pytest.param(lambda line: line + b"  ", id="trailing spaces"),
+        pytest.param(lambda line: line[:-1] + b',"event":[]}', id="event a list"),
+        pytest.param(lambda line: line[:-1] + b',"event":{}}', id="event an object"),
+    ],
+)
+def test_raw_line_edits_report_the_same_both_ways(tmp_path, edit):
+    lines = list(PERMISSION)
+    lines[2] = edit(lines[2])
+    assert_same([_write(tmp_path, lines)])
+
+
+def test_a_record_whose_event_is_not_a_string_is_not_a_record(tmp_path):
+    """``"event"`` twice, the last an object: orjson keeps the last; no traceback."""
+    lines = list(PERMISSION)
+    lines[2] = lines[2][:-1] + b',"event":{}}'
+    report = replay([_write(tmp_path, lines)], SPECS)
+    # line 3 (a's change to plan) is skipped: a's rejection in plan and its switch from
+    # plan (seq 3 after seq 1) no longer follow
+    assert (report.records, [(v.kind, v.location.line) for v in report.violations]) == (
+        10,
+        [("from_mode", 6), ("gap", 7), ("from_mode", 7)],
+    )
+
+
+def test_a_duplicated_record_keeps_its_age_among_the_recent_digests(tmp_path):
+    """A copy of record 1501 of 5,000, in a log where every third record appears twice,
+    forks record 1500: 3,500 distinct digests back but 4,666 lines; duplicates take no
+    room among the 4,096 most recent distinct digests."""
+    buffer = io.BytesIO()
+    engine = ModeEngine(preset("seed"), log=TransitionLog.to_stream(buffer))
+    for number in range(5000):
+        engine.new_session(f"s{number}")
+    lines, first_line = [], {}
+    for number, line in enumerate(buffer.getvalue().splitlines()):
+        lines.append(line)
+        first_line[number] = len(lines)
+        if number % 3 == 0:
+            lines.append(line)
+    copied = first_line[1501]
+    lines.append(lines[copied - 1])
+    path = _write(tmp_path, lines)
+    report = replay([path], verify=True, keep_timeline=False)
+    fork = [v for v in report.violations if v.kind == "chain"][-1]
+    assert (str(fork.location), fork.message) == (
+        f"{path}:{len(lines)}",
+        # record 1500's digest was last read on its copy's line, the one after it
+        (
+            f"the chain forks here: this record continues {path}:{first_line[1500] + 1}, "
+            f"which {path}:{copied} already continues (two processes writing one file, or "
+            "an inserted or moved record)"
+        ),
+    )
+    assert report == by_feed([path], None, verify=True)
