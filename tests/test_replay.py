@@ -366,6 +366,19 @@ class TestChainAcrossFiles:
                 )
             ]
 
+    def test_first_two_records_swapped_in_one_file_is_one_violation(self, tmp_path):
+        path = tmp_path / "log.jsonl"
+        log = TransitionLog.to_file(path)
+        engine = ModeEngine(SEED, log=log)
+        engine.new_session("s1")
+        engine.new_session("s2")
+        log.close()
+        first, second = path.read_bytes().splitlines()
+        path.write_bytes(second + b"\n" + first + b"\n")
+        assert [(v.kind, v.location.line) for v in replay([path], verify=True).violations] == [
+            ("chain", 2)
+        ]
+
     def test_later_file_alone_anchors_the_chain(self, tmp_path):
         *_, last = self._rotated(tmp_path)
         report = replay([last], verify=True)
