@@ -3,10 +3,9 @@
 Before MODULE (and everything it imports) is loaded, this allocates a random number of
 small objects of random sizes, chosen by SEED, and keeps them, so that every later
 allocation lands at other addresses. Processes of the same agent can differ in speed by
-10-20% for their whole life (the same code, installed in two directories, measured 0.72x
-and 1.08x the baseline with one process per agent per run); where a process's objects
-land is one such cause. A fresh process per sample, each laid out anew, turns that into
-noise that the median of the samples removes.
+10-20% for their whole life; where a process's objects land is one cause (another was
+stale bytecode: see :func:`benchmarks.harness.child_env`). A fresh process per sample,
+each laid out anew, turns that into noise that the median of the samples removes.
 """
 
 from __future__ import annotations
