@@ -425,7 +425,7 @@ class Replayer:
             s.content_hash: (s, ModeMachine(s, before=_ignore, after=_ignore)) for s in given
         }
         # The transitions take() may apply; none when timelines are kept (records needed)
-        self._edges = {} if keep_timeline else {h: _edges(*s) for h, s in self._specs.items()}
+        self._edges = {} if keep_timeline else {h: _edges(m) for h, (_, m) in self._specs.items()}
         self._verify = verify
         self._session_id = session_id
         self._keep = keep_timeline
@@ -815,16 +815,12 @@ def _well_typed(
     )
 
 
-def _edges(spec: ModeSpec, machine: ModeMachine) -> frozenset[tuple[str, str, str]]:
+def _edges(machine: ModeMachine) -> frozenset[tuple[str, str, str]]:
     """The machine's client and restore transitions as ``(origin, source, dest)``, for take."""
-    modes = spec.mode_ids
     return frozenset(
         (origin, source, dest)
-        for kind, origins in _KINDS.items()
-        for source in modes
-        for dest in modes
-        if machine.allows(kind, source, dest)
-        for origin in origins
+        for kind, source, dest in machine.edges()
+        for origin in _KINDS.get(kind, ())
     )
 
 
