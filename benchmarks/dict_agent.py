@@ -26,7 +26,7 @@ from acp.schema import (
 
 from benchmarks.handlers import DictHandler
 from modefsm import preset
-from modefsm.views import build_views
+from modefsm.engine._views import build_views
 
 __all__ = ["DictAgent", "main"]
 

@@ -27,8 +27,8 @@ import orjson
 from transitions import Machine, MachineError
 
 from modefsm import ModeEngine, ModeSpec, TransitionLog
-from modefsm.records import EVENT_CHANGED, EVENT_CREATED, record_digest, utc_timestamp
-from modefsm.views import build_views
+from modefsm.engine._views import build_views
+from modefsm.log._records import EVENT_CHANGED, EVENT_CREATED, record_digest, utc_timestamp
 
 __all__ = [
     "HANDLERS",

@@ -39,14 +39,14 @@ __all__ = ["replay_api", "restore_index", "run_replay", "run_restore", "write_lo
 
 def replay_api() -> Callable[..., Any] | None:
     """``modefsm.replay.replay`` if this build has it."""
-    module = importlib.import_module("modefsm.replay")
+    module = importlib.import_module("modefsm.replay._replayer")
     function = getattr(module, "replay", None)
     return function if callable(function) else None
 
 
 def restore_index() -> Any:
     """The ``RestoreIndex`` class if this build has one (with ``rebuild``), else ``None``."""
-    for name in ("modefsm.replay", "modefsm.restore"):
+    for name in ("modefsm.replay._replayer", "modefsm.restore"):
         try:
             module = importlib.import_module(name)
         except ImportError:
@@ -102,7 +102,7 @@ def child(task: str, path: Path) -> dict[str, Any]:
     else:
         function = replay_api()
         if function is None:
-            raise SystemExit("modefsm.replay.replay is not available")
+            raise SystemExit("modefsm.replay._replayer.replay is not available")
         kwargs: dict[str, Any] = {"verify": task == "verify"}
         if "keep_timeline" in inspect.signature(function).parameters:
             kwargs["keep_timeline"] = False
@@ -144,7 +144,7 @@ def run_replay(size: Size) -> Result:
     """Replay and verify against the parse-only loop; peak memory for two log lengths."""
     result = Result("replay", "3. replay")
     if replay_api() is None:
-        result.skipped = "modefsm.replay.replay() is not in this build"
+        result.skipped = "modefsm.replay._replayer.replay() is not in this build"
         return result
     logs = _logs(size)
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -200,7 +200,9 @@ def run_restore(size: Size) -> Result:
     result = Result("restore", "4. restore")
     index_cls = restore_index()
     if index_cls is None:
-        result.skipped = "modefsm has no RestoreIndex with rebuild() (modefsm.replay, .restore)"
+        result.skipped = (
+            "modefsm has no RestoreIndex with rebuild() (modefsm.replay._replayer, .restore)"
+        )
         return result
     rng = random.Random(4)
     medians = {}
@@ -250,7 +252,7 @@ def run_restore(size: Size) -> Result:
 
 def _scan_ms(size: Size, rng: random.Random) -> tuple[str, list[float]] | None:
     """A few look-ups through ``LogRestore`` (a full scan of the smaller log each), in ms."""
-    restore_cls = getattr(importlib.import_module("modefsm.replay"), "LogRestore", None)
+    restore_cls = getattr(importlib.import_module("modefsm.replay._replayer"), "LogRestore", None)
     if restore_cls is None:
         return None
     label, (path, ids) = next(iter(_logs(size).items()))

@@ -3,6 +3,8 @@
 The public API, re-exported from the modules that define it.
 """
 
+from modefsm.engine._engine import ModeChange, ModeEngine, NotificationSink, Session
+from modefsm.engine._views import ModeView
 from modefsm.errors import (
     DiagramError,
     FrameError,
@@ -19,11 +21,10 @@ from modefsm.errors import (
     UnknownModeError,
     UnknownSessionError,
 )
-from modefsm.records import TransitionLog, TransitionRecord
-from modefsm.replay import ReplayReport, Violation, replay
+from modefsm.log._records import TransitionLog, TransitionRecord
+from modefsm.replay._replayer import ReplayReport, Violation, replay
 from modefsm.restore import LogRestore, RestoreIndex, RestorePoint
-from modefsm.sessions import ModeChange, ModeEngine, NotificationSink, Session
-from modefsm.spec import (
+from modefsm.spec._model import (
     PREVIOUS,
     Mode,
     ModeSpec,
@@ -33,7 +34,6 @@ from modefsm.spec import (
     preset,
     preset_names,
 )
-from modefsm.views import ModeView
 
 __all__ = [
     "PREVIOUS",

@@ -2,6 +2,6 @@
 
 import sys
 
-from modefsm.cli import main
+from modefsm.cli._main import main
 
 sys.exit(main())

@@ -6,11 +6,11 @@ answers share one signature, ``restore_point(session_id) -> RestorePoint | None`
 - :class:`LogRestore` reads the whole log for every question (no state; fine for small
   logs and tests);
 - :class:`RestoreIndex` answers from a SQLite table (standard library ``sqlite3``) that
-  :class:`~modefsm.records.TransitionLog` keeps current as it writes, in milliseconds
+  :class:`~modefsm.log.TransitionLog` keeps current as it writes, in milliseconds
   however long the log.
 
 The agent then calls :meth:`ModeEngine.restore_session(session_id, point.mode, point.seq)
-<modefsm.sessions.ModeEngine.restore_session>`; a mode the spec marks not restorable
+<modefsm.engine._engine.ModeEngine.restore_session>`; a mode the spec marks not restorable
 falls back as the spec says, and that fallback is logged as a ``restore`` record.
 
 Why the index cannot go stale. Commits are batched (one per :attr:`RestoreIndex.commit_every`
@@ -48,8 +48,8 @@ from typing import NamedTuple
 import orjson
 
 from modefsm.errors import LogError
-from modefsm.reader import LogEntry, LogProblem, read_log
-from modefsm.records import EVENT_REJECTED, previous_of
+from modefsm.log._reader import LogEntry, LogProblem, read_log
+from modefsm.log._records import EVENT_REJECTED, previous_of
 
 __all__ = ["LogRestore", "RestoreIndex", "RestorePoint", "last_points"]
 

@@ -19,10 +19,10 @@ import orjson
 
 from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
 from modefsm.errors import ModefsmError
-from modefsm.records import record_digest
+from modefsm.log._records import record_digest
 
 HOST_JSON = b'{"event":"http request","method":"GET","path":"/health","level":"info"}'
-HOST_TEXT = b"2026-01-01 00:00:00 INFO host: agent started (modefsm.serve)"
+HOST_TEXT = b"2026-01-01 00:00:00 INFO host: agent started (modefsm.cli._serve)"
 
 
 @contextlib.contextmanager
@@ -34,7 +34,7 @@ def fixed_clock() -> Iterator[None]:
         second = next(ticks)
         return f"2026-01-01T00:{second // 60:02d}:{second % 60:02d}.000000Z"
 
-    with mock.patch("modefsm.sessions.utc_timestamp", now):
+    with mock.patch("modefsm.engine._engine.utc_timestamp", now):
         yield
 
 

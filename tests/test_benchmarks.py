@@ -18,7 +18,7 @@ from benchmarks.handlers import HANDLERS, statechart_available
 from benchmarks.harness import BENCHMARKS, TINY
 from benchmarks.wire import NullWire, notification_bytes
 from modefsm import ModeEngine, preset
-from modefsm.records import record_digest
+from modefsm.log._records import record_digest
 
 SEED = preset("seed")
 

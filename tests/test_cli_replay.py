@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from modefsm import ModeEngine, TransitionLog, cli, preset
-from modefsm.cli import main
+from modefsm import ModeEngine, TransitionLog, preset
+from modefsm.cli import _main as cli
+from modefsm.cli._main import main
 from modefsm.restore import RestoreIndex, RestorePoint
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from modefsm import ModeSpec, preset, preset_names
-from modefsm.cli import main
-from modefsm.diagram import (
+from modefsm.cli._main import main
+from modefsm.diagram._diagram import (
     Diagram,
     Traffic,
     TransitionKey,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from modefsm import ModeSpec, preset, preset_names
-from modefsm.diagram import (
+from modefsm.diagram._diagram import (
     Diagram,
     DiagramEdge,
     _per_mode,

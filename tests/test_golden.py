@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import pytest
 
-from modefsm.cli import main
+from modefsm.cli._main import main
 from tests.golden_logs import CASES, render
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modefsm.machine import _Machine
+from modefsm.engine._machine import _Machine
 
 
 class TestStates:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from modefsm import ModeEngine, ModefsmError, TransitionLog, preset
-from modefsm.replay import last_points
+from modefsm.replay._replayer import last_points
 
 from .conftest import read_log
 

@@ -8,7 +8,7 @@ import io
 import pytest
 
 from modefsm import ModeEngine, TransitionLog, preset
-from modefsm.reader import MAX_LINE, Location, LogEntry, LogProblem, read_log
+from modefsm.log._reader import MAX_LINE, Location, LogEntry, LogProblem, read_log
 
 
 def _log(path, *sessions: str) -> bytes:
@@ -92,7 +92,7 @@ class TestLines:
         path = tmp_path / "mixed.log"
         record = _log(tmp_path / "a.jsonl", "s1")
         path.write_bytes(
-            b"plain text from the host, mentioning modefsm.serve\n"
+            b"plain text from the host, mentioning modefsm.cli._serve\n"
             b'{"event":"request","path":"/"}\n'
             b'["modefsm.mode_changed"]\n'
             b'{"event":"modefsm.notify_failed","session_id":"s1"}\n' + record

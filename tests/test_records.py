@@ -9,7 +9,7 @@ import pytest
 
 from modefsm import ModeEngine, TransitionLog, preset
 from modefsm.errors import LogError
-from modefsm.records import RECORD_EVENTS, canonical_record, record_digest
+from modefsm.log._records import RECORD_EVENTS, canonical_record, record_digest
 
 
 def _lines(data: bytes) -> list[dict[str, object]]:

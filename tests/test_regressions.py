@@ -19,9 +19,9 @@ from modefsm import (
     TransitionNotAllowedError,
     preset,
 )
-from modefsm.agent import ModeAgent
-from modefsm.permission import propose_switch
-from modefsm.replay import last_points
+from modefsm.protocol._agent import ModeAgent
+from modefsm.protocol._switch import propose_switch
+from modefsm.replay._replayer import last_points
 
 from .conftest import Recorder, read_log
 

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
-from modefsm.replay import Replayer, iter_records, last_points, replay
+from modefsm.replay._replayer import Replayer, iter_records, last_points, replay
 from modefsm.restore import RestorePoint
 from tests.golden_logs import rechain
 from tests.test_replay_fast import by_feed

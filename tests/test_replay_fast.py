@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from modefsm import ModeEngine, TransitionLog, preset
 from modefsm.errors import ModefsmError
-from modefsm.reader import read_log
-from modefsm.replay import Replayer, ReplayReport, replay
-from modefsm.spec import ModeSpec
+from modefsm.log._reader import read_log
+from modefsm.replay._replayer import Replayer, ReplayReport, replay
+from modefsm.spec._model import ModeSpec
 
 from .golden_logs import CASES, HOST_JSON, fixed_clock, render
 

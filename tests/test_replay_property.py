@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from modefsm import ModeChange, ModeEngine, ModefsmError, TransitionLog, preset, preset_names
-from modefsm.replay import replay
+from modefsm.replay._replayer import replay
 
 SESSION_IDS = st.sampled_from(["s0", "s1", "s2", "s3"])
 REQUEST_IDS = st.none() | st.integers(0, 1000) | st.text("abc", min_size=1, max_size=3)

@@ -35,9 +35,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from modefsm import preset
-from modefsm.cli import main
+from modefsm.cli._main import main
 from modefsm.errors import SpecError
-from modefsm.spec import ModeSpec, load_spec
+from modefsm.spec._model import ModeSpec, load_spec
 
 from .harness import TIMEOUT, read_log, soak_factor, strict_loads
 
@@ -514,7 +514,7 @@ class TestFrames:
         exchange(peer, [json.dumps(frame).encode()])
 
     def test_a_frame_over_the_size_limit_is_refused_and_skipped(self, peer: SyncPeer):
-        from modefsm.wire import MAX_FRAME_BYTES
+        from modefsm.protocol._transport import MAX_FRAME_BYTES
 
         line = (
             b'{"jsonrpc":"2.0","id":1,"method":"x","params":{"p":"'
@@ -535,7 +535,7 @@ def spec_texts() -> dict[str, str]:
 
     texts = {}
     for name in ("seed", "permission", "sandbox"):
-        toml = resources.files("modefsm.presets").joinpath(f"{name}.toml").read_text("utf-8")
+        toml = resources.files("modefsm.spec.presets").joinpath(f"{name}.toml").read_text("utf-8")
         texts[f"{name}.toml"] = toml
         texts[f"{name}.json"] = json.dumps(preset(name).model_dump(mode="json"), indent=1)
     return texts

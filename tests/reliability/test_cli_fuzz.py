@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from modefsm import ModeEngine, TransitionLog, preset
-from modefsm.cli import main
+from modefsm.cli._main import main
 
 from .harness import soak_factor
 
@@ -46,7 +46,7 @@ def _clean_log() -> bytes:
 
 
 CLEAN_LOG = _clean_log()
-SEED_TOML = (Path(__file__).resolve().parents[2] / "modefsm" / "presets" / "seed.toml").read_bytes()
+SEED_TOML = (Path(__file__).resolve().parents[2] / "modefsm" / "spec" / "presets" / "seed.toml").read_bytes()
 
 
 def mutations(data: bytes) -> st.SearchStrategy[bytes]:

@@ -24,7 +24,7 @@ import acp
 import pytest
 
 from modefsm import preset
-from modefsm.replay import last_points
+from modefsm.replay._replayer import last_points
 from tests.acp_client import TestClient, cancelled, select, serve
 
 from .harness import TIMEOUT, assert_sequences, read_log, reproduce, seeds
@@ -332,7 +332,7 @@ class GatedConnection:
 def gated(tmp_path: Path):
     """A :class:`ScriptedAgent` on a real log whose notifications wait for a gate."""
     from modefsm import TransitionLog
-    from modefsm.serve import ScriptedAgent
+    from modefsm.cli._serve import ScriptedAgent
 
     conn = GatedConnection()
     log = TransitionLog.to_file(tmp_path / "log.jsonl")

@@ -26,7 +26,7 @@ import acp
 import pytest
 
 from modefsm import preset
-from modefsm.replay import last_points
+from modefsm.replay._replayer import last_points
 from tests.acp_client import TestClient, select
 
 from .harness import TIMEOUT, raw_serve, reproduce, seeds, verify_log_after_crash

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 import orjson
 
 if TYPE_CHECKING:
-    from modefsm.reader import LogEntry
-    from modefsm.replay import ReplayReport
+    from modefsm.log._reader import LogEntry
+    from modefsm.replay._replayer import ReplayReport
 
 __all__ = ["JsonReport", "TableReport", "verdict"]
 

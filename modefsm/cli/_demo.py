@@ -25,7 +25,7 @@ import acp
 import orjson
 from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
 
-from modefsm.records import TransitionLog
+from modefsm.log._records import TransitionLog
 
 __all__ = ["DemoClient", "DemoFailedError", "run_demo"]
 

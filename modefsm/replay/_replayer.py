@@ -1,20 +1,20 @@
 """Replay: every session's history rebuilt from the log, re-checked against its spec.
 
-:func:`replay` reads logs with :func:`~modefsm.reader.read_log` and feeds each record to a
+:func:`replay` reads logs with :func:`~modefsm.log.read_log` and feeds each record to a
 :class:`Replayer`, which keeps a few fields per session (never the whole log, unless
 asked for the timelines) and checks, for each committed record:
 
 - its ``seq``: no gap, no repeat, never backwards (per session);
 - its ``from_mode``: the ``to_mode`` of the session's previous record;
 - its legality: the change from ``from_mode`` to ``to_mode`` by its ``origin`` is a
-  transition of the :class:`~modefsm.machine.ModeMachine` built from the spec the record
+  transition of the :class:`~modefsm.engine.ModeMachine` built from the spec the record
   was written with (matched by ``spec_hash``); a creation is in the spec's initial mode;
   a restore goes where the spec's restore policy says;
 - approved switches: a ``tool_call_id``, and an ``option_id`` that the spec offers in the
   mode the switch was proposed in (``proposed_in``, else ``from_mode``), that approves,
   and whose target is ``to_mode``.
 
-With ``verify=True`` it also follows the digest chain (see :mod:`modefsm.records`): an
+With ``verify=True`` it also follows the digest chain (see :mod:`modefsm.log`): an
 edited record, a deleted, inserted or moved one, a chain that restarts or forks (two
 processes writing one file) is a violation at the line where it shows.
 
@@ -38,10 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Literal, get_args
 
+from modefsm.engine._machine import ModeMachine, TriggerKind
 from modefsm.errors import LogError
-from modefsm.machine import ModeMachine, TriggerKind
-from modefsm.reader import Location, LogEntry, LogProblem, Take, read_log
-from modefsm.records import (
+from modefsm.log._reader import Location, LogEntry, LogProblem, Take, read_log
+from modefsm.log._records import (
     EVENT_CHANGED,
     EVENT_CREATED,
     EVENT_REJECTED,
@@ -52,7 +52,7 @@ from modefsm.records import (
     previous_of,
 )
 from modefsm.restore import LogRestore, RestorePoint, last_points
-from modefsm.spec import PREVIOUS, ModeSpec, preset, preset_names
+from modefsm.spec._model import PREVIOUS, ModeSpec, preset, preset_names
 
 __all__ = [
     "ChainSummary",
@@ -119,7 +119,7 @@ class Note:
 
     Attributes:
         location: where (line 0: the file as a whole).
-        kind: a :data:`~modefsm.reader.ProblemKind` of the reader, or ``partial`` (a session
+        kind: a :data:`~modefsm.log.ProblemKind` of the reader, or ``partial`` (a session
             whose earlier records are in a log not given); in
             :attr:`ReplayReport.errors` also ``no_records`` (the input holds none) and
             ``no_session`` (the session asked for is not in it).
@@ -418,7 +418,7 @@ class Replayer:
         session_id: str | None = None,
         keep_timeline: bool = False,
     ) -> None:
-        """Prepare one :class:`~modefsm.machine.ModeMachine` per spec."""
+        """Prepare one :class:`~modefsm.engine.ModeMachine` per spec."""
         self.explicit_specs = specs is not None
         given = list(specs) if specs is not None else [preset(n) for n in preset_names()]
         self._specs: dict[str, tuple[ModeSpec, ModeMachine]] = {
@@ -438,7 +438,7 @@ class Replayer:
         self._records = 0
 
     def feed(self, item: LogEntry | LogProblem) -> bool:
-        """Take the next item of :func:`~modefsm.reader.read_log`.
+        """Take the next item of :func:`~modefsm.log.read_log`.
 
         Returns:
             Whether *item* is a record of the replayed session(s).
@@ -461,10 +461,10 @@ class Replayer:
         return True
 
     def take(self, path: str, line: int, data: dict[str, Any]) -> bool:  # noqa: C901, PLR0911, PLR0912
-        """The fast path of :meth:`feed`, for :func:`~modefsm.reader.read_log`'s ``take``.
+        """The fast path of :meth:`feed`, for :func:`~modefsm.log.read_log`'s ``take``.
 
         Takes a record that only moves its session on, without building its
-        :class:`~modefsm.records.TransitionRecord`: a creation, a client change, a restore
+        :class:`~modefsm.log.TransitionRecord`: a creation, a client change, a restore
         or a rejection whose every field has exactly its model type, that continues its
         session (and, with ``verify``, the digest chain, its digest intact) and that its
         spec allows. It applies it exactly as :meth:`feed` would and returns ``True``;
@@ -472,7 +472,7 @@ class Replayer:
         ``False`` having changed nothing, and the record comes back through :meth:`feed`.
 
         Args:
-            path: the file, as :class:`~modefsm.reader.Location` names it.
+            path: the file, as :class:`~modefsm.log.Location` names it.
             line: the line number, from 1.
             data: the line's JSON object; changed (its ``digest`` and ``level`` removed)
                 when ``verify`` is on.
@@ -571,7 +571,7 @@ class Replayer:
     def take_others(self, path: str, line: int, data: dict[str, Any]) -> bool:
         """:meth:`take`, for the records of the sessions not replayed only.
 
-        For a caller that needs each replayed record as a :class:`~modefsm.reader.LogEntry`
+        For a caller that needs each replayed record as a :class:`~modefsm.log.LogEntry`
         (:func:`replay`'s ``on_entry``).
         """
         if self._session_id is None or data.get("session_id") == self._session_id:

@@ -39,6 +39,8 @@ from typing import Any
 
 from acp.schema import ConfigOptionUpdate
 
+from modefsm.engine._machine import ModeMachine, TriggerKind, mode_of, state_name
+from modefsm.engine._views import ModeView, build_views
 from modefsm.errors import (
     HookError,
     InvalidValueError,
@@ -49,8 +51,7 @@ from modefsm.errors import (
     UnknownModeError,
     UnknownSessionError,
 )
-from modefsm.machine import ModeMachine, TriggerKind, mode_of, state_name
-from modefsm.records import (
+from modefsm.log._records import (
     EVENT_CHANGED,
     EVENT_CREATED,
     EVENT_REJECTED,
@@ -59,8 +60,7 @@ from modefsm.records import (
     TransitionLog,
     utc_timestamp,
 )
-from modefsm.spec import PREVIOUS, ModeSpec, SwitchOption
-from modefsm.views import ModeView, build_views
+from modefsm.spec._model import PREVIOUS, ModeSpec, SwitchOption
 
 __all__ = ["ModeChange", "ModeEngine", "NotificationSink", "Session"]
 
@@ -82,7 +82,7 @@ class Session:
 
     Attributes:
         session_id: ACP ``sessionId``.
-        fsm_state: the machine's state (:func:`~modefsm.machine.state_name` of the mode).
+        fsm_state: the machine's state (:func:`~modefsm.engine.state_name` of the mode).
         seq: the sequence number of the session's last record (1 after creation).
         previous: the mode before the last client or switch change (the target of
             ``$previous``), or ``None``.

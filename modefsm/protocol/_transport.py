@@ -21,7 +21,7 @@ the same id, so no request is left unanswered.
 
 It also tracks the agent's own requests, so that a second answer to a
 ``session/request_permission`` (which the SDK drops without a word) reaches the agent's
-:meth:`~modefsm.agent.ModeAgent.stray_answer` and is logged.
+:meth:`~modefsm.protocol.ModeAgent.stray_answer` and is logged.
 """
 
 from __future__ import annotations

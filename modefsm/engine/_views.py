@@ -19,7 +19,7 @@ from acp.schema import (
     SessionModeState,
 )
 
-from modefsm.spec import ModeSpec
+from modefsm.spec._model import ModeSpec
 
 __all__ = ["ModeView", "build_views"]
 

@@ -9,7 +9,7 @@ exercise every mode path:
 - in any other mode, it answers one ``agent_message_chunk`` naming the current mode.
 
 stdout carries only ACP messages. The transition log goes to ``--log FILE`` (JSON
-lines), or to stderr without one. Frames are checked on the wire (:mod:`modefsm.wire`): a
+lines), or to stderr without one. Frames are checked on the wire (:mod:`modefsm.protocol`): a
 malformed one is answered with a JSON-RPC error and never reaches the agent.
 """
 
@@ -24,17 +24,17 @@ from typing import Any
 
 from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock
 
-from modefsm.agent import ModeAgent
 from modefsm.errors import ModefsmError
-from modefsm.records import TransitionLog
-from modefsm.spec import ModeSpec
-from modefsm.wire import run_agent
+from modefsm.log._records import TransitionLog
+from modefsm.protocol._agent import ModeAgent
+from modefsm.protocol._transport import run_agent
+from modefsm.spec._model import ModeSpec
 
 __all__ = ["ScriptedAgent", "index_path", "serve"]
 
 
 class ScriptedAgent(ModeAgent):
-    """A :class:`~modefsm.agent.ModeAgent` whose prompt turn is a fixed script (see module)."""
+    """A :class:`~modefsm.protocol.ModeAgent` whose prompt turn is a fixed script (see module)."""
 
     async def prompt(self, prompt: list[Any], session_id: str, **kwargs: Any) -> PromptResponse:
         """``session/prompt``: propose the mode's switch, or say which mode the session is in."""

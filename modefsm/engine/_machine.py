@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from transitions import Machine, MachineError, State
 
-from modefsm.spec import ModeSpec
+from modefsm.spec._model import ModeSpec
 
 __all__ = ["MODEL_ATTRIBUTE", "ModeMachine", "TriggerKind", "mode_of", "state_name"]
 

@@ -36,7 +36,7 @@ entered; edges never taken are faded (DOT, SVG, PNG), and one session's steps an
 mode are highlighted.
 
 Example:
-    >>> from modefsm.spec import preset
+    >>> from modefsm.spec._model import preset
     >>> diagram = build_diagram(preset("seed"))
     >>> [(n.id, n.label) for n in diagram.nodes if n.kind == "mode"]
     [('s0', 'Ask'), ('s1', 'Architect'), ('s2', 'Code')]
@@ -58,9 +58,9 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict
 
 from modefsm.errors import DiagramError, LogError
-from modefsm.records import EVENT_CHANGED, EVENT_CREATED, EVENT_REJECTED, TransitionRecord
-from modefsm.replay import iter_records
-from modefsm.spec import PREVIOUS, ModeSpec, Switch, SwitchOption, preset, preset_names
+from modefsm.log._records import EVENT_CHANGED, EVENT_CREATED, EVENT_REJECTED, TransitionRecord
+from modefsm.replay._replayer import iter_records
+from modefsm.spec._model import PREVIOUS, ModeSpec, Switch, SwitchOption, preset, preset_names
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
@@ -1435,14 +1435,14 @@ def write_preset_diagrams(directory: str | Path, *, svg: bool = True) -> tuple[P
     index = [
         "# Diagrams of the shipped presets",
         "",
-        "Generated from `modefsm/presets/` by `modefsm.diagram.write_preset_diagrams`; a test",
+        "Generated from `modefsm/spec/presets/` by `modefsm.diagram.write_preset_diagrams`; a test",
         "fails when a file here differs from what the presets give. After changing a preset",
         "or the diagram code, regenerate them (the SVGs need Graphviz, and its version and",
         "fonts shape them: each SVG names the Graphviz that drew it, and the test compares",
         "SVGs only where `dot -V` shows that version):",
         "",
         "```sh",
-        "python -c \"from modefsm.diagram import write_preset_diagrams; write_preset_diagrams('diagrams')\"",  # noqa: E501
+        "python -c \"from modefsm.diagram._diagram import write_preset_diagrams; write_preset_diagrams('diagrams')\"",  # noqa: E501
         "```",
         "",
         "| Preset | Modes | Mermaid | Review page | Picture |",

@@ -15,9 +15,9 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from modefsm.diagram import FORMATS, Format, render
+from modefsm.diagram._diagram import FORMATS, Format, render
 from modefsm.errors import DiagramError, LogError, ModefsmError
-from modefsm.spec import ModeSpec, load_spec, preset, preset_names
+from modefsm.spec._model import ModeSpec, load_spec, preset, preset_names
 
 __all__ = ["main"]
 
@@ -90,7 +90,7 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run_serve(args: argparse.Namespace) -> int:
-    from modefsm.serve import serve  # noqa: PLC0415 - keep `modefsm --help` fast
+    from modefsm.cli._serve import serve  # noqa: PLC0415 - keep `modefsm --help` fast
 
     if args.fsync and args.log is None:
         msg = "--fsync needs --log FILE (the log on stderr is not synced)"
@@ -111,7 +111,7 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from modefsm.demo import run_demo  # noqa: PLC0415
+    from modefsm.cli._demo import run_demo  # noqa: PLC0415
 
     return run_demo(args.log, raw=args.json)
 
@@ -186,8 +186,8 @@ def _add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def _run_replay(args: argparse.Namespace) -> int:
-    from modefsm.replay import replay  # noqa: PLC0415 - keep other commands' start fast
-    from modefsm.report import JsonReport, TableReport  # noqa: PLC0415
+    from modefsm.replay._replayer import replay  # noqa: PLC0415 - keep other commands' start fast
+    from modefsm.replay._report import JsonReport, TableReport  # noqa: PLC0415
     from modefsm.restore import RestoreIndex  # noqa: PLC0415
 
     if args.rebuild_index is not None:

@@ -14,8 +14,8 @@ current mode (the "exit plan mode" flow of the ACP Session Modes page):
    another error, a refusing host hook and a failed log write end it ``failed`` too).
 
 An answer that arrives after ``session/cancel`` ended the wait changes nothing: the SDK
-drops it, and :class:`~modefsm.agent.ModeAgent` logs it as ``late_answer`` (served through
-:mod:`modefsm.wire`, which also reports a second answer as ``duplicate_answer``).
+drops it, and :class:`~modefsm.protocol.ModeAgent` logs it as ``late_answer`` (served through
+:mod:`modefsm.protocol`, which also reports a second answer as ``duplicate_answer``).
 
 If the client changed the mode while the request was pending, the approval is still the
 user's latest explicit choice: it applies when the spec lets the *current* mode reach the
@@ -43,9 +43,9 @@ from acp.schema import (
 )
 from pydantic import ValidationError
 
+from modefsm.engine._engine import ModeChange, ModeEngine
 from modefsm.errors import HookError, LogError, NoSwitchError, TransitionNotAllowedError
-from modefsm.records import RejectReason
-from modefsm.sessions import ModeChange, ModeEngine
+from modefsm.log._records import RejectReason
 
 __all__ = ["REQUEST_CANCELLED", "SwitchResult", "offered_options", "propose_switch"]
 

@@ -12,7 +12,7 @@ What it does with each line:
 - a torn line (a crash mid-write: the last line without its newline, or a record cut
   short) is a ``torn`` problem: reported, skipped, never fatal;
 - a line that looks like a modefsm record (a JSON object naming a record event) but is
-  not valid JSON (``not_json``) or does not fit :class:`~modefsm.records.TransitionRecord`
+  not valid JSON (``not_json``) or does not fit :class:`~modefsm.log.TransitionRecord`
   (``not_a_record``) is reported with what is wrong;
 - a file that cannot be read, or whose first line is binary, is ``unreadable`` or
   ``not_text``: the only :attr:`LogProblem.fatal` kinds.
@@ -41,7 +41,7 @@ from typing import Any, BinaryIO, Literal
 import orjson
 from pydantic import ValidationError
 
-from modefsm.records import RECORD_EVENTS, TransitionRecord, record_digest
+from modefsm.log._records import RECORD_EVENTS, TransitionRecord, record_digest
 
 __all__ = ["MAX_LINE", "Location", "LogEntry", "LogProblem", "ProblemKind", "Take", "read_log"]
 

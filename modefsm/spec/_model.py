@@ -1,7 +1,7 @@
 """The mode catalogue of an agent and its policy: what modes exist and how a session may move.
 
 A :class:`ModeSpec` is the single description everything else is built from: the
-transitions machine (:mod:`modefsm.machine`), the ACP views (``modes`` and the
+transitions machine (:mod:`modefsm.engine`), the ACP views (``modes`` and the
 ``category: "mode"`` config option), the ``switch_mode`` permission options, the
 diagrams and the replay verifier. A ``ModeSpec`` that exists is valid: building one
 checks everything and reports every problem at once, each with its location.
@@ -402,7 +402,7 @@ def load_spec(path: str | Path) -> ModeSpec:
 
 def preset_names() -> tuple[str, ...]:
     """The names of the presets shipped with modefsm, sorted."""
-    files = resources.files("modefsm.presets").iterdir()
+    files = resources.files("modefsm.spec.presets").iterdir()
     return tuple(sorted(f.name.removesuffix(".toml") for f in files if f.name.endswith(".toml")))
 
 
@@ -415,5 +415,7 @@ def preset(name: str) -> ModeSpec:
     if name not in preset_names():
         choices = ", ".join(preset_names())
         raise SpecError([SpecProblem("", f"unknown preset {name!r}; presets: {choices}")])
-    text = resources.files("modefsm.presets").joinpath(f"{name}.toml").read_text(encoding="utf-8")
+    text = (
+        resources.files("modefsm.spec.presets").joinpath(f"{name}.toml").read_text(encoding="utf-8")
+    )
     return ModeSpec.from_data(tomllib.loads(text), f"preset {name}")

@@ -3,7 +3,7 @@
 :class:`ModeAgent` implements the mode-related ACP methods (``initialize``,
 ``session/new``, ``session/load``, ``session/resume``, ``session/close``,
 ``session/set_mode``, ``session/set_config_option``, ``session/cancel``) on a
-:class:`~modefsm.sessions.ModeEngine`. A host agent either subclasses it (adding
+:class:`~modefsm.engine.ModeEngine`. A host agent either subclasses it (adding
 ``prompt`` and the rest) or keeps one and delegates those methods to it. Its tool code
 proposes agent-initiated switches with :meth:`ModeAgent.propose_switch`.
 
@@ -16,8 +16,8 @@ Example (a host embedding modefsm; ``acp.run_agent`` serves it over stdio)::
 
     import asyncio, acp
     from modefsm import TransitionLog, preset
-    from modefsm.agent import ModeAgent
-    from modefsm.replay import LogRestore
+    from modefsm.protocol._agent import ModeAgent
+    from modefsm.replay._replayer import LogRestore
 
     class MyAgent(ModeAgent):
         async def prompt(self, prompt, session_id, **kwargs):
@@ -53,13 +53,13 @@ from acp.schema import (
     SetSessionModeResponse,
 )
 
+from modefsm.engine._engine import ModeEngine, Session
 from modefsm.errors import HookError, InvalidParamsError, LogError, UnknownSessionError
-from modefsm.permission import SwitchResult, propose_switch
-from modefsm.records import TransitionLog
-from modefsm.replay import RestorePoint
-from modefsm.sessions import ModeEngine, Session
-from modefsm.spec import ModeSpec
-from modefsm.wire import PermissionRequest
+from modefsm.log._records import TransitionLog
+from modefsm.protocol._switch import SwitchResult, propose_switch
+from modefsm.protocol._transport import PermissionRequest
+from modefsm.replay._replayer import RestorePoint
+from modefsm.spec._model import ModeSpec
 
 __all__ = ["ModeAgent", "RestoreSource", "acp_errors"]
 
@@ -120,7 +120,7 @@ class ModeAgent:
             this process (after a restart); ``None`` answers them with ``-32002``.
         unstable: advertise ``session/resume`` and ``session/close`` (serve the agent with
             ``acp.run_agent(..., use_unstable_protocol=True)``, or the SDK refuses them).
-        **engine_kwargs: passed to :class:`~modefsm.sessions.ModeEngine`
+        **engine_kwargs: passed to :class:`~modefsm.engine.ModeEngine`
             (``before_change``, ``after_change``).
 
     Attributes:
@@ -318,7 +318,7 @@ class ModeAgent:
     ) -> SwitchResult:
         """Propose the current mode's ``switch_mode`` and apply the answer.
 
-        See :func:`modefsm.permission.propose_switch`. A ``session/cancel`` ends it as
+        See :func:`modefsm.protocol.propose_switch`. A ``session/cancel`` ends it as
         ``cancelled`` (the prompt should then answer ``stopReason: "cancelled"``): one that
         arrives while the request is pending, or, with the turn's :meth:`begin_turn` event
         as *cancelled*, any time during the turn.
@@ -355,7 +355,7 @@ class ModeAgent:
 
         If the switch had stopped waiting (``session/cancel``, ``session/close``), the SDK
         drops the answer: it changes nothing, and an option it selected is logged here
-        (``late_answer``). Called by :class:`~modefsm.wire.CheckedTransport`.
+        (``late_answer``). Called by :class:`~modefsm.protocol.CheckedTransport`.
         """
         if request.tool_call_id not in self._abandoned:
             return
@@ -373,7 +373,7 @@ class ModeAgent:
     def stray_answer(self, request: PermissionRequest, response: dict[str, Any]) -> None:
         """A second answer to a ``session/request_permission``: change nothing, log it.
 
-        The SDK drops such answers silently; :class:`~modefsm.wire.CheckedTransport` calls
+        The SDK drops such answers silently; :class:`~modefsm.protocol.CheckedTransport` calls
         this so the log shows them (``duplicate_answer``, with the option selected, if any).
         """
         self.engine.reject_switch(

@@ -1,0 +1,51 @@
+"""modefsm.log: see the README's Architecture section."""
+
+from modefsm.log._reader import (
+    MAX_LINE,
+    Location,
+    LogEntry,
+    LogProblem,
+    ProblemKind,
+    Take,
+    read_log,
+)
+from modefsm.log._records import (
+    EVENT_CHANGED,
+    EVENT_CREATED,
+    EVENT_REJECTED,
+    EVENT_REPAIRED,
+    RECORD_EVENTS,
+    Origin,
+    RejectReason,
+    TransitionLog,
+    TransitionRecord,
+    canonical_record,
+    covered_digest,
+    previous_of,
+    record_digest,
+    utc_timestamp,
+)
+
+__all__ = [
+    "EVENT_CHANGED",
+    "EVENT_CREATED",
+    "EVENT_REJECTED",
+    "EVENT_REPAIRED",
+    "MAX_LINE",
+    "RECORD_EVENTS",
+    "Location",
+    "LogEntry",
+    "LogProblem",
+    "Origin",
+    "ProblemKind",
+    "RejectReason",
+    "Take",
+    "TransitionLog",
+    "TransitionRecord",
+    "canonical_record",
+    "covered_digest",
+    "previous_of",
+    "read_log",
+    "record_digest",
+    "utc_timestamp",
+]

@@ -1,0 +1,35 @@
+"""modefsm.replay: see the README's Architecture section."""
+
+from modefsm.replay._replayer import (
+    ChainSummary,
+    LogRestore,
+    Note,
+    Replayer,
+    ReplayReport,
+    RestorePoint,
+    SessionHistory,
+    Violation,
+    ViolationKind,
+    iter_records,
+    last_points,
+    replay,
+)
+from modefsm.replay._report import JsonReport, TableReport, verdict
+
+__all__ = [
+    "ChainSummary",
+    "JsonReport",
+    "LogRestore",
+    "Note",
+    "ReplayReport",
+    "Replayer",
+    "RestorePoint",
+    "SessionHistory",
+    "TableReport",
+    "Violation",
+    "ViolationKind",
+    "iter_records",
+    "last_points",
+    "replay",
+    "verdict",
+]
