@@ -97,6 +97,7 @@ RejectReason = Literal[
     "option_not_offered",
     "session_closed",
     "no_previous_mode",
+    "stale_option",
     "log_failed",
     "invalid_answer",
     "late_answer",
@@ -104,6 +105,8 @@ RejectReason = Literal[
 ]
 """Why a ``modefsm.change_rejected`` record changed nothing.
 
+``stale_option``: an approval given after the mode changed while its permission request
+was open, for a target that is not restorable or that the policy forbids from the new mode.
 The last three are permission answers that cannot approve anything: ``invalid_answer``
 (not a valid ``RequestPermissionResponse``, or a JSON-RPC error other than ``-32800``),
 ``late_answer`` (an option selected after ``session/cancel`` or ``session/close`` ended

@@ -903,7 +903,13 @@ def _switch_problems(
     if not option.allows:
         yield "switch", f"option {option_id!r} is a {option.kind} option: it approves nothing"
     elif option.target == PREVIOUS:
-        if track.previous is not None and record.to_mode != track.previous:
+        # A stale approval (proposed_in recorded) applies the target shown when the request
+        # was built, before the changes that made it stale: only the policy edge is checked.
+        if (
+            record.proposed_in is None
+            and track.previous is not None
+            and record.to_mode != track.previous
+        ):
             message = (
                 f"option {option_id!r} returns to the previous mode {track.previous!r}, "
                 f"not {record.to_mode!r}"
