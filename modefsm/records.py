@@ -454,6 +454,7 @@ class TransitionLog:
 
             log._owns_index = not isinstance(index, RestoreIndex)
             log.index = index if isinstance(index, RestoreIndex) else RestoreIndex(index)
+            log.index.report = log.write  # a row that disagrees with the log is logged
         log._open()
         return log
 

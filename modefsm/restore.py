@@ -21,6 +21,16 @@ opening the log with the index (``TransitionLog.to_file(path, index=...)``) firs
 the log from that offset on and applies what it finds. Within the writing process, lookups
 see the uncommitted rows too.
 
+Why the index is never believed beyond the log. Each row also names the record it came
+from: its ``digest`` and the byte offset where its line ends in the log the index follows.
+Once the index follows a log (:meth:`RestoreIndex.catch_up`, which ``to_file`` calls),
+every :meth:`RestoreIndex.restore_point` reads that line back and checks it: the record
+must be there, unchanged (its digest recomputed), for the same session, ``seq``, mode and
+previous mode. A row that fails the check (a session the log never had, a wrong mode or
+``seq``, a row that names no record of the followed file) is not used: the answer is
+caught up from the log itself (a scan of the followed file), and the disagreement is
+reported as a ``modefsm.restore_index_mismatch`` event in the transition log.
+
 Example:
     >>> import tempfile, pathlib
     >>> from modefsm import ModeEngine, TransitionLog, preset
@@ -41,17 +51,29 @@ import contextlib
 import os
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import orjson
 
 from modefsm.errors import LogError
 from modefsm.reader import LogEntry, LogProblem, read_log
-from modefsm.records import EVENT_REJECTED, previous_of
+from modefsm.records import (
+    EVENT_CHANGED,
+    EVENT_CREATED,
+    EVENT_REJECTED,
+    previous_of,
+    record_digest,
+    utc_timestamp,
+)
 
-__all__ = ["LogRestore", "RestoreIndex", "RestorePoint", "last_points"]
+__all__ = ["EVENT_INDEX_MISMATCH", "LogRestore", "RestoreIndex", "RestorePoint", "last_points"]
+
+EVENT_INDEX_MISMATCH = "modefsm.restore_index_mismatch"
+"""A diagnostic, not a record: a restore index row disagreed with the log (``problem``);
+the restore used the log's point (``log_mode``, ``log_seq``; null if the log never had the
+session) instead of the row's (``index_mode``, ``index_seq``)."""
 
 
 class RestorePoint(NamedTuple):
@@ -116,7 +138,9 @@ CREATE TABLE IF NOT EXISTS sessions (
     session_id TEXT PRIMARY KEY,
     mode TEXT NOT NULL,
     seq INTEGER NOT NULL,
-    previous TEXT
+    previous TEXT,
+    digest TEXT,
+    offset INTEGER
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS log_position (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -128,10 +152,14 @@ CREATE TABLE IF NOT EXISTS log_position (
 INSERT OR IGNORE INTO log_position (id, offset) VALUES (1, 0);
 """
 _UPSERT = (
-    "INSERT INTO sessions (session_id, mode, seq, previous) VALUES (?1, ?2, ?3, ?4) "
+    "INSERT INTO sessions (session_id, mode, seq, digest, offset, previous) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
     "ON CONFLICT (session_id) DO UPDATE SET mode = excluded.mode, seq = excluded.seq, "
-    "previous = CASE WHEN ?5 THEN sessions.previous ELSE excluded.previous END"
+    "digest = excluded.digest, offset = excluded.offset, "
+    "previous = CASE WHEN ?7 THEN sessions.previous ELSE excluded.previous END"
 )
+_NAMED_COLUMNS = (("digest", "TEXT"), ("offset", "INTEGER"))
+"""Columns added after the first release: an older index gets them (empty) when opened."""
 
 
 class RestoreIndex:
@@ -170,6 +198,10 @@ class RestoreIndex:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
+            columns = {c[1] for c in self._db.execute("PRAGMA table_info(sessions)")}
+            for name, kind in _NAMED_COLUMNS:
+                if name not in columns:
+                    self._db.execute(f"ALTER TABLE sessions ADD COLUMN {name} {kind}")
             row = self._db.execute(
                 "SELECT device, inode, offset, head FROM log_position WHERE id = 1"
             ).fetchone()
@@ -181,22 +213,32 @@ class RestoreIndex:
         self._offset: int = row[2]
         self.head: str | None = row[3]
         """The ``digest`` of the last record indexed (the chain head a new file continues)."""
+        self.log_path: Path | None = None
+        """The log file the index follows (set by :meth:`catch_up`); restore points are
+        checked against it. ``None``: points are answered as stored."""
+        self.report: Callable[[str, dict[str, Any]], None] | None = None
+        """``report(event, fields)`` for a row that disagrees with the log, e.g. the
+        ``write`` of the :class:`~modefsm.records.TransitionLog` that keeps the index."""
 
     # -- lookups ---------------------------------------------------------------------------
 
     def restore_point(self, session_id: str) -> RestorePoint | None:
         """The last committed point of *session_id*, or ``None`` if no record named it.
 
+        When the index follows a log (:attr:`log_path`), the row is checked against the
+        record it names (see the module docstring); a row that fails the check is replaced
+        by the log's own point, and the disagreement is reported (:attr:`report`).
+
         Args:
             session_id: ACP ``sessionId`` of the ``session/load`` or ``session/resume``.
 
         Returns:
-            ``RestorePoint(session_id, mode, seq)``, from the session's last
+            ``RestorePoint(session_id, mode, seq, previous)``, from the session's last
             ``session_created``/``mode_changed`` record.
 
         Raises:
             LogError: an earlier update failed, so the index may be stale; reopen the log
-                with the index (it catches up) or rebuild it.
+                with the index (it catches up) or rebuild it; or the log cannot be read.
         """
         if self._failure is not None:
             raise LogError(
@@ -204,9 +246,34 @@ class RestoreIndex:
                 str(self.path),
             )
         row = self._db.execute(
-            "SELECT mode, seq, previous FROM sessions WHERE session_id = ?", (session_id,)
+            "SELECT mode, seq, previous, digest, offset FROM sessions WHERE session_id = ?",
+            (session_id,),
         ).fetchone()
-        return None if row is None else RestorePoint(session_id, row[0], row[1], row[2])
+        point = None if row is None else RestorePoint(session_id, row[0], row[1], row[2])
+        log = self.log_path
+        if log is None:
+            return point
+        problem = None if point is None else _disagreement(log, point, row[3], row[4])
+        if problem is None:
+            return point
+        try:
+            truth = last_points([log]).get(session_id) if log.exists() else None
+        except OSError as exc:
+            raise LogError(f"cannot read the transition log: {exc.strerror}", str(log)) from None
+        if self.report is not None:
+            self.report(
+                EVENT_INDEX_MISMATCH,
+                {
+                    "timestamp": utc_timestamp(),
+                    "session_id": session_id,
+                    "problem": problem,
+                    "index_mode": point.mode if point else None,
+                    "index_seq": point.seq if point else None,
+                    "log_mode": truth.mode if truth else None,
+                    "log_seq": truth.seq if truth else None,
+                },
+            )
+        return truth
 
     def __len__(self) -> int:
         """The number of sessions indexed."""
@@ -241,7 +308,7 @@ class RestoreIndex:
         try:
             if not self._db.in_transaction:
                 self._db.execute("BEGIN")
-            self._db.execute(_UPSERT, (session_id, mode, seq, *previous))
+            self._db.execute(_UPSERT, (session_id, mode, seq, head, offset, *previous))
         except sqlite3.Error as exc:
             self._fail(exc)
             return
@@ -307,8 +374,15 @@ class RestoreIndex:
             raise LogError(f"cannot read the transition log: {exc.strerror}", str(path)) from None
         if self._failure is not None:
             self._reset()
+        self.log_path = path
         same = (stat.st_dev, stat.st_ino) == (self._device, self._inode)
         start = self._offset if same and self._ends_with_head(path, stat.st_size) else 0
+        if not same and self._device is not None:
+            # another file (rotated, replaced): the stored offsets point into the old one
+            try:
+                self._db.execute("UPDATE sessions SET offset = NULL")
+            except sqlite3.Error as exc:
+                self._fail(exc)
         self._device, self._inode = stat.st_dev, stat.st_ino
         self._offset = start
         applied = self._apply(read_log([path], start=start), strict=strict)
@@ -326,18 +400,8 @@ class RestoreIndex:
             return False
         if self._offset == 0 or self.head is None:
             return True
-        step = min(self._offset, 64 * 1024)
-        with path.open("rb") as file:
-            file.seek(self._offset - step)
-            tail = file.read(step)
-        if not tail.endswith(b"\n"):
-            return False
-        line = tail[:-1].rsplit(b"\n", 1)[-1]
-        try:
-            data = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            return False
-        return isinstance(data, dict) and data.get("digest") == self.head
+        data = _line_ending_at(path, self._offset)
+        return data is not None and data.get("digest") == self.head
 
     def _apply(self, items: Iterable[LogEntry | LogProblem], *, strict: bool = False) -> int:
         applied = 0
@@ -432,6 +496,49 @@ class RestoreIndex:
         self._device = self._inode = None
         self._offset = 0
         self.head = None
+
+
+def _line_ending_at(path: Path, offset: int) -> dict[str, Any] | None:
+    """The JSON object on the line of *path* that ends at byte *offset*, if there is one."""
+    step = min(offset, 64 * 1024)
+    try:
+        with path.open("rb") as file:
+            file.seek(offset - step)
+            tail = file.read(step)
+    except OSError:
+        return None
+    if len(tail) != step or not tail.endswith(b"\n"):
+        return None
+    try:
+        data = orjson.loads(tail[:-1].rsplit(b"\n", 1)[-1])
+    except orjson.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _disagreement(  # noqa: PLR0911 - one check after another, each with its sentence
+    log: Path, point: RestorePoint, digest: str | None, offset: int | None
+) -> str | None:
+    """Why the index row *point* is not the log's record it names, or ``None`` if it is."""
+    if digest is None or offset is None or offset <= 0:
+        return "the row names no record of the log the index follows"
+    data = _line_ending_at(log, offset)
+    if data is None or data.get("digest") != digest:
+        return f"the log has no record with the row's digest at byte {offset}"
+    if record_digest(data) != digest:
+        return f"the log's record at byte {offset} was changed after it was written"
+    if data.get("event") not in (EVENT_CREATED, EVENT_CHANGED):
+        return f"the log's record at byte {offset} is not a committed change"
+    found = (data.get("session_id"), data.get("seq"), data.get("to_mode"))
+    if found != (point.session_id, point.seq, point.mode):
+        return (
+            f"the log's record at byte {offset} is session {found[0]!r} seq {found[1]} in "
+            f"{found[2]!r}, not session {point.session_id!r} seq {point.seq} in {point.mode!r}"
+        )
+    previous, keep = previous_of(str(data.get("origin")), data.get("from_mode"))
+    if not keep and previous != point.previous:
+        return f"the row's previous mode {point.previous!r} is not the log's {previous!r}"
+    return None
 
 
 def _sqlite_files(path: Path) -> list[Path]:
