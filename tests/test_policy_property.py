@@ -170,7 +170,8 @@ class PolicyRuns(RuleBasedStateMachine):
         assert switch is not None
         allow = [o.option_id for o in offer.options if o.target is not None]
         every = [o.option_id for o in switch.options]
-        option_id = data.draw(st.sampled_from(allow) | st.sampled_from(every))
+        choices = st.sampled_from(every)
+        option_id = data.draw(st.sampled_from(allow) | choices if allow else choices)
         shown = offer.get(option_id)
         self.calls += 1
         try:
