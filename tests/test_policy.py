@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
+from modefsm.diagram import build_diagram, to_markdown
 from modefsm.errors import StaleOptionError, TransitionNotAllowedError
 from modefsm.replay import replay
 from modefsm.sessions import OfferedOption
@@ -180,3 +181,39 @@ class TestStaleApproval:
             engine.approve_switch(offer, option_id, tool_call_id="t1")
         assert info.value.to_data()["valid"] == ["exit_plan_accept_edits", "exit_plan_default"]
         assert engine.get("s1").state == "plan"
+
+
+class TestReviewPage:
+    """The Markdown review page says where each approval can lead and where it never can."""
+
+    def test_permission_preset_rows(self):
+        page = to_markdown(build_diagram(PERMISSION), PERMISSION)
+        rows = page[page.index("### Where each approval can lead") :].splitlines()[9:]
+        assert rows == [
+            (
+                "| Plan | <code>exit\\_plan\\_accept\\_edits</code> | Accept Edits "
+                "| Default, Plan, Bypass Permissions "
+                "| Accept Edits, if a switch may reach it from the new mode; else refused |"
+            ),
+            (
+                "| Plan | <code>exit\\_plan\\_previous</code> | the mode before this one "
+                "(Bypass Permissions), named in the option when asked; not offered if another "
+                "option leads there or there is none (a non-restorable mode is not remembered "
+                "across a restart) | Default, Accept Edits, Plan | refused |"
+            ),
+            (
+                "| Plan | <code>exit\\_plan\\_default</code> | Default "
+                "| Accept Edits, Plan, Bypass Permissions "
+                "| Default, if a switch may reach it from the new mode; else refused |"
+            ),
+        ]
+
+    def test_previous_reaches_the_modes_a_session_can_come_from(self):
+        page = to_markdown(build_diagram(LETTERS), LETTERS)
+        row = next(r for r in page.splitlines() if r.startswith("| Plan | <code>back"))
+        assert row.endswith(
+            "| the mode before this one (Alpha, Charlie), named in the option when asked; not "
+            "offered if another option leads there or there is none (a non-restorable mode is "
+            "not remembered across a restart) | Bravo, Plan "
+            "| Alpha, if a switch may reach it from the new mode; else refused |"
+        )
