@@ -5,7 +5,8 @@ current mode (the "exit plan mode" flow of the ACP Session Modes page):
 
 1. a ``tool_call`` update (``kind: "switch_mode"``, ``status: "pending"``, the plan as
    ``{"type": "content", "content": {"type": "text", ...}}``);
-2. ``session/request_permission`` with the options the spec defines for the current mode;
+2. ``session/request_permission`` with the options the spec defines for the current mode,
+   resolved once (each names the mode it leads to);
 3. on a selected allow option, the engine fires the approved switch to exactly that
    option's target (both mode notifications go out), then ``tool_call_update`` ``completed``;
 4. on anything else (a reject option, ``cancelled``, a ``-32800`` error, an ``optionId``
