@@ -261,6 +261,18 @@ class RestoreIndex:
         except OSError as exc:
             raise LogError(f"cannot read the transition log: {exc.strerror}", str(log)) from None
         if self.report is not None:
+            with contextlib.suppress(LogError):  # the answer stands; nowhere to report it
+                self._report(session_id, problem, point, truth)
+        return truth
+
+    def _report(
+        self,
+        session_id: str,
+        problem: str,
+        point: RestorePoint | None,
+        truth: RestorePoint | None,
+    ) -> None:
+        if self.report is not None:
             self.report(
                 EVENT_INDEX_MISMATCH,
                 {
@@ -273,7 +285,6 @@ class RestoreIndex:
                     "log_seq": truth.seq if truth else None,
                 },
             )
-        return truth
 
     def __len__(self) -> int:
         """The number of sessions indexed."""

@@ -276,3 +276,41 @@ async def _reject() -> Any:
 
 async def _select(option_id: str) -> Any:
     return select(option_id)
+
+
+class TestPolicyRefusal:
+    """set_mode to an advertised mode the policy forbids from the current one: -32602."""
+
+    async def test_refusal_frame_names_the_allowed_targets(self, log_path):
+        async with serve(log_path, *PRESET) as (conn, client):
+            session_id = await session_in_plan(conn)
+            mark = client.mark()
+            with pytest.raises(acp.RequestError):
+                await conn.set_session_mode(session_id=session_id, mode_id="bypassPermissions")
+            frames = client.since(mark)
+        message = (
+            f"modeId: set_mode may not change session {session_id!r} from mode 'plan' to "
+            "'bypassPermissions'; allowed from 'plan': 'default'"
+        )
+        assert frames == [
+            {
+                "id": frames[0]["id"],
+                "error": {
+                    "code": -32602,
+                    "message": message,
+                    "data": {
+                        "field": "modeId",
+                        "value": "bypassPermissions",
+                        "valid": ["default"],
+                        "message": message,
+                    },
+                },
+            }
+        ]
+        last = read_log(log_path)[-1]
+        assert (last["event"], last["reason"], last["from_mode"], last["to_mode"]) == (
+            "modefsm.change_rejected",
+            "not_allowed",
+            "plan",
+            "bypassPermissions",
+        )

@@ -8,6 +8,7 @@ import orjson
 import pytest
 
 from modefsm import ModeEngine, TransitionLog, preset
+from modefsm.errors import LogError
 from modefsm.restore import EVENT_INDEX_MISMATCH, RestoreIndex, RestorePoint
 
 from .conftest import read_log
@@ -131,3 +132,19 @@ def test_an_index_that_follows_no_log_answers_as_stored(paths):
         assert index.restore_point("s1") == RestorePoint("s1", "code", 1)
     finally:
         index.close()
+
+
+def test_a_report_that_cannot_be_written_does_not_fail_the_lookup(paths):
+    write(paths, ("s1", None), ("s1", "code"))
+    tamper(paths, "UPDATE sessions SET seq = 5 WHERE session_id = 's1'")
+    log = TransitionLog.to_file(paths[0], index=paths[1])
+    try:
+        assert log.index is not None
+
+        def full_disk(event, fields):
+            raise LogError("cannot write the transition log: No space left on device")
+
+        log.index.report = full_disk
+        assert log.index.restore_point("s1") == RestorePoint("s1", "code", 2, "ask")
+    finally:
+        log.close()
