@@ -38,10 +38,13 @@ somewhere the writer cannot change to detect those.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import hashlib
 import logging
 import os
+import signal
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -68,6 +71,7 @@ __all__ = [
     "TransitionRecord",
     "canonical_record",
     "covered_digest",
+    "ignore_file_size_signal",
     "previous_of",
     "record_digest",
     "utc_timestamp",
@@ -229,24 +233,84 @@ def _utc_second(second: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
 
 
+def ignore_file_size_signal() -> None:
+    """Make a write past the file size limit (``RLIMIT_FSIZE``) fail instead of killing.
+
+    By default ``SIGXFSZ`` ends the process when a write reaches the limit; ignored, the
+    write fails with ``EFBIG``, which :class:`TransitionLog` turns into a :class:`LogError`
+    (the change is not made). A no-op where the signal does not exist, or outside the main
+    thread (where handlers cannot be set).
+    """
+    if hasattr(signal, "SIGXFSZ"):
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
 class _Logger(Protocol):
     def info(self, event: str, **kw: Any) -> Any: ...  # pragma: no cover
     def warning(self, event: str, **kw: Any) -> Any: ...  # pragma: no cover
 
 
-class _SyncedFile:
-    """A raw append-only file whose every write reaches the disk (``os.fsync``) first."""
+class _AppendFile:
+    """A raw append-only file that takes a record whole or not at all.
 
-    def __init__(self, fd: int) -> None:
+    :meth:`write` writes every byte (looping on a short ``write``), with ``fsync=True``
+    syncs them, and on any error (``ENOSPC``, ``EFBIG``, ``EIO``, a failed ``fsync``)
+    truncates the file back to where the record began before raising, so a record that
+    failed leaves no bytes behind and the next one starts on a line of its own. When that
+    truncation fails too, the file keeps a torn line: every later :meth:`write` is refused
+    (the process must restart, and opening the log then ends the torn line with a
+    ``modefsm.log_repaired`` line).
+    """
+
+    def __init__(self, fd: int, *, fsync: bool) -> None:
         self._fd = fd
+        self._fsync = fsync
+        self.torn: str | None = None
+        """Why a failed record could not be removed (every write is then refused)."""
 
     def write(self, data: bytes) -> int:
-        written = os.write(self._fd, data)
-        os.fsync(self._fd)
+        """Append all of *data* or nothing; return its length.
+
+        Raises:
+            OSError: nothing of *data* stays in the file, or (:attr:`torn` set) the file
+                could not be cut back and keeps a torn line.
+        """
+        if self.torn is not None:
+            raise OSError(errno.EIO, f"{self.torn}; restart to repair the log")
+        fd = self._fd
+        written = 0
+        try:
+            written = os.write(fd, data)
+            while written < len(data):  # a short write: the disk or the size limit is full
+                step = os.write(fd, memoryview(data)[written:])
+                if step <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                written += step
+            if self._fsync:
+                os.fsync(fd)
+        except OSError:
+            if written:
+                self._undo(written)
+            raise
         return written
 
+    def _undo(self, written: int) -> None:
+        """Cut the *written* bytes of a failed record off the end of the file."""
+        fd = self._fd
+        try:
+            end = os.lseek(fd, 0, os.SEEK_CUR)  # O_APPEND: just past our last byte
+            if os.fstat(fd).st_size != end:  # another writer appended after our bytes
+                self.torn = "a failed record could not be removed: another writer followed it"
+                return
+            os.ftruncate(fd, end - written)
+            if self._fsync:
+                os.fsync(fd)
+        except OSError as exc:
+            self.torn = f"a failed record could not be removed: {exc.strerror}"
+
     def flush(self) -> None:
-        """Nothing to flush: :meth:`write` already synced."""
+        """Nothing to flush: :meth:`write` wrote through."""
 
     def close(self) -> None:
         os.close(self._fd)
@@ -342,8 +406,7 @@ def _end_torn_line(fd: int, size: int) -> int:
         "torn_bytes": size - start,
         "level": "warning",
     }
-    data = b"\n" + orjson.dumps(repair) + b"\n"
-    return os.write(fd, data)
+    return _AppendFile(fd, fsync=False).write(b"\n" + orjson.dumps(repair) + b"\n")
 
 
 class _LogFile:
@@ -363,7 +426,7 @@ class _LogFile:
             os.close(fd)
             raise LogError(f"cannot read the transition log: {exc.strerror}", str(path)) from None
         self.fd = fd
-        self.file: Any = _SyncedFile(fd) if fsync else open(fd, "ab", buffering=0)  # noqa: SIM115, PTH123
+        self.file = _AppendFile(fd, fsync=fsync)
 
 
 class TransitionLog:
@@ -509,7 +572,9 @@ class TransitionLog:
             else:
                 self._logger.info(event, **fields)
         except OSError as exc:
-            raise LogError(f"cannot write the transition log: {exc}", self.path) from None
+            reason = exc.strerror or str(exc)
+            msg = f"cannot write the transition log: {reason}; the record was not written"
+            raise LogError(msg, self.path) from None
         if digest is None:
             return
         self._head = digest

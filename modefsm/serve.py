@@ -26,7 +26,7 @@ from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock
 
 from modefsm.agent import ModeAgent
 from modefsm.errors import ModefsmError
-from modefsm.records import TransitionLog
+from modefsm.records import TransitionLog, ignore_file_size_signal
 from modefsm.spec import ModeSpec
 from modefsm.wire import run_agent
 
@@ -103,6 +103,7 @@ def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) 
         LogError: the log file cannot be opened.
     """
     _check_stdio()
+    ignore_file_size_signal()
     if log_path is None:
         log = TransitionLog.to_stream(sys.stderr.buffer, path="<stderr>")
         restore = None

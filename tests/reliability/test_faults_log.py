@@ -1,0 +1,259 @@
+"""Faults of the log's file system: a full disk and a file size limit, on real processes.
+
+What is under test (README, "Durability"): a record is written whole or not at all. When
+the disk is full (a small tmpfs) or the file size limit is reached (``prlimit --fsize``),
+the change fails with a JSON-RPC error, its partial bytes are cut off again, the mode
+stays as it was, and once space is back the next record starts on a line of its own.
+After a restart every acknowledged change is restored and ``replay --verify`` is clean.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import acp
+import pytest
+
+from modefsm import ModeEngine, TransitionLog, preset
+from modefsm.errors import LogError
+from tests.acp_client import TestClient
+
+from .harness import TIMEOUT, read_log
+
+pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
+
+SEED = preset("seed")
+CYCLE = ("architect", "code", "ask")
+
+
+@contextlib.contextmanager
+def small_tmpfs(folder: Path, size: str) -> Iterator[Path]:
+    """Mount a tmpfs of *size* at *folder* for the duration (skip where mounting is denied)."""
+    folder.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def fill(folder: Path) -> Path:
+    """Take every free byte of *folder*'s file system with a file; return the file."""
+    filler = folder / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        block = b"x" * 4096
+        with contextlib.suppress(OSError):
+            while True:
+                os.write(fd, block)
+        with contextlib.suppress(OSError):
+            while True:
+                os.write(fd, b"x")
+    finally:
+        os.close(fd)
+    return filler
+
+
+def assert_clean(log: Path, records: int) -> None:
+    """``modefsm replay LOG --verify`` finds *records* records, chained, and calls it clean."""
+    done = subprocess.run(
+        [sys.executable, "-m", "modefsm", "replay", str(log), "--verify", "--summary"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=TIMEOUT,
+    )
+    lines = done.stdout.splitlines()
+    assert (done.returncode, done.stderr, lines[-1]) == (0, "", "RESULT  clean"), done.stdout
+    chain = f"CHAIN  {records} records verified, 0 without a digest; head "
+    assert lines[-2].startswith(chain), done.stdout
+
+
+@contextlib.asynccontextmanager
+async def sdk_serve(
+    log: Path, *extra: str, prefix: tuple[str, ...] = ()
+) -> AsyncIterator[tuple[Any, asyncio.subprocess.Process]]:
+    """``[PREFIX...] python -m modefsm serve --log LOG [EXTRA...]`` under the SDK client."""
+    client = TestClient()
+    command = (*prefix, sys.executable, "-m", "modefsm", "serve", "--log", str(log), *extra)
+    async with acp.spawn_agent_process(
+        cast("Any", client),
+        *command,
+        transport_kwargs={"stderr": None},
+        observers=[client.observe],
+        use_unstable_protocol=True,
+    ) as (conn, process):
+        await asyncio.wait_for(conn.initialize(protocol_version=acp.PROTOCOL_VERSION), TIMEOUT)
+        yield conn, process
+
+
+async def change(conn: Any, sid: str, mode: str) -> str | None:
+    """``session/set_mode``; ``None`` on success, else the error's message (code -32603)."""
+    try:
+        await asyncio.wait_for(conn.set_session_mode(session_id=sid, mode_id=mode), TIMEOUT)
+    except acp.RequestError as exc:
+        assert exc.code == -32603, exc
+        return str(exc)
+    return None
+
+
+async def mode_of(conn: Any, sid: str) -> str:
+    loaded = await asyncio.wait_for(conn.load_session(cwd=".", session_id=sid), TIMEOUT)
+    mode: str = loaded.modes.current_mode_id
+    return mode
+
+
+def following(acked: list[str]) -> str:
+    """The mode after the last acknowledged one in ask -> architect -> code -> ask ..."""
+    return CYCLE[(CYCLE.index(acked[-1]) + 1) % 3]
+
+
+def logged_modes(log: Path, sid: str) -> list[tuple[int, str]]:
+    """``(seq, to_mode)`` of every committed record of *sid*; every line must be whole."""
+    contents = read_log(log)
+    assert (contents.torn, contents.repaired) == (None, 0)
+    return [(r["seq"], r["to_mode"]) for r in contents.commits(sid)]
+
+
+class TestWriterOnAFullDisk:
+    """The writer itself, in this process, on a real full file system."""
+
+    def test_a_short_write_is_cut_off_and_the_change_is_not_made(self, tmp_path: Path):
+        with small_tmpfs(tmp_path / "fs", "64k") as fs:
+            log_path = fs / "log.jsonl"
+            log = TransitionLog.to_file(log_path)
+            engine = ModeEngine(SEED, log=log)
+            engine.new_session("s1")
+            modes = ["ask"]
+            # grow the log until its last page has room for part of a record, not all of it
+            while not 100 < 4096 - log_path.stat().st_size % 4096 < 300:
+                modes.append(CYCLE[len(modes) % 3])
+                engine.change("s1", modes[-1], "set_mode")
+            filler = fill(fs)
+            size = log_path.stat().st_size
+            failures = []
+            for _ in range(3):
+                with pytest.raises(LogError) as caught:
+                    engine.change("s1", CYCLE[len(modes) % 3], "set_mode")
+                failures.append(str(caught.value))
+                assert log_path.stat().st_size == size  # nothing of the record stayed
+                assert engine.get("s1").state == modes[-1]
+            assert failures[0] == (
+                f"{log_path}: cannot write the transition log: No space left on device; "
+                "the record was not written"
+            )
+            filler.unlink()
+            modes.append(CYCLE[len(modes) % 3])
+            engine.change("s1", modes[-1], "set_mode")
+            log.close()
+            assert logged_modes(log_path, "s1") == list(enumerate(modes, 1))
+
+
+class TestServeOnAFullDisk:
+    async def test_full_disk_fails_changes_and_loses_no_acknowledged_one(self, tmp_path: Path):
+        with small_tmpfs(tmp_path / "fs", "256k") as fs:
+            log = fs / "log.jsonl"
+            acked: list[str] = []
+            failed = 0
+            async with sdk_serve(log) as (conn, _process):
+                sid = (await conn.new_session(cwd=".")).session_id
+                acked.append("ask")
+                for mode in CYCLE:
+                    assert await change(conn, sid, mode) is None
+                    acked.append(mode)
+                filler = fill(fs)
+                outcomes = []
+                for _ in range(24):
+                    mode = following(acked)
+                    error = await change(conn, sid, mode)
+                    outcomes.append(error is None)
+                    if error is None:
+                        acked.append(mode)
+                    else:
+                        failed += 1
+                        assert "No space left on device" in error, error
+                        assert await mode_of(conn, sid) == acked[-1]  # unchanged
+                # the page the log ends in had room for a few more records, then none
+                assert outcomes == [True] * (24 - failed) + [False] * failed
+                assert failed >= 10
+                filler.unlink()
+                for _ in range(3):
+                    mode = following(acked)
+                    assert await change(conn, sid, mode) is None
+                    acked.append(mode)
+            expected = [(seq, mode) for seq, mode in enumerate(acked, 1)]
+            assert logged_modes(log, sid) == expected
+            async with sdk_serve(log) as (conn, _process):
+                assert await mode_of(conn, sid) == acked[-1]
+            assert_clean(log, len(acked))
+
+
+class TestServeUnderAFileSizeLimit:
+    async def test_fsize_limit_fails_changes_then_appends_cleanly(self, tmp_path: Path):
+        if shutil.which("prlimit") is None:
+            pytest.skip("prlimit (util-linux) is not installed")
+        log = tmp_path / "log.jsonl"
+        acked: list[str] = []
+        # a log of some 100 kB first, so that the limit leaves the index files room
+        async with sdk_serve(log) as (conn, _process):
+            sid = (await conn.new_session(cwd=".")).session_id
+            acked.append("ask")
+            for _ in range(240):
+                mode = following(acked)
+                assert await change(conn, sid, mode) is None
+                acked.append(mode)
+        for fsync in (False, True):
+            limit = log.stat().st_size + 1000  # room for two records and part of a third
+            extra = ("--fsync",) if fsync else ()
+            prefix = ("prlimit", f"--fsize={limit}:unlimited")  # soft: hard
+            async with sdk_serve(log, *extra, prefix=prefix) as (conn, process):
+                assert await mode_of(conn, sid) == acked[-1]
+                errors = []
+                for _ in range(8):
+                    mode = following(acked)
+                    error = await change(conn, sid, mode)
+                    if error is None:
+                        acked.append(mode)
+                    else:
+                        errors.append(error)
+                        assert await mode_of(conn, sid) == acked[-1]
+                assert len(errors) >= 5
+                assert all("File too large; the record was not written" in e for e in errors)
+                assert log.stat().st_size <= limit
+                assert process.returncode is None  # SIGXFSZ did not kill it
+                raised = subprocess.run(
+                    ["prlimit", f"--pid={process.pid}", "--fsize=unlimited:unlimited"], check=False
+                )
+                assert raised.returncode == 0
+                for _ in range(3):
+                    mode = following(acked)
+                    assert await change(conn, sid, mode) is None
+                    acked.append(mode)
+            assert logged_modes(log, sid) == [(seq, mode) for seq, mode in enumerate(acked, 1)]
+        async with sdk_serve(log) as (conn, _process):
+            assert await mode_of(conn, sid) == acked[-1]
+        assert_clean(log, len(acked))
+
+
+def test_enospc_is_the_errno_a_full_tmpfs_gives(tmp_path: Path):
+    """The premise of the tests above: a full tmpfs refuses a write with ENOSPC."""
+    with small_tmpfs(tmp_path / "fs", "16k") as fs:
+        fill(fs)
+        with pytest.raises(OSError) as caught:
+            (fs / "more").write_bytes(b"x" * 8192)
+        assert caught.value.errno == errno.ENOSPC
