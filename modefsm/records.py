@@ -285,7 +285,7 @@ class _AppendFile:
             while written < len(data):  # a short write: the disk or the size limit is full
                 step = os.write(fd, memoryview(data)[written:])
                 if step <= 0:
-                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # noqa: TRY301
                 written += step
             if self._fsync:
                 os.fsync(fd)

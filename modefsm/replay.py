@@ -71,7 +71,7 @@ __all__ = [
 
 ViolationKind = Literal[
     "bad_record", "gap", "repeat", "out_of_order", "from_mode", "creation", "illegal",
-    "switch", "unknown_spec", "spec_changed", "tampered", "chain", "no_digest",
+    "switch", "unknown_spec", "spec_changed", "tampered", "chain", "no_digest", "torn",
 ]  # fmt: skip
 """What a :class:`Violation` is about.
 
@@ -82,7 +82,10 @@ session. ``creation``: a ``session_created`` that is not ``seq`` 1 in the initia
 switch without its tool call, or with an option not offered. ``unknown_spec``,
 ``spec_changed``: no spec given has the records' ``spec_hash`` (so their legality is
 unchecked). ``tampered``: the digest does not match the record. ``chain``: the record does
-not continue the chain. ``no_digest``: records that cannot be verified."""
+not continue the chain. ``no_digest``: records that cannot be verified. ``torn``: a record
+cut short with more of the log after it (a torn *last* line is a note, what a crash
+leaves); its message says whether the next record proves its change was never
+acknowledged, or may have been."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -626,7 +629,14 @@ class Replayer:
     # -- records ---------------------------------------------------------------------------
 
     def _problem(self, problem: LogProblem) -> None:
-        if problem.fatal:
+        if problem.inside:  # a torn record with more log after it: never a clean log
+            if self._session_id is None or problem.session_id in (None, self._session_id):
+                self._violations.append(
+                    Violation(
+                        problem.location, "torn", problem.message, problem.session_id, problem.seq
+                    )
+                )
+        elif problem.fatal:
             self._errors.append(Note(problem.location, problem.kind, problem.message))
         elif problem.bad_record:
             if self._session_id is None or problem.session_id in (None, self._session_id):

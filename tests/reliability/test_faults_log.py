@@ -104,12 +104,15 @@ async def sdk_serve(
 
 async def change(conn: Any, sid: str, mode: str) -> str | None:
     """``session/set_mode``; ``None`` on success, else the error's message (code -32603)."""
+    failure: acp.RequestError | None = None
     try:
         await asyncio.wait_for(conn.set_session_mode(session_id=sid, mode_id=mode), TIMEOUT)
     except acp.RequestError as exc:
-        assert exc.code == -32603, exc
-        return str(exc)
-    return None
+        failure = exc
+    if failure is None:
+        return None
+    assert failure.code == -32603, failure
+    return str(failure)
 
 
 async def mode_of(conn: Any, sid: str) -> str:
@@ -236,10 +239,10 @@ class TestServeUnderAFileSizeLimit:
                 assert all("File too large; the record was not written" in e for e in errors)
                 assert log.stat().st_size <= limit
                 assert process.returncode is None  # SIGXFSZ did not kill it
-                raised = subprocess.run(
-                    ["prlimit", f"--pid={process.pid}", "--fsize=unlimited:unlimited"], check=False
+                raised = await asyncio.create_subprocess_exec(
+                    "prlimit", f"--pid={process.pid}", "--fsize=unlimited:unlimited"
                 )
-                assert raised.returncode == 0
+                assert await raised.wait() == 0
                 for _ in range(3):
                     mode = following(acked)
                     assert await change(conn, sid, mode) is None
@@ -254,6 +257,6 @@ def test_enospc_is_the_errno_a_full_tmpfs_gives(tmp_path: Path):
     """The premise of the tests above: a full tmpfs refuses a write with ENOSPC."""
     with small_tmpfs(tmp_path / "fs", "16k") as fs:
         fill(fs)
-        with pytest.raises(OSError) as caught:
+        with pytest.raises(OSError, match="No space left on device") as caught:
             (fs / "more").write_bytes(b"x" * 8192)
         assert caught.value.errno == errno.ENOSPC
