@@ -356,32 +356,55 @@ class _JSONLines:
 
 
 _TAIL_CHUNK = 64 * 1024
+_SCAN_CHUNK = 1 << 20
+_MAX_LINE = 1 << 20
+"""The longest record line looked at (:data:`modefsm.reader.MAX_LINE`: readers skip longer)."""
 
 
 def _last_record(fd: int, size: int) -> tuple[bool, str | None]:
     """Whether the file behind *fd* holds a record, and the ``digest`` of its last one.
 
     Reads backwards from the end in chunks, so a restart costs a read of the tail, not of
-    the whole file; host lines after the last record are skipped.
+    the whole file; host lines after the last record are skipped. Time is linear in the
+    bytes read and memory bounded, whatever the length of the lines (a line longer than
+    :data:`_MAX_LINE` is skipped unread, as readers skip it).
     """
     pos = size
-    partial = b""
+    pieces: list[bytes] = []  # the line that ends where the last chunk began, in reverse
+    length = 0  # its length so far; past _MAX_LINE its pieces are dropped
+    step = _TAIL_CHUNK
     while pos > 0:
-        step = min(_TAIL_CHUNK, pos)
+        step = min(step, pos)
         pos -= step
-        lines = (os.pread(fd, step, pos) + partial).split(b"\n")
-        partial = lines.pop(0) if pos > 0 else b""
-        for line in reversed(lines):
-            if b'"modefsm.' not in line:
-                continue
-            try:
-                data = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(data, dict) and data.get("event") in RECORD_EVENTS:
-                digest = data.get("digest")
-                return True, digest if isinstance(digest, str) else None
-    return False, None
+        chunk = os.pread(fd, step, pos)
+        step = _SCAN_CHUNK
+        end = len(chunk)
+        while (newline := chunk.rfind(b"\n", 0, end)) >= 0:
+            found = _record_head(chunk[newline + 1 : end], pieces, length)
+            if found is not None:
+                return True, found[0]
+            pieces, length, end = [], 0, newline
+        length += end
+        pieces = [*pieces, chunk[:end]] if length <= _MAX_LINE else []
+    found = _record_head(b"", pieces, length)
+    return (True, found[0]) if found is not None else (False, None)
+
+
+def _record_head(start: bytes, pieces: list[bytes], length: int) -> tuple[str | None] | None:
+    """``(digest,)`` if *start* + the reversed *pieces* is a record line, else ``None``."""
+    if length + len(start) > _MAX_LINE:
+        return None
+    line = start + b"".join(reversed(pieces)) if pieces else start
+    if b'"modefsm.' not in line:
+        return None
+    try:
+        data = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(data, dict) and data.get("event") in RECORD_EVENTS:
+        digest = data.get("digest")
+        return (digest if isinstance(digest, str) else None,)
+    return None
 
 
 def _end_torn_line(fd: int, size: int) -> int:
@@ -394,7 +417,7 @@ def _end_torn_line(fd: int, size: int) -> int:
     """
     start = size
     while start > 0:
-        chunk = os.pread(fd, min(start, _TAIL_CHUNK), max(0, start - _TAIL_CHUNK))
+        chunk = os.pread(fd, min(start, _SCAN_CHUNK), max(0, start - _SCAN_CHUNK))
         newline = chunk.rfind(b"\n")
         if newline >= 0:
             start = start - len(chunk) + newline + 1

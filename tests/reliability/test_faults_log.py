@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -27,7 +29,7 @@ from modefsm import ModeEngine, TransitionLog, preset
 from modefsm.errors import LogError
 from tests.acp_client import TestClient
 
-from .harness import TIMEOUT, read_log
+from .harness import TIMEOUT, raw_serve, read_log
 
 pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
 
@@ -260,3 +262,52 @@ def test_enospc_is_the_errno_a_full_tmpfs_gives(tmp_path: Path):
         with pytest.raises(OSError, match="No space left on device") as caught:
             (fs / "more").write_bytes(b"x" * 8192)
         assert caught.value.errno == errno.ENOSPC
+
+
+class TestStartUpOnALongLastLine:
+    """Start-up reads the tail of the log in time linear in its length, whatever its lines."""
+
+    LIMIT = 15.0  # seconds before `initialize` is answered: generous, not a benchmark
+
+    @staticmethod
+    def a_log(path: Path) -> None:
+        log = TransitionLog.to_file(path)
+        engine = ModeEngine(SEED, log=log)
+        engine.new_session("s1")
+        engine.change("s1", "code", "set_mode")
+        log.close()
+
+    async def started(self, path: Path) -> float:
+        """Seconds until ``initialize`` is answered; the session is restored exactly."""
+        began = time.monotonic()
+        async with raw_serve(path) as peer:
+            elapsed = time.monotonic() - began
+            assert await peer.current_mode("s1") == "code"
+            assert "result" in await peer.set_mode("s1", "architect")
+        return elapsed
+
+    def repaired(self, path: Path) -> tuple[int, list[tuple[int, str]]]:
+        """``torn_bytes`` of the repair line, and s1's committed records after it."""
+        with path.open("rb") as file:
+            file.seek(-2000, os.SEEK_END)
+            tail = file.read().split(b"\n")
+        repair = json.loads(tail[-3])
+        assert repair["event"] == "modefsm.log_repaired"
+        record = json.loads(tail[-2])
+        return repair["torn_bytes"], [(record["seq"], record["to_mode"])]
+
+    async def test_an_80_mb_torn_last_line(self, tmp_path: Path):
+        path = tmp_path / "log.jsonl"
+        self.a_log(path)
+        with path.open("ab") as file:
+            file.write(b'{"timestamp":"' + b"7" * 80_000_000)
+        assert await self.started(path) < self.LIMIT
+        assert self.repaired(path) == (80_000_014, [(3, "architect")])
+
+    async def test_a_1_gib_sparse_file(self, tmp_path: Path):
+        path = tmp_path / "log.jsonl"
+        self.a_log(path)
+        size = path.stat().st_size
+        os.truncate(path, 1 << 30)  # a hole of zeros, as a crash on some file systems leaves
+        assert await self.started(path) < self.LIMIT
+        assert self.repaired(path) == ((1 << 30) - size, [(3, "architect")])
