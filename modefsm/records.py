@@ -48,11 +48,11 @@ import signal
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Literal, Protocol
 
 import orjson
 import structlog
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from modefsm.errors import LogError
 
@@ -65,6 +65,7 @@ __all__ = [
     "EVENT_REJECTED",
     "EVENT_REPAIRED",
     "RECORD_EVENTS",
+    "SEQ_MAX",
     "Origin",
     "RejectReason",
     "TransitionLog",
@@ -82,6 +83,9 @@ EVENT_CHANGED = "modefsm.mode_changed"
 EVENT_REJECTED = "modefsm.change_rejected"
 EVENT_REPAIRED = "modefsm.log_repaired"
 """A diagnostic, not a record: the line before it was torn by a crash (``torn_bytes`` long)."""
+SEQ_MAX = (1 << 63) - 1
+"""The largest ``seq`` a record may hold (SQLite's largest ``INTEGER``): a line with a larger
+one, or one below 1, is not a record (readers report it as ``not_a_record``)."""
 RECORD_EVENTS = frozenset({EVENT_CREATED, EVENT_CHANGED, EVENT_REJECTED})
 """The events that are :class:`TransitionRecord` lines (other ``modefsm.*`` events, such as
 ``modefsm.notify_failed``, are diagnostics: not records, not chained)."""
@@ -123,11 +127,12 @@ class TransitionRecord(BaseModel):
         timestamp: UTC, ISO 8601 with a ``Z`` suffix.
         session_id: ACP ``sessionId``.
         seq: the session's sequence number, 1 for its creation, then +1 per committed
-            change; ``None`` on rejections.
+            change; ``None`` on rejections; at most :data:`SEQ_MAX` (a SQLite ``INTEGER``).
         from_mode: the mode before (``None`` on creation).
         to_mode: the mode after (on a rejection: the mode asked for, if any).
         origin: see :data:`Origin`.
-        request_id: the JSON-RPC id of the request that caused it, if known.
+        request_id: the JSON-RPC id of the request that caused it, if known (an integer
+            id within a 64-bit range: ``-2**63`` to ``2**64 - 1``).
         tool_call_id: ACP ``toolCallId`` of a ``switch_mode`` tool call.
         option_id: ACP ``optionId`` the user selected.
         proposed_in: the mode a switch was proposed in: on an approved switch only when
@@ -148,11 +153,11 @@ class TransitionRecord(BaseModel):
     event: Literal["modefsm.session_created", "modefsm.mode_changed", "modefsm.change_rejected"]
     timestamp: str
     session_id: str
-    seq: int | None
+    seq: Annotated[int, Field(ge=1, le=SEQ_MAX)] | None
     from_mode: str | None
     to_mode: str | None
     origin: Origin
-    request_id: str | int | None = None
+    request_id: str | Annotated[int, Field(ge=-(1 << 63), lt=1 << 64)] | None = None
     tool_call_id: str | None = None
     option_id: str | None = None
     proposed_in: str | None = None

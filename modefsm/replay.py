@@ -45,6 +45,7 @@ from modefsm.records import (
     EVENT_CHANGED,
     EVENT_CREATED,
     EVENT_REJECTED,
+    SEQ_MAX,
     Origin,
     RejectReason,
     TransitionRecord,
@@ -498,7 +499,8 @@ class Replayer:
                 type(spec_name) is not str
                 or type(get("timestamp")) is not str
                 or type(get("level", "")) is not str
-                or type(get("request_id")) not in _ID_TYPES
+                or type(request_id := get("request_id")) not in _ID_TYPES
+                or (type(request_id) is int and not _ID_LOW <= request_id < _ID_END)
                 or type(get("tool_call_id")) not in _STR_OR_NONE
                 or type(get("option_id")) not in _STR_OR_NONE
                 or type(get("proposed_in")) not in _STR_OR_NONE
@@ -527,6 +529,7 @@ class Replayer:
                         track is None
                         or type(seq) is not int
                         or seq != track.seq + 1
+                        or seq > SEQ_MAX
                         or source != track.mode
                         or track.mode is None
                         or (origin, source, dest) not in edges
@@ -809,6 +812,7 @@ _KINDS: dict[TriggerKind, tuple[Origin, ...]] = {
     "restore": ("restore",),
 }
 _ID_TYPES = frozenset({str, int, type(None)})
+_ID_LOW, _ID_END = -(1 << 63), 1 << 64  # the model's range of an integer request_id
 _STR_OR_NONE = frozenset({str, type(None)})
 
 
@@ -818,7 +822,7 @@ def _well_typed(
     """Whether these fields of a record have their model types (for take)."""
     return (
         type(session_id) is str
-        and (seq is None or type(seq) is int)
+        and (seq is None or (type(seq) is int and 1 <= seq <= SEQ_MAX))
         and type(source) in _STR_OR_NONE
         and type(dest) in _STR_OR_NONE
         and origin in _ORIGINS

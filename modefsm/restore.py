@@ -242,7 +242,7 @@ class RestoreIndex:
             if not self._db.in_transaction:
                 self._db.execute("BEGIN")
             self._db.execute(_UPSERT, (session_id, mode, seq, *previous))
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OverflowError) as exc:  # OverflowError: past SQLite's INTEGER
             self._fail(exc)
             return
         self.advance(offset, head)
@@ -420,7 +420,7 @@ class RestoreIndex:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _fail(self, exc: sqlite3.Error) -> None:
+    def _fail(self, exc: Exception) -> None:
         self._failure = str(exc)
         with contextlib.suppress(sqlite3.Error):
             self._db.execute("ROLLBACK")
