@@ -45,6 +45,7 @@ import hashlib
 import logging
 import os
 import signal
+import stat
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -437,22 +438,51 @@ def _end_torn_line(fd: int, size: int) -> int:
     return _AppendFile(fd, fsync=False).write(b"\n" + orjson.dumps(repair) + b"\n")
 
 
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _check_regular(mode: int, path: Path) -> None:
+    """Refuse anything but a regular file: appends, offsets and truncation need one."""
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+    msg = f"{kind}, not a regular file: the transition log must be a regular file"
+    raise LogError(msg, str(path))
+
+
 class _LogFile:
     """An append-only log file: its descriptor, its writer, and the chain head it ends with."""
 
     def __init__(self, path: Path, *, fsync: bool) -> None:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            _check_regular(path.stat().st_mode, path)  # before opening: a FIFO would block
+        except FileNotFoundError:
+            pass
         except OSError as exc:
             raise LogError(f"cannot open the transition log: {exc.strerror}", str(path)) from None
         try:
-            size = os.fstat(fd).st_size
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+        except OSError as exc:
+            raise LogError(f"cannot open the transition log: {exc.strerror}", str(path)) from None
+        try:
+            stat = os.fstat(fd)
+            _check_regular(stat.st_mode, path)
+            size = stat.st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":
                 size += _end_torn_line(fd, size)
             self.has_records, self.head = _last_record(fd, size) if size else (False, None)
         except OSError as exc:
             os.close(fd)
             raise LogError(f"cannot read the transition log: {exc.strerror}", str(path)) from None
+        except LogError:
+            os.close(fd)
+            raise
         self.fd = fd
         self.file = _AppendFile(fd, fsync=fsync)
 

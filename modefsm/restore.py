@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -379,11 +380,13 @@ class RestoreIndex:
             The number of sessions indexed.
 
         Raises:
-            LogError: a log is unusable (unreadable, not text), or the index cannot be
-                written.
+            LogError: a log is unusable (unreadable, not text); *path* is one of *logs*,
+                is not a regular file, or exists and is not a restore index (it is never
+                overwritten then); or the index cannot be written.
         """
         target = Path(path)
         files = [Path(log) for log in logs]
+        _check_target(target, files)
         temporary = target.with_name(f".{target.name}.rebuild-{os.getpid()}")
         for leftover in _sqlite_files(temporary):
             leftover.unlink(missing_ok=True)
@@ -432,6 +435,49 @@ class RestoreIndex:
         self._device = self._inode = None
         self._offset = 0
         self.head = None
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _check_target(target: Path, logs: list[Path]) -> None:
+    """Refuse to replace *target* unless it is missing, empty or a restore index."""
+    for log in logs:
+        with contextlib.suppress(OSError):
+            if target.resolve() == log.resolve() or target.samefile(log):
+                msg = "is one of the logs read: the restore index needs a file of its own"
+                raise LogError(msg, str(target))
+    try:
+        status = target.stat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise LogError(f"cannot rebuild the restore index: {exc.strerror}", str(target)) from None
+    if stat.S_ISDIR(status.st_mode):
+        raise LogError("is a directory: give the restore index file's path", str(target))
+    if not stat.S_ISREG(status.st_mode):
+        raise LogError("not a regular file: the restore index must be one", str(target))
+    if status.st_size and not _is_index(target):
+        raise LogError("exists and is not a restore index: not overwritten", str(target))
+
+
+def _is_index(path: Path) -> bool:
+    """Whether *path* is a SQLite file with the restore index's tables (opened read-only)."""
+    try:
+        with path.open("rb") as file:
+            if file.read(len(_SQLITE_HEADER)) != _SQLITE_HEADER:
+                return False
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except (OSError, sqlite3.Error):
+        return False
+    try:
+        db.execute("SELECT session_id, mode, seq, previous FROM sessions LIMIT 0")
+        db.execute("SELECT device, inode, offset, head FROM log_position LIMIT 0")
+    except sqlite3.Error:
+        return False
+    finally:
+        db.close()
+    return True
 
 
 def _sqlite_files(path: Path) -> list[Path]:
