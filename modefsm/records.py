@@ -606,14 +606,21 @@ class TransitionLog:
         Records (:data:`RECORD_EVENTS`) get ``prev`` and ``digest``; other ``modefsm.*``
         events (diagnostics) are written as given. The index, if any, learns the new mode
         of the session after the line is written; an index failure never fails the write
-        (the index then refuses lookups until it is rebuilt or reopened).
+        (the index keeps the update in memory and commits it later, or catches up from
+        the log: see :meth:`~modefsm.restore.RestoreIndex.update`).
+
+        A record is written whole or not at all: a short write (a full disk, the file size
+        limit) is completed or, failing that, cut off again, so a failed record leaves no
+        bytes behind and the next starts on a line of its own.
 
         Args:
             event: one of the ``modefsm.*`` event names.
             fields: the record's other fields (see :class:`TransitionRecord`).
 
         Raises:
-            LogError: the write failed; the caller must not commit the change.
+            LogError: the write failed (``ENOSPC``, ``EFBIG``, ``EIO``, a failed ``fsync``,
+                or an earlier failed record that could not be cut off: every record is then
+                refused until the log is reopened); the caller must not commit the change.
         """
         digest = None
         if event in RECORD_EVENTS:

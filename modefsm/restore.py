@@ -52,7 +52,14 @@ from modefsm.errors import LogError
 from modefsm.reader import LogEntry, LogProblem, read_log
 from modefsm.records import EVENT_REJECTED, previous_of
 
-__all__ = ["LogRestore", "RestoreIndex", "RestorePoint", "last_points"]
+__all__ = [
+    "MAX_PENDING",
+    "RETRY_SECONDS",
+    "LogRestore",
+    "RestoreIndex",
+    "RestorePoint",
+    "last_points",
+]
 
 
 class RestorePoint(NamedTuple):
@@ -160,11 +167,16 @@ class RestoreIndex:
         self.path = Path(path)
         self.commit_every = commit_every
         self.commit_seconds = commit_seconds
-        self._failure: str | None = None
-        self._pending = 0
+        self._pending: dict[str, tuple[str, int, str | None, bool]] = {}
+        self._records = 0  # records since the last commit
         self._last_commit = time.monotonic()
+        self._retry_at = 0.0  # after a failed commit, the next is tried from then on
+        self._problem: str | None = None  # why the last commit failed
+        self._behind = False  # updates were dropped: catch up from the log before answering
+        self._catching_up = False
+        self._log: Path | None = None
         try:
-            self._db = sqlite3.connect(self.path, isolation_level=None)
+            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=_OPEN_WAIT)
         except sqlite3.Error as exc:
             raise LogError(f"cannot open the restore index: {exc}", str(self.path)) from None
         try:
@@ -174,19 +186,27 @@ class RestoreIndex:
             row = self._db.execute(
                 "SELECT device, inode, offset, head FROM log_position WHERE id = 1"
             ).fetchone()
+            self._db.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
         except sqlite3.Error as exc:
             self._db.close()
+            if _busy(exc):
+                msg = f"the restore index is locked by another process: {exc}"
+                raise LogError(msg, str(self.path)) from None
             raise LogError(f"not a restore index: {exc}", str(self.path)) from None
         self._device: int | None = row[0]
         self._inode: int | None = row[1]
         self._offset: int = row[2]
         self.head: str | None = row[3]
         """The ``digest`` of the last record indexed (the chain head a new file continues)."""
+        self._committed = (self._device, self._inode, self._offset, self.head)
 
     # -- lookups ---------------------------------------------------------------------------
 
     def restore_point(self, session_id: str) -> RestorePoint | None:
         """The last committed point of *session_id*, or ``None`` if no record named it.
+
+        Answers from the updates not yet committed first, then from the SQLite table
+        (reading does not wait for another process's write lock: the file is in WAL mode).
 
         Args:
             session_id: ACP ``sessionId`` of the ``session/load`` or ``session/resume``.
@@ -196,22 +216,40 @@ class RestoreIndex:
             ``session_created``/``mode_changed`` record.
 
         Raises:
-            LogError: an earlier update failed, so the index may be stale; reopen the log
-                with the index (it catches up) or rebuild it.
+            LogError: the table cannot be read now (locked, or failing), or the index fell
+                behind the log and cannot catch up yet; only this lookup fails, and a later
+                one is answered once the index can be read and written again.
         """
-        if self._failure is not None:
-            raise LogError(
-                f"the restore index is out of date ({self._failure}); reopen or rebuild it",
-                str(self.path),
-            )
-        row = self._db.execute(
-            "SELECT mode, seq, previous FROM sessions WHERE session_id = ?", (session_id,)
-        ).fetchone()
+        if self._behind:
+            self.commit()  # catches up from the log first, if the index can be written
+            if self._behind:
+                msg = (
+                    "the restore index is behind the log and cannot be written now "
+                    f"({self._problem}); try again"
+                )
+                raise LogError(msg, str(self.path))
+        entry = self._pending.get(session_id)
+        if entry is not None and not entry[3]:
+            return RestorePoint(session_id, entry[0], entry[1], entry[2])
+        try:
+            row = self._db.execute(
+                "SELECT mode, seq, previous FROM sessions WHERE session_id = ?", (session_id,)
+            ).fetchone()
+        except sqlite3.Error as exc:
+            raise LogError(f"cannot read the restore index now: {exc}", str(self.path)) from None
+        if entry is not None:  # a restore record: the mode is new, previous stays as it was
+            return RestorePoint(session_id, entry[0], entry[1], row[2] if row else None)
         return None if row is None else RestorePoint(session_id, row[0], row[1], row[2])
 
     def __len__(self) -> int:
-        """The number of sessions indexed."""
-        return int(self._db.execute("SELECT count(*) FROM sessions").fetchone()[0])
+        """The number of sessions indexed (committed or not)."""
+        count = int(self._db.execute("SELECT count(*) FROM sessions").fetchone()[0])
+        for session_id in self._pending:
+            found = self._db.execute(
+                "SELECT 1 FROM sessions WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            count += found is None
+        return count
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -226,8 +264,11 @@ class RestoreIndex:
     ) -> None:
         """Record that *session_id* is now in *mode* at *seq* (after the log line is written).
 
-        Never raises: a database error is kept, and :meth:`restore_point` then refuses to
-        answer rather than answer from a stale table.
+        The update is kept in memory (lookups see it at once) and written to SQLite with
+        the next commit. Never raises and never waits long: a commit that fails (the file
+        locked by another process, a full disk) is retried later; past
+        :data:`MAX_PENDING` sessions waiting, the updates are dropped and the index
+        catches up from the log once it can be written again.
 
         Args:
             session_id: ACP ``sessionId``.
@@ -237,15 +278,15 @@ class RestoreIndex:
             head: the record's ``digest``.
             previous: :func:`previous_of` the record.
         """
-        if self._failure is not None:
-            return
-        try:
-            if not self._db.in_transaction:
-                self._db.execute("BEGIN")
-            self._db.execute(_UPSERT, (session_id, mode, seq, *previous))
-        except (sqlite3.Error, OverflowError) as exc:  # OverflowError: past SQLite's INTEGER
-            self._fail(exc)
-            return
+        if not self._behind:
+            value, keep = previous
+            if keep and (earlier := self._pending.get(session_id)) is not None:
+                value, keep = earlier[2], earlier[3]
+            self._pending[session_id] = (mode, seq, value, keep)
+            if len(self._pending) > MAX_PENDING:
+                self._pending.clear()
+                self._behind = True
+                self._problem = self._problem or f"over {MAX_PENDING} sessions waited"
         self.advance(offset, head)
 
     def advance(self, offset: int | None, head: str | None) -> None:
@@ -253,29 +294,61 @@ class RestoreIndex:
         if offset is not None:
             self._offset = offset
         self.head = head
-        self._pending += 1
-        if self._pending >= self.commit_every or (
+        self._records += 1
+        if self._records >= self.commit_every or (
             time.monotonic() - self._last_commit >= self.commit_seconds
         ):
             self.commit()
 
     def commit(self) -> None:
-        """Make every update so far durable, with the log position it reaches."""
-        if self._failure is not None or self._db is None:
+        """Write every update so far to SQLite, with the log position it reaches.
+
+        Waits at most a few milliseconds for another process's lock; when the commit
+        fails the updates stay in memory and the next commit is tried
+        :data:`RETRY_SECONDS` later at the earliest (updates and lookups still work).
+        """
+        if self._db is None or time.monotonic() < self._retry_at:
             return
+        if self._behind:
+            if not self._catching_up:
+                self._recover()
+            return
+        position = (self._device, self._inode, self._offset, self.head)
+        rows = [(sid, *entry) for sid, entry in self._pending.items()]
         try:
-            if not self._db.in_transaction:
-                self._db.execute("BEGIN")
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany(_UPSERT, rows)
             self._db.execute(
                 "UPDATE log_position SET device = ?, inode = ?, offset = ?, head = ? WHERE id = 1",
-                (self._device, self._inode, self._offset, self.head),
+                position,
             )
             self._db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._fail(exc)
+        except (sqlite3.Error, OverflowError) as exc:  # OverflowError: past SQLite's INTEGER
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+            self._problem = str(exc)
+            self._retry_at = time.monotonic() + RETRY_SECONDS
             return
-        self._pending = 0
+        self._pending.clear()
+        self._committed = position
+        self._problem = None
+        self._records = 0
         self._last_commit = time.monotonic()
+
+    def _recover(self) -> None:
+        """Catch up from the log, from the last committed position (updates were dropped)."""
+        if self._log is None:
+            return
+        self._device, self._inode, self._offset, self.head = self._committed
+        self._behind = False
+        self._catching_up = True
+        try:
+            self._catch_up(self._log, strict=False)
+        except LogError as exc:
+            self._behind = True
+            self._problem = str(exc)
+        finally:
+            self._catching_up = False
 
     def catch_up(self, log: str | Path) -> int:
         """Apply the records of *log* that the index has not seen; commit.
@@ -306,16 +379,15 @@ class RestoreIndex:
             return 0
         except OSError as exc:
             raise LogError(f"cannot read the transition log: {exc.strerror}", str(path)) from None
-        if self._failure is not None:
-            self._reset()
+        self._log = path
         same = (stat.st_dev, stat.st_ino) == (self._device, self._inode)
         start = self._offset if same and self._ends_with_head(path, stat.st_size) else 0
         self._device, self._inode = stat.st_dev, stat.st_ino
         self._offset = start
         applied = self._apply(read_log([path], start=start), strict=strict)
         self.commit()
-        if self._failure is not None:
-            raise LogError(f"cannot update the restore index: {self._failure}", str(self.path))
+        if strict and (self._pending or self._behind):
+            raise LogError(f"cannot write the restore index: {self._problem}", str(self.path))
         return applied
 
     def _ends_with_head(self, path: Path, size: int) -> bool:
@@ -412,29 +484,37 @@ class RestoreIndex:
         return count
 
     def close(self) -> None:
-        """Commit and close the database (idempotent)."""
+        """Commit and close the database (idempotent).
+
+        Waits up to :data:`_OPEN_WAIT` seconds for another process's lock; what still
+        cannot be committed is caught up from the log when the index is next opened.
+        """
         if self._db is None:
             return
+        self._retry_at = 0.0
+        with contextlib.suppress(sqlite3.Error):
+            self._db.execute(f"PRAGMA busy_timeout = {int(_OPEN_WAIT * 1000)}")
         self.commit()
         with contextlib.suppress(sqlite3.Error):
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self._db.close()
         self._db = None  # type: ignore[assignment]  # closed for good
 
-    # -- internals -------------------------------------------------------------------------
 
-    def _fail(self, exc: Exception) -> None:
-        self._failure = str(exc)
-        with contextlib.suppress(sqlite3.Error):
-            self._db.execute("ROLLBACK")
-        self._pending = 0
+MAX_PENDING = 100_000
+"""The most sessions whose updates wait in memory for a commit; past it they are dropped and
+the index catches up from the log (from its last committed position) when it can."""
+RETRY_SECONDS = 0.25
+"""After a failed commit, the least time before the next is tried."""
+_BUSY_MS = 20
+"""How long a write waits for another process's lock, in milliseconds (on the event loop)."""
+_OPEN_WAIT = 5.0
+"""How long opening (and closing) the index waits for another process's lock, in seconds."""
 
-    def _reset(self) -> None:
-        self._failure = None
-        self._db.execute("DELETE FROM sessions")
-        self._device = self._inode = None
-        self._offset = 0
-        self.head = None
+
+def _busy(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in str(exc)
 
 
 _SQLITE_HEADER = b"SQLite format 3\x00"

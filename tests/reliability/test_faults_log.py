@@ -311,3 +311,63 @@ class TestStartUpOnALongLastLine:
         os.truncate(path, 1 << 30)  # a hole of zeros, as a crash on some file systems leaves
         assert await self.started(path) < self.LIMIT
         assert self.repaired(path) == ((1 << 30) - size, [(3, "architect")])
+
+
+LOCKER = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+db.execute("BEGIN EXCLUSIVE")
+db.execute("UPDATE log_position SET id = 1 WHERE id = 1")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+db.execute("COMMIT")
+"""
+
+
+class TestALockedRestoreIndex:
+    """Another process holds the index's write lock for a while: nothing waits on it for
+    long, every request is answered, and restore is exact during and after the lock."""
+
+    async def test_changes_and_loads_go_on_while_another_process_holds_the_lock(
+        self, tmp_path: Path
+    ):
+        log = tmp_path / "log.jsonl"
+        index = tmp_path / "log.jsonl.index"
+        expected: dict[str, str] = {}
+        async with sdk_serve(log) as (conn, _process):
+            for _ in range(2):
+                sid = (await conn.new_session(cwd=".")).session_id
+                assert await change(conn, sid, "code") is None
+                expected[sid] = "code"
+        old = list(expected)
+        async with sdk_serve(log) as (conn, _process):
+            locker = await asyncio.create_subprocess_exec(
+                sys.executable, "-c", LOCKER, str(index), "2.5", stdout=asyncio.subprocess.PIPE
+            )
+            assert locker.stdout is not None
+            assert await asyncio.wait_for(locker.stdout.readline(), TIMEOUT) == b"locked\n"
+            began = time.monotonic()
+            live = (await conn.new_session(cwd=".")).session_id
+            expected[live] = "ask"
+            slowest = time.monotonic() - began
+            while locker.returncode is None and time.monotonic() - began < 2.0:
+                sent = time.monotonic()
+                mode = following([expected[live]])
+                assert await change(conn, live, mode) is None
+                expected[live] = mode
+                assert await mode_of(conn, old[0]) == expected[old[0]]  # not live: restored
+                slowest = max(slowest, time.monotonic() - sent)
+            assert slowest < 1.0  # the first write used to wait 5 s for the lock
+            await conn.close_session(session_id=live)  # its mode now lives in the index only
+            assert await mode_of(conn, live) == expected[live]
+            assert await asyncio.wait_for(locker.wait(), TIMEOUT) == 0
+            for sid in old:  # after the lock: still restoring, still writing
+                assert await mode_of(conn, sid) == expected[sid]
+                assert await change(conn, sid, "architect") is None
+                expected[sid] = "architect"
+            await asyncio.sleep(1.2)  # a commit falls due
+            assert await change(conn, live, following([expected[live]])) is None
+            expected[live] = following([expected[live]])
+        async with sdk_serve(log) as (conn, _process):
+            for sid, mode in expected.items():
+                assert await mode_of(conn, sid) == mode, sid
