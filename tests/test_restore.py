@@ -11,9 +11,8 @@ import time
 import orjson
 import pytest
 
-from modefsm import ModeEngine, TransitionLog, preset
+from modefsm import ModeEngine, TransitionLog, preset, restore
 from modefsm.errors import LogError
-from modefsm import restore
 from modefsm.restore import RETRY_SECONDS, LogRestore, RestoreIndex, RestorePoint, last_points
 
 _OPENED: list[RestoreIndex | TransitionLog] = []
