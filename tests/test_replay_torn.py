@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from modefsm import ModeEngine, TransitionLog, preset
+from modefsm.cli import main
 from modefsm.replay import replay
 
 SEED = preset("seed")
@@ -52,7 +51,9 @@ def violations(path: Path, *, verify: bool) -> list[tuple[str, str, str | None, 
     ]
 
 
-def test_a_crash_tear_repaired_at_restart_is_proven_never_acknowledged(tmp_path: Path):
+def test_a_crash_tear_repaired_at_restart_is_proven_never_acknowledged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
     path = tmp_path / "log.jsonl"
     write(path, ["architect", "code", "ask"])
     data = path.read_bytes()
@@ -63,13 +64,8 @@ def test_a_crash_tear_repaired_at_restart_is_proven_never_acknowledged(tmp_path:
             (f"{path}:4", "torn", "s1", 4),
             ("", NEVER, None, None),
         ]
-    done = subprocess.run(
-        [sys.executable, "-m", "modefsm", "replay", str(path), "--verify", "--summary"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert (done.returncode, done.stdout.splitlines()[-1]) == (1, "RESULT  1 violation")
+    assert main(["replay", str(path), "--verify", "--summary"]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "RESULT  1 violation"
 
 
 @pytest.mark.parametrize(

@@ -76,7 +76,7 @@ class TestNonRegularLogPaths:
             f"modefsm {command}: fifo: a FIFO, {NOT_REGULAR}\n",
         )
 
-    @pytest.mark.parametrize("command", ["serve"])
+    @pytest.mark.parametrize("command", ["demo"])
     def test_a_directory(self, tmp_path: Path, command: str):
         (tmp_path / "logs").mkdir()
         assert run(command, "--log", "logs", cwd=tmp_path) == (
@@ -119,10 +119,10 @@ class TestFilesThatAreNotTransitionLogs:
         [
             ("serve", b"my notes\nsecond line\n"),
             ("demo", b"my notes\nsecond line\n"),
-            ("serve", bytes(range(256)) * 4),
+            ("demo", bytes(range(256)) * 4),
             ("demo", b'{"event": "request"}\n'),
         ],
-        ids=["serve-text", "demo-text", "serve-binary", "demo-json"],
+        ids=["serve-text", "demo-text", "demo-binary", "demo-json"],
     )
     def test_refused_and_untouched(self, tmp_path: Path, command: str, content: bytes):
         notes = tmp_path / "notes.txt"

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 import pytest
 
 from modefsm import ModeEngine, TransitionLog, preset
+from modefsm.cli import main
 from modefsm.reader import LogProblem, read_log
 from modefsm.records import record_digest
 from modefsm.restore import RestoreIndex
 
-from .harness import TIMEOUT, raw_serve
+from .harness import raw_serve
 
 pytestmark = [pytest.mark.reliability]
 
@@ -84,23 +83,14 @@ def test_reported_as_a_bad_record(tmp_path: Path, case: str):
     restored.close()
 
 
-def test_rebuild_index_and_replay_do_not_crash(tmp_path: Path):
+def test_rebuild_index_and_replay_do_not_crash(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     path = tmp_path / "log.jsonl"
     a_log(path, "seq", 1 << 63)
-    command = [sys.executable, "-m", "modefsm", "replay", str(path)]
-    rebuilt = subprocess.run(
-        [*command, "--rebuild-index", str(tmp_path / "x.index")],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=TIMEOUT,
-    )
-    assert (rebuilt.returncode, rebuilt.stderr) == (0, "")
-    assert rebuilt.stdout == f"rebuilt {tmp_path / 'x.index'}: 1 session from 1 log(s)\n"
-    replayed = subprocess.run(
-        [*command, "--verify", "--summary"], capture_output=True, text=True, check=False
-    )
-    assert (replayed.returncode, replayed.stdout.splitlines()[-1]) == (1, "RESULT  1 violation")
+    index = tmp_path / "x.index"
+    assert main(["replay", str(path), "--rebuild-index", str(index)]) == 0
+    assert capsys.readouterr() == (f"rebuilt {index}: 1 session from 1 log(s)\n", "")
+    assert main(["replay", str(path), "--verify", "--summary"]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "RESULT  1 violation"
 
 
 async def test_serve_starts_and_restores_the_last_good_record(tmp_path: Path):
