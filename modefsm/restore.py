@@ -192,7 +192,9 @@ class RestoreIndex:
             if _busy(exc):
                 msg = f"the restore index is locked by another process: {exc}"
                 raise LogError(msg, str(self.path)) from None
-            raise LogError(f"not a restore index: {exc}", str(self.path)) from None
+            if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_NOTADB:
+                raise LogError(f"not a restore index: {exc}", str(self.path)) from None
+            raise LogError(f"cannot open the restore index: {exc}", str(self.path)) from None
         self._device: int | None = row[0]
         self._inode: int | None = row[1]
         self._offset: int = row[2]

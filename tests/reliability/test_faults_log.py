@@ -27,6 +27,7 @@ import pytest
 
 from modefsm import ModeEngine, TransitionLog, preset
 from modefsm.errors import LogError
+from modefsm.replay import replay
 from tests.acp_client import TestClient
 
 from .harness import TIMEOUT, raw_serve, read_log
@@ -372,3 +373,72 @@ class TestALockedRestoreIndex:
         async with sdk_serve(log) as (conn, _process):
             for sid, mode in expected.items():
                 assert await mode_of(conn, sid) == mode, sid
+
+
+async def run_tool(*command: str) -> tuple[int, str]:
+    """Run *command*; its exit status and stderr."""
+    process = await asyncio.create_subprocess_exec(*command, stderr=asyncio.subprocess.PIPE)
+    _out, err = await process.communicate()
+    return await process.wait(), err.decode().strip()
+
+
+class TestACutThatFails:
+    """The failed record cannot be cut off (an append-only file: ``chattr +a``): the writer
+    refuses every later record until a restart, which ends the torn line."""
+
+    async def test_the_writer_stops_and_a_restart_repairs(self, tmp_path: Path):
+        for tool in ("prlimit", "chattr"):
+            if shutil.which(tool) is None:
+                pytest.skip(f"{tool} is not installed")
+        log = tmp_path / "log.jsonl"
+        writer = TransitionLog.to_file(log, index=tmp_path / "log.jsonl.index")
+        engine = ModeEngine(SEED, log=writer)
+        engine.new_session("s1")
+        acked = ["ask"]
+        for _ in range(240):  # some 100 kB, so that the limit leaves the index files room
+            acked.append(following(acked))
+            engine.change("s1", acked[-1], "set_mode")
+        writer.close()
+        code, why = await run_tool("chattr", "+a", str(log))
+        if code != 0:
+            pytest.skip(f"no append-only files here: {why}")
+        try:
+            limit = log.stat().st_size + 500  # one record and part of the next
+            prefix = ("prlimit", f"--fsize={limit}:unlimited")
+            async with sdk_serve(log, prefix=prefix) as (conn, process):
+                assert await mode_of(conn, "s1") == acked[-1]
+                assert await change(conn, "s1", following(acked)) is None
+                acked.append(following(acked))
+                torn = await change(conn, "s1", following(acked))
+                assert torn is not None
+                assert torn.endswith("File too large; the record was not written"), torn
+                unlimited = "--fsize=unlimited:unlimited"
+                assert await run_tool("prlimit", f"--pid={process.pid}", unlimited) == (0, "")
+                refused = await change(conn, "s1", following(acked))
+                assert refused is not None
+                assert refused.endswith(
+                    "cannot write the transition log: a failed record could not be removed: "
+                    "Operation not permitted; restart to repair the log; "
+                    "the record was not written"
+                ), refused
+                assert await mode_of(conn, "s1") == acked[-1]
+            async with sdk_serve(log) as (conn, _process):
+                assert await mode_of(conn, "s1") == acked[-1]
+                assert await change(conn, "s1", following(acked)) is None
+                acked.append(following(acked))
+        finally:
+            assert await run_tool("chattr", "-a", str(log)) == (0, "")
+        contents = read_log(log)
+        assert contents.repaired == 1
+        assert [(r["seq"], r["to_mode"]) for r in contents.commits("s1")] == list(
+            enumerate(acked, 1)
+        )
+        report = replay([log], verify=True)
+        assert [(v.kind, v.message) for v in report.violations] == [("torn", NEVER_ACKNOWLEDGED)]
+
+
+NEVER_ACKNOWLEDGED = (
+    "a record cut short inside the log (the next record continues the digest chain from "
+    "the record before it: its writer never counted it, so its change was never "
+    "acknowledged), skipped"
+)
