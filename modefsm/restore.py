@@ -19,7 +19,9 @@ the log the index reaches (a byte offset, with the file's device and inode). The
 written before the index, so after a crash the log holds everything the index lost;
 opening the log with the index (``TransitionLog.to_file(path, index=...)``) first reads
 the log from that offset on and applies what it finds. Within the writing process, lookups
-see the uncommitted rows too.
+see the uncommitted updates too: they wait in memory until a commit succeeds, so another
+process holding the file's lock, or a full disk, delays commits (each attempt waits a few
+milliseconds) but neither blocks the writer nor stops restore.
 
 Example:
     >>> import tempfile, pathlib
@@ -58,6 +60,7 @@ __all__ = [
     "LogRestore",
     "RestoreIndex",
     "RestorePoint",
+    "is_index",
     "last_points",
 ]
 
@@ -175,6 +178,9 @@ class RestoreIndex:
         self._behind = False  # updates were dropped: catch up from the log before answering
         self._catching_up = False
         self._log: Path | None = None
+        with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISREG(self.path.stat().st_mode):  # a FIFO would block
+                raise LogError("not a regular file: the restore index must be one", str(path))
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None, timeout=_OPEN_WAIT)
         except sqlite3.Error as exc:
@@ -539,12 +545,20 @@ def _check_target(target: Path, logs: list[Path]) -> None:
         raise LogError("is a directory: give the restore index file's path", str(target))
     if not stat.S_ISREG(status.st_mode):
         raise LogError("not a regular file: the restore index must be one", str(target))
-    if status.st_size and not _is_index(target):
+    if status.st_size and not is_index(target):
         raise LogError("exists and is not a restore index: not overwritten", str(target))
 
 
-def _is_index(path: Path) -> bool:
-    """Whether *path* is a SQLite file with the restore index's tables (opened read-only)."""
+def is_index(path: Path) -> bool:
+    """Whether *path* is a SQLite file with the restore index's tables (opened read-only).
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> notes = pathlib.Path(tempfile.mkdtemp()) / "notes.txt"
+        >>> _ = notes.write_text("my notes")
+        >>> is_index(notes)
+        False
+    """
     try:
         with path.open("rb") as file:
             if file.read(len(_SQLITE_HEADER)) != _SQLITE_HEADER:

@@ -95,10 +95,12 @@ def check_log_path(path: Path) -> None:
     A transition log that ``serve`` writes begins with a modefsm line (a JSON object whose
     ``event`` starts with ``modefsm.``), or, after a crash during its first write, with
     the start of a record. Anything else (notes, a binary file, another program's log) is
-    left as it is. Nothing is written; the file is read only if it is a regular file.
+    left as it is; so is a file at :func:`index_path` that is not a restore index. Nothing
+    is written; a file is read only if it is a regular file.
 
     Raises:
-        LogError: *path* is not a regular file, cannot be read, or is not a transition log.
+        LogError: *path* (or its index path) is not a regular file, cannot be read, or is
+            not a transition log (a restore index).
     """
     try:
         mode = path.stat().st_mode
@@ -114,12 +116,29 @@ def check_log_path(path: Path) -> None:
     except OSError as exc:
         raise LogError(f"cannot read the transition log: {exc.strerror}", str(path)) from None
     if not head or _is_log_start(head):
+        _check_index(index_path(path))
         return
     msg = (
         "exists and is not a transition log (its first line is not a modefsm record): "
         "not appended to"
     )
     raise LogError(msg, str(path))
+
+
+def _check_index(path: Path) -> None:
+    """Refuse a restore index path that holds something else (it is never overwritten)."""
+    from modefsm.restore import is_index  # noqa: PLC0415 - sqlite3 only when serving
+
+    try:
+        status = path.stat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise LogError(f"cannot read the restore index: {exc.strerror}", str(path)) from None
+    if not stat.S_ISREG(status.st_mode):
+        raise LogError("not a regular file: the restore index must be one", str(path))
+    if status.st_size and not is_index(path):
+        raise LogError("exists and is not a restore index: not overwritten", str(path))
 
 
 def _is_log_start(head: bytes) -> bool:

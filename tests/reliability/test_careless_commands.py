@@ -189,3 +189,24 @@ class TestRebuildIndexTargets:
         expected = (0, "rebuilt log.index: 1 session from 1 log(s)\n", "")
         assert run("replay", "log.jsonl", "--rebuild-index", "log.index", cwd=tmp_path) == expected
         assert run("replay", "log.jsonl", "--rebuild-index", "log.index", cwd=tmp_path) == expected
+
+
+class TestIndexBesideTheLog:
+    def test_an_index_path_holding_something_else_is_refused(self, tmp_path: Path):
+        data = a_log(tmp_path / "log.jsonl")
+        index = tmp_path / "log.jsonl.index"
+        index.write_bytes(b"not an index\n")
+        assert run("demo", "--log", "log.jsonl", cwd=tmp_path) == (
+            2,
+            "",
+            "modefsm demo: log.jsonl.index: exists and is not a restore index: not overwritten\n",
+        )
+        assert (index.read_bytes(), (tmp_path / "log.jsonl").read_bytes()) == (
+            b"not an index\n",
+            data,
+        )
+
+    def test_a_fifo_as_the_index_is_refused_without_blocking(self, tmp_path: Path):
+        os.mkfifo(tmp_path / "fifo.index")
+        with pytest.raises(LogError, match="not a regular file: the restore index must be one"):
+            RestoreIndex(tmp_path / "fifo.index")
