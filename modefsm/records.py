@@ -562,7 +562,9 @@ class TransitionLog:
                 opened here is closed by :meth:`close`.
 
         Raises:
-            LogError: the file cannot be opened or read, or the index cannot be opened.
+            LogError: the file cannot be opened or read, is not a regular file (a FIFO, a
+                directory, a device: refused before it is opened), or the index cannot be
+                opened.
         """
         path = Path(path)
         log = cls(None, path=str(path))
