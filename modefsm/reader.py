@@ -11,11 +11,12 @@ What it does with each line:
   modefsm's diagnostics (``modefsm.notify_failed``, ...), which are not records;
 - a torn line (a crash mid-write: the last line without its newline, or a record cut
   short) is a ``torn`` problem: reported, skipped, never fatal. A record cut short with
-  more of the log after it (:attr:`LogProblem.inside`) is reported when the next record
-  is read, saying what the digest chain proves: the next record's ``prev`` is the digest
-  of the record before the torn one (its writer never counted it: its change was never
-  acknowledged), or the digest the torn bytes still hold (its writer counted it: its
-  change may have been acknowledged and its record is lost), or neither (unknown);
+  more of the log after it (:attr:`LogProblem.inside`; also a torn last line of a file
+  that another file follows) is reported when the next record is read, saying what the
+  digest chain proves: the next record's ``prev`` is the digest of the record before the
+  torn one (its writer never counted it: its change was never acknowledged), or the
+  digest the torn bytes still hold (its writer counted it: its change may have been
+  acknowledged and its record is lost), or neither (unknown);
 - a line that looks like a modefsm record (a JSON object naming a record event) but is
   not valid JSON (``not_json``) or does not fit :class:`~modefsm.records.TransitionRecord`
   (``not_a_record``) is reported with what is wrong;
@@ -127,8 +128,9 @@ class LogProblem:
         message: what is wrong, for people.
         session_id: the record's ``session_id``, when the line got far enough to say.
         seq: the record's ``seq``, likewise.
-        inside: a ``torn`` record with a newline after it: more of the log follows it, so
-            it is not what a crash leaves at the end (see :func:`read_log` for what its
+        inside: a ``torn`` record with a newline after it, or at the end of a file that
+            another file follows: more of the log follows it, so it is not what a crash
+            leaves at the end (see :func:`read_log` for what its
             message can prove).
     """
 
@@ -183,11 +185,17 @@ def read_log(
         :class:`LogEntry` and :class:`LogProblem` items, in input order.
     """
     done = 0
-    for path in paths:
+    files = list(paths)
+    carry: _Torn | None = None  # a torn record at the end of a file, before the next file
+    for number, path in enumerate(files, 1):
         reader = _FileReader(str(path), check_digests=check_digests, stdin=stdin, take=take)
+        reader.carry, reader.more = carry, number < len(files)
         report = None if progress is None else (lambda n, base=done: progress(base + n))
         yield from reader.items(start, report)
         done += reader.consumed
+        carry = reader.carry
+    if carry is not None:
+        yield carry.resolve(None, None)
 
 
 class _FileReader:
@@ -199,6 +207,8 @@ class _FileReader:
         self.stdin = stdin
         self.take = take
         self.consumed = 0
+        self.carry: _Torn | None = None  # in: from the file before; out: to the next
+        self.more = False  # whether another file follows this one
 
     def items(
         self, start: int, progress: Callable[[int], None] | None
@@ -234,7 +244,7 @@ class _FileReader:
         take, loads, readline = self.take, orjson.loads, stream.readline
         limit, brace, newline, mark = MAX_LINE + 1, _BRACE, _NEWLINE, _MARK
         last = b""  # the last line taken or read as a record: the chain before a torn one
-        torn: _Torn | None = None  # a torn record inside the file, reported at the next one
+        torn, self.carry = self.carry, None  # a torn record inside, reported at the next one
         line = b""
         while True:
             prior = line  # a torn line that a later modefsm.log_repaired line names
@@ -307,14 +317,16 @@ class _FileReader:
                 torn = None
             if isinstance(item, LogEntry):
                 last = line
-            elif item.kind == "torn" and terminated:
+            elif item.kind == "torn" and (terminated or self.more):
                 if torn is not None:
                     yield torn.resolve(None, None)
                 torn = _Torn(item, content, last)
                 continue
             records += isinstance(item, LogEntry) or item.bad_record
             yield item
-        if torn is not None:
+        if torn is not None and self.more:
+            self.carry = torn
+        elif torn is not None:
             yield torn.resolve(None, None)
         self.consumed = _tell(raw, offset) if compressed else offset
         if not start and records == 0:
@@ -391,7 +403,7 @@ class _Torn:
         """The problem, its message saying what the next record's ``prev`` proves."""
         known = True
         if digest is None:
-            why, known = "no chained record follows it in this file", False
+            why, known = "no chained record follows it", False
         elif prev == self.before:
             why = (
                 "the next record continues the digest chain from the record before it: its "

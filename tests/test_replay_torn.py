@@ -27,8 +27,8 @@ UNKNOWN = (
     "record before it; the log cannot tell whether its change was acknowledged), skipped"
 )
 LAST = (
-    "a record cut short inside the log (no chained record follows it in this file; the "
-    "log cannot tell whether its change was acknowledged), skipped"
+    "a record cut short inside the log (no chained record follows it; the log cannot "
+    "tell whether its change was acknowledged), skipped"
 )
 
 
@@ -113,3 +113,16 @@ def test_a_torn_last_line_stays_a_note(tmp_path: Path):
         ["torn"],
         0,
     )
+
+
+def test_a_torn_last_line_of_a_file_that_another_follows_is_inside(tmp_path: Path):
+    first, second = tmp_path / "log.jsonl.1", tmp_path / "log.jsonl"
+    write(first, ["architect", "code"])
+    data = first.read_bytes()
+    first.write_bytes(data[: data.rstrip(b"\n").rfind(b"\n") + 80])  # `code` torn, unrepaired
+    write(second, [])  # a fresh log after a rotation: its chain starts anew
+    report = replay([first, second], verify=True)
+    torn = [(str(v.location), v.kind, v.message) for v in report.violations if v.kind == "torn"]
+    assert torn == [(f"{first}:3", "torn", UNKNOWN)]
+    alone = replay([first], verify=True)
+    assert ([n.kind for n in alone.notes], alone.violations) == (["torn"], ())
