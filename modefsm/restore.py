@@ -186,12 +186,14 @@ class RestoreIndex:
         except sqlite3.Error as exc:
             raise LogError(f"cannot open the restore index: {exc}", str(self.path)) from None
         try:
-            self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-            row = self._db.execute(
-                "SELECT device, inode, offset, head FROM log_position WHERE id = 1"
-            ).fetchone()
+            row = self._position()  # an index already: reading needs no lock (WAL)
+            if row is None:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.executescript(_SCHEMA)
+                row = self._position()
+                if row is None:
+                    raise sqlite3.DatabaseError("the index tables were not created")
             self._db.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
         except sqlite3.Error as exc:
             self._db.close()
@@ -207,6 +209,19 @@ class RestoreIndex:
         self.head: str | None = row[3]
         """The ``digest`` of the last record indexed (the chain head a new file continues)."""
         self._committed = (self._device, self._inode, self._offset, self.head)
+
+    def _position(self) -> tuple[int | None, int | None, int, str | None] | None:
+        """The stored log position, or ``None`` when the file has no index tables yet."""
+        journal = self._db.execute("PRAGMA journal_mode").fetchone()[0]
+        try:
+            row = self._db.execute(
+                "SELECT device, inode, offset, head FROM log_position WHERE id = 1"
+            ).fetchone()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return None
+            raise
+        return row if journal == "wal" else None
 
     # -- lookups ---------------------------------------------------------------------------
 

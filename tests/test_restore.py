@@ -345,3 +345,23 @@ class TestLockedIndex:
         ]
         index.commit()
         assert _committed(index.path, "s5") == ("code", 2)
+
+    def test_the_log_and_its_index_open_at_once_while_another_process_holds_the_lock(
+        self, tmp_path
+    ):
+        engine, log, index = _open(tmp_path)
+        engine.new_session("s1")
+        engine.change("s1", "code", "set_mode")
+        log.close()
+        index.close()
+        locker = _Locker(tmp_path / "modes.index")
+        began = time.monotonic()
+        engine, log, index = _open(tmp_path)
+        engine.new_session("s2")
+        assert time.monotonic() - began < 1.0  # the first write waited 5 s for the lock
+        assert index.restore_point("s1") == RestorePoint("s1", "code", 2, "ask")
+        assert index.restore_point("s2") == RestorePoint("s2", "ask", 1)
+        locker.release()
+        log.close()
+        index.close()
+        assert _committed(tmp_path / "modes.index", "s2") == ("ask", 1)
