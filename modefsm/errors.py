@@ -35,6 +35,7 @@ __all__ = [
     "SessionExistsError",
     "SpecError",
     "SpecProblem",
+    "StaleOptionError",
     "TransitionNotAllowedError",
     "UnknownConfigOptionError",
     "UnknownModeError",
@@ -212,6 +213,15 @@ class TransitionNotAllowedError(InvalidParamsError):
             f"{field}: {origin} may not change session {session_id!r} from mode {source!r} "
             f"to {dest!r}; allowed from {source!r}: {listed}",
         )
+
+
+class StaleOptionError(TransitionNotAllowedError):
+    """A stale approval refused: the mode changed while the permission request was open.
+
+    The option's target (as shown) is not restorable, or the policy does not let a switch
+    reach it from the mode the session is in now; *allowed* lists the modes a stale
+    approval could still reach.
+    """
 
 
 class NoSwitchError(ModefsmError):

@@ -19,7 +19,19 @@ the log the index reaches (a byte offset, with the file's device and inode). The
 written before the index, so after a crash the log holds everything the index lost;
 opening the log with the index (``TransitionLog.to_file(path, index=...)``) first reads
 the log from that offset on and applies what it finds. Within the writing process, lookups
-see the uncommitted rows too.
+see the uncommitted updates too: they wait in memory until a commit succeeds, so another
+process holding the file's lock, or a full disk, delays commits (each attempt waits a few
+milliseconds) but neither blocks the writer nor stops restore.
+
+Why the index is never believed beyond the log. Each row also names the record it came
+from: its ``digest`` and the byte offset where its line ends in the log the index follows.
+Once the index follows a log (:meth:`RestoreIndex.catch_up`, which ``to_file`` calls),
+every :meth:`RestoreIndex.restore_point` reads that line back and checks it: the record
+must be there, unchanged (its digest recomputed), for the same session, ``seq``, mode and
+previous mode. A row that fails the check (a session the log never had, a wrong mode or
+``seq``, a row that names no record of the followed file) is not used: the answer is
+caught up from the log itself (a scan of the followed file), and the disagreement is
+reported as a ``modefsm.restore_index_mismatch`` event in the transition log.
 
 Example:
     >>> import tempfile, pathlib
@@ -40,18 +52,40 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import stat
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import orjson
 
 from modefsm.errors import LogError
 from modefsm.log._reader import LogEntry, LogProblem, read_log
-from modefsm.log._records import EVENT_REJECTED, previous_of
+from modefsm.log._records import (
+    EVENT_CHANGED,
+    EVENT_CREATED,
+    EVENT_REJECTED,
+    previous_of,
+    record_digest,
+    utc_timestamp,
+)
 
-__all__ = ["LogRestore", "RestoreIndex", "RestorePoint", "last_points"]
+__all__ = [
+    "EVENT_INDEX_MISMATCH",
+    "MAX_PENDING",
+    "RETRY_SECONDS",
+    "LogRestore",
+    "RestoreIndex",
+    "RestorePoint",
+    "is_index",
+    "last_points",
+]
+
+EVENT_INDEX_MISMATCH = "modefsm.restore_index_mismatch"
+"""A diagnostic, not a record: a restore index row disagreed with the log (``problem``);
+the restore used the log's point (``log_mode``, ``log_seq``; null if the log never had the
+session) instead of the row's (``index_mode``, ``index_seq``)."""
 
 
 class RestorePoint(NamedTuple):
@@ -116,7 +150,9 @@ CREATE TABLE IF NOT EXISTS sessions (
     session_id TEXT PRIMARY KEY,
     mode TEXT NOT NULL,
     seq INTEGER NOT NULL,
-    previous TEXT
+    previous TEXT,
+    digest TEXT,
+    offset INTEGER
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS log_position (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -128,10 +164,14 @@ CREATE TABLE IF NOT EXISTS log_position (
 INSERT OR IGNORE INTO log_position (id, offset) VALUES (1, 0);
 """
 _UPSERT = (
-    "INSERT INTO sessions (session_id, mode, seq, previous) VALUES (?1, ?2, ?3, ?4) "
+    "INSERT INTO sessions (session_id, mode, seq, digest, offset, previous) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
     "ON CONFLICT (session_id) DO UPDATE SET mode = excluded.mode, seq = excluded.seq, "
-    "previous = CASE WHEN ?5 THEN sessions.previous ELSE excluded.previous END"
+    "digest = excluded.digest, offset = excluded.offset, "
+    "previous = CASE WHEN ?7 THEN sessions.previous ELSE excluded.previous END"
 )
+_NAMED_COLUMNS = (("digest", "TEXT"), ("offset", "INTEGER"))
+"""Columns added after the first release: an older index gets them (empty) when opened."""
 
 
 class RestoreIndex:
@@ -159,58 +199,156 @@ class RestoreIndex:
         self.path = Path(path)
         self.commit_every = commit_every
         self.commit_seconds = commit_seconds
-        self._failure: str | None = None
-        self._pending = 0
+        self._pending: dict[str, tuple[str, int, str | None, int | None, str | None, bool]] = {}
+        # updates not committed yet: session_id -> (mode, seq, digest, offset, previous,
+        # keep), in the order of _UPSERT's parameters
+        self._records = 0  # records since the last commit
         self._last_commit = time.monotonic()
+        self._retry_at = 0.0  # after a failed commit, the next is tried from then on
+        self._problem: str | None = None  # why the last commit failed
+        self._behind = False  # updates were dropped: catch up from the log before answering
+        self._catching_up = False
+        with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISREG(self.path.stat().st_mode):  # a FIFO would block
+                raise LogError("not a regular file: the restore index must be one", str(path))
         try:
-            self._db = sqlite3.connect(self.path, isolation_level=None)
+            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=_OPEN_WAIT)
         except sqlite3.Error as exc:
             raise LogError(f"cannot open the restore index: {exc}", str(self.path)) from None
         try:
-            self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-            row = self._db.execute(
-                "SELECT device, inode, offset, head FROM log_position WHERE id = 1"
-            ).fetchone()
+            row = self._position()  # an index already: reading needs no lock (WAL)
+            if row is None:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.executescript(_SCHEMA)
+                row = self._position()
+                if row is None:
+                    raise sqlite3.DatabaseError("the index tables were not created")
+            self._db.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
+            columns = {c[1] for c in self._db.execute("PRAGMA table_info(sessions)")}
+            for name, kind in _NAMED_COLUMNS:
+                if name not in columns:
+                    self._db.execute(f"ALTER TABLE sessions ADD COLUMN {name} {kind}")
         except sqlite3.Error as exc:
             self._db.close()
-            raise LogError(f"not a restore index: {exc}", str(self.path)) from None
+            if _busy(exc):
+                msg = f"the restore index is locked by another process: {exc}"
+                raise LogError(msg, str(self.path)) from None
+            if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_NOTADB:
+                raise LogError(f"not a restore index: {exc}", str(self.path)) from None
+            raise LogError(f"cannot open the restore index: {exc}", str(self.path)) from None
         self._device: int | None = row[0]
         self._inode: int | None = row[1]
         self._offset: int = row[2]
         self.head: str | None = row[3]
         """The ``digest`` of the last record indexed (the chain head a new file continues)."""
+        self.log_path: Path | None = None
+        """The log file the index follows (set by :meth:`catch_up`); restore points are
+        checked against it. ``None``: points are answered as stored."""
+        self.report: Callable[[str, dict[str, Any]], None] | None = None
+        """``report(event, fields)`` for a row that disagrees with the log, e.g. the
+        ``write`` of the :class:`~modefsm.log.TransitionLog` that keeps the index."""
+        self._committed = (self._device, self._inode, self._offset, self.head)
+
+    def _position(self) -> tuple[int | None, int | None, int, str | None] | None:
+        """The stored log position, or ``None`` when the file has no index tables yet."""
+        journal = self._db.execute("PRAGMA journal_mode").fetchone()[0]
+        try:
+            row = self._db.execute(
+                "SELECT device, inode, offset, head FROM log_position WHERE id = 1"
+            ).fetchone()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return None
+            raise
+        return row if journal == "wal" else None
 
     # -- lookups ---------------------------------------------------------------------------
 
     def restore_point(self, session_id: str) -> RestorePoint | None:
         """The last committed point of *session_id*, or ``None`` if no record named it.
 
+        Answers from the updates not yet committed first (this process wrote their
+        records), then from the SQLite table (reading does not wait for another process's
+        write lock: the file is in WAL mode). When the index follows a log
+        (:attr:`log_path`), a row from the table is checked against the record it names (see
+        the module docstring); a row that fails the check is replaced by the log's own
+        point, and the disagreement is reported (:attr:`report`).
+
         Args:
             session_id: ACP ``sessionId`` of the ``session/load`` or ``session/resume``.
 
         Returns:
-            ``RestorePoint(session_id, mode, seq)``, from the session's last
+            ``RestorePoint(session_id, mode, seq, previous)``, from the session's last
             ``session_created``/``mode_changed`` record.
 
         Raises:
-            LogError: an earlier update failed, so the index may be stale; reopen the log
-                with the index (it catches up) or rebuild it.
+            LogError: the table cannot be read now (locked, or failing), or the index fell
+                behind the log and cannot catch up yet; only this lookup fails, and a later
+                one is answered once the index can be read and written again; or the log
+                cannot be read to settle a disagreement.
         """
-        if self._failure is not None:
-            raise LogError(
-                f"the restore index is out of date ({self._failure}); reopen or rebuild it",
-                str(self.path),
-            )
-        row = self._db.execute(
-            "SELECT mode, seq, previous FROM sessions WHERE session_id = ?", (session_id,)
-        ).fetchone()
-        return None if row is None else RestorePoint(session_id, row[0], row[1], row[2])
+        if self._behind:
+            self.commit()  # catches up from the log first, if the index can be written
+            if self._behind:
+                msg = (
+                    "the restore index is behind the log and cannot be written now "
+                    f"({self._problem}); try again"
+                )
+                raise LogError(msg, str(self.path))
+        entry = self._pending.get(session_id)
+        if entry is not None and not entry[5]:
+            return RestorePoint(session_id, entry[0], entry[1], entry[4])
+        try:
+            row = self._db.execute(
+                "SELECT mode, seq, previous, digest, offset FROM sessions WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+        except sqlite3.Error as exc:
+            raise LogError(f"cannot read the restore index now: {exc}", str(self.path)) from None
+        point = None if row is None else RestorePoint(session_id, row[0], row[1], row[2])
+        log = self.log_path
+        if log is not None and point is not None:
+            problem = _disagreement(log, point, row[3], row[4])
+            if problem is not None:
+                point = self._settle(session_id, problem, point, log)
+        if entry is not None:  # a restore record: the mode is new, previous stays as it was
+            return RestorePoint(session_id, entry[0], entry[1], point.previous if point else None)
+        return point
+
+    def _settle(
+        self, session_id: str, problem: str, point: RestorePoint, log: Path
+    ) -> RestorePoint | None:
+        """The log's own point for *session_id*, after reporting why the row was not used."""
+        try:
+            truth = last_points([log]).get(session_id) if log.exists() else None
+        except OSError as exc:
+            raise LogError(f"cannot read the transition log: {exc.strerror}", str(log)) from None
+        if self.report is not None:
+            with contextlib.suppress(LogError):  # the answer stands; nowhere to report it
+                self.report(
+                    EVENT_INDEX_MISMATCH,
+                    {
+                        "timestamp": utc_timestamp(),
+                        "session_id": session_id,
+                        "problem": problem,
+                        "index_mode": point.mode,
+                        "index_seq": point.seq,
+                        "log_mode": truth.mode if truth else None,
+                        "log_seq": truth.seq if truth else None,
+                    },
+                )
+        return truth
 
     def __len__(self) -> int:
-        """The number of sessions indexed."""
-        return int(self._db.execute("SELECT count(*) FROM sessions").fetchone()[0])
+        """The number of sessions indexed (committed or not)."""
+        count = int(self._db.execute("SELECT count(*) FROM sessions").fetchone()[0])
+        for session_id in self._pending:
+            found = self._db.execute(
+                "SELECT 1 FROM sessions WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            count += found is None
+        return count
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -225,8 +363,11 @@ class RestoreIndex:
     ) -> None:
         """Record that *session_id* is now in *mode* at *seq* (after the log line is written).
 
-        Never raises: a database error is kept, and :meth:`restore_point` then refuses to
-        answer rather than answer from a stale table.
+        The update is kept in memory (lookups see it at once) and written to SQLite with
+        the next commit. Never raises and never waits long: a commit that fails (the file
+        locked by another process, a full disk) is retried later; past
+        :data:`MAX_PENDING` sessions waiting, the updates are dropped and the index
+        catches up from the log once it can be written again.
 
         Args:
             session_id: ACP ``sessionId``.
@@ -236,15 +377,15 @@ class RestoreIndex:
             head: the record's ``digest``.
             previous: :func:`previous_of` the record.
         """
-        if self._failure is not None:
-            return
-        try:
-            if not self._db.in_transaction:
-                self._db.execute("BEGIN")
-            self._db.execute(_UPSERT, (session_id, mode, seq, *previous))
-        except sqlite3.Error as exc:
-            self._fail(exc)
-            return
+        if not self._behind:
+            value, keep = previous
+            if keep and (earlier := self._pending.get(session_id)) is not None:
+                value, keep = earlier[4], earlier[5]
+            self._pending[session_id] = (mode, seq, head, offset, value, keep)
+            if len(self._pending) > MAX_PENDING:
+                self._pending.clear()
+                self._behind = True
+                self._problem = self._problem or f"over {MAX_PENDING} sessions waited"
         self.advance(offset, head)
 
     def advance(self, offset: int | None, head: str | None) -> None:
@@ -252,29 +393,61 @@ class RestoreIndex:
         if offset is not None:
             self._offset = offset
         self.head = head
-        self._pending += 1
-        if self._pending >= self.commit_every or (
+        self._records += 1
+        if self._records >= self.commit_every or (
             time.monotonic() - self._last_commit >= self.commit_seconds
         ):
             self.commit()
 
     def commit(self) -> None:
-        """Make every update so far durable, with the log position it reaches."""
-        if self._failure is not None or self._db is None:
+        """Write every update so far to SQLite, with the log position it reaches.
+
+        Waits at most a few milliseconds for another process's lock; when the commit
+        fails the updates stay in memory and the next commit is tried
+        :data:`RETRY_SECONDS` later at the earliest (updates and lookups still work).
+        """
+        if self._db is None or time.monotonic() < self._retry_at:
             return
+        if self._behind:
+            if not self._catching_up:
+                self._recover()
+            return
+        position = (self._device, self._inode, self._offset, self.head)
+        rows = [(sid, *entry) for sid, entry in self._pending.items()]
         try:
-            if not self._db.in_transaction:
-                self._db.execute("BEGIN")
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany(_UPSERT, rows)
             self._db.execute(
                 "UPDATE log_position SET device = ?, inode = ?, offset = ?, head = ? WHERE id = 1",
-                (self._device, self._inode, self._offset, self.head),
+                position,
             )
             self._db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._fail(exc)
+        except (sqlite3.Error, OverflowError) as exc:  # OverflowError: past SQLite's INTEGER
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+            self._problem = str(exc)
+            self._retry_at = time.monotonic() + RETRY_SECONDS
             return
-        self._pending = 0
+        self._pending.clear()
+        self._committed = position
+        self._problem = None
+        self._records = 0
         self._last_commit = time.monotonic()
+
+    def _recover(self) -> None:
+        """Catch up from the log, from the last committed position (updates were dropped)."""
+        if self.log_path is None:
+            return
+        self._device, self._inode, self._offset, self.head = self._committed
+        self._behind = False
+        self._catching_up = True
+        try:
+            self._catch_up(self.log_path, strict=False)
+        except LogError as exc:
+            self._behind = True
+            self._problem = str(exc)
+        finally:
+            self._catching_up = False
 
     def catch_up(self, log: str | Path) -> int:
         """Apply the records of *log* that the index has not seen; commit.
@@ -305,16 +478,18 @@ class RestoreIndex:
             return 0
         except OSError as exc:
             raise LogError(f"cannot read the transition log: {exc.strerror}", str(path)) from None
-        if self._failure is not None:
-            self._reset()
+        self.log_path = path
         same = (stat.st_dev, stat.st_ino) == (self._device, self._inode)
         start = self._offset if same and self._ends_with_head(path, stat.st_size) else 0
+        if not same and self._device is not None:
+            # another file (rotated, replaced): the stored offsets point into the old one
+            self._forget_offsets()
         self._device, self._inode = stat.st_dev, stat.st_ino
         self._offset = start
         applied = self._apply(read_log([path], start=start), strict=strict)
         self.commit()
-        if self._failure is not None:
-            raise LogError(f"cannot update the restore index: {self._failure}", str(self.path))
+        if strict and (self._pending or self._behind):
+            raise LogError(f"cannot write the restore index: {self._problem}", str(self.path))
         return applied
 
     def _ends_with_head(self, path: Path, size: int) -> bool:
@@ -326,18 +501,21 @@ class RestoreIndex:
             return False
         if self._offset == 0 or self.head is None:
             return True
-        step = min(self._offset, 64 * 1024)
-        with path.open("rb") as file:
-            file.seek(self._offset - step)
-            tail = file.read(step)
-        if not tail.endswith(b"\n"):
-            return False
-        line = tail[:-1].rsplit(b"\n", 1)[-1]
+        data = _line_ending_at(path, self._offset)
+        return data is not None and data.get("digest") == self.head
+
+    def _forget_offsets(self) -> None:
+        """Rows name records of another file now: none can be checked, so none is used."""
+        self._pending = {
+            sid: (mode, seq, digest, None, previous, keep)
+            for sid, (mode, seq, digest, _, previous, keep) in self._pending.items()
+        }
         try:
-            data = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            return False
-        return isinstance(data, dict) and data.get("digest") == self.head
+            self._db.execute("UPDATE sessions SET offset = NULL")
+        except sqlite3.Error as exc:  # locked or failing: every row must be caught up anew
+            self._problem = str(exc)
+            self._pending.clear()
+            self._behind = True
 
     def _apply(self, items: Iterable[LogEntry | LogProblem], *, strict: bool = False) -> int:
         applied = 0
@@ -379,11 +557,13 @@ class RestoreIndex:
             The number of sessions indexed.
 
         Raises:
-            LogError: a log is unusable (unreadable, not text), or the index cannot be
-                written.
+            LogError: a log is unusable (unreadable, not text); *path* is one of *logs*,
+                is not a regular file, or exists and is not a restore index (it is never
+                overwritten then); or the index cannot be written.
         """
         target = Path(path)
         files = [Path(log) for log in logs]
+        _check_target(target, files)
         temporary = target.with_name(f".{target.name}.rebuild-{os.getpid()}")
         for leftover in _sqlite_files(temporary):
             leftover.unlink(missing_ok=True)
@@ -409,29 +589,131 @@ class RestoreIndex:
         return count
 
     def close(self) -> None:
-        """Commit and close the database (idempotent)."""
+        """Commit and close the database (idempotent).
+
+        Waits up to :data:`_OPEN_WAIT` seconds for another process's lock; what still
+        cannot be committed is caught up from the log when the index is next opened.
+        """
         if self._db is None:
             return
+        self._retry_at = 0.0
+        with contextlib.suppress(sqlite3.Error):
+            self._db.execute(f"PRAGMA busy_timeout = {int(_OPEN_WAIT * 1000)}")
         self.commit()
         with contextlib.suppress(sqlite3.Error):
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self._db.close()
         self._db = None  # type: ignore[assignment]  # closed for good
 
-    # -- internals -------------------------------------------------------------------------
 
-    def _fail(self, exc: sqlite3.Error) -> None:
-        self._failure = str(exc)
-        with contextlib.suppress(sqlite3.Error):
-            self._db.execute("ROLLBACK")
-        self._pending = 0
+MAX_PENDING = 100_000
+"""The most sessions whose updates wait in memory for a commit; past it they are dropped and
+the index catches up from the log (from its last committed position) when it can."""
+RETRY_SECONDS = 0.25
+"""After a failed commit, the least time before the next is tried."""
+_BUSY_MS = 20
+"""How long a write waits for another process's lock, in milliseconds (on the event loop)."""
+_OPEN_WAIT = 5.0
+"""How long opening (and closing) the index waits for another process's lock, in seconds."""
 
-    def _reset(self) -> None:
-        self._failure = None
-        self._db.execute("DELETE FROM sessions")
-        self._device = self._inode = None
-        self._offset = 0
-        self.head = None
+
+def _busy(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in str(exc)
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _check_target(target: Path, logs: list[Path]) -> None:
+    """Refuse to replace *target* unless it is missing, empty or a restore index."""
+    for log in logs:
+        with contextlib.suppress(OSError):
+            if target.resolve() == log.resolve() or target.samefile(log):
+                msg = "is one of the logs read: the restore index needs a file of its own"
+                raise LogError(msg, str(target))
+    try:
+        status = target.stat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise LogError(f"cannot rebuild the restore index: {exc.strerror}", str(target)) from None
+    if stat.S_ISDIR(status.st_mode):
+        raise LogError("is a directory: give the restore index file's path", str(target))
+    if not stat.S_ISREG(status.st_mode):
+        raise LogError("not a regular file: the restore index must be one", str(target))
+    if status.st_size and not is_index(target):
+        raise LogError("exists and is not a restore index: not overwritten", str(target))
+
+
+def is_index(path: Path) -> bool:
+    """Whether *path* is a SQLite file with the restore index's tables (opened read-only).
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> notes = pathlib.Path(tempfile.mkdtemp()) / "notes.txt"
+        >>> _ = notes.write_text("my notes")
+        >>> is_index(notes)
+        False
+    """
+    try:
+        with path.open("rb") as file:
+            if file.read(len(_SQLITE_HEADER)) != _SQLITE_HEADER:
+                return False
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except (OSError, sqlite3.Error):
+        return False
+    try:
+        db.execute("SELECT session_id, mode, seq, previous FROM sessions LIMIT 0")
+        db.execute("SELECT device, inode, offset, head FROM log_position LIMIT 0")
+    except sqlite3.Error:
+        return False
+    finally:
+        db.close()
+    return True
+
+
+def _line_ending_at(path: Path, offset: int) -> dict[str, Any] | None:
+    """The JSON object on the line of *path* that ends at byte *offset*, if there is one."""
+    step = min(offset, 64 * 1024)
+    try:
+        with path.open("rb") as file:
+            file.seek(offset - step)
+            tail = file.read(step)
+    except OSError:
+        return None
+    if len(tail) != step or not tail.endswith(b"\n"):
+        return None
+    try:
+        data = orjson.loads(tail[:-1].rsplit(b"\n", 1)[-1])
+    except orjson.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _disagreement(  # noqa: PLR0911 - one check after another, each with its sentence
+    log: Path, point: RestorePoint, digest: str | None, offset: int | None
+) -> str | None:
+    """Why the index row *point* is not the log's record it names, or ``None`` if it is."""
+    if digest is None or offset is None or offset <= 0:
+        return "the row names no record of the log the index follows"
+    data = _line_ending_at(log, offset)
+    if data is None or data.get("digest") != digest:
+        return f"the log has no record with the row's digest at byte {offset}"
+    if record_digest(data) != digest:
+        return f"the log's record at byte {offset} was changed after it was written"
+    if data.get("event") not in (EVENT_CREATED, EVENT_CHANGED):
+        return f"the log's record at byte {offset} is not a committed change"
+    found = (data.get("session_id"), data.get("seq"), data.get("to_mode"))
+    if found != (point.session_id, point.seq, point.mode):
+        return (
+            f"the log's record at byte {offset} is session {found[0]!r} seq {found[1]} in "
+            f"{found[2]!r}, not session {point.session_id!r} seq {point.seq} in {point.mode!r}"
+        )
+    previous, keep = previous_of(str(data.get("origin")), data.get("from_mode"))
+    if not keep and previous != point.previous:
+        return f"the row's previous mode {point.previous!r} is not the log's {previous!r}"
+    return None
 
 
 def _sqlite_files(path: Path) -> list[Path]:

@@ -376,7 +376,7 @@ class TestSwitchMode:
             last["from_mode"],
             last["to_mode"],
             last["proposed_in"],
-        ) == ("modefsm.change_rejected", "not_allowed", "b", "c", "a")
+        ) == ("modefsm.change_rejected", "stale_option", "b", "c", "a")
 
     async def test_cancel_while_pending_ends_the_turn_cancelled(self, log_path):
         async with serve(log_path) as (conn, client):

@@ -471,6 +471,10 @@ class TestMarkdown:
                 "| Read Only | Start working | No, stay read-only | <code>reject</code> "
                 "| reject\\_once | stays |"
             ),
+            (
+                "| Read Only | <code>auto</code> | Auto | Read Only, Full Access "
+                "| Auto, if a switch may reach it from the new mode; else refused |"
+            ),
         ]
 
     def test_page_with_a_log_lists_every_transition_and_the_session_steps(self, permission_log):

@@ -322,7 +322,7 @@ class TestSwitches:
             last["from_mode"],
             last["to_mode"],
             last["proposed_in"],
-        ) == ("modefsm.change_rejected", "not_allowed", "b", "c", "a")
+        ) == ("modefsm.change_rejected", "stale_option", "b", "c", "a")
 
     async def test_declined_switch_is_logged(self, make_engine, log_path, recorder):
         engine = make_engine()

@@ -131,3 +131,46 @@ class TestReopen:
         log.close()
         lines = _lines(path.read_bytes())
         assert lines[0]["digest"] == lines[1]["prev"]
+
+
+class TestChainHeadAfterLongLines:
+    """A restart finds the last record's digest past long lines, in bounded memory."""
+
+    @pytest.mark.parametrize(
+        "after",
+        [
+            b"x" * 3_000_000 + b"\n",  # a host line longer than any record
+            b'{"event":"host"}\n' * 100_000,  # many short host lines
+            b"\n".join([b"y" * 70_000] * 40) + b"\n",  # lines across chunk boundaries
+            b"z" * 2_000_000,  # a torn last line, no newline
+        ],
+        ids=["long-line", "many-lines", "chunk-edges", "torn"],
+    )
+    def test_the_chain_continues_from_the_last_record(self, tmp_path, after):
+        path = tmp_path / "modes.jsonl"
+        log = TransitionLog.to_file(path)
+        engine = _engine(log)
+        engine.new_session("s1")
+        engine.change("s1", "code", "set_mode")
+        head = log.head
+        log.close()
+        with path.open("ab") as file:
+            file.write(after)
+        log = TransitionLog.to_file(path)
+        assert log.head == head
+        _engine(log).new_session("s2")
+        log.close()
+        assert orjson.loads(path.read_bytes().splitlines()[-1])["prev"] == head
+
+    def test_a_record_longer_than_the_line_limit_is_not_the_head(self, tmp_path):
+        path = tmp_path / "modes.jsonl"
+        log = TransitionLog.to_file(path)
+        _engine(log).new_session("s1")
+        head = log.head
+        log.close()
+        record = {"event": "modefsm.mode_changed", "digest": "f" * 64, "pad": "p" * (1 << 20)}
+        with path.open("ab") as file:
+            file.write(orjson.dumps(record) + b"\n")
+        log = TransitionLog.to_file(path)
+        assert log.head == head  # readers skip such a line; so does the writer
+        log.close()

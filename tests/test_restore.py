@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+import subprocess
+import sys
+import time
 
 import orjson
 import pytest
 
-from modefsm import ModeEngine, TransitionLog, preset
+from modefsm import ModeEngine, TransitionLog, preset, restore
 from modefsm.errors import LogError
-from modefsm.restore import LogRestore, RestoreIndex, RestorePoint, last_points
+from modefsm.restore import RETRY_SECONDS, LogRestore, RestoreIndex, RestorePoint, last_points
 
 _OPENED: list[RestoreIndex | TransitionLog] = []
 
@@ -115,13 +119,15 @@ class TestCrash:
         _, _, index = _open(tmp_path)
         assert RestorePoint("s1", "code", 1) == index.restore_point("s1")
 
-    def test_failed_update_refuses_lookups(self, tmp_path):
+    def test_a_failing_table_fails_only_the_lookups_it_cannot_answer(self, tmp_path):
         engine, _log, index = _open(tmp_path)
         engine.new_session("s1")
         index.commit()
         index._db.execute("DROP TABLE sessions")
         engine.new_session("s2")
-        with pytest.raises(LogError, match="the restore index is out of date"):
+        index.commit()  # fails: s2 waits in memory
+        assert RestorePoint("s2", "ask", 1) == index.restore_point("s2")
+        with pytest.raises(LogError, match="cannot read the restore index now: no such table"):
             index.restore_point("s1")
 
     def test_not_an_index_is_a_log_error(self, tmp_path):
@@ -260,3 +266,102 @@ def test_rejections_alone_then_a_commit(tmp_path):
         assert log.index.restore_point("s1") == RestorePoint("s1", "code", 2, "ask")
     finally:
         log.close()
+
+
+_LOCKER = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+db.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+sys.stdin.readline()
+db.execute("COMMIT")
+"""
+
+
+class _Locker:
+    """Another process holding the index's write lock until :meth:`release`."""
+
+    def __init__(self, path):
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _LOCKER, str(path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert self.process.stdout.readline() == b"locked\n"
+
+    def release(self):
+        self.process.communicate(b"\n", timeout=30)
+        assert self.process.returncode == 0
+
+
+def _committed(path, session_id):
+    """The row another connection sees for *session_id*."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return db.execute(
+            "SELECT mode, seq FROM sessions WHERE session_id = ?", (session_id,)
+        ).fetchone()
+
+
+class TestLockedIndex:
+    """Another process holds the write lock: writes wait milliseconds, lookups go on."""
+
+    def test_commits_wait_briefly_and_are_retried_after_the_lock(self, tmp_path):
+        engine, _log, index = _open(tmp_path)
+        engine.new_session("s1")
+        index.commit()
+        locker = _Locker(index.path)
+        began = time.monotonic()
+        engine.new_session("s2")
+        engine.change("s2", "code", "set_mode")
+        index.commit()
+        index.commit()  # within RETRY_SECONDS: not even tried
+        assert time.monotonic() - began < 0.5
+        assert _committed(index.path, "s2") is None
+        assert index.restore_point("s2") == RestorePoint("s2", "code", 2, "ask")  # memory
+        assert index.restore_point("s1") == RestorePoint("s1", "ask", 1)  # read under the lock
+        locker.release()
+        time.sleep(RETRY_SECONDS)
+        index.commit()
+        assert _committed(index.path, "s2") == ("code", 2)
+
+    def test_too_many_waiting_sessions_catch_up_from_the_log(self, tmp_path, monkeypatch):
+        monkeypatch.setattr(restore, "MAX_PENDING", 3)
+        engine, _log, index = _open(tmp_path, commit_every=2)
+        engine.new_session("s0")
+        index.commit()
+        locker = _Locker(index.path)
+        for n in range(1, 6):
+            engine.new_session(f"s{n}")
+            engine.change(f"s{n}", "code", "set_mode")
+        locked = r"behind the log and cannot be written now \(database is locked\); try again"
+        with pytest.raises(LogError, match=locked):
+            index.restore_point("s1")
+        locker.release()
+        time.sleep(RETRY_SECONDS)
+        points = [index.restore_point(f"s{n}") for n in range(6)]
+        assert points == [
+            RestorePoint("s0", "ask", 1),
+            *(RestorePoint(f"s{n}", "code", 2, "ask") for n in range(1, 6)),
+        ]
+        index.commit()
+        assert _committed(index.path, "s5") == ("code", 2)
+
+    def test_the_log_and_its_index_open_at_once_while_another_process_holds_the_lock(
+        self, tmp_path
+    ):
+        engine, log, index = _open(tmp_path)
+        engine.new_session("s1")
+        engine.change("s1", "code", "set_mode")
+        log.close()
+        index.close()
+        locker = _Locker(tmp_path / "modes.index")
+        began = time.monotonic()
+        engine, log, index = _open(tmp_path)
+        engine.new_session("s2")
+        assert time.monotonic() - began < 1.0  # the first write waited 5 s for the lock
+        assert index.restore_point("s1") == RestorePoint("s1", "code", 2, "ask")
+        assert index.restore_point("s2") == RestorePoint("s2", "ask", 1)
+        locker.release()
+        log.close()
+        index.close()
+        assert _committed(tmp_path / "modes.index", "s2") == ("ask", 1)

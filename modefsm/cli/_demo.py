@@ -25,6 +25,7 @@ import acp
 import orjson
 from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
 
+from modefsm.cli._serve import check_log_path
 from modefsm.log._records import TransitionLog
 
 __all__ = ["DemoClient", "DemoFailedError", "run_demo"]
@@ -205,10 +206,8 @@ def run_demo(log: Path | None = None, *, raw: bool = False, out: TextIO | None =
     """Run the demo; return 0 when every step behaved, 1 otherwise.
 
     Raises:
-        LogError: *log* cannot be opened for appending.
-
-    Raises:
-        LogError: *log* cannot be opened for appending.
+        LogError: *log* cannot be opened for appending, or exists and is not a transition
+            log (:func:`~modefsm.cli.check_log_path`).
 
     Args:
         log: the transition log file to write (default: a new temporary directory's
@@ -219,6 +218,7 @@ def run_demo(log: Path | None = None, *, raw: bool = False, out: TextIO | None =
     out = out or sys.stdout
     if log is None:
         log = Path(tempfile.mkdtemp(prefix="modefsm-demo-")) / "transitions.jsonl"
+    check_log_path(log)  # not a transition log: refused before anything is written
     TransitionLog.to_file(log).close()  # a bad path fails here, with one clear LogError
     try:
         visited, session_id = asyncio.run(_story(log, out, raw=raw))

@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import importlib.metadata
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -38,6 +39,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:  # the command's own usage line, not the top level's
         commands.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     run: Runner = args.run
+    if hasattr(signal, "SIGXFSZ"):  # past the file size limit a write fails (EFBIG), not us
+        with contextlib.suppress(ValueError):  # not the main thread: cannot set handlers
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
         return run(args)
     except ModefsmError as exc:

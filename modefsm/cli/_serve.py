@@ -22,15 +22,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import orjson
 from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock
 
-from modefsm.errors import ModefsmError
-from modefsm.log._records import TransitionLog
+from modefsm.errors import LogError, ModefsmError
+from modefsm.log._records import TransitionLog, ignore_file_size_signal
 from modefsm.protocol._agent import ModeAgent
 from modefsm.protocol._transport import run_agent
-from modefsm.spec._model import ModeSpec
+from modefsm.spec import ModeSpec
 
-__all__ = ["ScriptedAgent", "index_path", "serve"]
+__all__ = ["ScriptedAgent", "check_log_path", "index_path", "serve"]
 
 
 class ScriptedAgent(ModeAgent):
@@ -84,6 +85,74 @@ def _check_stdio() -> None:
             raise ModefsmError(msg)
 
 
+_HEAD = 64 * 1024
+_RECORD_START = b'{"timestamp":"'
+
+
+def check_log_path(path: Path) -> None:
+    """Refuse to append records to *path* unless it is missing, empty or a transition log.
+
+    A transition log that ``serve`` writes begins with a modefsm line (a JSON object whose
+    ``event`` starts with ``modefsm.``), or, after a crash during its first write, with
+    the start of a record. Anything else (notes, a binary file, another program's log) is
+    left as it is; so is a file at :func:`index_path` that is not a restore index. Nothing
+    is written; a file is read only if it is a regular file.
+
+    Raises:
+        LogError: *path* (or its index path) is not a regular file, cannot be read, or is
+            not a transition log (a restore index).
+    """
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise LogError(f"cannot read the transition log: {exc.strerror}", str(path)) from None
+    if not stat.S_ISREG(mode):
+        TransitionLog.to_file(path).close()  # raises the LogError that names the kind of file
+    try:
+        with path.open("rb") as file:
+            head = file.read(_HEAD)
+    except OSError as exc:
+        raise LogError(f"cannot read the transition log: {exc.strerror}", str(path)) from None
+    if not head or _is_log_start(head):
+        _check_index(index_path(path))
+        return
+    msg = (
+        "exists and is not a transition log (its first line is not a modefsm record): "
+        "not appended to"
+    )
+    raise LogError(msg, str(path))
+
+
+def _check_index(path: Path) -> None:
+    """Refuse a restore index path that holds something else (it is never overwritten)."""
+    from modefsm.restore import is_index  # noqa: PLC0415 - sqlite3 only when serving
+
+    try:
+        status = path.stat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise LogError(f"cannot read the restore index: {exc.strerror}", str(path)) from None
+    if not stat.S_ISREG(status.st_mode):
+        raise LogError("not a regular file: the restore index must be one", str(path))
+    if status.st_size and not is_index(path):
+        raise LogError("exists and is not a restore index: not overwritten", str(path))
+
+
+def _is_log_start(head: bytes) -> bool:
+    line, newline, _rest = head.partition(b"\n")
+    if not newline:
+        return line.startswith(_RECORD_START)  # a first record torn by a crash
+    try:
+        data = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return line.startswith(_RECORD_START)
+    event = data.get("event") if isinstance(data, dict) else None
+    return isinstance(event, str) and event.startswith("modefsm.")
+
+
 def index_path(log_path: Path) -> Path:
     """The restore index kept next to the log *log_path*: the same name plus ``.index``."""
     return log_path.with_name(log_path.name + ".index")
@@ -100,9 +169,13 @@ def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) 
         fsync: sync every record to disk before it takes effect.
 
     Raises:
-        LogError: the log file cannot be opened.
+        LogError: the log file cannot be opened, or exists and is not a transition log
+            (see :func:`check_log_path`).
     """
     _check_stdio()
+    ignore_file_size_signal()
+    if log_path is not None:
+        check_log_path(log_path)
     if log_path is None:
         log = TransitionLog.to_stream(sys.stderr.buffer, path="<stderr>")
         restore = None

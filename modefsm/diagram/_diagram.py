@@ -1330,7 +1330,76 @@ def _markdown_switches(spec: ModeSpec) -> list[str]:
             f"| {_option_result(spec, option)} |"
             for option in switch.options
         )
+    return out + _markdown_option_targets(spec)
+
+
+def _markdown_option_targets(spec: ModeSpec) -> list[str]:
+    """Where each allow option can lead, and where it never can (the policy safety rule)."""
+    out = [
+        "",
+        "### Where each approval can lead",
+        "",
+        "Targets are resolved when the permission request is built: a `$previous` option",
+        "names the concrete mode it returns to, and an approval given after the mode changed",
+        "meanwhile applies exactly that shown mode, and only if it is restorable and a switch",
+        "may reach it from the new mode.",
+        "",
+        "| In | optionId | Resolved target | Never reaches | Approved after the mode changed |",
+        "|---|---|---|---|---|",
+    ]
+    entered = _entered_from(spec)
+    for switch in spec.switches:
+        explicit = {o.target for o in switch.options if o.allows and o.target != PREVIOUS}
+        for source in switch.source:
+            for option in switch.options:
+                if not option.allows or option.target is None:
+                    continue
+                if option.target == PREVIOUS:
+                    reach = entered[source] - explicit - {source}
+                    can = _names(spec, [m for m in spec.mode_ids if m in reach])
+                    rule = (
+                        f"the mode before this one ({can}), named in the option when asked; "
+                        "not offered if another option leads there or there is none (a "
+                        "non-restorable mode is not remembered across a restart)"
+                    )
+                else:
+                    reach = {option.target}
+                    rule = _md(spec.mode(option.target).name)
+                never = [m for m in spec.mode_ids if m not in reach]
+                stale = [m for m in spec.mode_ids if m in reach and spec.mode(m).restorable]
+                out.append(
+                    f"| {_md(spec.mode(source).name)} | <code>{_md(option.option_id)}</code> "
+                    f"| {rule} | {_names(spec, never)} | {_stale_rule(spec, stale)} |"
+                )
     return out
+
+
+def _entered_from(spec: ModeSpec) -> dict[str, set[str]]:
+    """For each mode, the modes a session in it can have as its previous mode.
+
+    The source of a client change or switch into it, or, through a restore that falls back
+    to it, the source of a change into the non-restorable mode restored from.
+    """
+    into: dict[str, set[str]] = {m: set() for m in spec.mode_ids}
+    for source in spec.mode_ids:
+        for dest in {*spec.client_targets(source), *spec.switch_targets(source)}:
+            into[dest].add(source)
+    previous = {m: set(sources) for m, sources in into.items()}
+    for mode in spec.mode_ids:
+        target = spec.restore_target(mode)
+        if target != mode:
+            previous[target] |= into[mode]
+    return previous
+
+
+def _names(spec: ModeSpec, modes: list[str]) -> str:
+    return ", ".join(_md(spec.mode(m).name) for m in modes) or "none"
+
+
+def _stale_rule(spec: ModeSpec, modes: list[str]) -> str:
+    if not modes:
+        return "refused"
+    return f"{_names(spec, modes)}, if a switch may reach it from the new mode; else refused"
 
 
 def _option_result(spec: ModeSpec, option: SwitchOption) -> str:

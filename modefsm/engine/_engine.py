@@ -45,7 +45,9 @@ from modefsm.errors import (
     HookError,
     InvalidValueError,
     ModefsmError,
+    NoSwitchError,
     SessionExistsError,
+    StaleOptionError,
     TransitionNotAllowedError,
     UnknownConfigOptionError,
     UnknownModeError,
@@ -60,9 +62,16 @@ from modefsm.log._records import (
     TransitionLog,
     utc_timestamp,
 )
-from modefsm.spec._model import PREVIOUS, ModeSpec, SwitchOption
+from modefsm.spec import PREVIOUS, ModeSpec, PermissionOptionKind, SwitchOption
 
-__all__ = ["ModeChange", "ModeEngine", "NotificationSink", "Session"]
+__all__ = [
+    "ModeChange",
+    "ModeEngine",
+    "NotificationSink",
+    "OfferedOption",
+    "Session",
+    "SwitchOffer",
+]
 
 Update = Any
 """A ``session/update`` payload: an SDK model such as ``CurrentModeUpdate``."""
@@ -133,6 +142,58 @@ class ModeChange:
     tool_call_id: str | None = None
     option_id: str | None = None
     proposed_in: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OfferedOption:
+    """One permission option as the user is shown it: its target already resolved.
+
+    Attributes:
+        option_id: ACP ``optionId``.
+        name: ACP ``PermissionOption.name`` as shown: the spec's name with ``{mode}``
+            replaced by the target's display name; a ``$previous`` option whose name has no
+            ``{mode}`` gets `` (Name)`` appended, so it always names its mode.
+        kind: ACP ``PermissionOption.kind``.
+        target: the concrete mode id an allow option leads to; ``None`` for reject options.
+    """
+
+    option_id: str
+    name: str
+    kind: PermissionOptionKind
+    target: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchOffer:
+    """The options of one ``switch_mode`` permission request, resolved when it is built.
+
+    An approval applies exactly the target of the option it selects, as shown here; it is
+    never resolved again against a later state (see :meth:`ModeEngine.approve_switch`).
+
+    Attributes:
+        session_id: ACP ``sessionId``.
+        proposed_in: the mode the switch was proposed in (the switch's source).
+        seq: the session's ``seq`` when the offer was built; a different ``seq`` at
+            approval time means the mode changed while the request was open (stale).
+        title: the tool call's ``title``.
+        options: the options, in the spec's order, without the ones left out (a
+            ``$previous`` option with no target, or whose target another option offers).
+    """
+
+    session_id: str
+    proposed_in: str
+    seq: int
+    title: str
+    options: tuple[OfferedOption, ...]
+
+    def get(self, option_id: object) -> OfferedOption | None:
+        """The offered option with ACP ``optionId`` *option_id*, if it was offered."""
+        return next((o for o in self.options if o.option_id == option_id), None)
+
+    @property
+    def targets(self) -> dict[str, str | None]:
+        """``{optionId: target}`` in the order shown (``None`` for reject options)."""
+        return {o.option_id: o.target for o in self.options}
 
 
 ChangeHook = Callable[[ModeChange], None]
@@ -259,7 +320,9 @@ class ModeEngine:
             mode_id: the ``to_mode`` of the session's last record.
             seq: the ``seq`` of that record.
             previous: the mode before it (the ``from_mode`` of the last change), which
-                ``$previous`` switch options return to.
+                ``$previous`` switch options return to. It obeys the restore rules too: a
+                mode the spec no longer has or marks not restorable is dropped, and
+                ``$previous`` options are then not offered until the next change.
             request_id: the load/resume request id, for the record.
 
         Returns:
@@ -272,8 +335,10 @@ class ModeEngine:
         if live is not None:
             return live
         known = self.spec.has_mode(mode_id)
-        if previous is not None and not self.spec.has_mode(previous):
-            previous = None
+        if previous is not None and not (
+            self.spec.has_mode(previous) and self.spec.mode(previous).restorable
+        ):
+            previous = None  # a non-restorable mode is not carried across a restart
         session = Session(session_id, mode_id if known else self.spec.initial, seq, previous)
         target = self.spec.restore_target(mode_id) if known else self.spec.initial
         if not known or target != mode_id:
@@ -374,13 +439,99 @@ class ModeEngine:
 
         Returns:
             The target mode id; ``None`` for a reject option, or for a ``$previous`` target
-            when the session has no previous mode.
+            when the session has no previous mode, when it is the current mode, or when the
+            policy does not let a switch reach it from the current mode.
         """
         if not option.allows:
             return None
         if option.target == PREVIOUS:
-            return self.get(session_id).previous
+            return self._previous_target(self.get(session_id))
         return option.target
+
+    def offer_switch(self, session_id: str) -> SwitchOffer:
+        """Resolve the options of the switch from the session's current mode, as shown.
+
+        ``$previous`` is resolved here, once: the option then names its concrete mode. A
+        ``$previous`` option is left out when it has no target (see :meth:`resolve_target`)
+        or when its target is also the target of another allow option (that option, worded
+        by the spec for that mode, is kept).
+
+        Raises:
+            UnknownSessionError: no such session.
+            NoSwitchError: the current mode has no switch.
+        """
+        session = self.get(session_id)
+        switch = self.spec.switch_from(session.state)
+        if switch is None:
+            raise NoSwitchError(session_id, session.state)
+        explicit = {o.target for o in switch.options if o.allows and o.target != PREVIOUS}
+        shown: list[OfferedOption] = []
+        for option in switch.options:
+            target = self.resolve_target(session_id, option)
+            if option.allows and (
+                target is None or (option.target == PREVIOUS and target in explicit)
+            ):
+                continue
+            shown.append(
+                OfferedOption(
+                    option.option_id, self._shown_name(option, target), option.kind, target
+                )
+            )
+        return SwitchOffer(session_id, session.state, session.seq, switch.title, tuple(shown))
+
+    def approve_switch(
+        self,
+        offer: SwitchOffer,
+        option_id: str,
+        *,
+        tool_call_id: str,
+        request_id: str | int | None = None,
+    ) -> ModeChange | None:
+        """Apply the user's approval of the allow option *option_id* of *offer*.
+
+        The switch goes to exactly the target *offer* showed for that option. When the
+        session changed since the offer was built (a stale approval), that target still
+        applies if the policy lets a switch reach it from the current mode and it is
+        restorable; otherwise nothing changes and ``stale_option`` is logged.
+
+        Returns:
+            The committed change, or ``None`` when the target is already the current mode.
+
+        Raises:
+            UnknownSessionError: the session is gone.
+            TransitionNotAllowedError: *option_id* is not an allow option of *offer*
+                (logged as ``option_not_offered``), or the policy refuses the target.
+            StaleOptionError: a stale approval refused as above (logged).
+            HookError, LogError: as :meth:`change`.
+        """
+        session = self.get(offer.session_id)
+        option = offer.get(option_id)
+        if option is None or option.target is None:
+            self.reject_switch(
+                offer.session_id,
+                "option_not_offered",
+                tool_call_id=tool_call_id,
+                option_id=option_id,
+                proposed_in=offer.proposed_in,
+                request_id=request_id,
+            )
+            raise TransitionNotAllowedError(
+                session_id=offer.session_id,
+                source=session.state,
+                dest=option_id,
+                origin="switch_mode",
+                allowed=[o.option_id for o in offer.options if o.target is not None],
+                field="optionId",
+            )
+        return self.apply_switch(
+            offer.session_id,
+            option.target,
+            tool_call_id=tool_call_id,
+            option_id=option_id,
+            proposed_in=offer.proposed_in,
+            request_id=request_id,
+            stale=session.seq != offer.seq,
+        )
 
     def apply_switch(
         self,
@@ -391,8 +542,13 @@ class ModeEngine:
         option_id: str,
         proposed_in: str,
         request_id: str | int | None = None,
+        stale: bool | None = None,
     ) -> ModeChange | None:
         """Fire an approved ``switch_mode`` to *dest* now; queue its notifications.
+
+        The low-level step of :meth:`approve_switch`, which a host that shows its own
+        permission dialog should use instead: it resolves ``$previous`` once and checks
+        that the option was offered.
 
         Args:
             session_id: ACP ``sessionId``.
@@ -402,19 +558,48 @@ class ModeEngine:
             proposed_in: the mode the switch was proposed in; when it differs from the
                 current mode (the client changed it meanwhile) it is recorded.
             request_id: the ``session/request_permission`` request id, if known.
+            stale: whether the session changed since the options were shown; ``None``
+                guesses it from the mode (*proposed_in* differs from the current mode).
+                A stale approval of a mode the policy forbids from the current mode, or of
+                a non-restorable mode, is refused (``stale_option``).
 
         Returns:
             The committed change, or ``None`` when *dest* is already the current mode.
 
         Raises:
             UnknownSessionError: the session is gone.
+            StaleOptionError: a stale approval refused as above (logged).
             TransitionNotAllowedError: *dest* is not reachable from the current mode (logged).
             HookError, LogError: as :meth:`change`.
         """
         session = self.get(session_id)
         if dest == session.state:
             return None
-        meanwhile = proposed_in if proposed_in != session.state else None
+        if stale is None:
+            stale = proposed_in != session.state
+        meanwhile = proposed_in if stale else None
+        if stale and not (
+            self.spec.has_mode(dest)
+            and self.spec.mode(dest).restorable
+            and self.machine.allows("switch_mode", session.state, dest)
+        ):
+            self.reject_switch(
+                session_id,
+                "stale_option",
+                dest=dest,
+                tool_call_id=tool_call_id,
+                option_id=option_id,
+                proposed_in=proposed_in,
+                request_id=request_id,
+            )
+            raise StaleOptionError(
+                session_id=session_id,
+                source=session.state,
+                dest=dest,
+                origin="switch_mode",
+                allowed=self._stale_targets(session.state),
+                field="optionId",
+            )
         context = ModeChange(
             session_id,
             session.seq + 1,
@@ -559,6 +744,32 @@ class ModeEngine:
                         )
 
     # -- internals ------------------------------------------------------------------------
+
+    def _previous_target(self, session: Session) -> str | None:
+        """Where ``$previous`` leads the session now, or ``None`` (see :meth:`resolve_target`)."""
+        previous = session.previous
+        if previous is None or previous == session.state:
+            return None
+        if not self.machine.allows("switch_mode", session.state, previous):
+            return None
+        return previous
+
+    def _shown_name(self, option: SwitchOption, target: str | None) -> str:
+        """The option's name as shown: ``{mode}`` filled in; a ``$previous`` one names it."""
+        if target is None:
+            return option.name
+        mode_name = self.spec.mode(target).name
+        if "{mode}" in option.name:
+            return option.name.replace("{mode}", mode_name)
+        if option.target == PREVIOUS:
+            return f"{option.name} ({mode_name})"
+        return option.name
+
+    def _stale_targets(self, source: str) -> list[str]:
+        """The modes a stale approval may still reach from *source*."""
+        return [
+            m for m in self.machine.targets("switch_mode", source) if self.spec.mode(m).restorable
+        ]
 
     def _fire(self, session: Session, kind: TriggerKind, dest: str, context: ModeChange) -> bool:
         """Policy, then hooks, then the machine (write-ahead record, commit), then after-hooks."""

@@ -10,7 +10,13 @@ What it does with each line:
 - a host's own line (anything that is not a modefsm record) is skipped silently; so are
   modefsm's diagnostics (``modefsm.notify_failed``, ...), which are not records;
 - a torn line (a crash mid-write: the last line without its newline, or a record cut
-  short) is a ``torn`` problem: reported, skipped, never fatal;
+  short) is a ``torn`` problem: reported, skipped, never fatal. A record cut short with
+  more of the log after it (:attr:`LogProblem.inside`; also a torn last line of a file
+  that another file follows) is reported when the next record is read, saying what the
+  digest chain proves: the next record's ``prev`` is the digest of the record before the
+  torn one (its writer never counted it: its change was never acknowledged), or the
+  digest the torn bytes still hold (its writer counted it: its change may have been
+  acknowledged and its record is lost), or neither (unknown);
 - a line that looks like a modefsm record (a JSON object naming a record event) but is
   not valid JSON (``not_json``) or does not fit :class:`~modefsm.log.TransitionRecord`
   (``not_a_record``) is reported with what is wrong;
@@ -31,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import re
 import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -41,7 +48,7 @@ from typing import Any, BinaryIO, Literal
 import orjson
 from pydantic import ValidationError
 
-from modefsm.log._records import RECORD_EVENTS, TransitionRecord, record_digest
+from modefsm.log._records import EVENT_REPAIRED, RECORD_EVENTS, TransitionRecord, record_digest
 
 __all__ = ["MAX_LINE", "Location", "LogEntry", "LogProblem", "ProblemKind", "Take", "read_log"]
 
@@ -121,6 +128,10 @@ class LogProblem:
         message: what is wrong, for people.
         session_id: the record's ``session_id``, when the line got far enough to say.
         seq: the record's ``seq``, likewise.
+        inside: a ``torn`` record with a newline after it, or at the end of a file that
+            another file follows: more of the log follows it, so it is not what a crash
+            leaves at the end (see :func:`read_log` for what its
+            message can prove).
     """
 
     location: Location
@@ -128,6 +139,7 @@ class LogProblem:
     message: str
     session_id: str | None = None
     seq: int | None = None
+    inside: bool = False
 
     @property
     def fatal(self) -> bool:
@@ -173,11 +185,17 @@ def read_log(
         :class:`LogEntry` and :class:`LogProblem` items, in input order.
     """
     done = 0
-    for path in paths:
+    files = list(paths)
+    carry: _Torn | None = None  # a torn record at the end of a file, before the next file
+    for number, path in enumerate(files, 1):
         reader = _FileReader(str(path), check_digests=check_digests, stdin=stdin, take=take)
+        reader.carry, reader.more = carry, number < len(files)
         report = None if progress is None else (lambda n, base=done: progress(base + n))
         yield from reader.items(start, report)
         done += reader.consumed
+        carry = reader.carry
+    if carry is not None:
+        yield carry.resolve(None, None)
 
 
 class _FileReader:
@@ -189,6 +207,8 @@ class _FileReader:
         self.stdin = stdin
         self.take = take
         self.consumed = 0
+        self.carry: _Torn | None = None  # in: from the file before; out: to the next
+        self.more = False  # whether another file follows this one
 
     def items(
         self, start: int, progress: Callable[[int], None] | None
@@ -223,7 +243,11 @@ class _FileReader:
         next_report = _PROGRESS_STEP if progress is not None else _NEVER
         take, loads, readline = self.take, orjson.loads, stream.readline
         limit, brace, newline, mark = MAX_LINE + 1, _BRACE, _NEWLINE, _MARK
+        last = b""  # the last line taken or read as a record: the chain before a torn one
+        torn, self.carry = self.carry, None  # a torn record inside, reported at the next one
+        line = b""
         while True:
+            prior = line  # a torn line that a later modefsm.log_repaired line names
             try:
                 line = readline(limit)
             except (EOFError, OSError, zlib.error) as exc:
@@ -251,9 +275,13 @@ class _FileReader:
                     data = loads(line)
                 except orjson.JSONDecodeError:
                     data = None
+                if torn is not None and type(data) is dict and data.get("event") in RECORD_EVENTS:
+                    yield torn.resolve(data.get("prev"), data.get("digest"))
+                    torn = None
                 if type(data) is dict and take(name, lineno, data):
                     content_lines += 1
                     records += 1
+                    last = line
                     continue
             location = Location(name, lineno)
             terminated = line.endswith(b"\n")
@@ -273,20 +301,45 @@ class _FileReader:
                     location, "not_text", "binary data, not a JSON-lines log: file skipped"
                 )
                 break
+            if _REPAIRED in content and (torn is None or torn.problem.location.line < lineno - 1):
+                repaired = _repaired_tear(content, prior, Location(name, lineno - 1))
+                if repaired is not None:
+                    if torn is not None:
+                        yield torn.resolve(None, None)
+                    torn = _Torn(repaired, prior.rstrip(b"\r\n"), last)
+                    continue
             item = self._parse(content, location, terminated=terminated, end=offset)
-            if item is not None:
-                records += isinstance(item, LogEntry) or item.bad_record
-                yield item
+            if item is None:
+                continue
+            if torn is not None and (isinstance(item, LogEntry) or item.bad_record):
+                entry = item.record if isinstance(item, LogEntry) else None
+                yield torn.resolve(entry and entry.prev, entry and entry.digest)
+                torn = None
+            if isinstance(item, LogEntry):
+                last = line
+            elif item.kind == "torn" and (terminated or self.more):
+                if torn is not None:
+                    yield torn.resolve(None, None)
+                torn = _Torn(item, content, last)
+                continue
+            records += isinstance(item, LogEntry) or item.bad_record
+            yield item
+        if torn is not None and self.more:
+            self.carry = torn
+        elif torn is not None:
+            yield torn.resolve(None, None)
         self.consumed = _tell(raw, offset) if compressed else offset
         if not start and records == 0:
             yield _no_records(name, lineno)
 
-    def _parse(  # noqa: PLR0911 - one return per kind of line
+    def _parse(  # noqa: C901, PLR0911 - one return per kind of line
         self, content: bytes, location: Location, *, terminated: bool, end: int
     ) -> LogEntry | LogProblem | None:
         if not (content.startswith(b"{") and _MARK in content) and terminated:
             if b"\x00" in content:
                 return LogProblem(location, "binary", "a line of binary data, skipped")
+            if content.startswith(_RECORD_START) and _cut_record(content):
+                return LogProblem(location, "torn", "a record cut short, skipped")
             return None
         try:
             data = orjson.loads(content)
@@ -323,6 +376,109 @@ class _FileReader:
         if self.check_digests and record.digest is not None:
             intact = record_digest(data) == record.digest
         return LogEntry(location, record, end, intact)
+
+
+_REPAIRED = f'"{EVENT_REPAIRED}"'.encode()
+_RECORD_START = b'{"timestamp":"'
+_DIGEST_FIELD = re.compile(rb'"digest":"([0-9a-f]{64})"')
+_SESSION_FIELD = re.compile(rb'"session_id":"((?:[^"\\]|\\.)*)","seq":(\d{1,18})[,}]')
+
+
+class _Torn:
+    """A record cut short inside a file, held until the record after it says what it was."""
+
+    def __init__(self, problem: LogProblem, content: bytes, before: bytes) -> None:
+        self.problem = problem
+        found = _DIGEST_FIELD.search(content)
+        self.digest = found.group(1).decode() if found else None
+        self.before = _digest_of(before)
+        ids = _SESSION_FIELD.search(content)
+        self.session_id = self.seq = None
+        if ids is not None:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                self.session_id = orjson.loads(b'"' + ids.group(1) + b'"')
+            self.seq = int(ids.group(2))
+
+    def resolve(self, prev: object, digest: object) -> LogProblem:
+        """The problem, its message saying what the next record's ``prev`` proves."""
+        known = True
+        if digest is None:
+            why, known = "no chained record follows it", False
+        elif prev == self.before:
+            why = (
+                "the next record continues the digest chain from the record before it: its "
+                "writer never counted it, so its change was never acknowledged"
+            )
+        elif self.digest is not None and prev == self.digest:
+            why = (
+                "the next record continues the digest chain from it: its writer counted it "
+                "as written, so its change may have been acknowledged, and its record is lost"
+            )
+        else:
+            why, known = "the next record continues neither it nor the record before it", False
+        if not known:
+            why += "; the log cannot tell whether its change was acknowledged"
+        return LogProblem(
+            self.problem.location,
+            "torn",
+            f"a record cut short inside the log ({why}), skipped",
+            self.session_id,
+            self.seq,
+            inside=True,
+        )
+
+
+def _repaired_tear(content: bytes, prior: bytes, location: Location) -> LogProblem | None:
+    """The torn line *prior* that the ``modefsm.log_repaired`` line *content* ended, if so.
+
+    A writer that opens a log whose last line is torn ends it with a newline and a
+    ``modefsm.log_repaired`` line giving its length; a line of that length that is not a
+    JSON object is the torn start of a record (a whole record that only lost its newline
+    is not).
+    """
+    try:
+        data = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict) or data.get("event") != EVENT_REPAIRED:
+        return None
+    torn = prior.rstrip(b"\r\n")
+    if data.get("torn_bytes") != len(torn) or not torn:
+        return None
+    try:
+        whole = isinstance(orjson.loads(torn), dict)
+    except orjson.JSONDecodeError:
+        whole = False
+    if whole:
+        return None
+    return LogProblem(location, "torn", "a record cut short, ended at a restart", inside=True)
+
+
+def _cut_record(content: bytes) -> bool:
+    """Whether *content*, a line without a record event, is the start of a record cut short.
+
+    modefsm writes ``timestamp``, ``session_id`` and ``seq`` first and the event last, so
+    a record cut before its event is a line that begins like one and is not JSON.
+    """
+    if _SESSION_FIELD.search(content, 0, 512) is None:
+        return False
+    try:
+        orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return True
+    return False
+
+
+def _digest_of(line: bytes) -> str | None:
+    """The ``digest`` of a record line (``None``: none, or not a record line)."""
+    if not line:
+        return None
+    try:
+        data = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    digest = data.get("digest") if isinstance(data, dict) else None
+    return digest if isinstance(digest, str) else None
 
 
 def _read_problem(name: str, lineno: int, exc: Exception) -> LogProblem:

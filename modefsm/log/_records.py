@@ -38,18 +38,22 @@ somewhere the writer cannot change to detect those.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import hashlib
 import logging
 import os
+import signal
+import stat
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Literal, Protocol
 
 import orjson
 import structlog
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from modefsm.errors import LogError
 
@@ -62,12 +66,14 @@ __all__ = [
     "EVENT_REJECTED",
     "EVENT_REPAIRED",
     "RECORD_EVENTS",
+    "SEQ_MAX",
     "Origin",
     "RejectReason",
     "TransitionLog",
     "TransitionRecord",
     "canonical_record",
     "covered_digest",
+    "ignore_file_size_signal",
     "previous_of",
     "record_digest",
     "utc_timestamp",
@@ -78,6 +84,9 @@ EVENT_CHANGED = "modefsm.mode_changed"
 EVENT_REJECTED = "modefsm.change_rejected"
 EVENT_REPAIRED = "modefsm.log_repaired"
 """A diagnostic, not a record: the line before it was torn by a crash (``torn_bytes`` long)."""
+SEQ_MAX = (1 << 63) - 1
+"""The largest ``seq`` a record may hold (SQLite's largest ``INTEGER``): a line with a larger
+one, or one below 1, is not a record (readers report it as ``not_a_record``)."""
 RECORD_EVENTS = frozenset({EVENT_CREATED, EVENT_CHANGED, EVENT_REJECTED})
 """The events that are :class:`TransitionRecord` lines (other ``modefsm.*`` events, such as
 ``modefsm.notify_failed``, are diagnostics: not records, not chained)."""
@@ -97,6 +106,7 @@ RejectReason = Literal[
     "option_not_offered",
     "session_closed",
     "no_previous_mode",
+    "stale_option",
     "log_failed",
     "invalid_answer",
     "late_answer",
@@ -104,6 +114,8 @@ RejectReason = Literal[
 ]
 """Why a ``modefsm.change_rejected`` record changed nothing.
 
+``stale_option``: an approval given after the mode changed while its permission request
+was open, for a target that is not restorable or that the policy forbids from the new mode.
 The last three are permission answers that cannot approve anything: ``invalid_answer``
 (not a valid ``RequestPermissionResponse``, or a JSON-RPC error other than ``-32800``),
 ``late_answer`` (an option selected after ``session/cancel`` or ``session/close`` ended
@@ -119,11 +131,12 @@ class TransitionRecord(BaseModel):
         timestamp: UTC, ISO 8601 with a ``Z`` suffix.
         session_id: ACP ``sessionId``.
         seq: the session's sequence number, 1 for its creation, then +1 per committed
-            change; ``None`` on rejections.
+            change; ``None`` on rejections; at most :data:`SEQ_MAX` (a SQLite ``INTEGER``).
         from_mode: the mode before (``None`` on creation).
         to_mode: the mode after (on a rejection: the mode asked for, if any).
         origin: see :data:`Origin`.
-        request_id: the JSON-RPC id of the request that caused it, if known.
+        request_id: the JSON-RPC id of the request that caused it, if known (an integer
+            id within a 64-bit range: ``-2**63`` to ``2**64 - 1``).
         tool_call_id: ACP ``toolCallId`` of a ``switch_mode`` tool call.
         option_id: ACP ``optionId`` the user selected.
         proposed_in: the mode a switch was proposed in: on an approved switch only when
@@ -144,11 +157,11 @@ class TransitionRecord(BaseModel):
     event: Literal["modefsm.session_created", "modefsm.mode_changed", "modefsm.change_rejected"]
     timestamp: str
     session_id: str
-    seq: int | None
+    seq: Annotated[int, Field(ge=1, le=SEQ_MAX)] | None
     from_mode: str | None
     to_mode: str | None
     origin: Origin
-    request_id: str | int | None = None
+    request_id: str | Annotated[int, Field(ge=-(1 << 63), lt=1 << 64)] | None = None
     tool_call_id: str | None = None
     option_id: str | None = None
     proposed_in: str | None = None
@@ -229,24 +242,84 @@ def _utc_second(second: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
 
 
+def ignore_file_size_signal() -> None:
+    """Make a write past the file size limit (``RLIMIT_FSIZE``) fail instead of killing.
+
+    By default ``SIGXFSZ`` ends the process when a write reaches the limit; ignored, the
+    write fails with ``EFBIG``, which :class:`TransitionLog` turns into a :class:`LogError`
+    (the change is not made). A no-op where the signal does not exist, or outside the main
+    thread (where handlers cannot be set).
+    """
+    if hasattr(signal, "SIGXFSZ"):
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
 class _Logger(Protocol):
     def info(self, event: str, **kw: Any) -> Any: ...  # pragma: no cover
     def warning(self, event: str, **kw: Any) -> Any: ...  # pragma: no cover
 
 
-class _SyncedFile:
-    """A raw append-only file whose every write reaches the disk (``os.fsync``) first."""
+class _AppendFile:
+    """A raw append-only file that takes a record whole or not at all.
 
-    def __init__(self, fd: int) -> None:
+    :meth:`write` writes every byte (looping on a short ``write``), with ``fsync=True``
+    syncs them, and on any error (``ENOSPC``, ``EFBIG``, ``EIO``, a failed ``fsync``)
+    truncates the file back to where the record began before raising, so a record that
+    failed leaves no bytes behind and the next one starts on a line of its own. When that
+    truncation fails too, the file keeps a torn line: every later :meth:`write` is refused
+    (the process must restart, and opening the log then ends the torn line with a
+    ``modefsm.log_repaired`` line).
+    """
+
+    def __init__(self, fd: int, *, fsync: bool) -> None:
         self._fd = fd
+        self._fsync = fsync
+        self.torn: str | None = None
+        """Why a failed record could not be removed (every write is then refused)."""
 
     def write(self, data: bytes) -> int:
-        written = os.write(self._fd, data)
-        os.fsync(self._fd)
+        """Append all of *data* or nothing; return its length.
+
+        Raises:
+            OSError: nothing of *data* stays in the file, or (:attr:`torn` set) the file
+                could not be cut back and keeps a torn line.
+        """
+        if self.torn is not None:
+            raise OSError(errno.EIO, f"{self.torn}; restart to repair the log")
+        fd = self._fd
+        written = 0
+        try:
+            written = os.write(fd, data)
+            while written < len(data):  # a short write: the disk or the size limit is full
+                step = os.write(fd, memoryview(data)[written:])
+                if step <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # noqa: TRY301
+                written += step
+            if self._fsync:
+                os.fsync(fd)
+        except OSError:
+            if written:
+                self._undo(written)
+            raise
         return written
 
+    def _undo(self, written: int) -> None:
+        """Cut the *written* bytes of a failed record off the end of the file."""
+        fd = self._fd
+        try:
+            end = os.lseek(fd, 0, os.SEEK_CUR)  # O_APPEND: just past our last byte
+            if os.fstat(fd).st_size != end:  # another writer appended after our bytes
+                self.torn = "a failed record could not be removed: another writer followed it"
+                return
+            os.ftruncate(fd, end - written)
+            if self._fsync:
+                os.fsync(fd)
+        except OSError as exc:
+            self.torn = f"a failed record could not be removed: {exc.strerror}"
+
     def flush(self) -> None:
-        """Nothing to flush: :meth:`write` already synced."""
+        """Nothing to flush: :meth:`write` wrote through."""
 
     def close(self) -> None:
         os.close(self._fd)
@@ -292,32 +365,55 @@ class _JSONLines:
 
 
 _TAIL_CHUNK = 64 * 1024
+_SCAN_CHUNK = 1 << 20
+_MAX_LINE = 1 << 20
+"""The longest record line looked at (:data:`modefsm.log.MAX_LINE`: readers skip longer)."""
 
 
 def _last_record(fd: int, size: int) -> tuple[bool, str | None]:
     """Whether the file behind *fd* holds a record, and the ``digest`` of its last one.
 
     Reads backwards from the end in chunks, so a restart costs a read of the tail, not of
-    the whole file; host lines after the last record are skipped.
+    the whole file; host lines after the last record are skipped. Time is linear in the
+    bytes read and memory bounded, whatever the length of the lines (a line longer than
+    :data:`_MAX_LINE` is skipped unread, as readers skip it).
     """
     pos = size
-    partial = b""
+    pieces: list[bytes] = []  # the line that ends where the last chunk began, in reverse
+    length = 0  # its length so far; past _MAX_LINE its pieces are dropped
+    step = _TAIL_CHUNK
     while pos > 0:
-        step = min(_TAIL_CHUNK, pos)
+        step = min(step, pos)
         pos -= step
-        lines = (os.pread(fd, step, pos) + partial).split(b"\n")
-        partial = lines.pop(0) if pos > 0 else b""
-        for line in reversed(lines):
-            if b'"modefsm.' not in line:
-                continue
-            try:
-                data = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(data, dict) and data.get("event") in RECORD_EVENTS:
-                digest = data.get("digest")
-                return True, digest if isinstance(digest, str) else None
-    return False, None
+        chunk = os.pread(fd, step, pos)
+        step = _SCAN_CHUNK
+        end = len(chunk)
+        while (newline := chunk.rfind(b"\n", 0, end)) >= 0:
+            found = _record_head(chunk[newline + 1 : end], pieces, length)
+            if found is not None:
+                return True, found[0]
+            pieces, length, end = [], 0, newline
+        length += end
+        pieces = [*pieces, chunk[:end]] if length <= _MAX_LINE else []
+    found = _record_head(b"", pieces, length)
+    return (True, found[0]) if found is not None else (False, None)
+
+
+def _record_head(start: bytes, pieces: list[bytes], length: int) -> tuple[str | None] | None:
+    """``(digest,)`` if *start* + the reversed *pieces* is a record line, else ``None``."""
+    if length + len(start) > _MAX_LINE:
+        return None
+    line = start + b"".join(reversed(pieces)) if pieces else start
+    if b'"modefsm.' not in line:
+        return None
+    try:
+        data = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(data, dict) and data.get("event") in RECORD_EVENTS:
+        digest = data.get("digest")
+        return (digest if isinstance(digest, str) else None,)
+    return None
 
 
 def _end_torn_line(fd: int, size: int) -> int:
@@ -330,7 +426,7 @@ def _end_torn_line(fd: int, size: int) -> int:
     """
     start = size
     while start > 0:
-        chunk = os.pread(fd, min(start, _TAIL_CHUNK), max(0, start - _TAIL_CHUNK))
+        chunk = os.pread(fd, min(start, _SCAN_CHUNK), max(0, start - _SCAN_CHUNK))
         newline = chunk.rfind(b"\n")
         if newline >= 0:
             start = start - len(chunk) + newline + 1
@@ -342,8 +438,25 @@ def _end_torn_line(fd: int, size: int) -> int:
         "torn_bytes": size - start,
         "level": "warning",
     }
-    data = b"\n" + orjson.dumps(repair) + b"\n"
-    return os.write(fd, data)
+    return _AppendFile(fd, fsync=False).write(b"\n" + orjson.dumps(repair) + b"\n")
+
+
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _check_regular(mode: int, path: Path) -> None:
+    """Refuse anything but a regular file: appends, offsets and truncation need one."""
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+    msg = f"{kind}, not a regular file: the transition log must be a regular file"
+    raise LogError(msg, str(path))
 
 
 class _LogFile:
@@ -351,19 +464,30 @@ class _LogFile:
 
     def __init__(self, path: Path, *, fsync: bool) -> None:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            _check_regular(path.stat().st_mode, path)  # before opening: a FIFO would block
+        except FileNotFoundError:
+            pass
         except OSError as exc:
             raise LogError(f"cannot open the transition log: {exc.strerror}", str(path)) from None
         try:
-            size = os.fstat(fd).st_size
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+        except OSError as exc:
+            raise LogError(f"cannot open the transition log: {exc.strerror}", str(path)) from None
+        try:
+            stat = os.fstat(fd)
+            _check_regular(stat.st_mode, path)
+            size = stat.st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":
                 size += _end_torn_line(fd, size)
             self.has_records, self.head = _last_record(fd, size) if size else (False, None)
         except OSError as exc:
             os.close(fd)
             raise LogError(f"cannot read the transition log: {exc.strerror}", str(path)) from None
+        except LogError:
+            os.close(fd)
+            raise
         self.fd = fd
-        self.file: Any = _SyncedFile(fd) if fsync else open(fd, "ab", buffering=0)  # noqa: SIM115, PTH123
+        self.file = _AppendFile(fd, fsync=fsync)
 
 
 class TransitionLog:
@@ -441,7 +565,9 @@ class TransitionLog:
                 opened here is closed by :meth:`close`.
 
         Raises:
-            LogError: the file cannot be opened or read, or the index cannot be opened.
+            LogError: the file cannot be opened or read, is not a regular file (a FIFO, a
+                directory, a device: refused before it is opened), or the index cannot be
+                opened.
         """
         path = Path(path)
         log = cls(None, path=str(path))
@@ -451,6 +577,7 @@ class TransitionLog:
 
             log._owns_index = not isinstance(index, RestoreIndex)
             log.index = index if isinstance(index, RestoreIndex) else RestoreIndex(index)
+            log.index.report = log.write  # a row that disagrees with the log is logged
         log._open()
         return log
 
@@ -485,14 +612,21 @@ class TransitionLog:
         Records (:data:`RECORD_EVENTS`) get ``prev`` and ``digest``; other ``modefsm.*``
         events (diagnostics) are written as given. The index, if any, learns the new mode
         of the session after the line is written; an index failure never fails the write
-        (the index then refuses lookups until it is rebuilt or reopened).
+        (the index keeps the update in memory and commits it later, or catches up from
+        the log: see :meth:`~modefsm.restore.RestoreIndex.update`).
+
+        A record is written whole or not at all: a short write (a full disk, the file size
+        limit) is completed or, failing that, cut off again, so a failed record leaves no
+        bytes behind and the next starts on a line of its own.
 
         Args:
             event: one of the ``modefsm.*`` event names.
             fields: the record's other fields (see :class:`TransitionRecord`).
 
         Raises:
-            LogError: the write failed; the caller must not commit the change.
+            LogError: the write failed (``ENOSPC``, ``EFBIG``, ``EIO``, a failed ``fsync``,
+                or an earlier failed record that could not be cut off: every record is then
+                refused until the log is reopened); the caller must not commit the change.
         """
         digest = None
         if event in RECORD_EVENTS:
@@ -509,7 +643,9 @@ class TransitionLog:
             else:
                 self._logger.info(event, **fields)
         except OSError as exc:
-            raise LogError(f"cannot write the transition log: {exc}", self.path) from None
+            reason = exc.strerror or str(exc)
+            msg = f"cannot write the transition log: {reason}; the record was not written"
+            raise LogError(msg, self.path) from None
         if digest is None:
             return
         self._head = digest

@@ -5,7 +5,8 @@ current mode (the "exit plan mode" flow of the ACP Session Modes page):
 
 1. a ``tool_call`` update (``kind: "switch_mode"``, ``status: "pending"``, the plan as
    ``{"type": "content", "content": {"type": "text", ...}}``);
-2. ``session/request_permission`` with the options the spec defines for the current mode;
+2. ``session/request_permission`` with the options the spec defines for the current mode,
+   resolved once (each names the mode it leads to);
 3. on a selected allow option, the engine fires the approved switch to exactly that
    option's target (both mode notifications go out), then ``tool_call_update`` ``completed``;
 4. on anything else (a reject option, ``cancelled``, a ``-32800`` error, an ``optionId``
@@ -17,10 +18,15 @@ An answer that arrives after ``session/cancel`` ended the wait changes nothing: 
 drops it, and :class:`~modefsm.protocol.ModeAgent` logs it as ``late_answer`` (served through
 :mod:`modefsm.protocol`, which also reports a second answer as ``duplicate_answer``).
 
-If the client changed the mode while the request was pending, the approval is still the
-user's latest explicit choice: it applies when the spec lets the *current* mode reach the
-target (the record then carries ``proposed_in``); otherwise it is refused and logged.
-Nothing is locked while the client is deciding.
+Options are resolved when the request is built (:meth:`ModeEngine.offer_switch
+<modefsm.engine._engine.ModeEngine.offer_switch>`): a ``$previous`` option names its concrete
+mode, and is left out when it has none or another option already leads there.
+
+If the session changed while the request was pending (a stale approval), the approval
+applies exactly the target its option showed, never re-resolved, and only when the spec
+lets the *current* mode reach it by a switch and it is restorable (the record then
+carries ``proposed_in``); otherwise it is refused and logged as ``stale_option``. Nothing
+is locked while the client is deciding.
 """
 
 from __future__ import annotations
@@ -43,8 +49,8 @@ from acp.schema import (
 )
 from pydantic import ValidationError
 
-from modefsm.engine._engine import ModeChange, ModeEngine
-from modefsm.errors import HookError, LogError, NoSwitchError, TransitionNotAllowedError
+from modefsm.engine._engine import ModeChange, ModeEngine, SwitchOffer
+from modefsm.errors import HookError, LogError, StaleOptionError, TransitionNotAllowedError
 from modefsm.log._records import RejectReason
 
 __all__ = ["REQUEST_CANCELLED", "SwitchResult", "offered_options", "propose_switch"]
@@ -58,6 +64,7 @@ _DECLINED_TEXT: dict[RejectReason, str] = {
     "option_not_offered": "Refused: the answer selected an option that was not offered.",
     "session_closed": "Refused: the session ended before the answer arrived.",
     "not_allowed": "Refused: the mode changed meanwhile and {mode} cannot reach the target.",
+    "stale_option": "Refused: the mode changed while the request was open; staying in {mode} mode.",
     "no_previous_mode": "Refused: there is no previous mode to return to.",
     "invalid_answer": "Refused: the answer was not a valid permission response.",
     "hook_failed": "Refused by the agent's policy: staying in {mode} mode.",
@@ -91,24 +98,15 @@ def offered_options(engine: ModeEngine, session_id: str) -> dict[str, str | None
     """The options the switch from the session's current mode offers now.
 
     Returns:
-        ``{optionId: target}`` in the spec's order; the target is ``None`` for reject
-        options. A ``$previous`` option is left out when the session has no previous mode.
+        ``{optionId: target}`` in the spec's order, targets resolved (see
+        :meth:`ModeEngine.offer_switch <modefsm.engine._engine.ModeEngine.offer_switch>`); the
+        target is ``None`` for reject options.
 
     Raises:
         UnknownSessionError: no such session.
         NoSwitchError: the current mode has no switch.
     """
-    session = engine.get(session_id)
-    switch = engine.spec.switch_from(session.state)
-    if switch is None:
-        raise NoSwitchError(session_id, session.state)
-    offered: dict[str, str | None] = {}
-    for option in switch.options:
-        target = engine.resolve_target(session_id, option)
-        if option.allows and target is None:
-            continue
-        offered[option.option_id] = target
-    return offered
+    return engine.offer_switch(session_id).targets
 
 
 async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top to bottom
@@ -146,17 +144,16 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
         ConnectionError: the connection closed while waiting (logged as ``session_closed``).
     """
     tool_call_id = tool_call_id or f"call_switch_mode_{uuid.uuid4().hex[:12]}"
-    source = engine.get(session_id).state
-    offered = offered_options(engine, session_id)
-    switch = engine.spec.switch_from(source)
-    assert switch is not None  # noqa: S101 - offered_options checked it
+    offer = engine.offer_switch(session_id)
+    source = offer.proposed_in
+    offered = offer.targets
     content = _text(plan)
     await engine.notify(
         session_id,
         ToolCallStart(
             session_update="tool_call",
             tool_call_id=tool_call_id,
-            title=switch.title,
+            title=offer.title,
             kind="switch_mode",
             status="pending",
             content=content,
@@ -169,20 +166,16 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
     elif not any(target is not None for target in offered.values()):
         reason = "no_previous_mode"
     else:
-        by_id = {o.option_id: o for o in switch.options}
         request = client.request_permission(
             session_id=session_id,
             tool_call=ToolCallUpdate(
                 tool_call_id=tool_call_id,
-                title=switch.title,
+                title=offer.title,
                 kind="switch_mode",
                 status="pending",
                 content=content,
             ),
-            options=[
-                PermissionOption(option_id=o, name=by_id[o].name, kind=by_id[o].kind)
-                for o in offered
-            ],
+            options=_permission_options(offer),
         )
         try:
             response = await _until_cancelled(request, cancelled, abandoned)
@@ -202,16 +195,10 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
     change: ModeChange | None = None
     if reason is None:
         assert option_id is not None  # noqa: S101 - _judge checked it
-        dest = offered[option_id]
-        assert dest is not None  # noqa: S101
         try:
-            change = engine.apply_switch(
-                session_id,
-                dest,
-                tool_call_id=tool_call_id,
-                option_id=option_id,
-                proposed_in=source,
-            )
+            change = engine.approve_switch(offer, option_id, tool_call_id=tool_call_id)
+        except StaleOptionError:
+            reason = "stale_option"  # logged by the engine
         except TransitionNotAllowedError:
             reason = "not_allowed"  # logged by the engine
         except HookError:
@@ -258,6 +245,13 @@ def _judge(
     if offered[option_id] is None:
         return "option_rejected"
     return None
+
+
+def _permission_options(offer: SwitchOffer) -> list[PermissionOption]:
+    """The ACP options of *offer*, with the names as resolved (each names its mode)."""
+    return [
+        PermissionOption(option_id=o.option_id, name=o.name, kind=o.kind) for o in offer.options
+    ]
 
 
 def _text(text: str) -> list[ContentToolCallContent]:

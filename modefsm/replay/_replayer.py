@@ -45,6 +45,7 @@ from modefsm.log._records import (
     EVENT_CHANGED,
     EVENT_CREATED,
     EVENT_REJECTED,
+    SEQ_MAX,
     Origin,
     RejectReason,
     TransitionRecord,
@@ -71,7 +72,7 @@ __all__ = [
 
 ViolationKind = Literal[
     "bad_record", "gap", "repeat", "out_of_order", "from_mode", "creation", "illegal",
-    "switch", "unknown_spec", "spec_changed", "tampered", "chain", "no_digest",
+    "switch", "unknown_spec", "spec_changed", "tampered", "chain", "no_digest", "torn",
 ]  # fmt: skip
 """What a :class:`Violation` is about.
 
@@ -82,7 +83,10 @@ session. ``creation``: a ``session_created`` that is not ``seq`` 1 in the initia
 switch without its tool call, or with an option not offered. ``unknown_spec``,
 ``spec_changed``: no spec given has the records' ``spec_hash`` (so their legality is
 unchecked). ``tampered``: the digest does not match the record. ``chain``: the record does
-not continue the chain. ``no_digest``: records that cannot be verified."""
+not continue the chain. ``no_digest``: records that cannot be verified. ``torn``: a record
+cut short with more of the log after it (a torn *last* line is a note, what a crash
+leaves); its message says whether the next record proves its change was never
+acknowledged, or may have been."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -495,7 +499,8 @@ class Replayer:
                 type(spec_name) is not str
                 or type(get("timestamp")) is not str
                 or type(get("level", "")) is not str
-                or type(get("request_id")) not in _ID_TYPES
+                or type(request_id := get("request_id")) not in _ID_TYPES
+                or (type(request_id) is int and not _ID_LOW <= request_id < _ID_END)
                 or type(get("tool_call_id")) not in _STR_OR_NONE
                 or type(get("option_id")) not in _STR_OR_NONE
                 or type(get("proposed_in")) not in _STR_OR_NONE
@@ -524,6 +529,7 @@ class Replayer:
                         track is None
                         or type(seq) is not int
                         or seq != track.seq + 1
+                        or seq > SEQ_MAX
                         or source != track.mode
                         or track.mode is None
                         or (origin, source, dest) not in edges
@@ -626,7 +632,14 @@ class Replayer:
     # -- records ---------------------------------------------------------------------------
 
     def _problem(self, problem: LogProblem) -> None:
-        if problem.fatal:
+        if problem.inside:  # a torn record with more log after it: never a clean log
+            if self._session_id is None or problem.session_id in (None, self._session_id):
+                self._violations.append(
+                    Violation(
+                        problem.location, "torn", problem.message, problem.session_id, problem.seq
+                    )
+                )
+        elif problem.fatal:
             self._errors.append(Note(problem.location, problem.kind, problem.message))
         elif problem.bad_record:
             if self._session_id is None or problem.session_id in (None, self._session_id):
@@ -799,6 +812,7 @@ _KINDS: dict[TriggerKind, tuple[Origin, ...]] = {
     "restore": ("restore",),
 }
 _ID_TYPES = frozenset({str, int, type(None)})
+_ID_LOW, _ID_END = -(1 << 63), 1 << 64  # the model's range of an integer request_id
 _STR_OR_NONE = frozenset({str, type(None)})
 
 
@@ -808,7 +822,7 @@ def _well_typed(
     """Whether these fields of a record have their model types (for take)."""
     return (
         type(session_id) is str
-        and (seq is None or type(seq) is int)
+        and (seq is None or (type(seq) is int and 1 <= seq <= SEQ_MAX))
         and type(source) in _STR_OR_NONE
         and type(dest) in _STR_OR_NONE
         and origin in _ORIGINS
@@ -903,7 +917,13 @@ def _switch_problems(
     if not option.allows:
         yield "switch", f"option {option_id!r} is a {option.kind} option: it approves nothing"
     elif option.target == PREVIOUS:
-        if track.previous is not None and record.to_mode != track.previous:
+        # A stale approval (proposed_in recorded) applies the target shown when the request
+        # was built, before the changes that made it stale: only the policy edge is checked.
+        if (
+            record.proposed_in is None
+            and track.previous is not None
+            and record.to_mode != track.previous
+        ):
             message = (
                 f"option {option_id!r} returns to the previous mode {track.previous!r}, "
                 f"not {record.to_mode!r}"

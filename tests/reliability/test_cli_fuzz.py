@@ -46,7 +46,9 @@ def _clean_log() -> bytes:
 
 
 CLEAN_LOG = _clean_log()
-SEED_TOML = (Path(__file__).resolve().parents[2] / "modefsm" / "spec" / "presets" / "seed.toml").read_bytes()
+SEED_TOML = (
+    Path(__file__).resolve().parents[2] / "modefsm" / "spec" / "presets" / "seed.toml"
+).read_bytes()
 
 
 def mutations(data: bytes) -> st.SearchStrategy[bytes]:

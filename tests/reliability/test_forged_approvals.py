@@ -251,5 +251,5 @@ class TestStaleAnswers:
             assert (await peer.response(prompt_id))["result"]["stopReason"] == "end_turn"
             assert await peer.current_mode(sid) == "b"
         assert records_of(log, tool_call_id(request)) == [
-            ("modefsm.change_rejected", "not_allowed", "c")
+            ("modefsm.change_rejected", "stale_option", "c")
         ]
