@@ -146,7 +146,9 @@ def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) 
             )
         if transport.unrouted:
             noun = "notification" if transport.unrouted == 1 else "notifications"
-            diagnostics.say(f"ignored {transport.unrouted} {noun} of methods not served")
+            diagnostics.say(
+                f"ignored {transport.unrouted} {noun} of methods not served", force=True
+            )
     finally:
         log.close()
         logging.captureWarnings(False)  # noqa: FBT003

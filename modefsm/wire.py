@@ -491,8 +491,10 @@ class Diagnostics(logging.Handler):
 
     def close(self) -> None:
         """Report the diagnostics dropped since the last line written, if any."""
-        if self.dropped:
-            self.say("end", force=True)
+        dropped, self.dropped = self.dropped, 0
+        if dropped:
+            noun = "diagnostic" if dropped == 1 else "diagnostics"
+            self.say(f"{dropped} {noun} dropped", force=True)
         super().close()
 
 

@@ -1,0 +1,307 @@
+"""Faults on the wire: unread or closed pipes, early end of input, wide frames, hang-ups.
+
+Each test runs a real ``modefsm serve`` over real pipes and asserts exact outcomes: an
+answer to every request read (counted by id), the exit status, no traceback on stderr,
+the agent's memory (``VmRSS``/``VmHWM`` of the process, from ``/proc``) and time, with
+generous limits: these are bounds, not benchmarks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modefsm.serve import STDERR_LOG_WAIT
+from modefsm.wire import MAX_DEPTH, MAX_ID_CHARS, MAX_VALUES, Diagnostics
+
+from .harness import TIMEOUT, read_log, strict_loads
+
+pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
+
+NEW = {"cwd": ".", "mcpServers": []}
+
+
+def frame(request_id: Any, method: str, params: Any = None) -> bytes:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if request_id is not None:
+        message["id"] = request_id
+    if params is not None:
+        message["params"] = params
+    return json.dumps(message).encode() + b"\n"
+
+
+def memory_kb(pid: int, field: str = "VmRSS") -> int:
+    """The agent's resident memory (``VmRSS``) or its peak (``VmHWM``), in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    msg = f"no {field} for {pid}"
+    raise AssertionError(msg)
+
+
+class Agent:
+    """``modefsm serve`` over pipes; stdout is read by a thread only after :meth:`read`."""
+
+    def __init__(self, *args: str, log: Path | None, stderr: Any = subprocess.PIPE) -> None:
+        command = [sys.executable, "-m", "modefsm", "serve", *args]
+        if log is not None:
+            command += ["--log", str(log)]
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr
+        )
+        self.messages: list[dict[str, Any]] = []
+        self.responses: dict[str, dict[str, Any]] = {}
+        self.sizes: dict[str, int] = {}
+        self.arrived = threading.Condition()
+        self.reader: threading.Thread | None = None
+        self.errors: list[BaseException] = []
+
+    def read(self) -> None:
+        """Start reading stdout (every line strict JSON-RPC)."""
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        try:
+            for line in self.process.stdout:
+                message = strict_loads(line)
+                assert isinstance(message, dict), line[:200]
+                assert message.get("jsonrpc") == "2.0", message
+                with self.arrived:
+                    self.messages.append(message)
+                    if "method" not in message:
+                        key = json.dumps(message.get("id"))
+                        assert key not in self.responses or key == "null", message
+                        self.responses[key] = message
+                        self.sizes[key] = len(line)
+                    self.arrived.notify_all()
+        except BaseException as exc:  # reported by the test thread
+            self.errors.append(exc)
+
+    def send(self, data: bytes) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(data)
+        self.process.stdin.flush()
+
+    def wait(self, ready: Callable[[], bool], limit: float = TIMEOUT) -> None:
+        with self.arrived:
+            assert self.arrived.wait_for(ready, limit), "no answer in time: a hang"
+        assert not self.errors, self.errors
+
+    def response(self, request_id: Any, limit: float = TIMEOUT) -> dict[str, Any]:
+        key = json.dumps(request_id)
+        self.wait(lambda: key in self.responses, limit)
+        return self.responses[key]
+
+    def call(self, request_id: Any, method: str, params: Any = None) -> dict[str, Any]:
+        self.send(frame(request_id, method, params))
+        return self.response(request_id)
+
+    def result(self, request_id: Any, method: str, params: Any = None) -> Any:
+        answer = self.call(request_id, method, params)
+        assert "result" in answer, answer
+        return answer["result"]
+
+    def notifications(self, kind: str) -> list[dict[str, Any]]:
+        with self.arrived:
+            return [
+                m["params"]["update"]
+                for m in self.messages
+                if m.get("method") == "session/update"
+                and m["params"]["update"]["sessionUpdate"] == kind
+            ]
+
+    def finish(self, limit: float = TIMEOUT) -> tuple[int, str]:
+        """Close stdin; the exit status and everything on stderr."""
+        assert self.process.stdin is not None
+        if not self.process.stdin.closed:
+            self.process.stdin.close()
+        err = b""
+        if self.process.stderr is not None:
+            err = self.process.stderr.read()
+        code = self.process.wait(limit)
+        if self.reader is not None:
+            self.reader.join(limit)
+        assert not self.errors, self.errors
+        return code, err.decode("utf-8", "replace")
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        if self.reader is not None:
+            self.reader.join(TIMEOUT)
+        for pipe in (self.process.stdin, self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
+
+@pytest.fixture
+def agents() -> Iterator[Callable[..., Agent]]:
+    started: list[Agent] = []
+
+    def start(*args: str, log: Path | None, stderr: Any = subprocess.PIPE) -> Agent:
+        agent = Agent(*args, log=log, stderr=stderr)
+        started.append(agent)
+        return agent
+
+    yield start
+    for agent in started:
+        agent.kill()
+
+
+def no_traceback(stderr: str) -> None:
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert "ERROR:" not in stderr, stderr[-3000:]
+
+
+# -- stderr that nobody reads -----------------------------------------------------------
+
+
+class TestUnreadStderr:
+    """The SDK's default spawn pipes stderr and never reads it."""
+
+    def test_the_log_on_stderr_fails_changes_instead_of_hanging(self, agents):
+        agent = agents(log=None)  # the transition log goes to stderr, never read here
+        agent.read()
+        agent.result(0, "initialize", {"protocolVersion": 1})
+        session_id = agent.result(1, "session/new", NEW)["sessionId"]
+        acknowledged = ["ask"]
+        failed_at = None
+        for n in range(2, 5000):
+            mode = "code" if acknowledged[-1] == "ask" else "ask"
+            started = time.monotonic()
+            answer = agent.call(n, "session/set_mode", {"sessionId": session_id, "modeId": mode})
+            took = time.monotonic() - started
+            if "result" in answer:
+                acknowledged.append(mode)
+                continue
+            assert answer["error"]["code"] == -32603, answer
+            assert "<stderr>" in answer["error"]["message"], answer
+            assert took < STDERR_LOG_WAIT + 5, took
+            failed_at = n
+            break
+        assert failed_at is not None, "5,000 records fit in an unread stderr pipe?"
+        assert len(acknowledged) > 100  # a 64 KiB pipe holds a few hundred records
+        # while the pipe stays full, each change fails at once, and changes nothing
+        for n in range(failed_at + 1, failed_at + 4):
+            mode = "code" if acknowledged[-1] == "ask" else "ask"
+            started = time.monotonic()
+            answer = agent.call(n, "session/set_mode", {"sessionId": session_id, "modeId": mode})
+            assert answer["error"]["code"] == -32603, answer
+            assert time.monotonic() - started < 1.0
+        load = {"cwd": ".", "sessionId": session_id, "mcpServers": []}
+        assert (
+            agent.result(9000, "session/load", load)["modes"]["currentModeId"] == acknowledged[-1]
+        )
+        modes = agent.notifications("current_mode_update")
+        assert [m["currentModeId"] for m in modes] == acknowledged[1:]
+        # once the pipe is read again, changes are made and logged again
+        drained: list[bytes] = []
+        assert agent.process.stderr is not None
+        drainer = threading.Thread(target=lambda: drained.append(agent.process.stderr.read()))
+        drainer.start()
+        mode = "code" if acknowledged[-1] == "ask" else "ask"
+        agent.result(9001, "session/set_mode", {"sessionId": session_id, "modeId": mode})
+        acknowledged.append(mode)
+        agent.process.stdin.close()
+        assert agent.process.wait(TIMEOUT) == 0
+        drainer.join(TIMEOUT)
+        agent.reader.join(TIMEOUT)
+        lines = drained[0].decode().splitlines()
+        no_traceback(drained[0].decode())
+        records = [json.loads(line) for line in lines if line.startswith("{")]
+        changes = [r["to_mode"] for r in records if r["event"] == "modefsm.mode_changed"]
+        assert changes == acknowledged[1:]  # every acknowledged change, and nothing else
+        assert [r["seq"] for r in records if "seq" in r] == list(range(1, len(acknowledged) + 1))
+
+    def test_unrouted_notifications_neither_block_nor_spam(self, agents, tmp_path: Path):
+        agent = agents(log=tmp_path / "log.jsonl")  # stderr piped, never read until the end
+        agent.read()
+        agent.result(0, "initialize", {"protocolVersion": 1})
+        burst = b"".join(
+            frame(None, method, {"requestId": n})
+            for n in range(5_000)
+            for method in ("$/cancel_request", "no/such_notification", "session/cancel")
+            # session/cancel is routed, but these params are invalid: a diagnostic each
+        )
+        unknown = b"".join(frame(100 + n, "no/such_method", {}) for n in range(2_000))
+        started = time.monotonic()
+        agent.send(burst + unknown)
+        session_id = agent.result(1, "session/new", NEW)["sessionId"]
+        assert time.monotonic() - started < TIMEOUT
+        for n in range(2_000):
+            assert agent.response(100 + n)["error"]["code"] == -32601
+        assert session_id in read_log(tmp_path / "log.jsonl").sessions()
+        code, stderr = agent.finish()
+        assert code == 0
+        no_traceback(stderr)
+        took = time.monotonic() - started
+        lines = stderr.splitlines()
+        # 5,000 invalid session/cancel: a diagnostic each, 20 at once and 2 a second
+        assert len(lines) <= 20 + 2 * took + 2, lines
+        *invalid, last = lines
+        for line in invalid:
+            assert line.startswith(
+                "modefsm serve: Unhandled error while handling notification "
+                "method=session/cancel: ValidationError: 1 validation error for "
+                "CancelNotification\\nsessionId\\n  Field required"
+            ), line
+        assert last.startswith("modefsm serve: ignored 10000 notifications of methods not served")
+        dropped = [re.search(r" \((\d+) earlier diagnostics? dropped\)$", line) for line in lines]
+        counted = sum(int(match.group(1)) for match in dropped if match)
+        assert len(invalid) + counted == 5_000  # each written, or counted as dropped
+
+
+def test_diagnostics_never_block_and_count_what_they_drop():
+    read, write = os.pipe()
+    try:
+        os.set_blocking(write, False)
+        filled = 0
+        try:
+            while True:
+                filled += os.write(write, b"x" * 4096)
+        except BlockingIOError:
+            pass
+        os.set_blocking(write, True)  # as stderr is: blocking, and full
+        diagnostics = Diagnostics(write, prefix="modefsm serve", burst=5, per_second=1.0)
+        started = time.monotonic()
+        for n in range(10_000):
+            diagnostics.say(f"diagnostic {n}")
+        assert time.monotonic() - started < 2.0
+        assert diagnostics.dropped == 10_000
+        while filled:  # the reader catches up
+            filled -= len(os.read(read, filled))
+        for n in range(10):
+            diagnostics.say(f"later {n}")
+        diagnostics.close()
+        os.close(write)
+        write = -1
+        text = b""
+        while chunk := os.read(read, 65536):
+            text += chunk
+        assert text.decode().splitlines() == [
+            "modefsm serve: later 0 (10000 earlier diagnostics dropped)",
+            "modefsm serve: later 1",
+            "modefsm serve: later 2",
+            "modefsm serve: later 3",
+            "modefsm serve: later 4",
+            "modefsm serve: 5 diagnostics dropped",
+        ]
+    finally:
+        os.close(read)
+        if write >= 0:
+            os.close(write)
