@@ -450,7 +450,13 @@ class Diagnostics(logging.Handler):
         self.dropped = 0
 
     def emit(self, record: logging.LogRecord) -> None:
-        """Write *record* as one line, or count it as dropped."""
+        """Write *record* as one line, or count it as dropped.
+
+        A record of an :class:`OutputClosedError` (a request task that could not send
+        its answer) is left out: the agent reports the closed output once, as it stops.
+        """
+        if record.exc_info and isinstance(record.exc_info[1], OutputClosedError):
+            return
         try:
             text = record.getMessage()
             if record.exc_info and record.exc_info[1] is not None:

@@ -114,6 +114,18 @@ class Agent:
         assert "result" in answer, answer
         return answer["result"]
 
+    def call_unthreaded(self, request_id: Any, method: str, params: Any = None) -> Any:
+        """Send a request and read stdout in this thread up to its result (no reader thread)."""
+        self.send(frame(request_id, method, params))
+        assert self.process.stdout is not None
+        while True:
+            line = self.process.stdout.readline()
+            assert line, "stdout ended"
+            message = strict_loads(line)
+            if "method" not in message and message.get("id") == request_id:
+                assert "result" in message, message
+                return message["result"]
+
     def notifications(self, kind: str) -> list[dict[str, Any]]:
         with self.arrived:
             return [
@@ -305,3 +317,121 @@ def test_diagnostics_never_block_and_count_what_they_drop():
         os.close(read)
         if write >= 0:
             os.close(write)
+
+
+# -- the end of input, and stdout closed or unread ------------------------------------------
+
+
+class TestEndOfInput:
+    def test_every_request_read_before_the_end_is_answered(self, agents, tmp_path: Path):
+        log = tmp_path / "log.jsonl"
+        agent = agents(log=log)
+        agent.read()
+        requests = frame(0, "initialize", {"protocolVersion": 1}) + b"".join(
+            frame(n, "session/new", NEW) for n in range(1, 2_001)
+        )
+        writer = threading.Thread(target=lambda: agent.send(requests), daemon=True)
+        writer.start()
+        writer.join(TIMEOUT)
+        code, stderr = agent.finish()  # stdin closed right after the last request
+        assert code == 0
+        no_traceback(stderr)
+        assert sorted(json.loads(k) for k in agent.responses) == list(range(2_001))
+        assert all("result" in r for r in agent.responses.values())
+        created = {r["result"]["sessionId"] for k, r in agent.responses.items() if k != "0"}
+        assert len(created) == 2_000
+        assert set(read_log(log).sessions()) == created
+
+    def test_changes_read_before_the_end_are_answered_and_announced(self, agents, tmp_path):
+        log = tmp_path / "log.jsonl"
+        agent = agents(log=log)
+        agent.read()
+        agent.result(0, "initialize", {"protocolVersion": 1})
+        session_id = agent.result(1, "session/new", NEW)["sessionId"]
+        modes = ["code" if n % 2 == 0 else "ask" for n in range(1_000)]
+        agent.send(
+            b"".join(
+                frame(n + 2, "session/set_mode", {"sessionId": session_id, "modeId": mode})
+                for n, mode in enumerate(modes)
+            )
+        )
+        code, stderr = agent.finish()
+        assert code == 0
+        no_traceback(stderr)
+        assert len(agent.responses) == 1_002
+        assert all("result" in r for r in agent.responses.values())
+        announced = [u["currentModeId"] for u in agent.notifications("current_mode_update")]
+        assert announced == modes
+        assert [r["to_mode"] for r in read_log(log).changes(session_id)] == modes
+
+
+class TestClosedStdout:
+    def test_the_agent_stops_at_once_when_stdout_is_closed(self, agents, tmp_path: Path):
+        log = tmp_path / "log.jsonl"
+        agent = agents(log=log)
+        agent.call_unthreaded(0, "initialize", {"protocolVersion": 1})
+        session_id = agent.call_unthreaded(1, "session/new", NEW)["sessionId"]
+        agent.process.stdout.close()  # the client stops listening; stdin stays open
+        started = time.monotonic()
+        sent = 0
+        with contextlib.suppress(BrokenPipeError):
+            while agent.process.poll() is None and time.monotonic() - started < TIMEOUT:
+                mode = "code" if sent % 2 == 0 else "ask"
+                agent.send(
+                    frame(sent + 2, "session/set_mode", {"sessionId": session_id, "modeId": mode})
+                )
+                sent += 1
+                time.sleep(0.001)
+        assert agent.process.wait(TIMEOUT) == 1
+        assert time.monotonic() - started < 5.0
+        stderr = agent.process.stderr.read().decode()
+        no_traceback(stderr)
+        assert len(stderr.splitlines()) == 1, stderr
+        assert stderr.startswith("modefsm serve: stdout was closed by the client; "), stderr
+        # changes nobody could hear stopped with the agent (a few may have been in flight)
+        assert len(read_log(log).changes(session_id)) < 100
+
+    def test_an_idle_agent_stops_when_stdout_is_closed(self, agents, tmp_path: Path):
+        agent = agents(log=tmp_path / "log.jsonl")
+        agent.call_unthreaded(0, "initialize", {"protocolVersion": 1})
+        agent.process.stdout.close()
+        assert agent.process.wait(TIMEOUT) == 1
+        stderr = agent.process.stderr.read().decode()
+        assert stderr == "modefsm serve: stdout was closed by the client; 0 requests unanswered\n"
+
+
+class TestUnreadStdout:
+    def test_reading_pauses_while_stdout_is_not_read(self, agents, tmp_path: Path):
+        log = tmp_path / "log.jsonl"
+        agent = agents(log=log)
+        total = 20_000
+        padded = {**NEW, "_meta": {"pad": "p" * 1_000}}  # 20 MB of requests in all
+        requests = frame(0, "initialize", {"protocolVersion": 1}) + b"".join(
+            frame(n, "session/new", padded) for n in range(1, total + 1)
+        )
+        sent = [0]
+
+        def write() -> None:
+            for start in range(0, len(requests), 4096):
+                agent.send(requests[start : start + 4096])
+                sent[0] = start + 4096
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        time.sleep(3.0)
+        before = sent[0]
+        time.sleep(1.0)
+        assert sent[0] == before, "still reading although nothing is read from its stdout"
+        assert writer.is_alive()
+        assert before < len(requests) / 2, (before, len(requests))
+        assert len(read_log(log).sessions()) < 1_000  # bounded work for nobody
+        rss = memory_kb(agent.process.pid)
+        assert rss < 150_000, f"VmRSS {rss} KiB"
+        agent.read()  # the client catches up: everything is answered
+        writer.join(TIMEOUT * 2)
+        assert not writer.is_alive()
+        code, stderr = agent.finish(TIMEOUT * 2)
+        assert code == 0
+        no_traceback(stderr)
+        assert len(agent.responses) == total + 1
+        assert len(read_log(log).sessions()) == total
