@@ -154,9 +154,6 @@ class OutputClosedError(ConnectionError):
 
 # -- frame checks ------------------------------------------------------------------------
 
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
-"""A JSON string (escapes included), to count values outside strings."""
-
 _LONG_NUMBER = re.compile(rb"\d{19}")
 """A run of 19 digits: maybe an integer beyond 64 bits, which only the exact parser keeps."""
 
@@ -176,13 +173,26 @@ def _count_values(line: bytes) -> int:
     """The values in *line*: separators plus containers, outside strings when it matters.
 
     The count over the raw bytes is an upper bound; only when it is over
-    :data:`MAX_VALUES` are the strings taken out (one pass, one copy) for the exact count.
+    :data:`MAX_VALUES` are the strings left out, a piece at a time (escapes removed first,
+    a string is then what lies between two quotes), in bounded extra memory.
     """
     bound = line.count(b",") + line.count(b"[") + line.count(b"{")
     if bound <= MAX_VALUES:
         return bound
-    bare = _STRING.sub(b"", line)
-    return bare.count(b",") + bare.count(b"[") + bare.count(b"{")
+    if b"\\" in line:
+        line = line.replace(b"\\\\", b"").replace(b'\\"', b"")
+    count = 0
+    inside = 0
+    for start in range(0, len(line), _COUNT_PIECE):
+        pieces = line[start : start + _COUNT_PIECE].split(b'"')
+        outside = b"".join(pieces[inside::2])
+        count += outside.count(b",") + outside.count(b"[") + outside.count(b"{")
+        inside ^= (len(pieces) - 1) & 1
+    return count
+
+
+_COUNT_PIECE = 256 * 1024
+"""Bytes counted at a time by :func:`_count_values` past its first bound."""
 
 
 def _check_text(value: Any, *, strings: bool) -> None:

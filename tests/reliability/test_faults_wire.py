@@ -435,3 +435,112 @@ class TestUnreadStdout:
         no_traceback(stderr)
         assert len(agent.responses) == total + 1
         assert len(read_log(log).sessions()) == total
+
+
+# -- wide frames and echoes of bad input ---------------------------------------------------
+
+
+def wide(inner: bytes) -> bytes:
+    """A session/new request (id 1) whose ``_meta.wide`` is *inner* (raw JSON)."""
+    head = b'{"jsonrpc":"2.0","id":1,"method":"session/new","params":'
+    return head + b'{"cwd":".","mcpServers":[],"_meta":{"wide":' + inner + b"}}}\n"
+
+
+class TestWideFrames:
+    @pytest.mark.parametrize(
+        ("inner", "values"),
+        [
+            (b"[" + b"0," * 24_000_000 + b"0]", 24_000_010),  # 48 MB of zeros
+            (
+                b"{" + b",".join(b'"k%d":0' % n for n in range(2_500_000)) + b"}",
+                2_500_009,
+            ),  # 2.5 million keys
+        ],
+        ids=["zeros", "keys"],
+    )
+    def test_too_many_values_are_refused_quickly_in_bounded_memory(
+        self, agents, tmp_path: Path, inner: bytes, values: int
+    ):
+        agent = agents(log=tmp_path / "log.jsonl")
+        agent.read()
+        agent.result(0, "initialize", {"protocolVersion": 1})
+        line = wide(inner)
+        started = time.monotonic()
+        agent.send(line)
+        answer = agent.response(None)
+        took = time.monotonic() - started
+        assert answer["error"]["code"] == -32600
+        assert answer["error"]["data"] == {
+            "details": f"a frame holds at most {MAX_VALUES} values, not {values}",
+            "limit": "values",
+            "max": MAX_VALUES,
+        }
+        assert took < 10.0, took
+        peak = memory_kb(agent.process.pid, "VmHWM")
+        assert peak < 250_000, f"VmHWM {peak} KiB for a {len(line)}-byte frame"
+        assert "result" in agent.call(2, "session/new", NEW)  # still serving
+        code, stderr = agent.finish()
+        assert (code, stderr) == (0, "")
+
+    def test_a_wide_frame_under_the_limits_is_served(self, agents, tmp_path: Path):
+        agent = agents(log=tmp_path / "log.jsonl")
+        agent.read()
+        agent.result(0, "initialize", {"protocolVersion": 1})
+        started = time.monotonic()
+        agent.send(wide(b"[" + b"0," * (MAX_VALUES - 10) + b"0]"))
+        assert "sessionId" in agent.response(1)["result"]
+        assert time.monotonic() - started < 10.0
+        assert agent.finish() == (0, "")
+
+    def test_deep_nesting_names_the_limit(self, agents, tmp_path: Path):
+        agent = agents(log=tmp_path / "log.jsonl")
+        agent.read()
+        agent.send(wide(b"[" * MAX_DEPTH + b"]" * MAX_DEPTH))
+        answer = agent.response(1)
+        assert answer["error"]["data"] == {
+            "details": f"nested deeper than {MAX_DEPTH} levels",
+            "limit": "depth",
+            "max": MAX_DEPTH,
+        }
+        assert agent.finish() == (0, "")
+
+
+class TestEchoes:
+    """An error response echoes a bounded prefix of bad input, once."""
+
+    def test_huge_values_are_cut_in_error_responses(self, agents, tmp_path: Path):
+        agent = agents(log=tmp_path / "log.jsonl")
+        agent.read()
+        agent.result(0, "initialize", {"protocolVersion": 1})
+        session_id = agent.result(1, "session/new", NEW)["sessionId"]
+        huge = "m" * 5_000_000
+        cases = [
+            ("session/set_mode", {"sessionId": session_id, "modeId": huge}, -32602),
+            ("session/set_mode", {"sessionId": huge, "modeId": "code"}, -32002),
+            ("session/set_mode", {"sessionId": session_id, "modeId": [huge]}, -32602),
+            (huge, {}, -32601),
+        ]
+        for n, (method, params, code) in enumerate(cases, 2):
+            answer = agent.call(n, method, params)
+            assert answer["error"]["code"] == code, answer
+            assert agent.sizes[str(n)] < 8_000, (method[:20], agent.sizes[str(n)])
+            assert "m" * 256 + "...[+4999744 chars]" in json.dumps(answer), answer
+        assert agent.finish() == (0, "")
+
+    def test_an_id_too_long_is_answered_with_id_null(self, agents, tmp_path: Path):
+        agent = agents(log=tmp_path / "log.jsonl")
+        agent.read()
+        agent.send(frame("i" * 5_000_000, "session/new", NEW))
+        answer = agent.response(None)
+        assert agent.sizes["null"] < 1_000
+        assert answer["error"] == {
+            "code": -32600,
+            "message": "Invalid request",
+            "data": {
+                "details": f"id: a string of at most {MAX_ID_CHARS} characters, not 5000000",
+                "limit": "id_chars",
+                "max": MAX_ID_CHARS,
+            },
+        }
+        assert agent.call("i" * MAX_ID_CHARS, "session/new", NEW)["id"] == "i" * MAX_ID_CHARS
+        assert agent.finish() == (0, "")
