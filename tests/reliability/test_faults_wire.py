@@ -544,3 +544,24 @@ class TestEchoes:
         }
         assert agent.call("i" * MAX_ID_CHARS, "session/new", NEW)["id"] == "i" * MAX_ID_CHARS
         assert agent.finish() == (0, "")
+
+
+# -- a client that hangs up while a permission request is pending ---------------------------
+
+
+def test_a_hang_up_during_a_permission_request_ends_cleanly(agents, tmp_path: Path):
+    log = tmp_path / "log.jsonl"
+    agent = agents(log=log)
+    agent.read()
+    agent.result(0, "initialize", {"protocolVersion": 1})
+    session_id = agent.result(1, "session/new", NEW)["sessionId"]
+    agent.result(2, "session/set_mode", {"sessionId": session_id, "modeId": "architect"})
+    prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": "## Plan"}]}
+    agent.send(frame(3, "session/prompt", prompt))
+    agent.wait(lambda: any(m.get("method") == "session/request_permission" for m in agent.messages))
+    code, stderr = agent.finish()  # stdin closed, the permission request unanswered
+    assert (code, stderr) == (0, "")
+    assert agent.responses["3"]["result"] == {"stopReason": "cancelled"}
+    rejected = read_log(log).rejections()
+    assert [(r["session_id"], r["reason"]) for r in rejected] == [(session_id, "session_closed")]
+    assert [r["to_mode"] for r in read_log(log).changes(session_id)] == ["architect"]
