@@ -1,39 +1,113 @@
 """modefsm: ACP session modes as explicit, logged, replayable state machines.
 
-The public API, re-exported from the modules that define it.
+The public API, re-exported from the modules that define it. Each name is imported on
+first use, so that ``import modefsm`` (and the start of the ``modefsm`` command, which
+handles Ctrl-C from its first moment) stays fast.
 """
 
-from modefsm.errors import (
-    DiagramError,
-    FrameError,
-    HookError,
-    InvalidParamsError,
-    InvalidValueError,
-    LogError,
-    ModefsmError,
-    SessionExistsError,
-    SpecError,
-    SpecProblem,
-    TransitionNotAllowedError,
-    UnknownConfigOptionError,
-    UnknownModeError,
-    UnknownSessionError,
-)
-from modefsm.records import TransitionLog, TransitionRecord
-from modefsm.replay import ReplayReport, Violation, replay
-from modefsm.restore import LogRestore, RestoreIndex, RestorePoint
-from modefsm.sessions import ModeChange, ModeEngine, NotificationSink, Session
-from modefsm.spec import (
-    PREVIOUS,
-    Mode,
-    ModeSpec,
-    Switch,
-    SwitchOption,
-    load_spec,
-    preset,
-    preset_names,
-)
-from modefsm.views import ModeView
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from modefsm.errors import (
+        DiagramError,
+        FrameError,
+        HookError,
+        InvalidParamsError,
+        InvalidValueError,
+        LogError,
+        ModefsmError,
+        SessionExistsError,
+        SpecError,
+        SpecProblem,
+        TransitionNotAllowedError,
+        UnknownConfigOptionError,
+        UnknownModeError,
+        UnknownSessionError,
+    )
+    from modefsm.records import TransitionLog, TransitionRecord
+    from modefsm.replay import ReplayReport, Violation, replay
+    from modefsm.restore import LogRestore, RestoreIndex, RestorePoint
+    from modefsm.sessions import ModeChange, ModeEngine, NotificationSink, Session
+    from modefsm.spec import (
+        PREVIOUS,
+        Mode,
+        ModeSpec,
+        Switch,
+        SwitchOption,
+        load_spec,
+        preset,
+        preset_names,
+    )
+    from modefsm.views import ModeView
+
+_EXPORTS = {
+    "DiagramError": "modefsm.errors",
+    "FrameError": "modefsm.errors",
+    "HookError": "modefsm.errors",
+    "InvalidParamsError": "modefsm.errors",
+    "InvalidValueError": "modefsm.errors",
+    "LogError": "modefsm.errors",
+    "LogRestore": "modefsm.restore",
+    "Mode": "modefsm.spec",
+    "ModeChange": "modefsm.sessions",
+    "ModeEngine": "modefsm.sessions",
+    "ModeSpec": "modefsm.spec",
+    "ModeView": "modefsm.views",
+    "ModefsmError": "modefsm.errors",
+    "NotificationSink": "modefsm.sessions",
+    "PREVIOUS": "modefsm.spec",
+    "ReplayReport": "modefsm.replay",
+    "RestoreIndex": "modefsm.restore",
+    "RestorePoint": "modefsm.restore",
+    "Session": "modefsm.sessions",
+    "SessionExistsError": "modefsm.errors",
+    "SpecError": "modefsm.errors",
+    "SpecProblem": "modefsm.errors",
+    "Switch": "modefsm.spec",
+    "SwitchOption": "modefsm.spec",
+    "TransitionLog": "modefsm.records",
+    "TransitionNotAllowedError": "modefsm.errors",
+    "TransitionRecord": "modefsm.records",
+    "UnknownConfigOptionError": "modefsm.errors",
+    "UnknownModeError": "modefsm.errors",
+    "UnknownSessionError": "modefsm.errors",
+    "Violation": "modefsm.replay",
+    "load_spec": "modefsm.spec",
+    "preset": "modefsm.spec",
+    "preset_names": "modefsm.spec",
+    "replay": "modefsm.replay",
+}
+"""Where each public name is defined."""
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name from the module that defines it, on first use."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        msg = f"module 'modefsm' has no attribute {name!r}"
+        raise AttributeError(msg)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+class _Package(types.ModuleType):
+    """The package; its ``replay`` stays the function when ``modefsm.replay`` is imported."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _EXPORTS and isinstance(value, types.ModuleType):
+            return  # a submodule named like a public function (replay): keep the function
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "PREVIOUS",

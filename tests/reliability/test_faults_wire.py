@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -565,3 +566,81 @@ def test_a_hang_up_during_a_permission_request_ends_cleanly(agents, tmp_path: Pa
     rejected = read_log(log).rejections()
     assert [(r["session_id"], r["reason"]) for r in rejected] == [(session_id, "session_closed")]
     assert [r["to_mode"] for r in read_log(log).changes(session_id)] == ["architect"]
+
+
+# -- Ctrl-C -----------------------------------------------------------------------------------
+
+
+def interrupt(args: list[str], point: float | str) -> tuple[int, str]:
+    """Start ``modefsm ARGS`` in a process group of its own (a terminal's job), send the
+    group SIGINT at *point* (seconds after the start, or ``"import"``: while it imports
+    its dependencies), and return its exit status and stderr once the group is gone."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "modefsm", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        if point == "import":  # pydantic's core is mapped: modefsm's imports are running
+            deadline = time.monotonic() + TIMEOUT
+            maps = Path(f"/proc/{process.pid}/maps")
+            while "pydantic_core" not in maps.read_text() and time.monotonic() < deadline:
+                time.sleep(0.001)
+        else:
+            time.sleep(float(point))
+        os.killpg(process.pid, signal.SIGINT)
+        code = process.wait(TIMEOUT)
+        deadline = time.monotonic() + TIMEOUT
+        with contextlib.suppress(ProcessLookupError):  # the demo's agents end too
+            while time.monotonic() < deadline:
+                os.killpg(process.pid, 0)
+                time.sleep(0.02)
+            msg = f"{args}: a process of its group is still running"
+            raise AssertionError(msg)
+        return code, process.stderr.read().decode()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        process.stdin.close()
+        process.stderr.close()
+
+
+def test_ctrl_c_at_any_moment_prints_one_line_and_exits_130(tmp_path: Path):
+    runs: list[tuple[float | str, list[str]]] = [
+        (0.0, ["serve"]),  # at once
+        ("import", ["serve"]),
+        (1.5, ["serve"]),  # serving
+        (0.0, ["demo"]),
+        ("import", ["demo"]),
+        (1.0, ["demo"]),  # during the story, with an agent the demo started
+        (2.5, ["demo"]),
+        ("import", ["replay", "-"]),
+        (1.5, ["replay", "-"]),  # reading a log from stdin
+        ("import", ["diagram", "--preset", "seed"]),
+    ]
+    results: dict[int, tuple[int, str]] = {}
+
+    def run(n: int, point: float | str, args: list[str]) -> None:
+        if args[0] in {"demo", "serve"}:
+            args = [*args, "--log", str(tmp_path / f"log{n}.jsonl")]
+        results[n] = interrupt(args, point)
+
+    threads = [
+        threading.Thread(target=run, args=(n, point, args)) for n, (point, args) in enumerate(runs)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(TIMEOUT * 2)
+    for n, (point, args) in enumerate(runs):
+        code, stderr = results[n]
+        if point == 0.0 and code != 130:
+            # so early that no modefsm code ran yet: the signal's default action kills the
+            # interpreter before it starts, or Python reports it while starting
+            assert "/modefsm/" not in stderr, (args, stderr)
+            assert code == -signal.SIGINT or "KeyboardInterrupt" in stderr, (args, stderr)
+            continue
+        assert (code, stderr) == (130, "modefsm: interrupted\n"), (point, args)
