@@ -95,7 +95,8 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    """The public names and the module's own dunder attributes."""
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})
 
 
 class _Package(types.ModuleType):

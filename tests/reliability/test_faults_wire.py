@@ -573,12 +573,13 @@ def test_a_hang_up_during_a_permission_request_ends_cleanly(agents, tmp_path: Pa
 
 def interrupt(args: list[str], point: float | str) -> tuple[int, str]:
     """Start ``modefsm ARGS`` in a process group of its own (a terminal's job), send the
-    group SIGINT at *point* (seconds after the start, or ``"import"``: while it imports
-    its dependencies), and return its exit status and stderr once the group is gone."""
+    group SIGINT at *point* (seconds after the start; ``"import"``: while it imports its
+    dependencies; ``"running"``: once it has printed a line, after an ``initialize`` for
+    ``serve``), and return its exit status and stderr once the group is gone."""
     process = subprocess.Popen(
         [sys.executable, "-m", "modefsm", *args],
         stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
@@ -588,6 +589,11 @@ def interrupt(args: list[str], point: float | str) -> tuple[int, str]:
             maps = Path(f"/proc/{process.pid}/maps")
             while "pydantic_core" not in maps.read_text() and time.monotonic() < deadline:
                 time.sleep(0.001)
+        elif point == "running":
+            if args[0] == "serve":
+                process.stdin.write(frame(0, "initialize", {"protocolVersion": 1}))
+                process.stdin.flush()
+            assert process.stdout.readline()
         else:
             time.sleep(float(point))
         os.killpg(process.pid, signal.SIGINT)
@@ -605,6 +611,7 @@ def interrupt(args: list[str], point: float | str) -> tuple[int, str]:
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
         process.stdin.close()
+        process.stdout.close()
         process.stderr.close()
 
 
@@ -612,13 +619,13 @@ def test_ctrl_c_at_any_moment_prints_one_line_and_exits_130(tmp_path: Path):
     runs: list[tuple[float | str, list[str]]] = [
         (0.0, ["serve"]),  # at once
         ("import", ["serve"]),
-        (1.5, ["serve"]),  # serving
+        ("running", ["serve"]),  # serving: initialize answered
         (0.0, ["demo"]),
         ("import", ["demo"]),
-        (1.0, ["demo"]),  # during the story, with an agent the demo started
-        (2.5, ["demo"]),
+        ("running", ["demo"]),  # in the story, with an agent the demo started
+        (1.5, ["demo"]),
         ("import", ["replay", "-"]),
-        (1.5, ["replay", "-"]),  # reading a log from stdin
+        (1.5, ["replay", "-"]),  # reading a log from stdin (kept open)
         ("import", ["diagram", "--preset", "seed"]),
     ]
     results: dict[int, tuple[int, str]] = {}
