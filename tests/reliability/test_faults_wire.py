@@ -405,8 +405,8 @@ class TestUnreadStdout:
     def test_reading_pauses_while_stdout_is_not_read(self, agents, tmp_path: Path):
         log = tmp_path / "log.jsonl"
         agent = agents(log=log)
-        total = 20_000
-        padded = {**NEW, "_meta": {"pad": "p" * 1_000}}  # 20 MB of requests in all
+        total = 5_000
+        padded = {**NEW, "_meta": {"pad": "p" * 4_000}}  # 20 MB of requests in all
         requests = frame(0, "initialize", {"protocolVersion": 1}) + b"".join(
             frame(n, "session/new", padded) for n in range(1, total + 1)
         )
@@ -419,7 +419,7 @@ class TestUnreadStdout:
 
         writer = threading.Thread(target=write, daemon=True)
         writer.start()
-        time.sleep(3.0)
+        time.sleep(2.0)
         before = sent[0]
         time.sleep(1.0)
         assert sent[0] == before, "still reading although nothing is read from its stdout"
