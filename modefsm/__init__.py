@@ -1,39 +1,114 @@
 """modefsm: ACP session modes as explicit, logged, replayable state machines.
 
-The public API, re-exported from the modules that define it.
+The public API, re-exported from the modules that define it. Each name is imported on
+first use, so that ``import modefsm`` (and the start of the ``modefsm`` command, which
+handles Ctrl-C from its first moment) stays fast.
 """
 
-from modefsm.engine._engine import ModeChange, ModeEngine, NotificationSink, Session
-from modefsm.engine._views import ModeView
-from modefsm.errors import (
-    DiagramError,
-    FrameError,
-    HookError,
-    InvalidParamsError,
-    InvalidValueError,
-    LogError,
-    ModefsmError,
-    SessionExistsError,
-    SpecError,
-    SpecProblem,
-    TransitionNotAllowedError,
-    UnknownConfigOptionError,
-    UnknownModeError,
-    UnknownSessionError,
-)
-from modefsm.log._records import TransitionLog, TransitionRecord
-from modefsm.replay._replayer import ReplayReport, Violation, replay
-from modefsm.restore import LogRestore, RestoreIndex, RestorePoint
-from modefsm.spec._model import (
-    PREVIOUS,
-    Mode,
-    ModeSpec,
-    Switch,
-    SwitchOption,
-    load_spec,
-    preset,
-    preset_names,
-)
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from modefsm.engine._engine import ModeChange, ModeEngine, NotificationSink, Session
+    from modefsm.engine._views import ModeView
+    from modefsm.errors import (
+        DiagramError,
+        FrameError,
+        HookError,
+        InvalidParamsError,
+        InvalidValueError,
+        LogError,
+        ModefsmError,
+        SessionExistsError,
+        SpecError,
+        SpecProblem,
+        TransitionNotAllowedError,
+        UnknownConfigOptionError,
+        UnknownModeError,
+        UnknownSessionError,
+    )
+    from modefsm.log._records import TransitionLog, TransitionRecord
+    from modefsm.replay import ReplayReport, Violation, replay
+    from modefsm.restore import LogRestore, RestoreIndex, RestorePoint
+    from modefsm.spec import (
+        PREVIOUS,
+        Mode,
+        ModeSpec,
+        Switch,
+        SwitchOption,
+        load_spec,
+        preset,
+        preset_names,
+    )
+
+_EXPORTS = {
+    "DiagramError": "modefsm.errors",
+    "FrameError": "modefsm.errors",
+    "HookError": "modefsm.errors",
+    "InvalidParamsError": "modefsm.errors",
+    "InvalidValueError": "modefsm.errors",
+    "LogError": "modefsm.errors",
+    "LogRestore": "modefsm.restore",
+    "Mode": "modefsm.spec",
+    "ModeChange": "modefsm.engine._engine",
+    "ModeEngine": "modefsm.engine._engine",
+    "ModeSpec": "modefsm.spec",
+    "ModeView": "modefsm.engine._views",
+    "ModefsmError": "modefsm.errors",
+    "NotificationSink": "modefsm.engine._engine",
+    "PREVIOUS": "modefsm.spec",
+    "ReplayReport": "modefsm.replay",
+    "RestoreIndex": "modefsm.restore",
+    "RestorePoint": "modefsm.restore",
+    "Session": "modefsm.engine._engine",
+    "SessionExistsError": "modefsm.errors",
+    "SpecError": "modefsm.errors",
+    "SpecProblem": "modefsm.errors",
+    "Switch": "modefsm.spec",
+    "SwitchOption": "modefsm.spec",
+    "TransitionLog": "modefsm.log._records",
+    "TransitionNotAllowedError": "modefsm.errors",
+    "TransitionRecord": "modefsm.log._records",
+    "UnknownConfigOptionError": "modefsm.errors",
+    "UnknownModeError": "modefsm.errors",
+    "UnknownSessionError": "modefsm.errors",
+    "Violation": "modefsm.replay",
+    "load_spec": "modefsm.spec",
+    "preset": "modefsm.spec",
+    "preset_names": "modefsm.spec",
+    "replay": "modefsm.replay",
+}
+"""Where each public name is defined."""
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name from the module that defines it, on first use."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        msg = f"module 'modefsm' has no attribute {name!r}"
+        raise AttributeError(msg)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The public names and the module's own dunder attributes."""
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})
+
+
+class _Package(types.ModuleType):
+    """The package; its ``replay`` stays the function when ``modefsm.replay`` is imported."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _EXPORTS and isinstance(value, types.ModuleType):
+            return  # a submodule named like a public function (replay): keep the function
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "PREVIOUS",

@@ -287,28 +287,41 @@ class FrameError(ModefsmError):
         request_id: the id to answer with; ``None`` when the id cannot be known.
         answer: whether the frame gets an error answer: requests and frames of unknown
             kind do, notifications and responses never do.
+        limit: the limit the frame exceeds, as ``(name, value)`` (``("bytes", 52428800)``,
+            ``("values", ...)``, ``("depth", ...)``, ``("id_chars", ...)``), or ``None``;
+            the answer's ``data`` names it (``limit``, ``max``).
     """
 
     MESSAGES = {-32700: "Parse error", -32600: "Invalid request"}  # noqa: RUF012
 
     def __init__(
-        self, code: int, details: str, *, request_id: object = None, answer: bool = True
+        self,
+        code: int,
+        details: str,
+        *,
+        request_id: object = None,
+        answer: bool = True,
+        limit: tuple[str, int] | None = None,
     ) -> None:
         """Build the error; *details* says what is wrong with the frame."""
         self.code = code
         self.details = details
         self.request_id = request_id
         self.answer = answer
+        self.limit = limit
         super().__init__(f"{self.MESSAGES[code]}: {details}")
 
     def to_response(self) -> dict[str, object]:
         """The JSON-RPC error response that answers the frame."""
+        data: dict[str, object] = {"details": self.details}
+        if self.limit is not None:
+            data["limit"], data["max"] = self.limit
         return {
             "jsonrpc": "2.0",
             "id": self.request_id,
             "error": {
                 "code": self.code,
                 "message": self.MESSAGES[self.code],
-                "data": {"details": self.details},
+                "data": data,
             },
         }

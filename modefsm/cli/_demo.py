@@ -131,6 +131,10 @@ def _expect(what: str, actual: object, expected: object) -> None:
         raise DemoFailedError(msg)
 
 
+_QUIET = {"MODEFSM_QUIET_INTERRUPT": "1"}
+"""The agents' environment: a Ctrl-C in the terminal reaches them too; only the demo says so."""
+
+
 async def _story(log: Path, out: TextIO, *, raw: bool) -> tuple[list[str], str]:  # noqa: PLR0915
     transcript = _Transcript(out, raw=raw)
     client = DemoClient(answers=["code", "reject"])
@@ -139,7 +143,11 @@ async def _story(log: Path, out: TextIO, *, raw: bool) -> tuple[list[str], str]:
     visited: list[str] = []
 
     async with acp.spawn_agent_process(
-        cast("Any", client), *command, transport_kwargs={"stderr": None}, observers=observers
+        cast("Any", client),
+        *command,
+        env=_QUIET,
+        transport_kwargs={"stderr": None},
+        observers=observers,
     ) as (conn, _process):
         transcript.say("initialize (frames abridged: `modefsm demo --json` prints them whole)")
         init = await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
@@ -188,7 +196,11 @@ async def _story(log: Path, out: TextIO, *, raw: bool) -> tuple[list[str], str]:
 
     transcript.say("restart the agent process; session/load restores the mode from the log")
     async with acp.spawn_agent_process(
-        cast("Any", client), *command, transport_kwargs={"stderr": None}, observers=observers
+        cast("Any", client),
+        *command,
+        env=_QUIET,
+        transport_kwargs={"stderr": None},
+        observers=observers,
     ) as (conn, _process):
         await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
         loaded = await conn.load_session(cwd=str(Path.cwd()), session_id=session_id)

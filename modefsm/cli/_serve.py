@@ -11,11 +11,17 @@ exercise every mode path:
 stdout carries only ACP messages. The transition log goes to ``--log FILE`` (JSON
 lines), or to stderr without one. Frames are checked on the wire (:mod:`modefsm.protocol`): a
 malformed one is answered with a JSON-RPC error and never reaches the agent.
+
+Nothing waits on stderr for long: diagnostics are written only when the pipe has room
+(and at a bounded rate; the ones dropped are counted), and a record of the log on stderr
+waits at most :data:`STDERR_LOG_WAIT` seconds for room, after which the change fails
+(``-32603``, mode unchanged) -- and later ones fail at once while the pipe stays full.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import stat
 import sys
@@ -28,10 +34,13 @@ from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock
 from modefsm.errors import LogError, ModefsmError
 from modefsm.log._records import TransitionLog, ignore_file_size_signal
 from modefsm.protocol._agent import ModeAgent
-from modefsm.protocol._transport import run_agent
+from modefsm.protocol._transport import BoundedPipeWriter, Diagnostics, OutputClosedError, run_agent
 from modefsm.spec import ModeSpec
 
-__all__ = ["ScriptedAgent", "check_log_path", "index_path", "serve"]
+__all__ = ["STDERR_LOG_WAIT", "ScriptedAgent", "check_log_path", "index_path", "serve"]
+
+STDERR_LOG_WAIT = 2.0
+"""Seconds a record of the log on stderr (no ``--log``) waits for the reader to make room."""
 
 
 class ScriptedAgent(ModeAgent):
@@ -45,9 +54,12 @@ class ScriptedAgent(ModeAgent):
         cancelled = self.begin_turn(session_id)
         try:
             if self.engine.spec.switch_from(session.state) is not None:
-                result = await self.propose_switch(
-                    session_id, plan=text or "## Plan", cancelled=cancelled
-                )
+                try:
+                    result = await self.propose_switch(
+                        session_id, plan=text or "## Plan", cancelled=cancelled
+                    )
+                except ConnectionError:  # the client hung up; logged as session_closed
+                    return PromptResponse(stop_reason="cancelled")
                 if result.approved:
                     reply = f"Approved: now in {self.session(session_id).state} mode."
                 else:
@@ -161,6 +173,10 @@ def index_path(log_path: Path) -> Path:
 def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) -> int:
     """Serve *spec* over stdio until the client closes stdin; return the exit status.
 
+    Every request read is answered before the end (see :func:`modefsm.protocol.run_agent`);
+    the status is ``0`` then, and ``1`` when the client closed stdout first (one line on
+    stderr says how many requests were left unanswered).
+
     Args:
         spec: the modes and policy.
         log_path: the JSON-lines transition log; its restore index (SQLite, see
@@ -177,14 +193,38 @@ def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) 
     if log_path is not None:
         check_log_path(log_path)
     if log_path is None:
-        log = TransitionLog.to_stream(sys.stderr.buffer, path="<stderr>")
+        stream = BoundedPipeWriter(sys.stderr.fileno(), STDERR_LOG_WAIT)
+        log = TransitionLog.to_stream(stream, path="<stderr>")  # type: ignore[arg-type]
         restore = None
     else:
         log = TransitionLog.to_file(log_path, fsync=fsync, index=index_path(log_path))
         restore = log.index
     agent = ScriptedAgent(spec, log=log, restore=restore, unstable=True)
+    diagnostics = Diagnostics(sys.stderr.fileno(), prefix="modefsm serve")
+    root = logging.getLogger()
+    root.addHandler(diagnostics)
+    logging.captureWarnings(True)  # noqa: FBT003 - the logging API
+    status = 0
     try:
-        asyncio.run(run_agent(agent))
+        transport = asyncio.run(run_agent(agent))
+    except OutputClosedError as exc:
+        diagnostics.say(str(exc), force=True)
+        status = 1
+    else:
+        if transport.open_requests:
+            noun = "request" if transport.open_requests == 1 else "requests"
+            diagnostics.say(
+                f"{transport.open_requests} {noun} still unanswered at the end of input",
+                force=True,
+            )
+        if transport.unrouted:
+            noun = "notification" if transport.unrouted == 1 else "notifications"
+            diagnostics.say(
+                f"ignored {transport.unrouted} {noun} of methods not served", force=True
+            )
     finally:
         log.close()
-    return 0
+        logging.captureWarnings(False)  # noqa: FBT003
+        root.removeHandler(diagnostics)
+        diagnostics.close()
+    return status

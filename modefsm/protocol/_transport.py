@@ -22,42 +22,101 @@ the same id, so no request is left unanswered.
 It also tracks the agent's own requests, so that a second answer to a
 ``session/request_permission`` (which the SDK drops without a word) reaches the agent's
 :meth:`~modefsm.protocol.ModeAgent.stray_answer` and is logged.
+
+Flow control (:func:`run_agent`): at most :data:`MAX_IN_FLIGHT` requests are handled at
+once (not counting those waiting for the client's answer to one of the agent's own
+requests, up to :data:`MAX_OPEN` in all) and nothing is read while the output is not
+drained, so a client that stops reading stdout stops the agent's reading, not its memory.
+At the end of input every request already read is answered (within :data:`EOF_GRACE`
+seconds) before the agent stops; a closed stdout stops it at once
+(:class:`OutputClosedError`). Diagnostics never block: :class:`Diagnostics` writes them
+to stderr only when the pipe has room, at a bounded rate, and counts what it drops.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import json
+import logging
 import math
+import os
+import re
+import select
+import sys
+import time
+import traceback
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from acp import stdio_streams
+import orjson
 from acp.agent.connection import AgentSideConnection
+from acp.meta import AGENT_METHODS
 
 from modefsm.errors import FrameError
 
 __all__ = [
+    "EOF_GRACE",
     "MAX_DEPTH",
+    "MAX_ECHO_CHARS",
     "MAX_FRAME_BYTES",
+    "MAX_ID_CHARS",
+    "MAX_IN_FLIGHT",
+    "MAX_OPEN",
+    "MAX_VALUES",
+    "BoundedPipeWriter",
     "CheckedTransport",
+    "Diagnostics",
+    "OutputClosedError",
     "PermissionRequest",
     "check_frame",
     "run_agent",
 ]
 
 MAX_FRAME_BYTES = 50 * 1024 * 1024
-"""The largest frame read, in bytes (the SDK's own stdio buffer limit); longer lines are
-answered ``-32600`` and skipped."""
+"""The largest frame read, in bytes; longer lines are answered ``-32600`` and skipped."""
 
 MAX_DEPTH = 128
 """The deepest nesting of arrays and objects accepted in a frame."""
 
+MAX_VALUES = 1_000_000
+"""The most values (array elements and object members) in a frame; more is ``-32600``."""
+
+MAX_ID_CHARS = 1024
+"""The longest string id served; a longer one is answered ``-32600`` with id ``null``."""
+
+MAX_ECHO_CHARS = 256
+"""In an error response, strings of the bad input are cut to this many characters."""
+
+MAX_IN_FLIGHT = 64
+"""Requests handled at once, not counting those that wait for the client's answer to a
+request of the agent (``session/request_permission``); the next one is read when one is
+answered."""
+
+MAX_OPEN = 1024
+"""Requests read and not answered yet, in all; reading stops at this many."""
+
+EOF_GRACE = 5.0
+"""Seconds the agent keeps answering the requests already read after the end of input."""
+
 _ANSWERED_KEPT = 1024
 """How many answered ``session/request_permission`` ids are remembered, to spot a second
 answer."""
+
+_READ_LIMIT = 1024 * 1024
+"""The input buffer's limit, in bytes: stdin is not read while twice this is buffered."""
+
+_ERROR_BYTES = 4096
+"""An error response longer than this, encoded, has its long strings cut."""
+
+_NOTIFICATIONS = frozenset({AGENT_METHODS["session_cancel"]})
+"""The notifications the SDK routes to an agent (besides ``_``-prefixed extensions)."""
+
+_CLOSE_WAIT = 2.0
+"""Seconds to wait for the output to flush when the agent stops."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +138,26 @@ StrayAnswer = Callable[[PermissionRequest, dict[str, Any]], None]
 """``stray(request, response)``: a response to a permission request that was already answered."""
 
 
+class OutputClosedError(ConnectionError):
+    """stdout was closed or broke while the agent was serving: no answer can reach the client.
+
+    Attributes:
+        unanswered: requests read and not answered when it happened.
+    """
+
+    def __init__(self, unanswered: int) -> None:
+        """Build the error; *unanswered* requests were read and not answered."""
+        self.unanswered = unanswered
+        noun = "request" if unanswered == 1 else "requests"
+        super().__init__(f"stdout was closed by the client; {unanswered} {noun} unanswered")
+
+
+# -- frame checks ------------------------------------------------------------------------
+
+_LONG_NUMBER = re.compile(rb"\d{19}")
+"""A run of 19 digits: maybe an integer beyond 64 bits, which only the exact parser keeps."""
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -90,27 +169,61 @@ def _finite(text: str) -> float:
     return value
 
 
-def _check_text(value: Any) -> None:
-    """Raise if *value* nests deeper than :data:`MAX_DEPTH` or holds a lone surrogate."""
+def _count_values(line: bytes) -> int:
+    """The values in *line*: separators plus containers, outside strings when it matters.
+
+    The count over the raw bytes is an upper bound; only when it is over
+    :data:`MAX_VALUES` are the strings left out, a piece at a time (escapes removed first,
+    a string is then what lies between two quotes), in bounded extra memory.
+    """
+    bound = line.count(b",") + line.count(b"[") + line.count(b"{")
+    if bound <= MAX_VALUES:
+        return bound
+    if b"\\" in line:
+        line = line.replace(b"\\\\", b"").replace(b'\\"', b"")
+    count = 0
+    inside = 0
+    for start in range(0, len(line), _COUNT_PIECE):
+        pieces = line[start : start + _COUNT_PIECE].split(b'"')
+        outside = b"".join(pieces[inside::2])
+        count += outside.count(b",") + outside.count(b"[") + outside.count(b"{")
+        inside ^= (len(pieces) - 1) & 1
+    return count
+
+
+_COUNT_PIECE = 256 * 1024
+"""Bytes counted at a time by :func:`_count_values` past its first bound."""
+
+
+def _check_text(value: Any, *, strings: bool) -> None:
+    """Raise if *value* nests deeper than :data:`MAX_DEPTH` or (*strings*) holds a lone surrogate.
+
+    Iterative; visits each value once (only containers when *strings* is false).
+    """
     stack: list[tuple[Any, int]] = [(value, 1)]
+    containers = (dict, list)
     while stack:
         item, depth = stack.pop()
         if isinstance(item, str):
             if not item.isascii():
                 item.encode("utf-8")  # UnicodeEncodeError on a lone surrogate
-        elif isinstance(item, dict | list):
+        elif isinstance(item, containers):
             if depth > MAX_DEPTH:
                 raise RecursionError
-            if isinstance(item, dict):
-                stack.extend((k, depth) for k in item)
-                stack.extend((v, depth + 1) for v in item.values())
+            children = item.values() if isinstance(item, dict) else item
+            if strings:
+                if isinstance(item, dict):
+                    stack.extend((k, depth) for k in item)
+                stack.extend((v, depth + 1) for v in children)
             else:
-                stack.extend((v, depth + 1) for v in item)
+                stack.extend((v, depth + 1) for v in children if isinstance(v, containers))
 
 
 def _valid_id(value: Any) -> bool:
-    """JSON-RPC: an id is a string, a number or null."""
-    return value is None or isinstance(value, str | float) or type(value) is int
+    """JSON-RPC: an id is a string, a number or null (here: a string of a bounded length)."""
+    if isinstance(value, str):
+        return len(value) <= MAX_ID_CHARS
+    return value is None or isinstance(value, float) or type(value) is int
 
 
 def check_frame(line: bytes) -> dict[str, Any]:
@@ -139,23 +252,44 @@ def check_frame(line: bytes) -> dict[str, Any]:
     return frame
 
 
-def _parse(line: bytes) -> dict[str, Any]:
+def _loads_exactly(line: bytes) -> Any:
+    """The standard library's parse: integers of any size, lone surrogates kept for the check."""
     try:
-        frame = json.loads(line.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
+        return json.loads(line.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
     except RecursionError:
         raise FrameError(-32700, "nested too deeply") from None
     except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise FrameError(-32700, str(exc)) from None
+
+
+def _parse(line: bytes) -> dict[str, Any]:
+    values = _count_values(line)
+    if values > MAX_VALUES:
+        details = f"a frame holds at most {MAX_VALUES} values, not {values}"
+        raise FrameError(-32600, details, limit=("values", MAX_VALUES))
+    exact = _LONG_NUMBER.search(line) is not None
+    if exact:
+        frame = _loads_exactly(line)
+    else:
+        try:  # orjson: no NaN, no infinities, no lone surrogates, 1024 levels at most
+            frame = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            exact = True  # the standard parser says why, or parses what orjson refuses
+            frame = _loads_exactly(line)
     if not isinstance(frame, dict):
         what = "an array (ACP has no batches)" if isinstance(frame, list) else "a scalar"
         raise FrameError(-32600, f"a frame is an object, not {what}")
+    if not exact and line.count(b"[") + line.count(b"{") <= MAX_DEPTH:
+        return frame  # valid text, and too few containers to nest too deeply
     answer = _answers(frame)
     request_id = frame.get("id") if "method" in frame and _valid_id(frame.get("id")) else None
     try:
-        _check_text(frame)
+        _check_text(frame, strings=exact)
     except RecursionError:
         details = f"nested deeper than {MAX_DEPTH} levels"
-        raise FrameError(-32600, details, request_id=request_id, answer=answer) from None
+        raise FrameError(
+            -32600, details, request_id=request_id, answer=answer, limit=("depth", MAX_DEPTH)
+        ) from None
     except UnicodeEncodeError:
         details = "a string holds a lone surrogate: not Unicode text"
         raise FrameError(-32700, details, answer=answer) from None
@@ -173,6 +307,9 @@ def _check_envelope(frame: dict[str, Any]) -> None:
     is_request = "method" in frame and "id" in frame
     answer = _answers(frame)
     if "id" in frame and not _valid_id(frame["id"]):
+        if isinstance(frame["id"], str):
+            details = f"id: a string of at most {MAX_ID_CHARS} characters, not {len(frame['id'])}"
+            raise FrameError(-32600, details, answer=answer, limit=("id_chars", MAX_ID_CHARS))
         raise FrameError(-32600, "id: a string, a number or null", answer=answer)
     request_id = frame.get("id") if is_request else None
 
@@ -194,6 +331,242 @@ def _check_envelope(frame: dict[str, Any]) -> None:
         raise bad("error: an object with an integer code")
 
 
+def _cut(value: Any) -> Any:
+    """A copy of *value* whose strings longer than :data:`MAX_ECHO_CHARS` are cut."""
+    root = [value]
+    stack: list[tuple[Any, Any]] = [(root, 0)]
+    while stack:
+        parent, key = stack.pop()
+        item = parent[key]
+        if isinstance(item, str):
+            parent[key] = _cut_text(item)
+        elif isinstance(item, dict):
+            parent[key] = copy = {
+                _cut_text(k) if isinstance(k, str) else k: v for k, v in item.items()
+            }
+            stack.extend((copy, k) for k in copy)
+        elif isinstance(item, list):
+            parent[key] = items = list(item)
+            stack.extend((items, i) for i in range(len(items)))
+    return root[0]
+
+
+def _cut_text(text: str) -> str:
+    """*text*, or its first :data:`MAX_ECHO_CHARS` characters and the count of the rest."""
+    if len(text) <= MAX_ECHO_CHARS:
+        return text
+    return f"{text[:MAX_ECHO_CHARS]}...[+{len(text) - MAX_ECHO_CHARS} chars]"
+
+
+# -- stderr: never blocking the event loop -----------------------------------------------
+
+
+def _poll_out(fd: int, timeout: float) -> int:
+    """The ``poll`` events of *fd* for writing within *timeout* seconds (0: none ready)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    try:
+        events = poller.poll(max(0, math.ceil(timeout * 1000)))
+    except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for safety
+        return 0
+    return events[0][1] if events else 0
+
+
+_PIPE_BUF = 4096
+"""Writes of at most this many bytes to a pipe are atomic, and fit once it polls writable."""
+
+
+class BoundedPipeWriter:
+    """A binary stream over a file descriptor (a pipe, usually stderr) whose writes wait boundedly.
+
+    A write waits at most *wait* seconds for the reader to make room, then raises
+    ``TimeoutError`` and writes nothing; while the reader stays behind, later writes fail
+    at once instead of waiting again. Writes go out in pieces of at most
+    :data:`_PIPE_BUF` bytes, each of which a pipe takes whole; a write that stalls after
+    its first piece leaves a cut line, and every later write then fails (``OSError``):
+    a record appended to a cut line would be lost with it.
+
+    Args:
+        fd: the descriptor (``2`` for stderr); it stays blocking.
+        wait: seconds a write may wait for room.
+    """
+
+    def __init__(self, fd: int, wait: float) -> None:
+        """Write to *fd*, waiting at most *wait* seconds for room."""
+        self._fd = fd
+        self._wait = wait
+        self._stalled = False
+        self._cut = False
+
+    def write(self, data: bytes) -> int:
+        """Write all of *data*, or raise.
+
+        Raises:
+            TimeoutError: the reader made no room in time; nothing was written.
+            OSError: the reader went away (``EPIPE``), or a line was cut before.
+        """
+        if self._cut:
+            raise OSError(errno.EIO, "an earlier line was cut short: the stream is unusable")
+        view = memoryview(data)
+        done = 0
+        deadline = time.monotonic() + self._wait
+        while done < len(view):
+            wait = 0.0 if self._stalled and done == 0 else deadline - time.monotonic()
+            if not _poll_out(self._fd, wait):
+                self._stalled = True
+                if done:
+                    self._cut = True
+                msg = f"the reader of the stream made no room for {self._wait:g} s"
+                raise TimeoutError(errno.ETIMEDOUT, msg)
+            try:
+                done += os.write(self._fd, view[done : done + _PIPE_BUF])
+            except OSError:
+                if done:
+                    self._cut = True
+                raise
+        self._stalled = False
+        return done
+
+    def flush(self) -> None:
+        """Nothing to flush: :meth:`write` writes through."""
+
+
+class Diagnostics(logging.Handler):
+    """A logging handler writing one line per record to *fd* (stderr), never blocking.
+
+    A line is written only when the pipe has room right now and within a rate
+    (*burst* lines at once, *per_second* on average); other lines are dropped and counted,
+    and the count is reported with the next line written (and by :meth:`close`).
+    Tracebacks are reduced to the exception and the line that raised it.
+
+    Args:
+        fd: the descriptor to write to.
+        prefix: the start of every line (``modefsm serve``).
+        burst: lines that may be written at once.
+        per_second: lines per second on average.
+    """
+
+    def __init__(
+        self, fd: int = 2, *, prefix: str = "modefsm", burst: int = 20, per_second: float = 2.0
+    ) -> None:
+        """Write diagnostics to *fd*, each line starting with *prefix*."""
+        super().__init__(logging.WARNING)
+        self._fd = fd
+        self._prefix = prefix
+        self._burst = float(burst)
+        self._rate = per_second
+        self._tokens = float(burst)
+        self._last = time.monotonic()
+        self.dropped = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write *record* as one line, or count it as dropped.
+
+        A record of an :class:`OutputClosedError` (a request task that could not send
+        its answer) is left out: the agent reports the closed output once, as it stops.
+        """
+        if record.exc_info and isinstance(record.exc_info[1], OutputClosedError):
+            return
+        try:
+            text = record.getMessage()
+            if record.exc_info and record.exc_info[1] is not None:
+                text += f": {_one_exception(record.exc_info[1])}"
+        except Exception:  # noqa: BLE001 - a diagnostic must never fail its caller
+            self.dropped += 1
+            return
+        self.say(text)
+
+    def say(self, text: str, *, force: bool = False) -> bool:
+        """Write ``prefix: text`` as one line if the rate and the pipe allow; return whether.
+
+        *force* skips the rate (the pipe must still have room).
+        """
+        now = time.monotonic()
+        self._tokens = min(self._burst, self._tokens + (now - self._last) * self._rate)
+        self._last = now
+        if self._tokens < 1 and not force:
+            self.dropped += 1
+            return False
+        if self.dropped:
+            noun = "diagnostic" if self.dropped == 1 else "diagnostics"
+            text += f" ({self.dropped} earlier {noun} dropped)"
+        line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in f"{self._prefix}: {text}")
+        data = line.encode("utf-8", "backslashreplace")[: _PIPE_BUF - 1] + b"\n"
+        events = _poll_out(self._fd, 0)
+        if not events & select.POLLOUT or events & select.POLLERR:
+            self.dropped += 1
+            return False
+        try:
+            os.write(self._fd, data)
+        except OSError:
+            self.dropped += 1
+            return False
+        self._tokens -= 1
+        self.dropped = 0
+        return True
+
+    def close(self) -> None:
+        """Report the diagnostics dropped since the last line written, if any."""
+        dropped, self.dropped = self.dropped, 0
+        if dropped:
+            noun = "diagnostic" if dropped == 1 else "diagnostics"
+            self.say(f"{dropped} {noun} dropped", force=True)
+        super().close()
+
+
+def _one_exception(exc: BaseException) -> str:
+    """``Type: message (at file:line)``, on one line."""
+    where = ""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if frames:
+        last = frames[-1]
+        where = f" (at {os.path.basename(last.filename)}:{last.lineno})"  # noqa: PTH119
+    return f"{type(exc).__name__}: {_cut_text(str(exc))}{where}"
+
+
+# -- the transport -----------------------------------------------------------------------
+
+
+class _Output(asyncio.BaseProtocol):
+    """The protocol of stdout's pipe: flow control, and whether the client closed it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._paused = False
+        self._waiters: list[asyncio.Future[None]] = []
+        self.closed: asyncio.Future[None] = loop.create_future()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._wake()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        del exc
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self._wake()
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _drain_helper(self) -> None:
+        if not self._paused or self.closed.done():
+            return
+        waiter = self._loop.create_future()
+        self._waiters.append(waiter)
+        await waiter
+
+    def _get_close_waiter(self, stream: Any) -> asyncio.Future[None]:
+        del stream
+        return self.closed
+
+
 class CheckedTransport:
     """A message transport over newline-delimited JSON that checks every frame both ways.
 
@@ -203,6 +576,10 @@ class CheckedTransport:
         stray: called with a second answer to a ``session/request_permission``.
         late: called with the first answer to a ``session/request_permission``; the agent
             logs it if it had stopped waiting (``session/cancel``), as the SDK drops it.
+
+    Attributes:
+        unrouted: notifications of methods the SDK does not route (``$/cancel_request``,
+            unknown names), dropped unanswered as JSON-RPC says.
     """
 
     def __init__(
@@ -221,29 +598,88 @@ class CheckedTransport:
         self._lock = asyncio.Lock()
         self._awaiting: dict[int, PermissionRequest | None] = {}
         self._answered: OrderedDict[int, PermissionRequest] = OrderedDict()
+        self._open = 0
+        self._changed = asyncio.Event()
+        self.unrouted = 0
+
+    @property
+    def open_requests(self) -> int:
+        """Requests read and not answered yet."""
+        return self._open
+
+    def _busy(self) -> bool:
+        return self._open >= MAX_OPEN or self._open - len(self._awaiting) >= MAX_IN_FLIGHT
+
+    async def _until(self, ready: Callable[[], bool], limit: float | None = None) -> bool:
+        """Wait until *ready()* (re-checked whenever requests open or close); whether it is."""
+        deadline = None if limit is None else time.monotonic() + limit
+        while not ready():
+            self._changed.clear()
+            if deadline is None:
+                await self._changed.wait()
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), remaining)
+        return True
+
+    async def settle(self, limit: float) -> bool:
+        """Wait up to *limit* seconds until every request read is answered; whether it is."""
+        return await self._until(lambda: self._open == 0, limit)
 
     async def receive(self) -> dict[str, Any] | None:
         """The next good frame; bad ones are answered (requests) or dropped, and skipped.
+
+        Nothing is read while the output is not drained, nor while :data:`MAX_IN_FLIGHT`
+        requests are being handled. At the end of input, it waits (up to
+        :data:`EOF_GRACE` seconds) until every request read is answered or waits for the
+        client, then returns ``None``.
 
         Returns:
             A frame, or ``None`` at the end of input.
         """
         while True:
+            if self._writer.transport.get_write_buffer_size():
+                await self._writer.drain()
             line = await self._read_line()
             if line is None:
+                await self._until(lambda: self._open <= len(self._awaiting), EOF_GRACE)
                 return None
-            try:
-                if isinstance(line, FrameError):
-                    raise line
-                if not line.strip():
-                    continue
-                frame = check_frame(line)
-            except FrameError as bad:
-                if bad.answer:
-                    await self.send(bad.to_response())
+            frame = await self._checked(line)
+            if frame is None or not self._admit(frame):
                 continue
-            if "method" in frame or self._is_expected(frame):
-                return frame
+            if "id" in frame and "method" in frame:
+                if self._busy():
+                    await self._until(lambda: not self._busy())
+                self._open += 1
+            return frame
+
+    async def _checked(self, line: bytes | FrameError) -> dict[str, Any] | None:
+        """The frame in *line*; ``None`` for a blank or bad one (answered if a request)."""
+        try:
+            if isinstance(line, FrameError):
+                raise line
+            if not line.strip():
+                return None
+            return check_frame(line)
+        except FrameError as bad:
+            if bad.answer:
+                await self._write(_encode(bad.to_response()))
+            return None
+
+    def _admit(self, frame: dict[str, Any]) -> bool:
+        """Whether the SDK gets *frame*: requests, routed notifications, awaited responses."""
+        if "method" not in frame:
+            return self._is_expected(frame)
+        if "id" in frame:
+            return True
+        method = frame["method"]
+        if method in _NOTIFICATIONS or method.startswith("_"):
+            return True
+        self.unrouted += 1  # JSON-RPC: a notification is never answered
+        return False
 
     def _is_expected(self, response: dict[str, Any]) -> bool:
         """Whether *response* answers a request the agent is still waiting for."""
@@ -252,6 +688,7 @@ class CheckedTransport:
             return False  # the agent's requests have integer ids
         if request_id in self._awaiting:
             request = self._awaiting.pop(request_id)
+            self._changed.set()
             if request is not None:
                 self._answered[request_id] = request
                 while len(self._answered) > _ANSWERED_KEPT:
@@ -267,24 +704,44 @@ class CheckedTransport:
     async def send(self, message: dict[str, Any]) -> None:
         """Write *message* as one line; a response that is not JSON-encodable becomes an error.
 
+        An error response's long strings (a huge method name or value echoed back) are
+        cut to :data:`MAX_ECHO_CHARS` characters.
+
         Raises:
             ValueError, TypeError: a request or notification that cannot be encoded.
+            OutputClosedError: stdout is closed.
         """
+        response = "method" not in message
         try:
-            data = json.dumps(message, separators=(",", ":"), allow_nan=False)
+            data = _encode(message)
         except (ValueError, TypeError, RecursionError):
-            if "method" in message or "id" not in message:
+            if not response or "id" not in message:
                 raise
-            data = json.dumps(_unencodable(message), separators=(",", ":"))
-        if "method" in message and type(message.get("id")) is int:
+            data = _encode(_unencodable(message))
+        if response and len(data) > _ERROR_BYTES and "error" in message:
+            data = _encode({**message, "error": _cut(message["error"])})
+        if not response and type(message.get("id")) is int:
             self._awaiting[message["id"]] = _permission_request(message)
+            self._changed.set()
+        await self._write(data)
+        if response and self._open:
+            self._open -= 1
+            self._changed.set()
+
+    async def _write(self, data: bytes) -> None:
         async with self._lock:
-            self._writer.write(data.encode("utf-8") + b"\n")
+            if self._writer.transport.is_closing():
+                raise OutputClosedError(self._open)
+            self._writer.write(data)
             await self._writer.drain()
 
     async def close(self) -> None:
-        """Close the output."""
+        """Close the output, waiting (boundedly) for what is buffered to be written."""
         self._writer.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._writer.wait_closed(), _CLOSE_WAIT)
+        if not self._writer.transport.is_closing():  # pragma: no cover - close() started it
+            self._writer.transport.abort()
 
     async def _read_line(self) -> bytes | FrameError | None:
         """The next line; a :class:`FrameError` for one too long; ``None`` at the end."""
@@ -307,8 +764,15 @@ class CheckedTransport:
             if chunk.endswith(b"\n"):
                 break
         if size > MAX_FRAME_BYTES:
-            return FrameError(-32600, f"a frame is at most {MAX_FRAME_BYTES} bytes, not {size}")
-        return b"".join(chunks)
+            details = f"a frame is at most {MAX_FRAME_BYTES} bytes, not {size}"
+            return FrameError(-32600, details, limit=("bytes", MAX_FRAME_BYTES))
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _encode(message: dict[str, Any]) -> bytes:
+    """One line of standard JSON (``ValueError`` for NaN or infinities)."""
+    text = json.dumps(message, separators=(",", ":"), allow_nan=False)
+    return text.encode("utf-8") + b"\n"
 
 
 def _unencodable(response: dict[str, Any]) -> dict[str, Any]:
@@ -336,15 +800,36 @@ def _permission_request(message: dict[str, Any]) -> PermissionRequest | None:
     )
 
 
-async def run_agent(agent: Any, *, use_unstable_protocol: bool = True) -> None:
+async def _stdio() -> tuple[asyncio.StreamReader, asyncio.StreamWriter, _Output]:
+    """This process's stdin and stdout as streams, and stdout's protocol."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=_READ_LIMIT)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    output = _Output(loop)
+    transport, _ = await loop.connect_write_pipe(lambda: output, sys.stdout)
+    writer = asyncio.StreamWriter(transport, output, None, loop)
+    return reader, writer, output
+
+
+async def run_agent(agent: Any, *, use_unstable_protocol: bool = True) -> CheckedTransport:
     """Serve *agent* over this process's stdin and stdout through a :class:`CheckedTransport`.
 
     The drop-in for ``acp.run_agent(agent)``; an agent with ``stray_answer(request,
     response)`` and ``late_answer(request, response)`` methods (``ModeAgent`` has both)
     hears of second answers to its permission requests, and of the first answers, which
     it logs when it had stopped waiting for them.
+
+    It returns at the end of input, once every request read is answered (or after
+    :data:`EOF_GRACE` seconds more).
+
+    Returns:
+        The transport, for its counts (:attr:`CheckedTransport.open_requests`: requests
+        left unanswered; :attr:`CheckedTransport.unrouted`).
+
+    Raises:
+        OutputClosedError: the client closed stdout; the requests in flight are cancelled.
     """
-    reader, writer = await stdio_streams(limit=MAX_FRAME_BYTES)
+    reader, writer, output = await _stdio()
     transport = CheckedTransport(
         reader,
         writer,
@@ -354,7 +839,17 @@ async def run_agent(agent: Any, *, use_unstable_protocol: bool = True) -> None:
     conn = AgentSideConnection(
         agent, transport, listening=False, use_unstable_protocol=use_unstable_protocol
     )
+    listen = asyncio.ensure_future(conn.listen())
     try:
-        await conn.listen()
+        await asyncio.wait({listen, output.closed}, return_when=asyncio.FIRST_COMPLETED)
+        if output.closed.done():
+            raise OutputClosedError(transport.open_requests)
+        listen.result()
+        await transport.settle(EOF_GRACE)
     finally:
+        if not listen.done():
+            listen.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listen
         await asyncio.shield(conn.close())
+    return transport

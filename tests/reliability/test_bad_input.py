@@ -7,7 +7,8 @@ size) and from raw byte mutations of valid frames. The oracle is JSON-RPC 2.0 it
 
 - a line that is not JSON (or not Unicode text) gets one ``-32700`` with id ``null``;
 - a line that is JSON but no JSON-RPC frame gets one ``-32600`` with id ``null``; a
-  request with a bad id type gets ``-32600`` with id ``null``;
+  request with a bad id type (or a string id longer than ``MAX_ID_CHARS``) gets
+  ``-32600`` with id ``null``;
 - every request with a valid id gets exactly one answer with that id, never ``-32603``;
 - notifications and responses never get an answer;
 
@@ -164,9 +165,11 @@ def lone_surrogate(value: Any) -> bool:
 
 
 def valid_id(value: Any) -> bool:
+    from modefsm.protocol._transport import MAX_ID_CHARS
+
     return (
         value is None
-        or isinstance(value, str)
+        or (isinstance(value, str) and len(value) <= MAX_ID_CHARS)
         or (isinstance(value, int | float) and not isinstance(value, bool))
     )
 

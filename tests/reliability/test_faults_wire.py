@@ -1,0 +1,653 @@
+"""Faults on the wire: unread or closed pipes, early end of input, wide frames, hang-ups.
+
+Each test runs a real ``modefsm serve`` over real pipes and asserts exact outcomes: an
+answer to every request read (counted by id), the exit status, no traceback on stderr,
+the agent's memory (``VmRSS``/``VmHWM`` of the process, from ``/proc``) and time, with
+generous limits: these are bounds, not benchmarks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modefsm.cli._serve import STDERR_LOG_WAIT
+from modefsm.protocol._transport import MAX_DEPTH, MAX_ID_CHARS, MAX_VALUES, Diagnostics
+
+from .harness import TIMEOUT, read_log, strict_loads
+
+pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
+
+NEW = {"cwd": ".", "mcpServers": []}
+
+
+def frame(request_id: Any, method: str, params: Any = None) -> bytes:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if request_id is not None:
+        message["id"] = request_id
+    if params is not None:
+        message["params"] = params
+    return json.dumps(message).encode() + b"\n"
+
+
+def memory_kb(pid: int, field: str = "VmRSS") -> int:
+    """The agent's resident memory (``VmRSS``) or its peak (``VmHWM``), in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    msg = f"no {field} for {pid}"
+    raise AssertionError(msg)
+
+
+class Agent:
+    """``modefsm serve`` over pipes; stdout is read by a thread only after :meth:`read`."""
+
+    def __init__(self, *args: str, log: Path | None, stderr: Any = subprocess.PIPE) -> None:
+        command = [sys.executable, "-m", "modefsm", "serve", *args]
+        if log is not None:
+            command += ["--log", str(log)]
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr
+        )
+        self.messages: list[dict[str, Any]] = []
+        self.responses: dict[str, dict[str, Any]] = {}
+        self.sizes: dict[str, int] = {}
+        self.arrived = threading.Condition()
+        self.reader: threading.Thread | None = None
+        self.errors: list[BaseException] = []
+
+    def read(self) -> None:
+        """Start reading stdout (every line strict JSON-RPC)."""
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        try:
+            for line in self.process.stdout:
+                message = strict_loads(line)
+                assert isinstance(message, dict), line[:200]
+                assert message.get("jsonrpc") == "2.0", message
+                with self.arrived:
+                    self.messages.append(message)
+                    if "method" not in message:
+                        key = json.dumps(message.get("id"))
+                        assert key not in self.responses or key == "null", message
+                        self.responses[key] = message
+                        self.sizes[key] = len(line)
+                    self.arrived.notify_all()
+        except BaseException as exc:  # reported by the test thread
+            self.errors.append(exc)
+
+    def send(self, data: bytes) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(data)
+        self.process.stdin.flush()
+
+    def wait(self, ready: Callable[[], bool], limit: float = TIMEOUT) -> None:
+        with self.arrived:
+            assert self.arrived.wait_for(ready, limit), "no answer in time: a hang"
+        assert not self.errors, self.errors
+
+    def response(self, request_id: Any, limit: float = TIMEOUT) -> dict[str, Any]:
+        key = json.dumps(request_id)
+        self.wait(lambda: key in self.responses, limit)
+        return self.responses[key]
+
+    def call(self, request_id: Any, method: str, params: Any = None) -> dict[str, Any]:
+        self.send(frame(request_id, method, params))
+        return self.response(request_id)
+
+    def result(self, request_id: Any, method: str, params: Any = None) -> Any:
+        answer = self.call(request_id, method, params)
+        assert "result" in answer, answer
+        return answer["result"]
+
+    def call_unthreaded(self, request_id: Any, method: str, params: Any = None) -> Any:
+        """Send a request and read stdout in this thread up to its result (no reader thread)."""
+        self.send(frame(request_id, method, params))
+        assert self.process.stdout is not None
+        while True:
+            line = self.process.stdout.readline()
+            assert line, "stdout ended"
+            message = strict_loads(line)
+            if "method" not in message and message.get("id") == request_id:
+                assert "result" in message, message
+                return message["result"]
+
+    def notifications(self, kind: str) -> list[dict[str, Any]]:
+        with self.arrived:
+            return [
+                m["params"]["update"]
+                for m in self.messages
+                if m.get("method") == "session/update"
+                and m["params"]["update"]["sessionUpdate"] == kind
+            ]
+
+    def finish(self, limit: float = TIMEOUT) -> tuple[int, str]:
+        """Close stdin; the exit status and everything on stderr."""
+        assert self.process.stdin is not None
+        if not self.process.stdin.closed:
+            self.process.stdin.close()
+        err = b""
+        if self.process.stderr is not None:
+            err = self.process.stderr.read()
+        code = self.process.wait(limit)
+        if self.reader is not None:
+            self.reader.join(limit)
+        assert not self.errors, self.errors
+        return code, err.decode("utf-8", "replace")
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        if self.reader is not None:
+            self.reader.join(TIMEOUT)
+        for pipe in (self.process.stdin, self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
+
+@pytest.fixture
+def agents() -> Iterator[Callable[..., Agent]]:
+    started: list[Agent] = []
+
+    def start(*args: str, log: Path | None, stderr: Any = subprocess.PIPE) -> Agent:
+        agent = Agent(*args, log=log, stderr=stderr)
+        started.append(agent)
+        return agent
+
+    yield start
+    for agent in started:
+        agent.kill()
+
+
+def no_traceback(stderr: str) -> None:
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert "ERROR:" not in stderr, stderr[-3000:]
+
+
+# -- stderr that nobody reads -----------------------------------------------------------
+
+
+class TestUnreadStderr:
+    """The SDK's default spawn pipes stderr and never reads it."""
+
+    def test_the_log_on_stderr_fails_changes_instead_of_hanging(self, agents):
+        agent = agents(log=None)  # the transition log goes to stderr, never read here
+        agent.read()
+        agent.result(0, "initialize", {"protocolVersion": 1})
+        session_id = agent.result(1, "session/new", NEW)["sessionId"]
+        acknowledged = ["ask"]
+        failed_at = None
+        for n in range(2, 5000):
+            mode = "code" if acknowledged[-1] == "ask" else "ask"
+            started = time.monotonic()
+            answer = agent.call(n, "session/set_mode", {"sessionId": session_id, "modeId": mode})
+            took = time.monotonic() - started
+            if "result" in answer:
+                acknowledged.append(mode)
+                continue
+            assert answer["error"]["code"] == -32603, answer
+            assert "<stderr>" in answer["error"]["message"], answer
+            assert took < STDERR_LOG_WAIT + 5, took
+            failed_at = n
+            break
+        assert failed_at is not None, "5,000 records fit in an unread stderr pipe?"
+        assert len(acknowledged) > 100  # a 64 KiB pipe holds a few hundred records
+        # while the pipe stays full, each change fails at once, and changes nothing
+        for n in range(failed_at + 1, failed_at + 4):
+            mode = "code" if acknowledged[-1] == "ask" else "ask"
+            started = time.monotonic()
+            answer = agent.call(n, "session/set_mode", {"sessionId": session_id, "modeId": mode})
+            assert answer["error"]["code"] == -32603, answer
+            assert time.monotonic() - started < 1.0
+        load = {"cwd": ".", "sessionId": session_id, "mcpServers": []}
+        assert (
+            agent.result(9000, "session/load", load)["modes"]["currentModeId"] == acknowledged[-1]
+        )
+        modes = agent.notifications("current_mode_update")
+        assert [m["currentModeId"] for m in modes] == acknowledged[1:]
+        # once the pipe is read again, changes are made and logged again
+        drained: list[bytes] = []
+        assert agent.process.stderr is not None
+        drainer = threading.Thread(target=lambda: drained.append(agent.process.stderr.read()))
+        drainer.start()
+        mode = "code" if acknowledged[-1] == "ask" else "ask"
+        agent.result(9001, "session/set_mode", {"sessionId": session_id, "modeId": mode})
+        acknowledged.append(mode)
+        agent.process.stdin.close()
+        assert agent.process.wait(TIMEOUT) == 0
+        drainer.join(TIMEOUT)
+        agent.reader.join(TIMEOUT)
+        lines = drained[0].decode().splitlines()
+        no_traceback(drained[0].decode())
+        records = [json.loads(line) for line in lines if line.startswith("{")]
+        changes = [r["to_mode"] for r in records if r["event"] == "modefsm.mode_changed"]
+        assert changes == acknowledged[1:]  # every acknowledged change, and nothing else
+        assert [r["seq"] for r in records if "seq" in r] == list(range(1, len(acknowledged) + 1))
+
+    def test_unrouted_notifications_neither_block_nor_spam(self, agents, tmp_path: Path):
+        agent = agents(log=tmp_path / "log.jsonl")  # stderr piped, never read until the end
+        agent.read()
+        agent.result(0, "initialize", {"protocolVersion": 1})
+        burst = b"".join(
+            frame(None, method, {"requestId": n})
+            for n in range(5_000)
+            for method in ("$/cancel_request", "no/such_notification", "session/cancel")
+            # session/cancel is routed, but these params are invalid: a diagnostic each
+        )
+        unknown = b"".join(frame(100 + n, "no/such_method", {}) for n in range(2_000))
+        started = time.monotonic()
+        agent.send(burst + unknown)
+        session_id = agent.result(1, "session/new", NEW)["sessionId"]
+        assert time.monotonic() - started < TIMEOUT
+        for n in range(2_000):
+            assert agent.response(100 + n)["error"]["code"] == -32601
+        assert session_id in read_log(tmp_path / "log.jsonl").sessions()
+        code, stderr = agent.finish()
+        assert code == 0
+        no_traceback(stderr)
+        took = time.monotonic() - started
+        lines = stderr.splitlines()
+        # 5,000 invalid session/cancel: a diagnostic each, 20 at once and 2 a second
+        assert len(lines) <= 20 + 2 * took + 2, lines
+        *invalid, last = lines
+        for line in invalid:
+            assert line.startswith(
+                "modefsm serve: Unhandled error while handling notification "
+                "method=session/cancel: ValidationError: 1 validation error for "
+                "CancelNotification\\nsessionId\\n  Field required"
+            ), line
+        assert last.startswith("modefsm serve: ignored 10000 notifications of methods not served")
+        dropped = [re.search(r" \((\d+) earlier diagnostics? dropped\)$", line) for line in lines]
+        counted = sum(int(match.group(1)) for match in dropped if match)
+        assert len(invalid) + counted == 5_000  # each written, or counted as dropped
+
+
+def test_diagnostics_never_block_and_count_what_they_drop():
+    read, write = os.pipe()
+    try:
+        os.set_blocking(write, False)
+        filled = 0
+        try:
+            while True:
+                filled += os.write(write, b"x" * 4096)
+        except BlockingIOError:
+            pass
+        os.set_blocking(write, True)  # as stderr is: blocking, and full
+        diagnostics = Diagnostics(write, prefix="modefsm serve", burst=5, per_second=1.0)
+        started = time.monotonic()
+        for n in range(10_000):
+            diagnostics.say(f"diagnostic {n}")
+        assert time.monotonic() - started < 2.0
+        assert diagnostics.dropped == 10_000
+        while filled:  # the reader catches up
+            filled -= len(os.read(read, filled))
+        for n in range(10):
+            diagnostics.say(f"later {n}")
+        diagnostics.close()
+        os.close(write)
+        write = -1
+        text = b""
+        while chunk := os.read(read, 65536):
+            text += chunk
+        assert text.decode().splitlines() == [
+            "modefsm serve: later 0 (10000 earlier diagnostics dropped)",
+            "modefsm serve: later 1",
+            "modefsm serve: later 2",
+            "modefsm serve: later 3",
+            "modefsm serve: later 4",
+            "modefsm serve: 5 diagnostics dropped",
+        ]
+    finally:
+        os.close(read)
+        if write >= 0:
+            os.close(write)
+
+
+# -- the end of input, and stdout closed or unread ------------------------------------------
+
+
+class TestEndOfInput:
+    def test_every_request_read_before_the_end_is_answered(self, agents, tmp_path: Path):
+        log = tmp_path / "log.jsonl"
+        agent = agents(log=log)
+        agent.read()
+        requests = frame(0, "initialize", {"protocolVersion": 1}) + b"".join(
+            frame(n, "session/new", NEW) for n in range(1, 2_001)
+        )
+        writer = threading.Thread(target=lambda: agent.send(requests), daemon=True)
+        writer.start()
+        writer.join(TIMEOUT)
+        code, stderr = agent.finish()  # stdin closed right after the last request
+        assert code == 0
+        no_traceback(stderr)
+        assert sorted(json.loads(k) for k in agent.responses) == list(range(2_001))
+        assert all("result" in r for r in agent.responses.values())
+        created = {r["result"]["sessionId"] for k, r in agent.responses.items() if k != "0"}
+        assert len(created) == 2_000
+        assert set(read_log(log).sessions()) == created
+
+    def test_changes_read_before_the_end_are_answered_and_announced(self, agents, tmp_path):
+        log = tmp_path / "log.jsonl"
+        agent = agents(log=log)
+        agent.read()
+        agent.result(0, "initialize", {"protocolVersion": 1})
+        session_id = agent.result(1, "session/new", NEW)["sessionId"]
+        modes = ["code" if n % 2 == 0 else "ask" for n in range(1_000)]
+        agent.send(
+            b"".join(
+                frame(n + 2, "session/set_mode", {"sessionId": session_id, "modeId": mode})
+                for n, mode in enumerate(modes)
+            )
+        )
+        code, stderr = agent.finish()
+        assert code == 0
+        no_traceback(stderr)
+        assert len(agent.responses) == 1_002
+        assert all("result" in r for r in agent.responses.values())
+        announced = [u["currentModeId"] for u in agent.notifications("current_mode_update")]
+        assert announced == modes
+        assert [r["to_mode"] for r in read_log(log).changes(session_id)] == modes
+
+
+class TestClosedStdout:
+    def test_the_agent_stops_at_once_when_stdout_is_closed(self, agents, tmp_path: Path):
+        log = tmp_path / "log.jsonl"
+        agent = agents(log=log)
+        agent.call_unthreaded(0, "initialize", {"protocolVersion": 1})
+        session_id = agent.call_unthreaded(1, "session/new", NEW)["sessionId"]
+        agent.process.stdout.close()  # the client stops listening; stdin stays open
+        started = time.monotonic()
+        sent = 0
+        with contextlib.suppress(BrokenPipeError):
+            while agent.process.poll() is None and time.monotonic() - started < TIMEOUT:
+                mode = "code" if sent % 2 == 0 else "ask"
+                agent.send(
+                    frame(sent + 2, "session/set_mode", {"sessionId": session_id, "modeId": mode})
+                )
+                sent += 1
+                time.sleep(0.001)
+        assert agent.process.wait(TIMEOUT) == 1
+        assert time.monotonic() - started < 5.0
+        stderr = agent.process.stderr.read().decode()
+        no_traceback(stderr)
+        assert len(stderr.splitlines()) == 1, stderr
+        assert stderr.startswith("modefsm serve: stdout was closed by the client; "), stderr
+        # changes nobody could hear stopped with the agent (a few may have been in flight)
+        assert len(read_log(log).changes(session_id)) < 100
+
+    def test_an_idle_agent_stops_when_stdout_is_closed(self, agents, tmp_path: Path):
+        agent = agents(log=tmp_path / "log.jsonl")
+        agent.call_unthreaded(0, "initialize", {"protocolVersion": 1})
+        agent.process.stdout.close()
+        assert agent.process.wait(TIMEOUT) == 1
+        stderr = agent.process.stderr.read().decode()
+        assert stderr == "modefsm serve: stdout was closed by the client; 0 requests unanswered\n"
+
+
+class TestUnreadStdout:
+    def test_reading_pauses_while_stdout_is_not_read(self, agents, tmp_path: Path):
+        log = tmp_path / "log.jsonl"
+        agent = agents(log=log)
+        total = 5_000
+        padded = {**NEW, "_meta": {"pad": "p" * 4_000}}  # 20 MB of requests in all
+        requests = frame(0, "initialize", {"protocolVersion": 1}) + b"".join(
+            frame(n, "session/new", padded) for n in range(1, total + 1)
+        )
+        sent = [0]
+
+        def write() -> None:
+            for start in range(0, len(requests), 4096):
+                agent.send(requests[start : start + 4096])
+                sent[0] = start + 4096
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        time.sleep(2.0)
+        before = sent[0]
+        time.sleep(1.0)
+        assert sent[0] == before, "still reading although nothing is read from its stdout"
+        assert writer.is_alive()
+        assert before < len(requests) / 2, (before, len(requests))
+        assert len(read_log(log).sessions()) < 1_000  # bounded work for nobody
+        rss = memory_kb(agent.process.pid)
+        assert rss < 150_000, f"VmRSS {rss} KiB"
+        agent.read()  # the client catches up: everything is answered
+        writer.join(TIMEOUT * 2)
+        assert not writer.is_alive()
+        code, stderr = agent.finish(TIMEOUT * 2)
+        assert code == 0
+        no_traceback(stderr)
+        assert len(agent.responses) == total + 1
+        assert len(read_log(log).sessions()) == total
+
+
+# -- wide frames and echoes of bad input ---------------------------------------------------
+
+
+def wide(inner: bytes) -> bytes:
+    """A session/new request (id 1) whose ``_meta.wide`` is *inner* (raw JSON)."""
+    head = b'{"jsonrpc":"2.0","id":1,"method":"session/new","params":'
+    return head + b'{"cwd":".","mcpServers":[],"_meta":{"wide":' + inner + b"}}}\n"
+
+
+class TestWideFrames:
+    @pytest.mark.parametrize(
+        ("inner", "values"),
+        [
+            (b"[" + b"0," * 24_000_000 + b"0]", 24_000_010),  # 48 MB of zeros
+            (
+                b"{" + b",".join(b'"k%d":0' % n for n in range(2_500_000)) + b"}",
+                2_500_009,
+            ),  # 2.5 million keys
+        ],
+        ids=["zeros", "keys"],
+    )
+    def test_too_many_values_are_refused_quickly_in_bounded_memory(
+        self, agents, tmp_path: Path, inner: bytes, values: int
+    ):
+        agent = agents(log=tmp_path / "log.jsonl")
+        agent.read()
+        agent.result(0, "initialize", {"protocolVersion": 1})
+        line = wide(inner)
+        started = time.monotonic()
+        agent.send(line)
+        answer = agent.response(None)
+        took = time.monotonic() - started
+        assert answer["error"]["code"] == -32600
+        assert answer["error"]["data"] == {
+            "details": f"a frame holds at most {MAX_VALUES} values, not {values}",
+            "limit": "values",
+            "max": MAX_VALUES,
+        }
+        assert took < 10.0, took
+        peak = memory_kb(agent.process.pid, "VmHWM")
+        assert peak < 250_000, f"VmHWM {peak} KiB for a {len(line)}-byte frame"
+        assert "result" in agent.call(2, "session/new", NEW)  # still serving
+        code, stderr = agent.finish()
+        assert (code, stderr) == (0, "")
+
+    def test_a_wide_frame_under_the_limits_is_served(self, agents, tmp_path: Path):
+        agent = agents(log=tmp_path / "log.jsonl")
+        agent.read()
+        agent.result(0, "initialize", {"protocolVersion": 1})
+        started = time.monotonic()
+        agent.send(wide(b"[" + b"0," * (MAX_VALUES - 10) + b"0]"))
+        assert "sessionId" in agent.response(1)["result"]
+        assert time.monotonic() - started < 10.0
+        assert agent.finish() == (0, "")
+
+    def test_deep_nesting_names_the_limit(self, agents, tmp_path: Path):
+        agent = agents(log=tmp_path / "log.jsonl")
+        agent.read()
+        agent.send(wide(b"[" * MAX_DEPTH + b"]" * MAX_DEPTH))
+        answer = agent.response(1)
+        assert answer["error"]["data"] == {
+            "details": f"nested deeper than {MAX_DEPTH} levels",
+            "limit": "depth",
+            "max": MAX_DEPTH,
+        }
+        assert agent.finish() == (0, "")
+
+
+class TestEchoes:
+    """An error response echoes a bounded prefix of bad input, once."""
+
+    def test_huge_values_are_cut_in_error_responses(self, agents, tmp_path: Path):
+        agent = agents(log=tmp_path / "log.jsonl")
+        agent.read()
+        agent.result(0, "initialize", {"protocolVersion": 1})
+        session_id = agent.result(1, "session/new", NEW)["sessionId"]
+        huge = "m" * 5_000_000
+        cases = [
+            ("session/set_mode", {"sessionId": session_id, "modeId": huge}, -32602),
+            ("session/set_mode", {"sessionId": huge, "modeId": "code"}, -32002),
+            ("session/set_mode", {"sessionId": session_id, "modeId": [huge]}, -32602),
+            (huge, {}, -32601),
+        ]
+        for n, (method, params, code) in enumerate(cases, 2):
+            answer = agent.call(n, method, params)
+            assert answer["error"]["code"] == code, answer
+            assert agent.sizes[str(n)] < 8_000, (method[:20], agent.sizes[str(n)])
+            assert "m" * 256 + "...[+4999744 chars]" in json.dumps(answer), answer
+        assert agent.finish() == (0, "")
+
+    def test_an_id_too_long_is_answered_with_id_null(self, agents, tmp_path: Path):
+        agent = agents(log=tmp_path / "log.jsonl")
+        agent.read()
+        agent.send(frame("i" * 5_000_000, "session/new", NEW))
+        answer = agent.response(None)
+        assert agent.sizes["null"] < 1_000
+        assert answer["error"] == {
+            "code": -32600,
+            "message": "Invalid request",
+            "data": {
+                "details": f"id: a string of at most {MAX_ID_CHARS} characters, not 5000000",
+                "limit": "id_chars",
+                "max": MAX_ID_CHARS,
+            },
+        }
+        assert agent.call("i" * MAX_ID_CHARS, "session/new", NEW)["id"] == "i" * MAX_ID_CHARS
+        assert agent.finish() == (0, "")
+
+
+# -- a client that hangs up while a permission request is pending ---------------------------
+
+
+def test_a_hang_up_during_a_permission_request_ends_cleanly(agents, tmp_path: Path):
+    log = tmp_path / "log.jsonl"
+    agent = agents(log=log)
+    agent.read()
+    agent.result(0, "initialize", {"protocolVersion": 1})
+    session_id = agent.result(1, "session/new", NEW)["sessionId"]
+    agent.result(2, "session/set_mode", {"sessionId": session_id, "modeId": "architect"})
+    prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": "## Plan"}]}
+    agent.send(frame(3, "session/prompt", prompt))
+    agent.wait(lambda: any(m.get("method") == "session/request_permission" for m in agent.messages))
+    code, stderr = agent.finish()  # stdin closed, the permission request unanswered
+    assert (code, stderr) == (0, "")
+    assert agent.responses["3"]["result"] == {"stopReason": "cancelled"}
+    rejected = read_log(log).rejections()
+    assert [(r["session_id"], r["reason"]) for r in rejected] == [(session_id, "session_closed")]
+    assert [r["to_mode"] for r in read_log(log).changes(session_id)] == ["architect"]
+
+
+# -- Ctrl-C -----------------------------------------------------------------------------------
+
+
+def interrupt(args: list[str], point: float | str) -> tuple[int, str]:
+    """Start ``modefsm ARGS`` in a process group of its own (a terminal's job), send the
+    group SIGINT at *point* (seconds after the start; ``"import"``: while it imports its
+    dependencies; ``"running"``: once it has printed a line, after an ``initialize`` for
+    ``serve``), and return its exit status and stderr once the group is gone."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "modefsm", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        if point == "import":  # pydantic's core is mapped: modefsm's imports are running
+            deadline = time.monotonic() + TIMEOUT
+            maps = Path(f"/proc/{process.pid}/maps")
+            while "pydantic_core" not in maps.read_text() and time.monotonic() < deadline:
+                time.sleep(0.001)
+        elif point == "running":
+            if args[0] == "serve":
+                process.stdin.write(frame(0, "initialize", {"protocolVersion": 1}))
+                process.stdin.flush()
+            assert process.stdout.readline()
+        else:
+            time.sleep(float(point))
+        os.killpg(process.pid, signal.SIGINT)
+        code = process.wait(TIMEOUT)
+        deadline = time.monotonic() + TIMEOUT
+        with contextlib.suppress(ProcessLookupError):  # the demo's agents end too
+            while time.monotonic() < deadline:
+                os.killpg(process.pid, 0)
+                time.sleep(0.02)
+            msg = f"{args}: a process of its group is still running"
+            raise AssertionError(msg)
+        return code, process.stderr.read().decode()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        process.stdin.close()
+        process.stdout.close()
+        process.stderr.close()
+
+
+def test_ctrl_c_at_any_moment_prints_one_line_and_exits_130(tmp_path: Path):
+    runs: list[tuple[float | str, list[str]]] = [
+        (0.0, ["serve"]),  # at once
+        ("import", ["serve"]),
+        ("running", ["serve"]),  # serving: initialize answered
+        (0.0, ["demo"]),
+        ("import", ["demo"]),
+        ("running", ["demo"]),  # in the story, with an agent the demo started
+        (1.5, ["demo"]),
+        ("import", ["replay", "-"]),
+        (1.5, ["replay", "-"]),  # reading a log from stdin (kept open)
+        ("import", ["diagram", "--preset", "seed"]),
+    ]
+    results: dict[int, tuple[int, str]] = {}
+
+    def run(n: int, point: float | str, args: list[str]) -> None:
+        if args[0] in {"demo", "serve"}:
+            args = [*args, "--log", str(tmp_path / f"log{n}.jsonl")]
+        results[n] = interrupt(args, point)
+
+    threads = [
+        threading.Thread(target=run, args=(n, point, args)) for n, (point, args) in enumerate(runs)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(TIMEOUT * 2)
+    for n, (point, args) in enumerate(runs):
+        code, stderr = results[n]
+        if point == 0.0 and code != 130:
+            # so early that no modefsm code ran yet: the signal's default action kills the
+            # interpreter before it starts, or Python reports it while starting
+            assert "/modefsm/" not in stderr, (args, stderr)
+            assert code == -signal.SIGINT or "KeyboardInterrupt" in stderr, (args, stderr)
+            continue
+        assert (code, stderr) == (130, "modefsm: interrupted\n"), (point, args)
