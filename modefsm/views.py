@@ -46,26 +46,35 @@ class ModeView:
 def build_views(spec: ModeSpec) -> dict[str, ModeView]:
     """Build the :class:`ModeView` of every mode of *spec*, keyed by mode id.
 
-    The views share their lists; treat them as read-only.
+    The views share their lists; treat them as read-only. The models holding the shared
+    lists are built without validating the lists again (their items are validated models
+    already), so the time is linear in the number of modes.
     """
     available = [SessionMode(id=m.id, name=m.name, description=m.description) for m in spec.modes]
     choices = [
         SessionConfigSelectOption(value=m.id, name=m.name, description=m.description)
         for m in spec.modes
     ]
+    # validated once, with the lists, so that a mistake here still fails loudly
+    template = SessionConfigOptionSelect(
+        id=spec.config_option_id,
+        name=spec.config_option_name,
+        category="mode",
+        type="select",
+        current_value=spec.initial,
+        options=choices,
+    ).model_dump(include={"id", "name", "category", "type"})
+    SessionModeState(current_mode_id=spec.initial, available_modes=available)
     views = {}
     for mode_id in spec.mode_ids:
-        option = SessionConfigOptionSelect(
-            id=spec.config_option_id,
-            name=spec.config_option_name,
-            category="mode",
-            type="select",
-            current_value=mode_id,
-            options=choices,
+        option = SessionConfigOptionSelect.model_construct(
+            **template, current_value=mode_id, options=choices
         )
         views[mode_id] = ModeView(
             mode_id=mode_id,
-            modes=SessionModeState(current_mode_id=mode_id, available_modes=available),
+            modes=SessionModeState.model_construct(
+                current_mode_id=mode_id, available_modes=available
+            ),
             config_options=[option],
             current_mode_update=CurrentModeUpdate(
                 session_update="current_mode_update", current_mode_id=mode_id
