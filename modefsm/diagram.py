@@ -1425,7 +1425,7 @@ def _pipe(diagram: Diagram, fmt: Literal["svg", "png"]) -> bytes:
         msg = (
             f"spec {diagram.spec_name!r}: {fmt} output draws at most {RENDERED_NODES_MAX} "
             f"nodes and {RENDERED_ARROWS_MAX} arrows (the limits), this diagram has {nodes} "
-            f"and {arrows}; write mermaid, dot or md instead"
+            f"nodes and {arrows} arrow{'s' * (arrows != 1)}; write mermaid, dot or md instead"
         )
         raise DiagramError(msg)
     text = to_dot(diagram, dpi=144 if fmt == "png" else None)
