@@ -151,7 +151,7 @@ def _ignore(*_: object) -> None:
 class TestSameAsTheDefinitions:
     """The linear tables agree with the exhaustive definitions on random small specs."""
 
-    @settings(max_examples=150, deadline=None)
+    @settings(max_examples=100, deadline=None)
     @given(spec_data())
     def test_machine_allows_exactly_the_spec_transitions(self, data):
         spec = build(data)
@@ -166,7 +166,7 @@ class TestSameAsTheDefinitions:
 
         assert machine.edges() == expected
 
-    @settings(max_examples=150, deadline=None)
+    @settings(max_examples=100, deadline=None)
     @given(spec_data())
     def test_groups_and_client_arrows_are_the_exhaustive_ones(self, data):
         spec = build(data)

@@ -117,6 +117,28 @@ def modefsm(*args: str) -> tuple[subprocess.CompletedProcess[bytes], float]:
     return done, time.monotonic() - started
 
 
+@pytest.fixture(scope="module")
+def drawn(spec_file: Path) -> dict[str, tuple[subprocess.CompletedProcess[bytes], float]]:
+    """``modefsm diagram SPEC --format F`` for each text format, run once."""
+    return {fmt: modefsm("diagram", str(spec_file), "--format", fmt) for fmt in TEXT_FORMATS}
+
+
+TEXT_FORMATS = ("mermaid", "dot", "md")
+
+
+@pytest.fixture(scope="module")
+def served_log(spec_file: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A log of one session of the big spec: m0 -> m7 -> m1999 -> m1 -> m2 -> m1998."""
+    log = tmp_path_factory.mktemp("served") / "big.log"
+    agent = Agent("--spec", str(spec_file), "--log", str(log))
+    agent.call("initialize", {"protocolVersion": 1})
+    sid = agent.call("session/new", {"cwd": ".", "mcpServers": []})["result"]["sessionId"]
+    for mode_id in ("m7", "m1999", "m1", "m2", "m1998"):
+        assert "result" in agent.call("session/set_mode", {"sessionId": sid, "modeId": mode_id})
+    assert agent.close() == (0, b"")
+    return log, sid
+
+
 class TestServe:
     """``serve`` starts in seconds, advertises every mode, and enforces the policy."""
 
@@ -158,17 +180,17 @@ class TestServe:
 class TestDiagram:
     """Each text format is written in seconds; what cannot be is one line and exit 2."""
 
-    @pytest.mark.parametrize("fmt", ["mermaid", "dot", "md"])
-    def test_text_formats_are_written_in_full(self, spec_file, fmt):
-        done, took = modefsm("diagram", str(spec_file), "--format", fmt)
+    @pytest.mark.parametrize("fmt", TEXT_FORMATS)
+    def test_text_formats_are_written_in_full(self, spec_file, drawn, fmt):
+        done, took = drawn[fmt]
 
         assert (done.returncode, done.stderr) == (0, b"")
         assert done.stdout == render(load_spec(spec_file), fmt)
         assert b"Mode 1999" in done.stdout
         assert took < BOUND, f"diagram --format {fmt} took {took:.1f} s"
 
-    def test_mermaid_draws_one_arrow_per_change_reaching_the_restricted_mode(self, spec_file):
-        done, _ = modefsm("diagram", str(spec_file), "--format", "mermaid")
+    def test_mermaid_draws_one_arrow_per_change_reaching_the_restricted_mode(self, drawn):
+        done, _ = drawn["mermaid"]
         arrows = [line for line in done.stdout.decode().splitlines() if " --> " in line]
 
         # every mode but m1 may change to m1; m1 only to m0 and m2; the switch in m0:
@@ -196,13 +218,8 @@ class TestDiagram:
         assert not output.exists()
         assert took < BOUND
 
-    def test_a_log_table_past_the_cap_is_refused_and_mermaid_counts_it(self, spec_file, tmp_path):
-        log = tmp_path / "big.log"
-        agent = Agent("--spec", str(spec_file), "--log", str(log))
-        agent.call("initialize", {"protocolVersion": 1})
-        session_id = agent.call("session/new", {"cwd": ".", "mcpServers": []})["result"]
-        agent.call("session/set_mode", {"sessionId": session_id["sessionId"], "modeId": "m7"})
-        assert agent.close() == (0, b"")
+    def test_a_log_table_past_the_cap_is_refused_and_mermaid_counts_it(self, spec_file, served_log):
+        log, _ = served_log
 
         table, _ = modefsm("diagram", str(spec_file), "--log", str(log), "--format", "md")
         mermaid, took = modefsm("diagram", str(spec_file), "--log", str(log))
@@ -221,21 +238,15 @@ class TestDiagram:
 class TestReplay:
     """``replay --spec`` of the 2,000-mode spec checks every change against it."""
 
-    def test_replay_checks_the_log_against_the_spec(self, spec_file, tmp_path):
-        log = tmp_path / "big.log"
-        agent = Agent("--spec", str(spec_file), "--log", str(log))
-        agent.call("initialize", {"protocolVersion": 1})
-        sid = agent.call("session/new", {"cwd": ".", "mcpServers": []})["result"]["sessionId"]
-        for mode_id in ("m1999", "m1", "m2", "m1998"):
-            agent.call("session/set_mode", {"sessionId": sid, "modeId": mode_id})
-        assert agent.close() == (0, b"")
+    def test_replay_checks_the_log_against_the_spec(self, spec_file, served_log):
+        log, sid = served_log
 
         done, took = modefsm("replay", "--spec", str(spec_file), "--format", "json", str(log))
 
         report = json.loads(done.stdout)
         assert (done.returncode, done.stderr) == (0, b"")
         assert [(s["session_id"], s["mode"], s["seq"]) for s in report["sessions"]] == [
-            (sid, "m1998", 5)
+            (sid, "m1998", 6)
         ]
         assert report["violations"] == []
         assert took < BOUND
