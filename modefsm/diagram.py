@@ -715,6 +715,35 @@ def _client_edges(
             units.append((ids[mode_id], (mode_id,)))
     unit_of = {m: n for n, (_, modes) in enumerate(units) for m in modes}
     hubs = _hubs(spec, units, unit_of)
+    edges = _hub_edges(spec, units, hubs)
+    drawn = sum(len(e.transitions) for e in edges)
+    covered = Counter(source_unit for source_unit, _ in hubs)
+    order = {m: i for i, m in enumerate(spec.mode_ids)}
+    uncovered: dict[int, list[str]] = {}  # for a unit: the modes of units it has no hub to
+    for source in spec.mode_ids:
+        unit = unit_of[source]
+        targets: Iterable[str]
+        if spec.client_restricted(source):
+            targets = spec.client_targets(source)
+        elif covered[unit] == len(units) - 1:
+            continue  # every other unit is reached by one arrow, its own group by the box
+        else:  # a free mode: an arrow to each mode of each unit with no hub from its own
+            if unit not in uncovered:
+                uncovered[unit] = _unhubbed(unit, units, hubs, order)
+            targets = uncovered[unit]
+        for dest in targets:
+            if dest == source or unit_of[dest] == unit or (unit, unit_of[dest]) in hubs:
+                continue
+            drawn += 1
+            _check_drawn(spec.name, drawn)
+            edges.append(_client_edge(ids[source], ids[dest], "set_mode", [(source, dest)]))
+    return edges
+
+
+def _hub_edges(
+    spec: ModeSpec, units: Sequence[tuple[str, tuple[str, ...]]], hubs: set[tuple[int, int]]
+) -> list[DiagramEdge]:
+    """One arrow per hub, in unit order of source then dest."""
     drawn = 0
     edges: list[DiagramEdge] = []
     for source_unit, dest_unit in sorted(hubs):
@@ -724,23 +753,25 @@ def _client_edges(
         pairs = [(a, b) for a in sources for b in dests]
         label = "set_mode\n" + _HUB_LABEL[len(sources) > 1, len(dests) > 1]
         edges.append(_client_edge(source_id, dest_id, label, pairs))
-    covered = Counter(source_unit for source_unit, _ in hubs)
-    for source in spec.mode_ids:
-        unit = unit_of[source]
-        targets: Iterable[str]
-        if spec.client_restricted(source):
-            targets = spec.client_targets(source)
-        elif covered[unit] == len(units) - 1:
-            continue  # every other unit is reached by one arrow, its own group by the box
-        else:
-            targets = spec.mode_ids
-        for dest in targets:
-            if dest == source or unit_of[dest] == unit or (unit, unit_of[dest]) in hubs:
-                continue
-            drawn += 1
-            _check_drawn(spec.name, drawn)
-            edges.append(_client_edge(ids[source], ids[dest], "set_mode", [(source, dest)]))
     return edges
+
+
+def _unhubbed(
+    unit: int,
+    units: Sequence[tuple[str, tuple[str, ...]]],
+    hubs: set[tuple[int, int]],
+    order: dict[str, int],
+) -> list[str]:
+    """The modes of the units that *unit* has no hub arrow to, in spec order."""
+    return sorted(
+        (
+            m
+            for other, (_, modes) in enumerate(units)
+            if other != unit and (unit, other) not in hubs
+            for m in modes
+        ),
+        key=order.__getitem__,
+    )
 
 
 def _hubs(

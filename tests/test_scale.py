@@ -245,6 +245,18 @@ class TestManyModes:
         assert [e.kind for e in diagram.edges] == ["start"]
         assert diagram.groups[0].stands_for(("client_change", "m1999", "m0"))
 
+    def test_a_group_with_a_restricted_member_draws_one_arrow_per_change_it_cannot_hub(self):
+        # m1 may change to every mode but m2, so it joins the group of the others, and the
+        # group has no arrow to m2 as a whole: each free member gets one
+        ids = [f"m{i}" for i in range(5000)]
+        changes = {"m1": [m for m in ids if m not in ("m1", "m2")], "m2": ["m0"]}
+
+        diagram = build_diagram(many_modes(5000, client_changes=changes))
+
+        arrows = [(e.source, e.dest) for e in diagram.edges if e.kind == "client_change"]
+        assert [len(g.modes) for g in diagram.groups] == [4999]
+        assert arrows == [("s0", "s2"), ("s2", "s0")] + [(f"s{i}", "s2") for i in range(3, 5000)]
+
     def test_a_machine_keeps_at_most_its_cap_of_transitions(self, monkeypatch):
         monkeypatch.setattr(machine_module, "MATERIALIZED_MAX", 50)
         spec = many_modes(20)
