@@ -153,6 +153,36 @@ class TestSameAsTheDefinitions:
 
     @settings(max_examples=100, deadline=None)
     @given(spec_data())
+    def test_unreachable_modes_are_those_no_path_reaches(self, data):
+        ids = [m["id"] for m in data["modes"]]
+        reached, frontier = {data["initial"]}, [data["initial"]]
+        while frontier:
+            source = frontier.pop()
+            for dest in ids:
+                explicit = any(
+                    source in sw["source"] and dest in {o.get("target") for o in sw["options"]}
+                    for sw in data.get("switches", [])
+                )
+                reachable = reference_allows(data, "client_change", source, dest) or explicit
+                if reachable and dest not in reached:
+                    reached.add(dest)
+                    frontier.append(dest)
+        expected = [
+            f"modes[{i}]: mode {m!r} is unreachable from the initial mode"
+            for i, m in enumerate(ids)
+            if m not in reached
+        ]
+
+        try:
+            ModeSpec.from_data(data)
+            found = []
+        except SpecError as exc:
+            found = [str(p) for p in exc.problems]
+
+        assert found == expected
+
+    @settings(max_examples=100, deadline=None)
+    @given(spec_data())
     def test_machine_allows_exactly_the_spec_transitions(self, data):
         spec = build(data)
         machine = ModeMachine(spec, before=_ignore, after=_ignore)
@@ -237,6 +267,17 @@ class TestManyModes:
         assert len(engine.views) == 3000
         assert [len(g.modes) for g in diagram.groups] == ([3000] if shape == "any_to_any" else [])
         assert all(text.count("Mode 2999") >= 1 for text in texts)
+
+    def test_a_problem_lists_at_most_20_mode_ids(self):
+        modes = [{"id": f"m{i}", "name": f"Mode {i}"} for i in range(25)]
+
+        with pytest.raises(SpecError) as caught:
+            ModeSpec.from_data({"name": "many", "initial": "zz", "modes": modes})
+
+        listed = ", ".join(f"m{i}" for i in range(20))
+        assert [str(p) for p in caught.value.problems] == [
+            f'initial: mode "zz" is not in modes ({listed}, ... (5 more))'
+        ]
 
     def test_any_to_any_is_one_group_and_its_changes_are_not_listed(self):
         diagram = build_diagram(many_modes(2000))
