@@ -35,6 +35,13 @@ With traffic, each edge shows how often it was taken and each mode how often it 
 entered; edges never taken are faded (DOT, SVG, PNG), and one session's steps and current
 mode are highlighted.
 
+Building a diagram and writing Mermaid, DOT and Markdown take time linear in the spec
+(its modes and list entries) with no recursion. What cannot be drawn in bounded time
+raises :class:`~modefsm.errors.DiagramError`: more than :data:`DRAWN_MAX` client changes
+drawn one by one (or rows of a Markdown log table), client groups needing more than
+:data:`GROUP_STEPS_MAX` steps to find, SVG or PNG beyond :data:`RENDERED_NODES_MAX` nodes
+or :data:`RENDERED_ARROWS_MAX` arrows, or ``dot`` running past :data:`RENDER_TIMEOUT`.
+
 Example:
     >>> from modefsm.spec import preset
     >>> diagram = build_diagram(preset("seed"))
@@ -70,7 +77,12 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
 
 __all__ = [
+    "DRAWN_MAX",
     "FORMATS",
+    "GROUP_STEPS_MAX",
+    "RENDERED_ARROWS_MAX",
+    "RENDERED_NODES_MAX",
+    "RENDER_TIMEOUT",
     "Diagram",
     "DiagramEdge",
     "DiagramGroup",
