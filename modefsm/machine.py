@@ -168,6 +168,8 @@ class ModeMachine:
 
     def allows(self, kind: TriggerKind, source: str, dest: str) -> bool:
         """Whether trigger *kind* has a transition from *source* to *dest* (constant time)."""
+        if (kind, source, dest) in self._made:
+            return True
         spec = self.spec
         if kind == "client_change":
             return spec.client_allows(source, dest)
