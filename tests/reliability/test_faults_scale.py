@@ -165,7 +165,13 @@ class TestServe:
         assert [o["value"] for o in options] == [f"m{i}" for i in range(MODES)]
         assert moved == {"jsonrpc": "2.0", "id": 3, "result": {}}
         assert refused["error"]["code"] == -32602
-        assert refused["error"]["message"].endswith("allowed from 'm1': 'm0', 'm2'")
+        assert refused["error"]["data"] == {
+            "field": "modeId",
+            "value": "m9",
+            "valid": ["m0", "m2"],
+            "message": f"modeId: set_mode may not change session {session_id!r} from mode "
+            "'m1' to 'm9'; allowed from 'm1': 'm0', 'm2'",
+        }
         assert [
             (r["event"], r["from_mode"], r["to_mode"]) for r in read_log(log).of(session_id)
         ] == [
