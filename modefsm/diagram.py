@@ -37,8 +37,9 @@ mode are highlighted.
 
 Building a diagram and writing Mermaid, DOT and Markdown take time linear in the spec
 (its modes and list entries) with no recursion. What cannot be drawn in bounded time
-raises :class:`~modefsm.errors.DiagramError`: more than :data:`DRAWN_MAX` client changes
-drawn one by one (or rows of a Markdown log table), client groups needing more than
+raises :class:`~modefsm.errors.DiagramError`: arrows outside client groups standing for
+more than :data:`DRAWN_MAX` client changes (or a Markdown log table of more rows), client
+groups needing more than
 :data:`GROUP_STEPS_MAX` steps to find, SVG or PNG beyond :data:`RENDERED_NODES_MAX` nodes
 or :data:`RENDERED_ARROWS_MAX` arrows, or ``dot`` running past :data:`RENDER_TIMEOUT`.
 
@@ -153,11 +154,15 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid")
 _GROUP_MIN = 3
 """The fewest mutually client-reachable modes drawn as one group."""
 DRAWN_MAX = 100_000
-"""The most transitions a diagram's arrows (outside client groups) stand for one by one.
+"""The most client changes a diagram's arrows outside client groups may stand for.
 
-A spec beyond it (``DiagramError``) has many modes that are neither free to change to any
-mode nor listed in a group; so has a log table (Markdown with ``--log``) of more rows.
+An arrow from or to a whole group stands for one change per member (Mermaid draws each).
+A spec beyond it (``DiagramError``) has many modes that cannot change to any mode and are
+in no group; so has a log table (Markdown with ``--log``) of more rows.
 """
+_FREE_CLASSES_MAX = 700
+"""The most classes of modes free to change to any mode, each with different mutual
+listed modes, that the group search takes (its graph holds every pair of them)."""
 GROUP_STEPS_MAX = 2_000_000
 """The most steps spent finding client groups (``DiagramError`` beyond)."""
 RENDERED_NODES_MAX = 500
@@ -641,7 +646,7 @@ def _twin_classes(spec: ModeSpec) -> tuple[list[list[str]], list[set[int]]]:
         classes[number].append(mode_id)
         class_of[mode_id] = number
     free = [k for (restricted, _), k in keys.items() if not restricted]
-    if len(free) ** 2 > GROUP_STEPS_MAX:
+    if len(free) > _FREE_CLASSES_MAX:
         _too_many_steps(spec.name)
     adjacency: list[set[int]] = [set() for _ in classes]
     for (restricted, signature), number in keys.items():
@@ -812,8 +817,9 @@ def _hubs(
 def _check_drawn(spec_name: str, drawn: int) -> None:
     if drawn > DRAWN_MAX:
         msg = (
-            f"spec {spec_name!r}: its diagram would draw more than {DRAWN_MAX} client "
-            "changes one by one (the limit); list fewer modes in client_changes, or let "
+            f"spec {spec_name!r}: its diagram's arrows would stand for more than {DRAWN_MAX} "
+            "client changes outside client groups (the limit); list fewer modes in "
+            "client_changes, or let "
             "more modes change to any mode"
         )
         raise DiagramError(msg)

@@ -347,9 +347,9 @@ class TestManyModes:
             build_diagram(spec)
 
         assert str(caught.value) == (
-            f"spec 'many': its diagram would draw more than {DRAWN_MAX} client changes one "
-            "by one (the limit); list fewer modes in client_changes, or let more modes change "
-            "to any mode"
+            f"spec 'many': its diagram's arrows would stand for more than {DRAWN_MAX} client "
+            "changes outside client groups (the limit); list fewer modes in client_changes, "
+            "or let more modes change to any mode"
         )
 
     def test_svg_of_more_nodes_than_graphviz_is_given_is_refused(self):
