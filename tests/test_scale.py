@@ -335,6 +335,20 @@ class TestManyModes:
             "too intertwined to draw"
         )
 
+    def test_too_many_kinds_of_free_modes_are_refused_with_the_step_limit(self):
+        # 701 free modes, each the only mode its own listed mode may change to
+        modes = [{"id": f"f{i}", "name": f"F{i}"} for i in range(701)]
+        modes += [{"id": f"l{i}", "name": f"L{i}"} for i in range(701)]
+        changes = {f"l{i}": [f"f{i}"] for i in range(701)}
+        spec = ModeSpec.from_data(
+            {"name": "many", "initial": "f0", "modes": modes, "client_changes": changes}
+        )
+
+        with pytest.raises(DiagramError) as caught:
+            build_diagram(spec)
+
+        assert str(caught.value).startswith("spec 'many': finding the groups of modes a client")
+
     def test_arrows_past_the_cap_are_refused(self):
         # half the modes free (one group), half listed with only m0: each free mode reaches
         # each listed one, and no listed mode can join the group
