@@ -35,6 +35,14 @@ With traffic, each edge shows how often it was taken and each mode how often it 
 entered; edges never taken are faded (DOT, SVG, PNG), and one session's steps and current
 mode are highlighted.
 
+Building a diagram and writing Mermaid, DOT and Markdown take time linear in the spec
+(its modes and list entries) with no recursion. What cannot be drawn in bounded time
+raises :class:`~modefsm.errors.DiagramError`: arrows outside client groups standing for
+more than :data:`DRAWN_MAX` client changes (or a Markdown log table of more rows), client
+groups needing more than
+:data:`GROUP_STEPS_MAX` steps to find, SVG or PNG beyond :data:`RENDERED_NODES_MAX` nodes
+or :data:`RENDERED_ARROWS_MAX` arrows, or ``dot`` running past :data:`RENDER_TIMEOUT`.
+
 Example:
     >>> from modefsm.spec._model import preset
     >>> diagram = build_diagram(preset("seed"))
@@ -48,12 +56,16 @@ Example:
 
 from __future__ import annotations
 
+import heapq
 import html
 import re
+import subprocess
 import unicodedata
 from collections import Counter
+from functools import cached_property
+from itertools import chain
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NoReturn
 
 from pydantic import BaseModel, ConfigDict
 
@@ -66,7 +78,12 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
 
 __all__ = [
+    "DRAWN_MAX",
     "FORMATS",
+    "GROUP_STEPS_MAX",
+    "RENDERED_ARROWS_MAX",
+    "RENDERED_NODES_MAX",
+    "RENDER_TIMEOUT",
     "Diagram",
     "DiagramEdge",
     "DiagramGroup",
@@ -136,6 +153,24 @@ LegendKind = Literal[
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 _GROUP_MIN = 3
 """The fewest mutually client-reachable modes drawn as one group."""
+DRAWN_MAX = 100_000
+"""The most client changes a diagram's arrows outside client groups may stand for.
+
+An arrow from or to a whole group stands for one change per member (Mermaid draws each).
+A spec beyond it (``DiagramError``) has many modes that cannot change to any mode and are
+in no group; so has a log table (Markdown with ``--log``) of more rows.
+"""
+_FREE_CLASSES_MAX = 700
+"""The most classes of modes free to change to any mode, each with different mutual
+listed modes, that the group search takes (its graph holds every pair of them)."""
+GROUP_STEPS_MAX = 2_000_000
+"""The most steps spent finding client groups (``DiagramError`` beyond)."""
+RENDERED_NODES_MAX = 500
+"""The most nodes an SVG or PNG (drawn by Graphviz) may have (``DiagramError`` beyond)."""
+RENDERED_ARROWS_MAX = 1_000
+"""The most arrows an SVG or PNG may have (``DiagramError`` beyond)."""
+RENDER_TIMEOUT = 60.0
+"""How long Graphviz's ``dot`` may take to draw an SVG or PNG, in seconds."""
 _TIMES = "\N{MULTIPLICATION SIGN}"
 
 
@@ -174,7 +209,7 @@ class DiagramGroup(BaseModel):
         id: the synthetic id (``g0``, ...).
         label: the group's title.
         members: the node ids inside, in spec order.
-        transitions: the client changes the group stands for (every ordered pair of members).
+        modes: the members' mode ids (ACP ``SessionMode.id``), in the same order.
     """
 
     model_config = _FROZEN
@@ -182,7 +217,21 @@ class DiagramGroup(BaseModel):
     id: str
     label: str
     members: tuple[str, ...]
-    transitions: tuple[TransitionKey, ...]
+    modes: tuple[str, ...]
+
+    @property
+    def transitions(self) -> tuple[TransitionKey, ...]:
+        """The client changes the group stands for: every ordered pair of members (n² items)."""
+        return tuple(("client_change", a, b) for a in self.modes for b in self.modes if a != b)
+
+    def stands_for(self, key: TransitionKey) -> bool:
+        """Whether *key* is one of :attr:`transitions` (in constant time)."""
+        kind, source, dest = key
+        return kind == "client_change" and source != dest and {source, dest} <= self._mode_set
+
+    @cached_property
+    def _mode_set(self) -> frozenset[str]:
+        return frozenset(self.modes)
 
 
 class DiagramEdge(BaseModel):
@@ -262,6 +311,14 @@ class Traffic(BaseModel):
     path: tuple[TransitionKey, ...] = ()
     current: str | None = None
 
+    @cached_property
+    def steps_of(self) -> dict[TransitionKey, list[int]]:
+        """The 1-based numbers of the steps of :attr:`path` along each transition."""
+        steps: dict[TransitionKey, list[int]] = {}
+        for n, key in enumerate(self.path, start=1):
+            steps.setdefault(key, []).append(n)
+        return steps
+
 
 class Diagram(BaseModel):
     """A spec's picture, independent of any format (see :func:`build_diagram`).
@@ -294,10 +351,11 @@ class Diagram(BaseModel):
         Raises:
             KeyError: there is none.
         """
-        for node in self.nodes:
-            if node.id == node_id:
-                return node
-        raise KeyError(node_id)
+        return self._nodes_by_id[node_id]
+
+    @cached_property
+    def _nodes_by_id(self) -> dict[str, DiagramNode]:
+        return {node.id: node for node in reversed(self.nodes)}
 
     @property
     def initial(self) -> DiagramNode:
@@ -408,7 +466,7 @@ def _transition_of(spec: ModeSpec, record: TransitionRecord) -> TransitionKey | 
     if record.origin == "restore":
         taken = dest != source and spec.restore_target(source) == dest
         return ("restore", source, dest) if taken else None
-    return ("client_change", source, dest) if dest in spec.client_targets(source) else None
+    return ("client_change", source, dest) if spec.client_allows(source, dest) else None
 
 
 def _switch_key(spec: ModeSpec, record: TransitionRecord) -> TransitionKey | None:
@@ -496,53 +554,161 @@ def build_diagram(spec: ModeSpec, traffic: Traffic | None = None) -> Diagram:
     )
 
 
-def _client_allowed(spec: ModeSpec) -> set[tuple[str, str]]:
-    return {(s, d) for s in spec.mode_ids for d in spec.client_targets(s)}
-
-
 def _groups(spec: ModeSpec, ids: dict[str, str]) -> list[DiagramGroup]:
     """Take out the largest set of mutually client-reachable modes while it has 3 or more.
 
     Ties go to the set whose modes come first in the spec.
+
+    Every maximal set is found once (:func:`_maximal_cliques`); taking one out leaves each
+    other set less the modes taken, and the largest of those is the largest of what
+    remains, so the sets are never searched again.
+
+    Raises:
+        DiagramError: the search needs more than :data:`GROUP_STEPS_MAX` steps.
     """
-    allowed = _client_allowed(spec)
     order = {m: i for i, m in enumerate(spec.mode_ids)}
-    mutual = {
-        m: {o for o in spec.mode_ids if (m, o) in allowed and (o, m) in allowed}
-        for m in spec.mode_ids
-    }
-    remaining = set(spec.mode_ids)
+    classes, adjacency = _twin_classes(spec)
+    cliques = [set(c) for c in _maximal_cliques(adjacency, spec.name)]
+    containing: list[list[int]] = [[] for _ in classes]
+    for number, clique in enumerate(cliques):
+        for k in clique:
+            containing[k].append(number)
+
+    def entry(number: int) -> tuple[int, tuple[int, ...], int, int]:
+        indices = tuple(sorted(order[m] for k in cliques[number] for m in classes[k]))
+        return (-len(indices), indices, number, versions[number])
+
+    versions = [0] * len(cliques)
+    heap = [entry(n) for n in range(len(cliques))]
+    heap = [e for e in heap if -e[0] >= _GROUP_MIN]
+    heapq.heapify(heap)
+    taken = [False] * len(cliques)
     groups: list[DiagramGroup] = []
-    while True:
-        cliques = [sorted(c, key=order.__getitem__) for c in _cliques(remaining, mutual)]
-        best = min(cliques, key=lambda c: (-len(c), [order[m] for m in c]), default=[])
-        if len(best) < _GROUP_MIN:
-            return groups
-        remaining -= set(best)
+    while heap:
+        _, indices, number, version = heapq.heappop(heap)
+        if taken[number] or version != versions[number]:
+            continue
+        taken[number] = True
+        best = [spec.mode_ids[i] for i in indices]
         groups.append(
             DiagramGroup(
                 id=f"g{len(groups)}",
                 label="set_mode between\nany two of these",
                 members=tuple(ids[m] for m in best),
-                transitions=tuple(("client_change", a, b) for a in best for b in best if a != b),
+                modes=tuple(best),
             )
         )
+        for k in cliques[number]:
+            for other in containing[k]:
+                if not taken[other]:
+                    cliques[other].discard(k)
+                    versions[other] += 1
+                    update = entry(other)
+                    if -update[0] >= _GROUP_MIN:
+                        heapq.heappush(heap, update)
+    return groups
 
 
-def _cliques(candidates: set[str], mutual: dict[str, set[str]]) -> Iterator[set[str]]:
-    """Every maximal clique of the mutual-reachability graph (Bron-Kerbosch with a pivot)."""
+def _twin_classes(spec: ModeSpec) -> tuple[list[list[str]], list[set[int]]]:
+    """The mutual-reachability graph of client changes, with twins as one vertex.
 
-    def expand(chosen: set[str], open_: set[str], closed: set[str]) -> Iterator[set[str]]:
-        if not open_ and not closed:
-            yield chosen
-            return
-        pivot = max(sorted(open_ | closed), key=lambda m: len(mutual[m] & open_))
-        for mode in sorted(open_ - mutual[pivot]):
-            yield from expand(chosen | {mode}, open_ & mutual[mode], closed & mutual[mode])
-            open_ = open_ - {mode}
-            closed = closed | {mode}
+    Two modes are mutual when the client may change from each to the other. Modes with the
+    same neighbours (and mutual) are twins: every maximal set of mutual modes has both or
+    neither, so one vertex stands for them all. Every mode not listed in
+    ``client_changes`` is mutual with every other such mode, so "any to any" among n modes
+    is one vertex, not n² pairs.
 
-    yield from expand(set(), set(candidates), set())
+    Returns:
+        The classes (mode ids in spec order, classes in the order of their first mode) and,
+        for each class, the classes it is mutual with.
+    """
+    neighbours: dict[str, frozenset[str]] = {}
+    listed_of: dict[str, set[str]] = {}
+    for source in spec.client_changes:
+        mutual = frozenset(
+            d for d in spec.client_changes[source] if spec.client_allows(d, source) and d != source
+        )
+        neighbours[source] = mutual
+        for dest in mutual:
+            if not spec.client_restricted(dest):
+                listed_of.setdefault(dest, set()).add(source)
+    keys: dict[tuple[bool, frozenset[str]], int] = {}
+    classes: list[list[str]] = []
+    class_of: dict[str, int] = {}
+    for mode_id in spec.mode_ids:
+        if spec.client_restricted(mode_id):
+            key = (True, neighbours[mode_id] | {mode_id})
+        else:
+            key = (False, frozenset(listed_of.get(mode_id, ())))
+        number = keys.setdefault(key, len(classes))
+        if number == len(classes):
+            classes.append([])
+        classes[number].append(mode_id)
+        class_of[mode_id] = number
+    free = [k for (restricted, _), k in keys.items() if not restricted]
+    if len(free) > _FREE_CLASSES_MAX:
+        _too_many_steps(spec.name)
+    adjacency: list[set[int]] = [set() for _ in classes]
+    for (restricted, signature), number in keys.items():
+        mode_id = classes[number][0]
+        if restricted:
+            adjacency[number].update(class_of[m] for m in neighbours[mode_id])
+        else:
+            adjacency[number].update(k for k in free if k != number)
+            adjacency[number].update(class_of[m] for m in signature)
+        adjacency[number].discard(number)
+    return classes, adjacency
+
+
+def _maximal_cliques(adjacency: Sequence[set[int]], spec_name: str) -> list[list[int]]:
+    """Every maximal clique (Bron-Kerbosch with a pivot, with a stack of its own, no recursion).
+
+    Raises:
+        DiagramError: past :data:`GROUP_STEPS_MAX` steps.
+    """
+    degree = [len(a) for a in adjacency]
+    steps = 0
+
+    def branches(open_: set[int], closed: set[int]) -> list[int]:
+        pivot = max(chain(open_, closed), key=degree.__getitem__)
+        return list(open_ - adjacency[pivot])
+
+    found: list[list[int]] = []
+    everything = set(range(len(adjacency)))
+    if not everything:
+        return found
+    stack: list[tuple[list[int], set[int], set[int], list[int]]] = [
+        ([], everything, set(), branches(everything, set()))
+    ]
+    while stack:
+        chosen, open_, closed, todo = stack[-1]
+        if not todo:
+            stack.pop()
+            continue
+        vertex = todo.pop()
+        near = adjacency[vertex]
+        inner_open, inner_closed = open_ & near, closed & near
+        open_.discard(vertex)
+        closed.add(vertex)
+        steps += len(chosen) + len(inner_open) + len(inner_closed) + 1
+        if inner_open:
+            todo_inner = branches(inner_open, inner_closed)
+            steps += len(inner_open) + len(inner_closed)
+            stack.append(([*chosen, vertex], inner_open, inner_closed, todo_inner))
+        elif not inner_closed:
+            found.append([*chosen, vertex])
+        if steps > GROUP_STEPS_MAX:
+            _too_many_steps(spec_name)
+    return found
+
+
+def _too_many_steps(spec_name: str) -> NoReturn:
+    msg = (
+        f"spec {spec_name!r}: finding the groups of modes a client may change between "
+        f"takes more than {GROUP_STEPS_MAX} steps (the limit); its client_changes lists "
+        "are too intertwined to draw"
+    )
+    raise DiagramError(msg)
 
 
 def _client_edges(
@@ -552,34 +718,111 @@ def _client_edges(
 
     What a whole group may reach (or be reached from) is one arrow; the rest are one
     arrow per change.
+
+    Raises:
+        DiagramError: the arrows stand for more than :data:`DRAWN_MAX` transitions.
     """
-    allowed = _client_allowed(spec)
-    mode_of = {node: mode for mode, node in ids.items()}
-    first = {g.members[0]: g for g in groups}
-    grouped = {m for g in groups for m in g.members}
+    first = {g.modes[0]: g for g in groups}
+    grouped = {m for g in groups for m in g.modes}
     units: list[tuple[str, tuple[str, ...]]] = []
     for mode_id in spec.mode_ids:
-        node = ids[mode_id]
-        if node in first:
-            units.append((first[node].id, tuple(mode_of[m] for m in first[node].members)))
-        elif node not in grouped:
-            units.append((node, (mode_id,)))
-    done = {(a, b) for g in groups for _, a, b in g.transitions}
-    edges: list[DiagramEdge] = []
-    for source_unit, sources in units:
-        for dest_unit, dests in units:
-            pairs = [(a, b) for a in sources for b in dests]
-            if source_unit != dest_unit and len(pairs) > 1 and allowed.issuperset(pairs):
-                label = "set_mode\n" + _HUB_LABEL[len(sources) > 1, len(dests) > 1]
-                edges.append(_client_edge(source_unit, dest_unit, label, pairs))
-                done.update(pairs)
-    edges += [
-        _client_edge(ids[source], ids[dest], "set_mode", [(source, dest)])
-        for source in spec.mode_ids
-        for dest in spec.client_targets(source)
-        if (source, dest) not in done
-    ]
+        if mode_id in first:
+            units.append((first[mode_id].id, first[mode_id].modes))
+        elif mode_id not in grouped:
+            units.append((ids[mode_id], (mode_id,)))
+    unit_of = {m: n for n, (_, modes) in enumerate(units) for m in modes}
+    hubs = _hubs(spec, units, unit_of)
+    edges = _hub_edges(spec, units, hubs)
+    drawn = sum(len(e.transitions) for e in edges)
+    covered = Counter(source_unit for source_unit, _ in hubs)
+    order = {m: i for i, m in enumerate(spec.mode_ids)}
+    uncovered: dict[int, list[str]] = {}  # for a unit: the modes of units it has no hub to
+    for source in spec.mode_ids:
+        unit = unit_of[source]
+        targets: Iterable[str]
+        if spec.client_restricted(source):
+            targets = spec.client_targets(source)
+        elif covered[unit] == len(units) - 1:
+            continue  # every other unit is reached by one arrow, its own group by the box
+        else:  # a free mode: an arrow to each mode of each unit with no hub from its own
+            if unit not in uncovered:
+                uncovered[unit] = _unhubbed(unit, units, hubs, order)
+            targets = uncovered[unit]
+        for dest in targets:
+            if dest == source or unit_of[dest] == unit or (unit, unit_of[dest]) in hubs:
+                continue
+            drawn += 1
+            _check_drawn(spec.name, drawn)
+            edges.append(_client_edge(ids[source], ids[dest], "set_mode", [(source, dest)]))
     return edges
+
+
+def _hub_edges(
+    spec: ModeSpec, units: Sequence[tuple[str, tuple[str, ...]]], hubs: set[tuple[int, int]]
+) -> list[DiagramEdge]:
+    """One arrow per hub, in unit order of source then dest."""
+    drawn = 0
+    edges: list[DiagramEdge] = []
+    for source_unit, dest_unit in sorted(hubs):
+        (source_id, sources), (dest_id, dests) = units[source_unit], units[dest_unit]
+        drawn += len(sources) * len(dests)
+        _check_drawn(spec.name, drawn)
+        pairs = [(a, b) for a in sources for b in dests]
+        label = "set_mode\n" + _HUB_LABEL[len(sources) > 1, len(dests) > 1]
+        edges.append(_client_edge(source_id, dest_id, label, pairs))
+    return edges
+
+
+def _unhubbed(
+    unit: int,
+    units: Sequence[tuple[str, tuple[str, ...]]],
+    hubs: set[tuple[int, int]],
+    order: dict[str, int],
+) -> list[str]:
+    """The modes of the units that *unit* has no hub arrow to, in spec order."""
+    return sorted(
+        (
+            m
+            for other, (_, modes) in enumerate(units)
+            if other != unit and (unit, other) not in hubs
+            for m in modes
+        ),
+        key=order.__getitem__,
+    )
+
+
+def _hubs(
+    spec: ModeSpec, units: Sequence[tuple[str, tuple[str, ...]]], unit_of: dict[str, int]
+) -> set[tuple[int, int]]:
+    """The pairs of units, one of them a group, where each mode of one may reach each of the other.
+
+    A free mode reaches every mode; a listed one, the units inside its list.
+    """
+    hubs: set[tuple[int, int]] = set()
+    everything = range(len(units))
+    for number, (_, modes) in enumerate(units):
+        reached: set[int] | None = None
+        for mode_id in modes:
+            if not spec.client_restricted(mode_id):
+                continue
+            inside = Counter(unit_of[d] for d in set(spec.client_changes[mode_id]) - {mode_id})
+            full = {u for u, count in inside.items() if count == len(units[u][1])}
+            reached = full if reached is None else reached & full
+        for other in everything if reached is None else reached:
+            if other != number and (len(modes) > 1 or len(units[other][1]) > 1):
+                hubs.add((number, other))
+    return hubs
+
+
+def _check_drawn(spec_name: str, drawn: int) -> None:
+    if drawn > DRAWN_MAX:
+        msg = (
+            f"spec {spec_name!r}: its diagram's arrows would stand for more than {DRAWN_MAX} "
+            "client changes outside client groups (the limit); list fewer modes in "
+            "client_changes, or let "
+            "more modes change to any mode"
+        )
+        raise DiagramError(msg)
 
 
 _HUB_LABEL = {
@@ -661,12 +904,14 @@ def _overlay(
     ids: dict[str, str],
 ) -> tuple[list[DiagramNode], list[DiagramEdge]]:
     """Counts and steps on every edge; changes taken inside a group become arrows of their own."""
+    order = {mode_id: i for i, mode_id in enumerate(ids)}
     explicit = [
         _client_edge(ids[a], ids[b], "set_mode", [(a, b)])
         for group in groups
-        for key in group.transitions
-        if traffic.counts.get(key, 0)
-        for _, a, b in [key]
+        for _, a, b in sorted(
+            (key for key, count in traffic.counts.items() if count and group.stands_for(key)),
+            key=lambda key: (order[key[1]], order[key[2]]),
+        )
     ]
     counted = [_counted_edge(edge, traffic) for edge in [*edges, *explicit]]
     marked = [
@@ -685,10 +930,11 @@ def _overlay(
 
 def _counted_edge(edge: DiagramEdge, traffic: Traffic) -> DiagramEdge:
     keys = set(edge.transitions)
+    steps_of = traffic.steps_of
     return edge.model_copy(
         update={
             "count": sum(traffic.counts.get(key, 0) for key in keys),
-            "steps": tuple(n for n, key in enumerate(traffic.path, start=1) if key in keys),
+            "steps": tuple(sorted(n for key in keys for n in steps_of.get(key, ()))),
         }
     )
 
@@ -868,8 +1114,10 @@ def to_mermaid(diagram: Diagram) -> str:
     lines = ["stateDiagram-v2", "    direction LR"]
     lines += [f"    classDef {name} {style}" for name, style in _MERMAID_CLASSES]
     lines += [line for node in diagram.nodes for line in _mermaid_node(node)]
+    node_of = {n.mode_id: n.id for n in diagram.nodes if n.mode_id is not None}
+    groups = {g.id for g in diagram.groups}
     for edge in diagram.edges:
-        for part in _per_mode(diagram, edge):
+        for part in _per_mode(diagram, edge, node_of, groups):
             source = "[*]" if part.kind == "start" else part.source
             lines.append(f"    {source} --> {part.dest} : {_mermaid_text(_edge_text(part))}")
     for group in diagram.groups:
@@ -911,12 +1159,22 @@ def _mermaid_has_class(node: DiagramNode, name: str) -> bool:
     }[name]
 
 
-def _per_mode(diagram: Diagram, edge: DiagramEdge) -> list[DiagramEdge]:
-    """*edge* itself, or one edge per client change when it leaves or reaches a group."""
-    groups = {g.id for g in diagram.groups}
+def _per_mode(
+    diagram: Diagram,
+    edge: DiagramEdge,
+    node_of: dict[str, str] | None = None,
+    groups: set[str] | None = None,
+) -> list[DiagramEdge]:
+    """*edge* itself, or one edge per client change when it leaves or reaches a group.
+
+    *node_of* (node id by mode id) and *groups* (group ids) are the diagram's; a caller
+    drawing every edge passes them once.
+    """
+    groups = {g.id for g in diagram.groups} if groups is None else groups
     if edge.source not in groups and edge.dest not in groups:
         return [edge]
-    node_of = {n.mode_id: n.id for n in diagram.nodes if n.mode_id is not None}
+    if node_of is None:
+        node_of = {n.mode_id: n.id for n in diagram.nodes if n.mode_id is not None}
     parts = []
     for key in edge.transitions:
         part = _client_edge(node_of[key[1]], node_of[key[2]], "set_mode", [(key[1], key[2])])
@@ -1007,6 +1265,12 @@ def to_dot(diagram: Diagram, *, dpi: int | None = None) -> str:
         f'    edge [fontname="{_FONT}", fontsize=9, arrowsize=0.7];',
     ]
     members = {m for g in diagram.groups for m in g.members}
+    group_of = {m: g.id for g in diagram.groups for m in g.members}
+    in_a_row = {g.id for g in diagram.groups} - {
+        group_of[edge.source]
+        for edge in diagram.edges
+        if edge.kind != "restore" and group_of.get(edge.source, "") == group_of.get(edge.dest)
+    }
     for group in diagram.groups:
         cluster = {
             "class": '"client_group"',
@@ -1021,7 +1285,7 @@ def to_dot(diagram: Diagram, *, dpi: int | None = None) -> str:
         }
         lines += [f"    subgraph cluster_{group.id} {{", f"        graph {_attrs(cluster)};"]
         lines += [f"        {_dot_node(diagram.node(m))}" for m in group.members]
-        if not any(_inside(edge, group) for edge in diagram.edges):  # one row
+        if group.id in in_a_row:  # no arrow inside: one row
             lines.append(f"        {{rank=same; {'; '.join(group.members)}}}")
         lines.append("    }")
     lines += [f"    {_dot_node(n)}" for n in diagram.nodes if n.id not in members]
@@ -1038,10 +1302,6 @@ def to_dot(diagram: Diagram, *, dpi: int | None = None) -> str:
         lines.append(f"    {source} -> {dest} {_attrs(attrs)};")
     lines.append("}")
     return "\n".join(lines) + "\n"
-
-
-def _inside(edge: DiagramEdge, group: DiagramGroup) -> bool:
-    return edge.kind != "restore" and {edge.source, edge.dest} <= set(group.members)
 
 
 def _middle(members: Sequence[str]) -> str:
@@ -1203,16 +1463,39 @@ _DOT_LEGEND_SAMPLE: dict[LegendKind, str] = {
 # -- SVG and PNG (Graphviz) ----------------------------------------------------------------
 
 
-def _pipe(dot: str, fmt: Literal["svg", "png"]) -> bytes:
-    """Run Graphviz's ``dot`` on *dot*; a missing binary is a user error, anything else a bug."""
-    import graphviz  # noqa: PLC0415 - only SVG and PNG need it
+def _pipe(diagram: Diagram, fmt: Literal["svg", "png"]) -> bytes:
+    """Run Graphviz's ``dot`` on *diagram*.
 
+    A missing binary, a picture beyond the caps and a run past :data:`RENDER_TIMEOUT` are
+    user errors (``DiagramError``); anything else is a bug.
+    """
+    nodes, arrows = len(diagram.nodes), len(diagram.edges)
+    if nodes > RENDERED_NODES_MAX or arrows > RENDERED_ARROWS_MAX:
+        msg = (
+            f"spec {diagram.spec_name!r}: {fmt} output draws at most {RENDERED_NODES_MAX} "
+            f"nodes and {RENDERED_ARROWS_MAX} arrows (the limits), this diagram has {nodes} "
+            f"nodes and {arrows} arrow{'s' * (arrows != 1)}; write mermaid, dot or md instead"
+        )
+        raise DiagramError(msg)
+    text = to_dot(diagram, dpi=144 if fmt == "png" else None)
     try:
-        data: bytes = graphviz.Source(dot, engine="dot").pipe(format=fmt)
-    except graphviz.ExecutableNotFound:
+        done = subprocess.run(  # noqa: S603 - a fixed program and arguments; the DOT is data
+            ["dot", "-Kdot", f"-T{fmt}"],  # noqa: S607 - found on PATH, as Graphviz says
+            input=text.encode("utf-8"),
+            capture_output=True,
+            timeout=RENDER_TIMEOUT,
+            check=True,
+        )
+    except FileNotFoundError:
         msg = f"{fmt} output needs Graphviz's dot program: install the Debian package graphviz"
         raise DiagramError(msg) from None
-    return data
+    except subprocess.TimeoutExpired:
+        msg = (
+            f"spec {diagram.spec_name!r}: Graphviz's dot did not draw the {fmt} within "
+            f"{RENDER_TIMEOUT} s (the limit); write mermaid, dot or md instead"
+        )
+        raise DiagramError(msg) from None
+    return done.stdout
 
 
 def to_svg(diagram: Diagram) -> str:
@@ -1223,9 +1506,11 @@ def to_svg(diagram: Diagram) -> str:
     give the same text, and a committed file tells which Graphviz drew it.
 
     Raises:
-        DiagramError: ``dot`` is not installed (Debian package ``graphviz``).
+        DiagramError: ``dot`` is not installed (Debian package ``graphviz``), the diagram
+            has more than :data:`RENDERED_NODES_MAX` nodes or :data:`RENDERED_ARROWS_MAX`
+            arrows, or ``dot`` takes longer than :data:`RENDER_TIMEOUT` seconds.
     """
-    svg = _pipe(to_dot(diagram), "svg").decode("utf-8")
+    svg = _pipe(diagram, "svg").decode("utf-8")
     return _GRAPHVIZ_COMMENT.sub(r"<!-- Generated by graphviz version \1 -->\n", svg, count=1)
 
 
@@ -1236,9 +1521,11 @@ def to_png(diagram: Diagram) -> bytes:
     """Render *diagram* as a PNG image at 144 dpi through Graphviz's ``dot``.
 
     Raises:
-        DiagramError: ``dot`` is not installed (Debian package ``graphviz``).
+        DiagramError: ``dot`` is not installed (Debian package ``graphviz``), the diagram
+            has more than :data:`RENDERED_NODES_MAX` nodes or :data:`RENDERED_ARROWS_MAX`
+            arrows, or ``dot`` takes longer than :data:`RENDER_TIMEOUT` seconds.
     """
-    return _pipe(to_dot(diagram, dpi=144), "png")
+    return _pipe(diagram, "png")
 
 
 # -- Markdown ------------------------------------------------------------------------------
@@ -1301,6 +1588,9 @@ def to_markdown(diagram: Diagram, spec: ModeSpec) -> str:
         "|---|---|",
     ]
     for mode in spec.modes:
+        if not spec.client_restricted(mode.id) and len(spec.modes) > 2:  # noqa: PLR2004
+            out.append(f"| {_md(mode.name)} | any other mode |")
+            continue
         targets = spec.client_targets(mode.id)
         to = ", ".join(_md(spec.mode(t).name) for t in targets) or "none"
         if len(targets) > 1 and len(targets) == len(spec.modes) - 1:
@@ -1413,11 +1703,19 @@ def _option_result(spec: ModeSpec, option: SwitchOption) -> str:
 def _markdown_traffic(diagram: Diagram, spec: ModeSpec, traffic: Traffic) -> list[str]:
     out = ["", "## From the log", "", _md(diagram.caption), "", "| Transition | Taken |"]
     out.append("|---|---|")
+    rows = sum(len(e.transitions) for e in diagram.edges)
+    rows += sum(len(g.modes) * (len(g.modes) - 1) for g in diagram.groups)
+    if rows > DRAWN_MAX:
+        msg = (
+            f"spec {spec.name!r}: the table of transitions taken would have more than "
+            f"{DRAWN_MAX} rows (the limit); draw it as mermaid or dot instead"
+        )
+        raise DiagramError(msg)
     keys = [key for edge in diagram.edges for key in edge.transitions]
     keys += [key for group in diagram.groups for key in group.transitions]
     out.extend(
         f"| {_md(_describe(spec, key))} | {traffic.counts.get(key, 0)} |"
-        for key in sorted(set(keys), key=keys.index)
+        for key in dict.fromkeys(keys)
     )
     if traffic.session_id is not None:
         out += ["", f"### Steps of session {_md(traffic.session_id)}", ""]

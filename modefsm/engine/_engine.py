@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -235,7 +235,7 @@ class ModeEngine:
         self.after_change: list[ChangeHook] = list(after_change)
         self.other_config_options = other_config_options
         self.machine = ModeMachine(spec, before=self._write_ahead, after=self._commit)
-        self.views: dict[str, ModeView] = build_views(spec)
+        self.views: Mapping[str, ModeView] = build_views(spec)
         self._sessions: dict[str, Session] = {}
         self._outbox: deque[tuple[str, Update]] = deque()
         self._flush_lock = asyncio.Lock()

@@ -24,6 +24,14 @@ Triggers, one per origin kind and destination (``auto_transitions`` is off, so n
 ``restore>DEST``
     ``session/load``/``session/resume`` of a session last seen in a non-restorable mode:
     from that mode to its fallback.
+
+The spec is the table of which transitions exist (:meth:`ModeMachine.allows` asks it in
+constant time); the ``transitions`` machine is given each transition the first time a
+session takes it, and keeps at most :data:`MATERIALIZED_MAX` of them (the oldest made is
+dropped first, and made again when taken again). A spec whose ``client_changes`` allow
+"any to any" has n² transitions, and building them all would cost minutes and gigabytes
+for thousands of modes; this way building a machine takes time linear in the spec's
+size and its memory stays bounded whatever the sessions do.
 """
 
 from __future__ import annotations
@@ -35,12 +43,22 @@ from transitions import Machine, MachineError, State
 
 from modefsm.spec._model import ModeSpec
 
-__all__ = ["MODEL_ATTRIBUTE", "ModeMachine", "TriggerKind", "mode_of", "state_name"]
+__all__ = [
+    "MATERIALIZED_MAX",
+    "MODEL_ATTRIBUTE",
+    "ModeMachine",
+    "TriggerKind",
+    "mode_of",
+    "state_name",
+]
 
 TriggerKind = Literal["client_change", "switch_mode", "restore"]
 
 MODEL_ATTRIBUTE = "fsm_state"
 """The session attribute the machine reads and writes."""
+
+MATERIALIZED_MAX = 10_000
+"""The most transitions one machine's ``transitions.Machine`` holds at once."""
 
 _PREFIX = "m:"
 
@@ -66,6 +84,8 @@ def mode_of(state: str) -> str:
     """The mode id of the machine state named *state* (the inverse of :func:`state_name`)."""
     return _MODE_IDS[state]
 
+
+_KINDS: tuple[TriggerKind, ...] = ("client_change", "switch_mode", "restore")
 
 Callback = Callable[[Any, str, str, Any], None]
 """``callback(session, source, dest, context)``."""
@@ -108,7 +128,7 @@ class ModeMachine:
     """
 
     def __init__(self, spec: ModeSpec, *, before: Callback, after: Callback) -> None:
-        """Build the machine: one state per mode, the triggers described in the module."""
+        """Build the machine: one state per mode; transitions come as sessions take them."""
         self.spec = spec
         self._before = before
         self._after = after
@@ -122,39 +142,46 @@ class ModeMachine:
             before_state_change=[self._on_before],
             after_state_change=[self._on_after],
         )
-        self._events: dict[tuple[str, str], Any] = {}
-        for kind, source, dest in self.edges():
-            name = f"{kind}>{dest}"
-            self._machine.add_transition(name, state_name(source), state_name(dest))
-            self._events[kind, dest] = self._machine.events[name]
+        # (kind, source, dest) -> its trigger's Event, oldest first
+        self._made: dict[tuple[str, str, str], Any] = {}
 
     def edges(self) -> list[tuple[TriggerKind, str, str]]:
-        """Every transition as ``(kind, source, dest)``, in spec order of dest then source."""
-        spec = self.spec
+        """Every transition as ``(kind, source, dest)``, in spec order of dest then source.
+
+        The list has one item per transition: n² for a spec of n modes whose clients may
+        change from any mode to any other.
+        """
         edges: list[tuple[TriggerKind, str, str]] = []
-        modes = spec.mode_ids
+        modes = self.spec.mode_ids
         for dest in modes:
-            client = [s for s in modes if dest in spec.client_targets(s)]
-            switch = [s for s in modes if s in client or dest in spec.switch_targets(s)]
-            restore = [s for s in modes if s != dest and spec.restore_target(s) == dest]
-            edges.extend(("client_change", s, dest) for s in client)
-            edges.extend(("switch_mode", s, dest) for s in switch)
-            edges.extend(("restore", s, dest) for s in restore)
+            for kind in _KINDS:
+                edges.extend((kind, s, dest) for s in modes if self.allows(kind, s, dest))
         return edges
 
     def sources(self, kind: TriggerKind, dest: str) -> tuple[str, ...]:
-        """The modes from which trigger *kind* may reach *dest*."""
-        event = self._events.get((kind, dest))
-        return () if event is None else tuple(mode_of(s) for s in event.transitions)
+        """The modes from which trigger *kind* may reach *dest*, in spec order."""
+        return tuple(s for s in self.spec.mode_ids if self.allows(kind, s, dest))
 
     def targets(self, kind: TriggerKind, source: str) -> tuple[str, ...]:
         """The modes trigger *kind* may reach from *source*, in spec order."""
-        return tuple(d for d in self.spec.mode_ids if source in self.sources(kind, d))
+        return tuple(d for d in self.spec.mode_ids if self.allows(kind, source, d))
 
     def allows(self, kind: TriggerKind, source: str, dest: str) -> bool:
-        """Whether trigger *kind* has a transition from *source* to *dest*."""
-        event = self._events.get((kind, dest))
-        return event is not None and state_name(source) in event.transitions
+        """Whether trigger *kind* has a transition from *source* to *dest* (constant time)."""
+        if (kind, source, dest) in self._made:
+            return True
+        spec = self.spec
+        if kind == "client_change":
+            return spec.client_allows(source, dest)
+        if kind == "switch_mode":
+            return spec.client_allows(source, dest) or spec.switch_allows(source, dest)
+        return (
+            kind == "restore"
+            and source != dest
+            and spec.has_mode(source)
+            and spec.has_mode(dest)
+            and spec.restore_target(source) == dest
+        )
 
     def fire(self, session: Any, kind: TriggerKind, dest: str, context: Any) -> bool:
         """Fire trigger *kind* towards *dest* on *session* (which has :data:`MODEL_ATTRIBUTE`).
@@ -166,13 +193,31 @@ class ModeMachine:
         Raises:
             Exception: whatever the ``before`` callback raised (the state is untouched).
         """
-        event = self._events.get((kind, dest))
-        if event is None or session.fsm_state not in event.transitions:
+        source = _MODE_IDS.get(session.fsm_state)
+        if source is None:
             return False
+        event = self._made.get((kind, source, dest))
+        if event is None:
+            if not self.allows(kind, source, dest):
+                return False
+            event = self._make(kind, source, dest)
         try:
             return bool(event.trigger(session, context=context))
         except MachineError:  # pragma: no cover - guarded above; kept as a safety net
             return False
+
+    def _make(self, kind: TriggerKind, source: str, dest: str) -> Any:
+        """Give the ``transitions`` machine this transition; drop the oldest beyond the cap."""
+        trigger = f"{kind}>{dest}"
+        self._machine.add_transition(trigger, state_name(source), state_name(dest))
+        event = self._made[kind, source, dest] = self._machine.events[trigger]
+        if len(self._made) > MATERIALIZED_MAX:
+            old_kind, old_source, old_dest = next(iter(self._made))
+            del self._made[old_kind, old_source, old_dest]
+            self._machine.remove_transition(
+                f"{old_kind}>{old_dest}", state_name(old_source), state_name(old_dest)
+            )
+        return event
 
     def _on_before(self, event: Any) -> None:
         transition = event.transition

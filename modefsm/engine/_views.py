@@ -8,6 +8,7 @@ never change for a given spec, so they are built once per mode and shared.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from acp.schema import (
@@ -43,29 +44,64 @@ class ModeView:
     config_option_update: ConfigOptionUpdate
 
 
-def build_views(spec: ModeSpec) -> dict[str, ModeView]:
-    """Build the :class:`ModeView` of every mode of *spec*, keyed by mode id.
+def build_views(spec: ModeSpec) -> Mapping[str, ModeView]:
+    """The :class:`ModeView` of every mode of *spec*, keyed by mode id.
 
-    The views share their lists; treat them as read-only.
+    The views share their lists; treat them as read-only. Each view is built the first
+    time it is asked for and kept, so the time to build the mapping is linear in the
+    number of modes whatever the spec, and only the modes sessions use cost a view.
     """
-    available = [SessionMode(id=m.id, name=m.name, description=m.description) for m in spec.modes]
-    choices = [
-        SessionConfigSelectOption(value=m.id, name=m.name, description=m.description)
-        for m in spec.modes
-    ]
-    views = {}
-    for mode_id in spec.mode_ids:
-        option = SessionConfigOptionSelect(
+    return _Views(spec)
+
+
+class _Views(Mapping[str, ModeView]):
+    """The views of a spec's modes, each made when first asked for."""
+
+    def __init__(self, spec: ModeSpec) -> None:
+        self._spec = spec
+        self._views: dict[str, ModeView] = {}
+        self._available = [
+            SessionMode(id=m.id, name=m.name, description=m.description) for m in spec.modes
+        ]
+        self._choices = [
+            SessionConfigSelectOption(value=m.id, name=m.name, description=m.description)
+            for m in spec.modes
+        ]
+        # validated once, with the lists; each view then shares them without validating
+        # them again (model_construct), which keeps a view's cost independent of the spec
+        self._template = SessionConfigOptionSelect(
             id=spec.config_option_id,
             name=spec.config_option_name,
             category="mode",
             type="select",
-            current_value=mode_id,
-            options=choices,
+            current_value=spec.initial,
+            options=self._choices,
+        ).model_dump(include={"id", "name", "category", "type"})
+        SessionModeState(current_mode_id=spec.initial, available_modes=self._available)
+
+    def __getitem__(self, mode_id: str) -> ModeView:
+        view = self._views.get(mode_id)
+        if view is None:
+            if not self._spec.has_mode(mode_id):
+                raise KeyError(mode_id)
+            view = self._views[mode_id] = self._make(mode_id)
+        return view
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._spec.mode_ids)
+
+    def __len__(self) -> int:
+        return len(self._spec.mode_ids)
+
+    def _make(self, mode_id: str) -> ModeView:
+        option = SessionConfigOptionSelect.model_construct(
+            **self._template, current_value=mode_id, options=self._choices
         )
-        views[mode_id] = ModeView(
+        return ModeView(
             mode_id=mode_id,
-            modes=SessionModeState(current_mode_id=mode_id, available_modes=available),
+            modes=SessionModeState.model_construct(
+                current_mode_id=mode_id, available_modes=self._available
+            ),
             config_options=[option],
             current_mode_update=CurrentModeUpdate(
                 session_update="current_mode_update", current_mode_id=mode_id
@@ -74,4 +110,3 @@ def build_views(spec: ModeSpec) -> dict[str, ModeView]:
                 session_update="config_option_update", config_options=[option]
             ),
         )
-    return views

@@ -33,7 +33,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Literal, get_args
@@ -429,7 +429,7 @@ class Replayer:
             s.content_hash: (s, ModeMachine(s, before=_ignore, after=_ignore)) for s in given
         }
         # The transitions take() may apply; none when timelines are kept (records needed)
-        self._edges = {} if keep_timeline else {h: _edges(m) for h, (_, m) in self._specs.items()}
+        self._edges = {} if keep_timeline else {h: _Edges(m) for h, (_, m) in self._specs.items()}
         self._verify = verify
         self._session_id = session_id
         self._keep = keep_timeline
@@ -532,7 +532,7 @@ class Replayer:
                         or seq > SEQ_MAX
                         or source != track.mode
                         or track.mode is None
-                        or (origin, source, dest) not in edges
+                        or not edges[origin, source, dest]
                     ):
                         return False
                 elif event == EVENT_CREATED:
@@ -807,9 +807,10 @@ _ABSENT = object()
 _ORIGINS = frozenset(get_args(Origin))
 _REASONS = frozenset(get_args(RejectReason))
 _EVENTS = frozenset({EVENT_CREATED, EVENT_CHANGED, EVENT_REJECTED})
-_KINDS: dict[TriggerKind, tuple[Origin, ...]] = {
-    "client_change": ("set_mode", "set_config_option"),
-    "restore": ("restore",),
+_KIND_OF: dict[str, TriggerKind] = {
+    "set_mode": "client_change",
+    "set_config_option": "client_change",
+    "restore": "restore",
 }
 _ID_TYPES = frozenset({str, int, type(None)})
 _ID_LOW, _ID_END = -(1 << 63), 1 << 64  # the model's range of an integer request_id
@@ -829,13 +830,38 @@ def _well_typed(
     )
 
 
-def _edges(machine: ModeMachine) -> frozenset[tuple[str, str, str]]:
-    """The machine's client and restore transitions as ``(origin, source, dest)``, for take."""
-    return frozenset(
-        (origin, source, dest)
-        for kind, source, dest in machine.edges()
-        for origin in _KINDS.get(kind, ())
-    )
+class _Edges(dict[tuple[str, str, str], bool]):
+    """Whether ``(origin, source, dest)`` is a client or restore transition, for take.
+
+    Indexing asks the machine once per key and remembers the answer (a plain dictionary
+    look-up after that); at most :data:`_EDGES_MAX` answers are kept.
+    """
+
+    def __init__(self, machine: ModeMachine) -> None:
+        super().__init__()
+        self._machine = machine
+
+    def __missing__(self, key: tuple[str, str, str]) -> bool:
+        origin, source, dest = key
+        kind = _KIND_OF.get(origin)
+        allowed = kind is not None and self._machine.allows(kind, source, dest)
+        if len(self) >= _EDGES_MAX:
+            self.clear()
+        self[key] = allowed
+        return allowed
+
+
+_EDGES_MAX = 65_536
+
+
+def _listed(mode_ids: Sequence[str], most: int = 20) -> str:
+    """*mode_ids* joined with commas; past *most*, only how many more there are.
+
+    >>> _listed(["a", "b", "c"], most=2)
+    'a, b, ... (1 more)'
+    """
+    text = ", ".join(mode_ids[:most])
+    return text + f", ... ({len(mode_ids) - most} more)" if len(mode_ids) > most else text
 
 
 def _ignore(*_: object) -> None:
@@ -847,7 +873,7 @@ def _legality(  # noqa: C901
 ) -> Iterator[tuple[ViolationKind, str]]:
     source, dest, origin = record.from_mode or "", record.to_mode or "", record.origin
     name = spec.name
-    modes = ", ".join(spec.mode_ids)
+    modes = _listed(spec.mode_ids)
     if not spec.has_mode(dest):
         yield "illegal", f"to_mode {dest!r} is not a mode of spec {name!r} ({modes})"
         return
@@ -875,7 +901,7 @@ def _legality(  # noqa: C901
         yield "illegal", "origin 'new' on a mode_changed record (only a creation has it)"
     elif origin in _CLIENT_ORIGINS:
         if not machine.allows("client_change", source, dest):
-            allowed = ", ".join(machine.targets("client_change", source)) or "none"
+            allowed = _listed(machine.targets("client_change", source)) or "none"
             message = (
                 f"{origin} may not change the mode from {source!r} to {dest!r} under spec "
                 f"{name!r} (allowed from {source!r}: {allowed})"
@@ -883,7 +909,7 @@ def _legality(  # noqa: C901
             yield "illegal", message
     else:
         if not machine.allows("switch_mode", source, dest):
-            allowed = ", ".join(machine.targets("switch_mode", source)) or "none"
+            allowed = _listed(machine.targets("switch_mode", source)) or "none"
             message = (
                 f"an approved switch_mode may not move from {source!r} to {dest!r} under "
                 f"spec {name!r} (allowed from {source!r}: {allowed})"

@@ -198,10 +198,38 @@ class ModeSpec(BaseModel):
         """Whether *mode_id* is an advertised mode id."""
         return isinstance(mode_id, str) and mode_id in self._modes_by_id
 
+    @cached_property
+    def _order(self) -> dict[str, int]:
+        return {m: i for i, m in enumerate(self.mode_ids)}
+
+    @cached_property
+    def _client_sets(self) -> dict[str, frozenset[str]]:
+        """For each mode listed in ``client_changes``, the modes it may change to."""
+        return {
+            source: frozenset(d for d in dests if d != source)
+            for source, dests in self.client_changes.items()
+        }
+
     def client_targets(self, source: str) -> tuple[str, ...]:
         """The modes a client may change to from *source* (never *source* itself), in spec order."""
-        allowed = self.client_changes.get(source)
-        return tuple(m for m in self.mode_ids if m != source and (allowed is None or m in allowed))
+        allowed = self._client_sets.get(source)
+        if allowed is None:
+            return tuple(m for m in self.mode_ids if m != source)
+        return tuple(sorted(allowed & self._order.keys(), key=self._order.__getitem__))
+
+    def client_allows(self, source: str, dest: str) -> bool:
+        """Whether a client may change from mode *source* to mode *dest* (both advertised).
+
+        This is :meth:`client_targets` as a test, in constant time.
+        """
+        if source == dest or dest not in self._modes_by_id or source not in self._modes_by_id:
+            return False
+        allowed = self._client_sets.get(source)
+        return allowed is None or dest in allowed
+
+    def client_restricted(self, source: str) -> bool:
+        """Whether *source* is listed in ``client_changes`` (else it may change to any mode)."""
+        return source in self.client_changes
 
     def switch_from(self, source: str) -> Switch | None:
         """The agent-initiated switch the agent may propose in mode *source*, if any."""
@@ -212,13 +240,30 @@ class ModeSpec(BaseModel):
 
         An option targeting :data:`PREVIOUS` may reach any other mode.
         """
-        switch = self.switch_from(source)
-        if switch is None:
+        targets = self._switch_sets.get(source)
+        if targets is None:
             return ()
-        targets = {o.target for o in switch.options if o.allows}
         if PREVIOUS in targets:
             return tuple(m for m in self.mode_ids if m != source)
-        return tuple(m for m in self.mode_ids if m in targets and m != source)
+        return tuple(sorted(targets - {source}, key=self._order.__getitem__))
+
+    def switch_allows(self, source: str, dest: str) -> bool:
+        """Whether an approved ``switch_mode`` option may move from *source* to *dest*.
+
+        This is :meth:`switch_targets` as a test, in constant time.
+        """
+        targets = self._switch_sets.get(source)
+        if targets is None or source == dest or dest not in self._modes_by_id:
+            return False
+        return PREVIOUS in targets or dest in targets
+
+    @cached_property
+    def _switch_sets(self) -> dict[str, frozenset[str]]:
+        """For each mode with a switch, its allow options' targets (:data:`PREVIOUS` included)."""
+        return {
+            source: frozenset(o.target for o in switch.options if o.allows and o.target)
+            for source, switch in self._switch_by_source.items()
+        }
 
     def restore_target(self, mode_id: str) -> str:
         """The mode a session last seen in *mode_id* is restored to on load or resume."""
@@ -251,14 +296,17 @@ def _problems_from_validation(exc: ValidationError) -> list[SpecProblem]:
 def _semantic_problems(spec: ModeSpec) -> list[SpecProblem]:  # noqa: C901, PLR0912, PLR0915
     problems: list[SpecProblem] = []
     ids: list[str] = []
+    known: set[str] = set()
     for i, mode in enumerate(spec.modes):
-        if mode.id in ids:
+        if mode.id in known:
             problems.append(SpecProblem(f"modes[{i}].id", f"duplicate id {mode.id!r}"))
         if mode.id == PREVIOUS:
             problems.append(SpecProblem(f"modes[{i}].id", f"{PREVIOUS!r} is reserved for targets"))
         ids.append(mode.id)
-    known = set(ids)
-    listed = ", ".join(ids)
+        known.add(mode.id)
+    listed = ", ".join(ids[:_LISTED_MAX])
+    if len(ids) > _LISTED_MAX:
+        listed += f", ... ({len(ids) - _LISTED_MAX} more)"
 
     def unknown(location: str, mode_id: str) -> None:
         problems.append(SpecProblem(location, f'mode "{mode_id}" is not in modes ({listed})'))
@@ -296,6 +344,7 @@ def _semantic_problems(spec: ModeSpec) -> list[SpecProblem]:  # noqa: C901, PLR0
     seen_sources: dict[str, int] = {}
     for i, switch in enumerate(spec.switches):
         where = f"switches[{i}]"
+        own_sources = set(switch.source)
         for j, source in enumerate(switch.source):
             if source not in known:
                 unknown(f"{where}.source[{j}]", source)
@@ -339,7 +388,7 @@ def _semantic_problems(spec: ModeSpec) -> list[SpecProblem]:  # noqa: C901, PLR0
             elif option.target not in (None, PREVIOUS):
                 if option.target not in known:
                     unknown(f"{at}.target", option.target)
-                elif option.target in switch.source:
+                elif option.target in own_sources:
                     problems.append(
                         SpecProblem(f"{at}.target", f"{option.target!r} is the switch's own source")
                     )
@@ -353,15 +402,21 @@ def _semantic_problems(spec: ModeSpec) -> list[SpecProblem]:  # noqa: C901, PLR0
 
 
 def _unreachable(spec: ModeSpec) -> list[SpecProblem]:
-    """Modes no path reaches from the initial mode (a ``$previous`` target reaches nothing new)."""
+    """Modes no path reaches from the initial mode (a ``$previous`` target reaches nothing new).
+
+    A search over the spec's own lists: a mode not listed in ``client_changes`` reaches every
+    mode, so the search ends as soon as it meets one, and the time is linear in the spec.
+    """
     reached = {spec.initial}
     frontier = [spec.initial]
     while frontier:
         source = frontier.pop()
+        if not spec.client_restricted(source):
+            return []
         switch = spec.switch_from(source)
-        explicit = {o.target for o in switch.options if o.allows} if switch else set()
-        for dest in (*spec.client_targets(source), *(m for m in spec.mode_ids if m in explicit)):
-            if dest not in reached:
+        explicit = [o.target for o in switch.options if o.allows and o.target] if switch else []
+        for dest in (*spec.client_changes[source], *explicit):
+            if dest not in reached and dest != PREVIOUS:
                 reached.add(dest)
                 frontier.append(dest)
     return [
@@ -369,6 +424,10 @@ def _unreachable(spec: ModeSpec) -> list[SpecProblem]:
         for i, m in enumerate(spec.modes)
         if m.id not in reached
     ]
+
+
+_LISTED_MAX = 20
+"""The most mode ids an error message lists."""
 
 
 def load_spec(path: str | Path) -> ModeSpec:
