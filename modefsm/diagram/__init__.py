@@ -1,7 +1,12 @@
 """modefsm.diagram: see the README's Architecture section."""
 
 from modefsm.diagram._diagram import (
+    DRAWN_MAX,
     FORMATS,
+    GROUP_STEPS_MAX,
+    RENDER_TIMEOUT,
+    RENDERED_ARROWS_MAX,
+    RENDERED_NODES_MAX,
     Diagram,
     DiagramEdge,
     DiagramGroup,
@@ -25,7 +30,12 @@ from modefsm.diagram._diagram import (
 )
 
 __all__ = [
+    "DRAWN_MAX",
     "FORMATS",
+    "GROUP_STEPS_MAX",
+    "RENDERED_ARROWS_MAX",
+    "RENDERED_NODES_MAX",
+    "RENDER_TIMEOUT",
     "Diagram",
     "DiagramEdge",
     "DiagramGroup",
