@@ -108,7 +108,8 @@ def _serve(*args: str) -> float:
             message = json.loads(stdout.readline())
             answered += "id" in message and "method" not in message
         took = time.perf_counter() - start
-        stdin.close()
+        stdin.close()  # end of input: the agent answers what it read, then exits 0
+        stdout.read()
         stdout.close()
         if process.wait(60) != 0:
             msg = f"modefsm serve {' '.join(args)} exited {process.returncode}"

@@ -11,6 +11,7 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from modefsm.engine import OfferedOption, SwitchOffer
     from modefsm.engine._engine import ModeChange, ModeEngine, NotificationSink, Session
     from modefsm.engine._views import ModeView
     from modefsm.errors import (
@@ -21,15 +22,18 @@ if TYPE_CHECKING:
         InvalidValueError,
         LogError,
         ModefsmError,
+        NoSwitchError,
         SessionExistsError,
         SpecError,
         SpecProblem,
+        StaleOptionError,
         TransitionNotAllowedError,
         UnknownConfigOptionError,
         UnknownModeError,
         UnknownSessionError,
     )
     from modefsm.log._records import TransitionLog, TransitionRecord
+    from modefsm.protocol import ModeAgent, RestoreSource, SwitchResult, run_agent
     from modefsm.replay import ReplayReport, Violation, replay
     from modefsm.restore import LogRestore, RestoreIndex, RestorePoint
     from modefsm.spec import (
@@ -52,22 +56,29 @@ _EXPORTS = {
     "LogError": "modefsm.errors",
     "LogRestore": "modefsm.restore",
     "Mode": "modefsm.spec",
+    "ModeAgent": "modefsm.protocol",
     "ModeChange": "modefsm.engine._engine",
     "ModeEngine": "modefsm.engine._engine",
     "ModeSpec": "modefsm.spec",
     "ModeView": "modefsm.engine._views",
     "ModefsmError": "modefsm.errors",
+    "NoSwitchError": "modefsm.errors",
     "NotificationSink": "modefsm.engine._engine",
+    "OfferedOption": "modefsm.engine",
     "PREVIOUS": "modefsm.spec",
     "ReplayReport": "modefsm.replay",
     "RestoreIndex": "modefsm.restore",
     "RestorePoint": "modefsm.restore",
+    "RestoreSource": "modefsm.protocol",
     "Session": "modefsm.engine._engine",
     "SessionExistsError": "modefsm.errors",
     "SpecError": "modefsm.errors",
     "SpecProblem": "modefsm.errors",
+    "StaleOptionError": "modefsm.errors",
     "Switch": "modefsm.spec",
+    "SwitchOffer": "modefsm.engine",
     "SwitchOption": "modefsm.spec",
+    "SwitchResult": "modefsm.protocol",
     "TransitionLog": "modefsm.log._records",
     "TransitionNotAllowedError": "modefsm.errors",
     "TransitionRecord": "modefsm.log._records",
@@ -79,6 +90,7 @@ _EXPORTS = {
     "preset": "modefsm.spec",
     "preset_names": "modefsm.spec",
     "replay": "modefsm.replay",
+    "run_agent": "modefsm.protocol",
 }
 """Where each public name is defined."""
 
@@ -120,21 +132,28 @@ __all__ = [
     "LogError",
     "LogRestore",
     "Mode",
+    "ModeAgent",
     "ModeChange",
     "ModeEngine",
     "ModeSpec",
     "ModeView",
     "ModefsmError",
+    "NoSwitchError",
     "NotificationSink",
+    "OfferedOption",
     "ReplayReport",
     "RestoreIndex",
     "RestorePoint",
+    "RestoreSource",
     "Session",
     "SessionExistsError",
     "SpecError",
     "SpecProblem",
+    "StaleOptionError",
     "Switch",
+    "SwitchOffer",
     "SwitchOption",
+    "SwitchResult",
     "TransitionLog",
     "TransitionNotAllowedError",
     "TransitionRecord",
@@ -146,4 +165,5 @@ __all__ = [
     "preset",
     "preset_names",
     "replay",
+    "run_agent",
 ]

@@ -22,7 +22,7 @@ from modefsm.errors import ModefsmError
 from modefsm.log._records import record_digest
 
 HOST_JSON = b'{"event":"http request","method":"GET","path":"/health","level":"info"}'
-HOST_TEXT = b"2026-01-01 00:00:00 INFO host: agent started (modefsm.cli._serve)"
+HOST_TEXT = b"2026-01-01 00:00:00 INFO host: agent started (modefsm.serve)"
 
 
 @contextlib.contextmanager

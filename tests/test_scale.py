@@ -12,7 +12,6 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from modefsm import ModeSpec, SpecError
-from modefsm import machine as machine_module
 from modefsm.diagram import (
     DRAWN_MAX,
     GROUP_STEPS_MAX,
@@ -22,6 +21,7 @@ from modefsm.diagram import (
     to_markdown,
     to_mermaid,
 )
+from modefsm.engine import _machine as machine_module
 from modefsm.engine._engine import ModeEngine
 from modefsm.engine._machine import ModeMachine, state_name
 from modefsm.errors import DiagramError
