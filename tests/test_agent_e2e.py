@@ -13,7 +13,7 @@ import pytest
 
 from modefsm import preset
 
-from .acp_client import cancelled, select, serve
+from .acp_client import cancelled, select, serve, text_block
 from .conftest import announced, mode_option, read_log
 
 pytestmark = pytest.mark.e2e
@@ -201,7 +201,7 @@ class TestSwitchMode:
             client.answer = answer
             session_id = await in_architect(conn)
             mark = client.mark()
-            response = await conn.prompt(session_id=session_id, prompt=[acp.text_block(PLAN)])
+            response = await conn.prompt(session_id=session_id, prompt=[text_block(PLAN)])
             frames = client.since(mark)
         assert response.stop_reason == "end_turn"
         call_id = frames[0]["params"]["update"]["toolCallId"]
@@ -259,7 +259,7 @@ class TestSwitchMode:
 
             client.answer = answer
             session_id = await in_architect(conn)
-            await conn.prompt(session_id=session_id, prompt=[acp.text_block(PLAN)])
+            await conn.prompt(session_id=session_id, prompt=[text_block(PLAN)])
             modes = [
                 u["update"]["currentModeId"]
                 for u in client.updates(session_id)
@@ -292,7 +292,7 @@ class TestSwitchMode:
             client.answer = respond
             session_id = await in_architect(conn)
             mark = client.mark()
-            response = await conn.prompt(session_id=session_id, prompt=[acp.text_block(PLAN)])
+            response = await conn.prompt(session_id=session_id, prompt=[text_block(PLAN)])
             frames = client.since(mark)
         assert response.stop_reason == "end_turn"
         updates = [f["params"]["update"] for f in frames if f.get("method") == "session/update"]
@@ -323,7 +323,7 @@ class TestSwitchMode:
             client.answer = answer
             session_id = await in_architect(conn)
             turn = asyncio.create_task(
-                conn.prompt(session_id=session_id, prompt=[acp.text_block(PLAN)])
+                conn.prompt(session_id=session_id, prompt=[text_block(PLAN)])
             )
             await asyncio.wait_for(client.pending.wait(), 10)
             await asyncio.wait_for(conn.set_session_mode(session_id=session_id, mode_id="ask"), 10)
@@ -361,7 +361,7 @@ class TestSwitchMode:
             client.answer = answer
             session_id = (await conn.new_session(cwd=".")).session_id
             turn = asyncio.create_task(
-                conn.prompt(session_id=session_id, prompt=[acp.text_block("go")])
+                conn.prompt(session_id=session_id, prompt=[text_block("go")])
             )
             await asyncio.wait_for(client.pending.wait(), 10)
             await conn.set_session_mode(session_id=session_id, mode_id="b")
@@ -388,7 +388,7 @@ class TestSwitchMode:
             client.answer = answer
             session_id = await in_architect(conn)
             turn = asyncio.create_task(
-                conn.prompt(session_id=session_id, prompt=[acp.text_block(PLAN)])
+                conn.prompt(session_id=session_id, prompt=[text_block(PLAN)])
             )
             await asyncio.wait_for(client.pending.wait(), 10)
             await conn.cancel(session_id=session_id)
@@ -400,7 +400,7 @@ class TestSwitchMode:
     async def test_prompt_without_a_switch_names_the_mode(self, log_path):
         async with serve(log_path) as (conn, client):
             session_id = (await conn.new_session(cwd=".")).session_id
-            await conn.prompt(session_id=session_id, prompt=[acp.text_block("hi")])
+            await conn.prompt(session_id=session_id, prompt=[text_block("hi")])
             updates = client.updates(session_id)
         assert updates == [
             {
