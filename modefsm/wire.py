@@ -27,9 +27,10 @@ It also tracks the agent's own requests, so that a second answer to a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +59,10 @@ MAX_DEPTH = 128
 _ANSWERED_KEPT = 1024
 """How many answered ``session/request_permission`` ids are remembered, to spot a second
 answer."""
+
+ANSWER_AT_END_SECONDS = 10.0
+"""How long, at the end of input, :func:`run_agent` waits for the answers to the requests
+already read before it closes the connection."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +226,8 @@ class CheckedTransport:
         self._lock = asyncio.Lock()
         self._awaiting: dict[int, PermissionRequest | None] = {}
         self._answered: OrderedDict[int, PermissionRequest] = OrderedDict()
+        self._unanswered: Counter[Any] = Counter()  # ids of requests read, not answered yet
+        self._all_answered = asyncio.Event()
 
     async def receive(self) -> dict[str, Any] | None:
         """The next good frame; bad ones are answered (requests) or dropped, and skipped.
@@ -242,6 +249,9 @@ class CheckedTransport:
                 if bad.answer:
                     await self.send(bad.to_response())
                 continue
+            if "method" in frame and "id" in frame:
+                self._unanswered[_id_key(frame["id"])] += 1
+                self._all_answered.clear()
             if "method" in frame or self._is_expected(frame):
                 return frame
 
@@ -278,9 +288,24 @@ class CheckedTransport:
             data = json.dumps(_unencodable(message), separators=(",", ":"))
         if "method" in message and type(message.get("id")) is int:
             self._awaiting[message["id"]] = _permission_request(message)
+        elif "method" not in message and "id" in message:
+            self._answer(_id_key(message["id"]))
         async with self._lock:
             self._writer.write(data.encode("utf-8") + b"\n")
             await self._writer.drain()
+
+    def _answer(self, key: Any) -> None:
+        if self._unanswered[key] > 1:
+            self._unanswered[key] -= 1
+        else:
+            self._unanswered.pop(key, None)
+        if not self._unanswered:
+            self._all_answered.set()
+
+    async def answered(self) -> None:
+        """Return once every request read so far has been answered."""
+        while self._unanswered:
+            await self._all_answered.wait()
 
     async def close(self) -> None:
         """Close the output."""
@@ -326,6 +351,11 @@ def _unencodable(response: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _id_key(request_id: Any) -> tuple[str, Any]:
+    """A JSON-RPC id as a dictionary key that keeps ``1``, ``1.0`` and ``"1"`` apart."""
+    return (type(request_id).__name__, request_id)
+
+
 def _permission_request(message: dict[str, Any]) -> PermissionRequest | None:
     if message.get("method") != "session/request_permission":
         return None
@@ -356,5 +386,10 @@ async def run_agent(agent: Any, *, use_unstable_protocol: bool = True) -> None:
     )
     try:
         await conn.listen()
+        # The SDK cancels the requests still running when the connection closes: at the
+        # end of input, let those already read (``cat requests.jsonl | modefsm serve``) answer.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(ANSWER_AT_END_SECONDS):
+                await transport.answered()
     finally:
         await asyncio.shield(conn.close())

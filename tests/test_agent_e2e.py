@@ -551,6 +551,36 @@ class TestCommands:
         assert [e["event"] for e in err] == ["modefsm.session_created"]
         assert err[0]["session_id"] == out[0]["result"]["sessionId"]
 
+    def test_serve_answers_every_request_read_before_the_end_of_input(self, tmp_path: Path):
+        import json
+
+        requests = [
+            {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}},
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "session/new",
+                "params": {"cwd": ".", "mcpServers": []},
+            },
+            {"jsonrpc": "2.0", "id": "x", "method": "session/set_mode", "params": {}},
+            {"jsonrpc": "2.0", "id": 3, "method": "no/such_method", "params": {}},
+        ]
+        result = subprocess.run(
+            [sys.executable, "-m", "modefsm", "serve", "--log", str(tmp_path / "log.jsonl")],
+            input=b"".join(json.dumps(r).encode() + b"\n" for r in requests),
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        out = [json.loads(line) for line in result.stdout.splitlines()]
+        assert sorted(str(frame["id"]) for frame in out) == ["0", "1", "3", "x"]
+        by_id = {frame["id"]: frame for frame in out}
+        assert by_id[0]["result"]["protocolVersion"] == 1
+        assert by_id[1]["result"]["modes"]["currentModeId"] == "ask"
+        assert by_id["x"]["error"]["code"] == -32602
+        assert by_id[3]["error"]["code"] == -32601
+
     def test_serve_with_a_bad_spec_prints_one_line(self, tmp_path: Path):
         spec = tmp_path / "bad.toml"
         spec.write_text('name = "x"\ninitial = "nope"\n[[modes]]\nid = "a"\nname = "A"\n')
