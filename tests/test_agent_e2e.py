@@ -526,7 +526,8 @@ class TestCommands:
             "jsonrpc": "2.0",
             "id": 0,
             "method": "initialize",
-            "params": {"protocolVersion": 1},
+            # the SDK 1.0 client sends its default capabilities
+            "params": {"protocolVersion": 1, "clientCapabilities": {"fs": {}, "auth": {}}},
         }
 
     def test_serve_without_log_writes_records_to_stderr(self):
