@@ -118,8 +118,8 @@ class ModeAgent:
         log: the transition log; ``None`` logs nothing (and nothing can be restored).
         restore: where ``session/load``/``session/resume`` look up a session unknown to
             this process (after a restart); ``None`` answers them with ``-32002``.
-        unstable: advertise ``session/resume`` and ``session/close`` (serve the agent with
-            ``acp.run_agent(..., use_unstable_protocol=True)``, or the SDK refuses them).
+        unstable: advertise ``session/resume`` and ``session/close`` (the SDK routes them
+            whatever its ``use_unstable_protocol``).
         **engine_kwargs: passed to :class:`~modefsm.sessions.ModeEngine`
             (``before_change``, ``after_change``).
 
