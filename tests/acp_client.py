@@ -10,9 +10,14 @@ from pathlib import Path
 from typing import Any, cast
 
 import acp
-from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
+from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse, TextContentBlock
 
 Answer = Callable[[list[Any], Any], Awaitable[RequestPermissionResponse]]
+
+
+def text_block(text: str) -> TextContentBlock:
+    """A text content block (SDK 1.0 removed ``acp.text_block``)."""
+    return TextContentBlock(type="text", text=text)
 
 
 def select(option_id: str) -> RequestPermissionResponse:

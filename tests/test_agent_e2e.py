@@ -13,7 +13,7 @@ import pytest
 
 from modefsm import preset
 
-from .acp_client import cancelled, select, serve
+from .acp_client import cancelled, select, serve, text_block
 from .conftest import announced, mode_option, read_log
 
 pytestmark = pytest.mark.e2e
@@ -201,7 +201,7 @@ class TestSwitchMode:
             client.answer = answer
             session_id = await in_architect(conn)
             mark = client.mark()
-            response = await conn.prompt(session_id=session_id, prompt=[acp.text_block(PLAN)])
+            response = await conn.prompt(session_id=session_id, prompt=[text_block(PLAN)])
             frames = client.since(mark)
         assert response.stop_reason == "end_turn"
         call_id = frames[0]["params"]["update"]["toolCallId"]
@@ -259,7 +259,7 @@ class TestSwitchMode:
 
             client.answer = answer
             session_id = await in_architect(conn)
-            await conn.prompt(session_id=session_id, prompt=[acp.text_block(PLAN)])
+            await conn.prompt(session_id=session_id, prompt=[text_block(PLAN)])
             modes = [
                 u["update"]["currentModeId"]
                 for u in client.updates(session_id)
@@ -292,7 +292,7 @@ class TestSwitchMode:
             client.answer = respond
             session_id = await in_architect(conn)
             mark = client.mark()
-            response = await conn.prompt(session_id=session_id, prompt=[acp.text_block(PLAN)])
+            response = await conn.prompt(session_id=session_id, prompt=[text_block(PLAN)])
             frames = client.since(mark)
         assert response.stop_reason == "end_turn"
         updates = [f["params"]["update"] for f in frames if f.get("method") == "session/update"]
@@ -323,7 +323,7 @@ class TestSwitchMode:
             client.answer = answer
             session_id = await in_architect(conn)
             turn = asyncio.create_task(
-                conn.prompt(session_id=session_id, prompt=[acp.text_block(PLAN)])
+                conn.prompt(session_id=session_id, prompt=[text_block(PLAN)])
             )
             await asyncio.wait_for(client.pending.wait(), 10)
             await asyncio.wait_for(conn.set_session_mode(session_id=session_id, mode_id="ask"), 10)
@@ -361,7 +361,7 @@ class TestSwitchMode:
             client.answer = answer
             session_id = (await conn.new_session(cwd=".")).session_id
             turn = asyncio.create_task(
-                conn.prompt(session_id=session_id, prompt=[acp.text_block("go")])
+                conn.prompt(session_id=session_id, prompt=[text_block("go")])
             )
             await asyncio.wait_for(client.pending.wait(), 10)
             await conn.set_session_mode(session_id=session_id, mode_id="b")
@@ -388,7 +388,7 @@ class TestSwitchMode:
             client.answer = answer
             session_id = await in_architect(conn)
             turn = asyncio.create_task(
-                conn.prompt(session_id=session_id, prompt=[acp.text_block(PLAN)])
+                conn.prompt(session_id=session_id, prompt=[text_block(PLAN)])
             )
             await asyncio.wait_for(client.pending.wait(), 10)
             await conn.cancel(session_id=session_id)
@@ -400,7 +400,7 @@ class TestSwitchMode:
     async def test_prompt_without_a_switch_names_the_mode(self, log_path):
         async with serve(log_path) as (conn, client):
             session_id = (await conn.new_session(cwd=".")).session_id
-            await conn.prompt(session_id=session_id, prompt=[acp.text_block("hi")])
+            await conn.prompt(session_id=session_id, prompt=[text_block("hi")])
             updates = client.updates(session_id)
         assert updates == [
             {
@@ -526,7 +526,8 @@ class TestCommands:
             "jsonrpc": "2.0",
             "id": 0,
             "method": "initialize",
-            "params": {"protocolVersion": 1},
+            # the SDK 1.0 client sends its default capabilities
+            "params": {"protocolVersion": 1, "clientCapabilities": {"fs": {}, "auth": {}}},
         }
 
     def test_serve_without_log_writes_records_to_stderr(self):
@@ -550,6 +551,36 @@ class TestCommands:
         assert out[0]["result"]["modes"]["currentModeId"] == "ask"
         assert [e["event"] for e in err] == ["modefsm.session_created"]
         assert err[0]["session_id"] == out[0]["result"]["sessionId"]
+
+    def test_serve_answers_every_request_read_before_the_end_of_input(self, tmp_path: Path):
+        import json
+
+        requests = [
+            {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}},
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "session/new",
+                "params": {"cwd": ".", "mcpServers": []},
+            },
+            {"jsonrpc": "2.0", "id": "x", "method": "session/set_mode", "params": {}},
+            {"jsonrpc": "2.0", "id": 3, "method": "no/such_method", "params": {}},
+        ]
+        result = subprocess.run(
+            [sys.executable, "-m", "modefsm", "serve", "--log", str(tmp_path / "log.jsonl")],
+            input=b"".join(json.dumps(r).encode() + b"\n" for r in requests),
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        out = [json.loads(line) for line in result.stdout.splitlines()]
+        assert sorted(str(frame["id"]) for frame in out) == ["0", "1", "3", "x"]
+        by_id = {frame["id"]: frame for frame in out}
+        assert by_id[0]["result"]["protocolVersion"] == 1
+        assert by_id[1]["result"]["modes"]["currentModeId"] == "ask"
+        assert by_id["x"]["error"]["code"] == -32602
+        assert by_id[3]["error"]["code"] == -32601
 
     def test_serve_with_a_bad_spec_prints_one_line(self, tmp_path: Path):
         spec = tmp_path / "bad.toml"

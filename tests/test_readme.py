@@ -9,7 +9,7 @@ from pathlib import Path
 import acp
 import pytest
 
-from .acp_client import TestClient, select
+from .acp_client import TestClient, select, text_block
 
 pytestmark = pytest.mark.e2e
 
@@ -44,7 +44,7 @@ async def test_readme_agent_runs_the_seed_flow(tmp_path: Path):
         await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
         session_id = (await conn.new_session(cwd=".")).session_id
         await conn.set_session_mode(session_id=session_id, mode_id="architect")
-        response = await conn.prompt(session_id=session_id, prompt=[acp.text_block("go")])
+        response = await conn.prompt(session_id=session_id, prompt=[text_block("go")])
     assert response.stop_reason == "end_turn"
     texts = [
         u["update"]["content"]["text"]

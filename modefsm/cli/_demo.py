@@ -23,7 +23,12 @@ from typing import Any, TextIO, cast
 
 import acp
 import orjson
-from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
+from acp.schema import (
+    AllowedOutcome,
+    DeniedOutcome,
+    RequestPermissionResponse,
+    TextContentBlock,
+)
 
 from modefsm.cli._serve import check_log_path
 from modefsm.log._records import TransitionLog
@@ -125,6 +130,10 @@ def _abridge(value: Any) -> Any:
     return value
 
 
+def _text_block(text: str) -> TextContentBlock:
+    return TextContentBlock(type="text", text=text)
+
+
 def _expect(what: str, actual: object, expected: object) -> None:
     if actual != expected:
         msg = f"{what}: expected {expected!r}, got {actual!r}"
@@ -167,7 +176,7 @@ async def _story(log: Path, out: TextIO, *, raw: bool) -> tuple[list[str], str]:
         visited.append("architect")
 
         transcript.say("prompt in architect: the agent asks to switch; the user selects code")
-        turn = await conn.prompt(session_id=session_id, prompt=[acp.text_block(_PLAN)])
+        turn = await conn.prompt(session_id=session_id, prompt=[_text_block(_PLAN)])
         _expect("stopReason", turn.stop_reason, "end_turn")
         _expect("mode after the approved switch", client.modes[-1], "code")
         visited.append("code")
@@ -176,7 +185,7 @@ async def _story(log: Path, out: TextIO, *, raw: bool) -> tuple[list[str], str]:
         await conn.set_session_mode(session_id=session_id, mode_id="architect")
         visited.append("architect")
         count = len(client.modes)
-        await conn.prompt(session_id=session_id, prompt=[acp.text_block("Let's just start.")])
+        await conn.prompt(session_id=session_id, prompt=[_text_block("Let's just start.")])
         _expect("notifications after a rejection", len(client.modes), count)
 
         transcript.say("session/set_mode to an unknown mode: -32602, nothing changes")

@@ -35,8 +35,9 @@ import asyncio
 import contextlib
 import uuid
 from collections import OrderedDict
+from collections.abc import Coroutine
 from importlib import metadata
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from acp import PROTOCOL_VERSION, RequestError
 from acp.schema import (
@@ -62,6 +63,8 @@ from modefsm.replay._replayer import RestorePoint
 from modefsm.spec._model import ModeSpec
 
 __all__ = ["ModeAgent", "RestoreSource", "acp_errors"]
+
+_T = TypeVar("_T")
 
 
 class RestoreSource(Protocol):
@@ -118,8 +121,8 @@ class ModeAgent:
         log: the transition log; ``None`` logs nothing (and nothing can be restored).
         restore: where ``session/load``/``session/resume`` look up a session unknown to
             this process (after a restart); ``None`` answers them with ``-32002``.
-        unstable: advertise ``session/resume`` and ``session/close`` (serve the agent with
-            ``acp.run_agent(..., use_unstable_protocol=True)``, or the SDK refuses them).
+        unstable: advertise ``session/resume`` and ``session/close`` (the SDK routes them
+            whatever its ``use_unstable_protocol``).
         **engine_kwargs: passed to :class:`~modefsm.engine.ModeEngine`
             (``before_change``, ``after_change``).
 
@@ -251,7 +254,7 @@ class ModeAgent:
         """``session/set_mode``: change the mode; both notifications precede the response."""
         del kwargs
         with acp_errors():
-            await self.engine.set_mode(session_id, mode_id)
+            await _finish(self.engine.set_mode(session_id, mode_id))
         return SetSessionModeResponse()
 
     async def set_config_option(
@@ -264,7 +267,7 @@ class ModeAgent:
         """``session/set_config_option`` on the mode option; answers the complete list."""
         del kwargs
         with acp_errors():
-            options = await self.engine.set_config_option(session_id, config_id, value)
+            options = await _finish(self.engine.set_config_option(session_id, config_id, value))
         return SetSessionConfigOptionResponse(config_options=_copy(options))
 
     # -- prompts and the switch_mode tool ---------------------------------------------------
@@ -395,6 +398,24 @@ def _selected(response: dict[str, Any]) -> str | None:
     outcome = result.get("outcome") if isinstance(result, dict) else None
     option_id = outcome.get("optionId") if isinstance(outcome, dict) else None
     return option_id if isinstance(option_id, str) else None
+
+
+async def _finish(change: Coroutine[Any, Any, _T]) -> _T:
+    """Run a client's change to its end, even if its request is cancelled meanwhile.
+
+    A change is committed before its notifications are sent: a ``$/cancel_request`` that
+    arrives while they are being sent must neither cut them short nor have the client told
+    that the change failed. The change finishes; its answer is the one the client gets.
+    """
+    task = asyncio.ensure_future(change)
+    while True:
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is None or task.cancelled():
+                raise
+            current.uncancel()
 
 
 def _copy(options: list[Any]) -> list[Any]:

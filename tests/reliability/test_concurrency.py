@@ -24,8 +24,8 @@ import acp
 import pytest
 
 from modefsm import preset
-from modefsm.replay._replayer import last_points
-from tests.acp_client import TestClient, cancelled, select, serve
+from modefsm.replay import last_points
+from tests.acp_client import TestClient, cancelled, select, serve, text_block
 
 from .harness import TIMEOUT, assert_sequences, read_log, reproduce, seeds
 
@@ -123,7 +123,7 @@ async def run_op(conn: Any, client: ScheduleClient, *, sid: str, op: str, mode: 
             )
         elif op == "prompt":
             outcome.result = await conn.prompt(
-                session_id=sid, prompt=[acp.text_block(f"plan {tag}")], op=tag
+                session_id=sid, prompt=[text_block(f"plan {tag}")], op=tag
             )
         elif op == "cancel":
             client.cancels.setdefault(sid, asyncio.Event()).set()
@@ -350,7 +350,7 @@ class TestRegressions:
         conn.gate.set()
         sid = (await agent.new_session(cwd=".")).session_id
         await agent.set_session_mode(session_id=sid, mode_id="architect")
-        turns = [asyncio.create_task(agent.prompt([acp.text_block("go")], sid)) for _ in range(2)]
+        turns = [asyncio.create_task(agent.prompt([text_block("go")], sid)) for _ in range(2)]
         await asyncio.sleep(0.05)  # both turns wait for an answer that never comes
         await agent.cancel(sid)
         responses = await asyncio.wait_for(asyncio.gather(*turns), 5)

@@ -26,8 +26,8 @@ import acp
 import pytest
 
 from modefsm import preset
-from modefsm.replay._replayer import last_points
-from tests.acp_client import TestClient, select
+from modefsm.replay import last_points
+from tests.acp_client import TestClient, select, text_block
 
 from .harness import TIMEOUT, raw_serve, reproduce, seeds, verify_log_after_crash
 
@@ -103,7 +103,7 @@ async def work(conn: Any, client: TestClient, sid: str, rng: random.Random, acke
             elif rng.random() < 0.6:
                 await conn.set_config_option(config_id="mode", session_id=sid, value=mode)
             else:
-                await conn.prompt(session_id=sid, prompt=[acp.text_block("go")])
+                await conn.prompt(session_id=sid, prompt=[text_block("go")])
                 continue
         except (ConnectionError, acp.RequestError):
             return
