@@ -19,7 +19,7 @@ import pytest
 from modefsm import preset
 from modefsm.cli._serve import index_path
 
-from .acp_client import TestClient, select, serve
+from .acp_client import TestClient, select, serve, text_block
 from .conftest import announced, read_log
 
 pytestmark = pytest.mark.e2e
@@ -88,7 +88,7 @@ class TestOptionsNameTheirTargets:
             for before in cases:
                 session_id = await session_in_plan(conn, *before)
                 mark = client.mark()
-                await conn.prompt(session_id=session_id, prompt=[acp.text_block(PLAN)])
+                await conn.prompt(session_id=session_id, prompt=[text_block(PLAN)])
                 shown[before] = switch_frames(client, mark)[0]
         assert shown == cases
 
@@ -97,7 +97,7 @@ class TestOptionsNameTheirTargets:
             client.answer = lambda options, tool_call: _select("exit_plan_previous")
             session_id = await session_in_plan(conn, "bypassPermissions")
             mark = client.mark()
-            await conn.prompt(session_id=session_id, prompt=[acp.text_block(PLAN)])
+            await conn.prompt(session_id=session_id, prompt=[text_block(PLAN)])
             shown, updates = switch_frames(client, mark)
         assert shown[1] == BACK_TO_BYPASS
         assert updates[:2] == announced(SPEC, session_id, "bypassPermissions")
@@ -115,7 +115,7 @@ class TestRestartDoesNotCarryBypass:
             # a forged or outdated client answers with the option it saw before the restart
             client.answer = lambda options, tool_call: _select("exit_plan_previous")
             mark = client.mark()
-            response = await conn.prompt(session_id=session_id, prompt=[acp.text_block(PLAN)])
+            response = await conn.prompt(session_id=session_id, prompt=[text_block(PLAN)])
             shown, updates = switch_frames(client, mark)
         assert loaded.modes.current_mode_id == "plan"
         assert shown == [ACCEPT, DEFAULT, KEEP]
@@ -167,7 +167,7 @@ class TestStaleDialog:
             session_id = await session_in_plan(conn, "bypassPermissions")
             mark = client.mark()
             turn = asyncio.create_task(
-                conn.prompt(session_id=session_id, prompt=[acp.text_block(PLAN)])
+                conn.prompt(session_id=session_id, prompt=[text_block(PLAN)])
             )
             await asyncio.wait_for(client.pending.wait(), 10)
             await conn.set_session_mode(session_id=session_id, mode_id="default")
