@@ -571,9 +571,18 @@ def test_a_hang_up_during_a_permission_request_ends_cleanly(agents, tmp_path: Pa
 # -- Ctrl-C -----------------------------------------------------------------------------------
 
 
+def _wait_for_imports(pid: int) -> None:
+    """Return once pydantic's core is mapped in *pid*: modefsm's imports are running, so
+    its Ctrl-C handler (installed before them) is in place."""
+    deadline = time.monotonic() + TIMEOUT
+    maps = Path(f"/proc/{pid}/maps")
+    while "pydantic_core" not in maps.read_text() and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
 def interrupt(args: list[str], point: float | str) -> tuple[int, str]:
     """Start ``modefsm ARGS`` in a process group of its own (a terminal's job), send the
-    group SIGINT at *point* (seconds after the start; ``"import"``: while it imports its
+    group SIGINT at *point* (seconds after its imports began; ``"import"``: while it imports its
     dependencies; ``"running"``: once it has printed a line, after an ``initialize`` for
     ``serve``), and return its exit status and stderr once the group is gone."""
     process = subprocess.Popen(
@@ -584,17 +593,15 @@ def interrupt(args: list[str], point: float | str) -> tuple[int, str]:
         start_new_session=True,
     )
     try:
-        if point == "import":  # pydantic's core is mapped: modefsm's imports are running
-            deadline = time.monotonic() + TIMEOUT
-            maps = Path(f"/proc/{process.pid}/maps")
-            while "pydantic_core" not in maps.read_text() and time.monotonic() < deadline:
-                time.sleep(0.001)
+        if point == "import":
+            _wait_for_imports(process.pid)
         elif point == "running":
             if args[0] == "serve":
                 process.stdin.write(frame(0, "initialize", {"protocolVersion": 1}))
                 process.stdin.flush()
             assert process.stdout.readline()
-        else:
+        elif point:  # seconds after the handler is in place, however slow the start
+            _wait_for_imports(process.pid)
             time.sleep(float(point))
         os.killpg(process.pid, signal.SIGINT)
         code = process.wait(TIMEOUT)
