@@ -420,9 +420,11 @@ class TestUnreadStdout:
 
         writer = threading.Thread(target=write, daemon=True)
         writer.start()
-        time.sleep(2.0)
-        before = sent[0]
-        time.sleep(1.0)
+        deadline = time.monotonic() + TIMEOUT  # however slow the machine, reading stops
+        before = -1
+        while sent[0] != before and time.monotonic() < deadline:
+            before = sent[0]
+            time.sleep(1.0)
         assert sent[0] == before, "still reading although nothing is read from its stdout"
         assert writer.is_alive()
         assert before < len(requests) / 2, (before, len(requests))
