@@ -97,20 +97,26 @@ class RestorePoint(NamedTuple):
         seq: that record's ``seq``.
         previous: the ``from_mode`` of its last client or switch change, which
             ``$previous`` switch options return to (``None`` if there was none).
+        digest: the ``digest`` of that record (the head of the session's chain, which
+            the session's next record names as ``session_prev``), or ``None`` when unknown.
     """
 
     session_id: str
     mode: str
     seq: int
     previous: str | None = None
+    digest: str | None = None
 
 
-def last_points(paths: Iterable[str | Path]) -> dict[str, RestorePoint]:
-    """The :class:`RestorePoint` of every session found in *paths* (the last record wins)."""
+def last_points(paths: Iterable[str | Path], *, digests: bool = False) -> dict[str, RestorePoint]:
+    """The :class:`RestorePoint` of every session found in *paths* (the last record wins).
+
+    With *digests*, each point carries its record's ``digest`` (else ``None``).
+    """
     points: dict[str, RestorePoint] = {}
     for item in read_log(paths):
         if isinstance(item, LogEntry):
-            point = _point(item)
+            point = _point(item, digests=digests)
             if point is not None:
                 previous, keep = previous_of(item.record.origin, item.record.from_mode)
                 last = points.get(point.session_id)
@@ -120,11 +126,12 @@ def last_points(paths: Iterable[str | Path]) -> dict[str, RestorePoint]:
     return points
 
 
-def _point(entry: LogEntry) -> RestorePoint | None:
+def _point(entry: LogEntry, *, digests: bool = False) -> RestorePoint | None:
     record = entry.record
     if record.event == EVENT_REJECTED or record.seq is None or record.to_mode is None:
         return None
-    return RestorePoint(record.session_id, record.to_mode, record.seq)
+    digest = record.digest if digests else None
+    return RestorePoint(record.session_id, record.to_mode, record.seq, None, digest)
 
 
 class LogRestore:
@@ -168,8 +175,11 @@ _UPSERT = (
     "VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
     "ON CONFLICT (session_id) DO UPDATE SET mode = excluded.mode, seq = excluded.seq, "
     "digest = excluded.digest, offset = excluded.offset, "
-    "previous = CASE WHEN ?7 THEN sessions.previous ELSE excluded.previous END"
+    "previous = CASE WHEN ?7 THEN sessions.previous ELSE excluded.previous END "
+    "WHERE excluded.seq >= sessions.seq"
 )
+"""A row never goes back to an older record: processes sharing the index may commit the
+same records in any order."""
 _NAMED_COLUMNS = (("digest", "TEXT"), ("offset", "INTEGER"))
 """Columns added after the first release: an older index gets them (empty) when opened."""
 
@@ -268,6 +278,14 @@ class RestoreIndex:
     def restore_point(self, session_id: str) -> RestorePoint | None:
         """The last committed point of *session_id*, or ``None`` if no record named it.
 
+        The same as :meth:`lookup`, without the record's ``digest``.
+        """
+        point = self.lookup(session_id)
+        return None if point is None else point._replace(digest=None)
+
+    def lookup(self, session_id: str) -> RestorePoint | None:
+        """The last committed point of *session_id* with its record's ``digest``.
+
         Answers from the updates not yet committed first (this process wrote their
         records), then from the SQLite table (reading does not wait for another process's
         write lock: the file is in WAL mode). When the index follows a log
@@ -298,7 +316,7 @@ class RestoreIndex:
                 raise LogError(msg, str(self.path))
         entry = self._pending.get(session_id)
         if entry is not None and not entry[5]:
-            return RestorePoint(session_id, entry[0], entry[1], entry[4])
+            return RestorePoint(session_id, entry[0], entry[1], entry[4], entry[2])
         try:
             row = self._db.execute(
                 "SELECT mode, seq, previous, digest, offset FROM sessions WHERE session_id = ?",
@@ -306,14 +324,15 @@ class RestoreIndex:
             ).fetchone()
         except sqlite3.Error as exc:
             raise LogError(f"cannot read the restore index now: {exc}", str(self.path)) from None
-        point = None if row is None else RestorePoint(session_id, row[0], row[1], row[2])
+        point = None if row is None else RestorePoint(session_id, row[0], row[1], row[2], row[3])
         log = self.log_path
         if log is not None and point is not None:
             problem = _disagreement(log, point, row[3], row[4])
             if problem is not None:
                 point = self._settle(session_id, problem, point, log)
         if entry is not None:  # a restore record: the mode is new, previous stays as it was
-            return RestorePoint(session_id, entry[0], entry[1], point.previous if point else None)
+            previous = point.previous if point else None
+            return RestorePoint(session_id, entry[0], entry[1], previous, entry[2])
         return point
 
     def _settle(
@@ -321,7 +340,8 @@ class RestoreIndex:
     ) -> RestorePoint | None:
         """The log's own point for *session_id*, after reporting why the row was not used."""
         try:
-            truth = last_points([log]).get(session_id) if log.exists() else None
+            points = last_points([log], digests=True) if log.exists() else {}
+            truth = points.get(session_id)
         except OSError as exc:
             raise LogError(f"cannot read the transition log: {exc.strerror}", str(log)) from None
         if self.report is not None:

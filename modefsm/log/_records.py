@@ -149,6 +149,10 @@ class TransitionRecord(BaseModel):
         prev: the ``digest`` of the record written before this one on the same log, or
             ``None`` for the first record of a fresh log (and in logs written before
             records were chained).
+        session_prev: on committed records written through a
+            :class:`~modefsm.store.SessionStore`: the ``digest`` of the session's record
+            ``seq - 1`` (``None`` on its creation), so a session's records form a chain of
+            their own across files and writers. Absent in older logs (then unchecked).
         digest: :func:`record_digest` of this record: 64 hex digits.
     """
 
@@ -170,6 +174,7 @@ class TransitionRecord(BaseModel):
     spec_hash: str
     level: str = "info"
     prev: str | None = None
+    session_prev: str | None = None
     digest: str | None = None
 
 
@@ -537,6 +542,14 @@ class TransitionLog:
     def head(self) -> str | None:
         """The ``digest`` of the last record written (or found when the file was opened)."""
         return self._head
+
+    def follow(self, head: str | None) -> None:
+        """Continue the chain from *head*: the ``digest`` of a record another writer appended.
+
+        For writers that share one file under a lock (:class:`~modefsm.store.FileStore`):
+        the next record's ``prev`` is *head*, so the file stays one chain.
+        """
+        self._head = head
 
     @classmethod
     def to_file(
