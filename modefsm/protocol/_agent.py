@@ -240,7 +240,7 @@ class ModeAgent:
                 if point is None:
                     raise UnknownSessionError(session_id)
                 self.engine.restore_session(
-                    session_id, point.mode, point.seq, previous=point.previous
+                    session_id, point.mode, point.seq, previous=point.previous, digest=point.digest
                 )
             # the answer reports the current mode: its notifications must have left first
             await self.engine.flush()

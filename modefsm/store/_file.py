@@ -284,9 +284,20 @@ class FileStore:
                     yield record
 
     def close(self) -> None:
-        """Commit the index and close the file (idempotent)."""
+        """Catch the index up with the file, commit it and close both (idempotent).
+
+        The index is left current, so the next process's first restore reads little; when
+        it cannot be (locked, refused), the next catch-up reads the rest from the file.
+        """
         if self._fd < 0:
             return
+        with contextlib.suppress(LogError):
+            self._lock()
+            try:
+                self._sync_tail()
+                self._open_index().catch_up(self.path)
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
         if self._index is not None:
             with contextlib.suppress(LogError):
                 self._index.close()
