@@ -102,7 +102,7 @@ _HEAD = 64 * 1024
 _RECORD_START = b'{"timestamp":"'
 
 
-def check_log_path(path: Path) -> None:
+def check_log_path(path: Path, *, index: bool = True) -> None:
     """Refuse to append records to *path* unless it is missing, empty or a transition log.
 
     A transition log that ``serve`` writes begins with a modefsm line (a JSON object whose
@@ -110,6 +110,9 @@ def check_log_path(path: Path) -> None:
     the start of a record. Anything else (notes, a binary file, another program's log) is
     left as it is; so is a file at :func:`index_path` that is not a restore index. Nothing
     is written; a file is read only if it is a regular file.
+
+    With ``index=False`` the index is not looked at (``serve`` starts whatever it holds
+    and answers restores with an error naming the rebuild command instead).
 
     Raises:
         LogError: *path* (or its index path) is not a regular file, cannot be read, or is
@@ -129,7 +132,8 @@ def check_log_path(path: Path) -> None:
     except OSError as exc:
         raise LogError(f"cannot read the transition log: {exc.strerror}", str(path)) from None
     if not head or _is_log_start(head):
-        _check_index(index_path(path))
+        if index:
+            _check_index(index_path(path))
         return
     msg = (
         "exists and is not a transition log (its first line is not a modefsm record): "
@@ -204,7 +208,7 @@ def serve(
     if isinstance(target, str) and not target.startswith(("postgresql://", "postgres://")):
         target = Path(target)
     if isinstance(target, Path):
-        check_log_path(target)
+        check_log_path(target, index=False)
     log: TransitionLog | None = None
     shared: SessionStore | None = None
     if target is None:

@@ -958,6 +958,21 @@ class ModeEngine:
         )
         self._digest = self.store.append(EVENT_CHANGED, fields, head)  # type: ignore[union-attr]
 
+    def adopt(self, current: RestorePoint) -> bool:
+        """Move a live session to *current*, a later point another process committed.
+
+        Both notifications are queued (send them with :meth:`flush`). Used when
+        ``session/load`` or ``session/resume`` finds the session moved on in the store.
+
+        Returns:
+            Whether the session moved (``False``: not live, or *current* is not later).
+        """
+        session = self._sessions.get(current.session_id)
+        if session is None or current.seq <= session.seq:
+            return False
+        self._adopt(current)
+        return True
+
     def _adopt(self, current: RestorePoint) -> None:
         """Take the point another process moved the session to; tell the client."""
         session = self._sessions.get(current.session_id)

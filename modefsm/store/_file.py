@@ -47,7 +47,7 @@ from modefsm.log._records import (
     _check_regular,
     _end_torn_line,
 )
-from modefsm.restore import RestoreIndex, RestorePoint
+from modefsm.restore import RestoreIndex, RestorePoint, is_index
 from modefsm.store._interface import SessionMoved, StoreBusy
 
 __all__ = ["FileStore"]
@@ -252,6 +252,9 @@ class FileStore:
         if self._index is not None:
             return self._index
         try:
+            with contextlib.suppress(FileNotFoundError):
+                if self.index_path.stat().st_size and not is_index(self.index_path):
+                    raise LogError("exists and is not a restore index", str(self.index_path))
             index = RestoreIndex(self.index_path)
         except LogError as exc:
             msg = (
