@@ -459,6 +459,7 @@ class ModeEngine:
         assert isinstance(mode_id, str)  # noqa: S101 - has_mode checked it
         source = session.state
         if mode_id == source:
+            self._confirm(session)
             return None
         context = ModeChange(session_id, session.seq + 1, source, mode_id, origin, request_id)
         if not self._fire(session, _KIND[origin], mode_id, context):
@@ -664,6 +665,7 @@ class ModeEngine:
     ) -> ModeChange | None:
         session = self.get(session_id)
         if dest == session.state:
+            self._confirm(session)
             return None
         if stale is None:
             stale = proposed_in != session.state
@@ -984,6 +986,18 @@ class ModeEngine:
         session.previous = current.previous
         session.digest = current.digest
         self._enqueue(session.session_id, mode)
+
+    def _confirm(self, session: Session) -> None:
+        """Before answering "nothing to change": is the session still where this process saw it?
+
+        Raises:
+            SessionMoved: another process moved it (the caller adopts and tries again).
+        """
+        if self.store is None:
+            return
+        current = self.store.restore_point(session.session_id)
+        if current is not None and current.seq > session.seq:
+            raise SessionMoved(current)
 
     def _busy(self, session_id: str) -> StoreBusy:
         msg = f"sessionId {session_id} is being changed by another process; retry"

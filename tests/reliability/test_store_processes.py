@@ -119,9 +119,7 @@ class TestTheIssuesTwoFailures:
         assert session_chains(log) == {one: ["ask", "code", "ask"], two: ["ask", "architect"]}
         verify(log)
 
-    async def test_sessions_of_two_processes_started_together_load_in_a_third(
-        self, tmp_path: Path
-    ):
+    async def test_sessions_of_two_processes_started_together_load_in_a_third(self, tmp_path: Path):
         log = tmp_path / "modes.jsonl"
         async with serve(log) as (a, _pa, _ca), serve(log) as (b, _pb, _cb):
             ids = []
@@ -178,9 +176,7 @@ time.sleep(float(sys.argv[2]))
 
 
 class TestLocks:
-    async def test_a_held_log_lock_fails_that_request_only_within_the_bound(
-        self, tmp_path: Path
-    ):
+    async def test_a_held_log_lock_fails_that_request_only_within_the_bound(self, tmp_path: Path):
         log = tmp_path / "modes.jsonl"
         async with serve(log) as (conn, process, _c):
             sid = (await conn.new_session(cwd=".")).session_id
@@ -409,23 +405,21 @@ async def run_schedule(log: Path, processes: int, seed: int, steps: int, kills: 
 @pytest.mark.parametrize("seed", seeds(1))
 async def test_processes_share_one_history(tmp_path: Path, processes: int, seed: int):
     log = tmp_path / "modes.jsonl"
-    with contextlib.ExitStack() as stack:
-        stack.callback(lambda: None)
-        try:
-            await run_schedule(log, processes, seed, steps=40 * soak_factor(), kills=0)
-        except AssertionError:
-            print(reproduce(f"{__file__}::test_processes_share_one_history", seed))
-            raise
+    test = f"tests/reliability/test_store_processes.py::test_processes_share_one_history[{seed}-{processes}]"
+    try:
+        await run_schedule(log, processes, seed, steps=24 * soak_factor(), kills=0)
+    except AssertionError as exc:
+        raise AssertionError(reproduce(test, seed)) from exc
 
 
 @pytest.mark.parametrize("seed", seeds(1))
 async def test_sigkill_of_random_processes_loses_nothing_acknowledged(tmp_path: Path, seed: int):
     log = tmp_path / "modes.jsonl"
     kills = 20 * soak_factor()
+    test = "tests/reliability/test_store_processes.py::test_sigkill_of_random_processes"
     try:
-        done = await run_schedule(log, 4, seed + 100, steps=2 * kills, kills=kills)
-    except AssertionError:
-        print(reproduce(f"{__file__}::test_sigkill_of_random_processes_loses_nothing_acknowledged", seed))
-        raise
+        done = await run_schedule(log, 3, seed + 100, steps=kills, kills=kills)
+    except AssertionError as exc:
+        raise AssertionError(reproduce(test, seed)) from exc
     assert done == kills
     assert json.loads(log.read_bytes().splitlines()[0])["event"] == "modefsm.session_created"
