@@ -36,6 +36,7 @@ from .harness import TIMEOUT, read_log, reproduce, seeds, soak_factor
 
 pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
 
+THIS = "tests/reliability/test_store_processes.py"
 MODES = ("ask", "architect", "code")
 COMMITTED = ("modefsm.session_created", "modefsm.mode_changed")
 
@@ -405,7 +406,7 @@ async def run_schedule(log: Path, processes: int, seed: int, steps: int, kills: 
 @pytest.mark.parametrize("seed", seeds(1))
 async def test_processes_share_one_history(tmp_path: Path, processes: int, seed: int):
     log = tmp_path / "modes.jsonl"
-    test = f"tests/reliability/test_store_processes.py::test_processes_share_one_history[{seed}-{processes}]"
+    test = f"{THIS}::test_processes_share_one_history[{seed}-{processes}]"
     try:
         await run_schedule(log, processes, seed, steps=24 * soak_factor(), kills=0)
     except AssertionError as exc:
@@ -416,7 +417,7 @@ async def test_processes_share_one_history(tmp_path: Path, processes: int, seed:
 async def test_sigkill_of_random_processes_loses_nothing_acknowledged(tmp_path: Path, seed: int):
     log = tmp_path / "modes.jsonl"
     kills = 20 * soak_factor()
-    test = "tests/reliability/test_store_processes.py::test_sigkill_of_random_processes"
+    test = f"{THIS}::test_sigkill_of_random_processes_loses_nothing_acknowledged"
     try:
         done = await run_schedule(log, 3, seed + 100, steps=kills, kills=kills)
     except AssertionError as exc:
