@@ -251,16 +251,17 @@ class FileStore:
     def _open_index(self) -> RestoreIndex:
         if self._index is not None:
             return self._index
+        rebuild = f"`modefsm replay {self.path} --rebuild-index {self.index_path}`"
+        with contextlib.suppress(FileNotFoundError):
+            if self.index_path.stat().st_size and not is_index(self.index_path):
+                msg = f"the restore index cannot be used: {self.index_path}: exists and is "
+                raise LogError(
+                    msg + f"not a restore index (not overwritten); rebuild it with {rebuild}"
+                )
         try:
-            with contextlib.suppress(FileNotFoundError):
-                if self.index_path.stat().st_size and not is_index(self.index_path):
-                    raise LogError("exists and is not a restore index", str(self.index_path))
             index = RestoreIndex(self.index_path)
         except LogError as exc:
-            msg = (
-                f"the restore index cannot be used: {exc}; rebuild it with "
-                f"`modefsm replay {self.path} --rebuild-index {self.index_path}`"
-            )
+            msg = f"the restore index cannot be used: {exc}; rebuild it with {rebuild}"
             raise LogError(msg) from None
         index.report = self._report
         self._index = index
