@@ -17,7 +17,7 @@ Why the index cannot go stale. Commits are batched (one per :attr:`RestoreIndex.
 records or :attr:`RestoreIndex.commit_seconds`), and each commit also stores how far into
 the log the index reaches (a byte offset, with the file's device and inode). The log is
 written before the index, so after a crash the log holds everything the index lost;
-opening the log with the index (``TransitionLog.to_file(path, index=...)``) first reads
+opening the log with the index (:meth:`RestoreIndex.open_log`) first reads
 the log from that offset on and applies what it finds. Within the writing process, lookups
 see the uncommitted updates too: they wait in memory until a commit succeeds, so another
 process holding the file's lock, or a full disk, delays commits (each attempt waits a few
@@ -35,16 +35,16 @@ reported as a ``modefsm.restore_index_mismatch`` event in the transition log.
 
 Example:
     >>> import tempfile, pathlib
-    >>> from modefsm import ModeEngine, TransitionLog, preset
+    >>> from modefsm import ModeEngine, preset
     >>> folder = pathlib.Path(tempfile.mkdtemp())
-    >>> log = TransitionLog.to_file(folder / "modes.jsonl", index=folder / "modes.index")
+    >>> log = RestoreIndex.open_log(folder / "modes.jsonl", folder / "modes.index")
     >>> engine = ModeEngine(preset("seed"), log=log)
     >>> _ = engine.new_session("sess_1"); _ = engine.change("sess_1", "code", "set_mode")
     >>> log.index.restore_point("sess_1")
-    RestorePoint(session_id='sess_1', mode='code', seq=2, previous='ask')
+    RestorePoint(session_id='sess_1', mode='code', seq=2, previous='ask', digest=None)
     >>> log.close()
     >>> LogRestore(folder / "modes.jsonl").restore_point("sess_1")
-    RestorePoint(session_id='sess_1', mode='code', seq=2, previous='ask')
+    RestorePoint(session_id='sess_1', mode='code', seq=2, previous='ask', digest=None)
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ from modefsm.log._records import (
     EVENT_CHANGED,
     EVENT_CREATED,
     EVENT_REJECTED,
+    TransitionLog,
     previous_of,
     record_digest,
     utc_timestamp,
@@ -187,7 +188,7 @@ _NAMED_COLUMNS = (("digest", "TEXT"), ("offset", "INTEGER"))
 class RestoreIndex:
     """The last mode of every session, in a SQLite file, kept current by the log writer.
 
-    Open it with the log (``TransitionLog.to_file(log_path, index=index_path)``), which
+    Open it with the log (:meth:`open_log`), which
     catches it up and then calls :meth:`update` for every record it writes; rebuild it from
     the logs with :meth:`rebuild` (``modefsm replay LOG... --rebuild-index INDEX``). One
     process writes a log and its index; lookups are answered in that process.
@@ -259,6 +260,23 @@ class RestoreIndex:
         """``report(event, fields)`` for a row that disagrees with the log, e.g. the
         ``write`` of the :class:`~modefsm.log.TransitionLog` that keeps the index."""
         self._committed = (self._device, self._inode, self._offset, self.head)
+
+    @classmethod
+    def open_log(cls, log: str | Path, index: str | Path, *, fsync: bool = False) -> TransitionLog:
+        """Open the transition log *log* with the index at *index* kept current.
+
+        The same as ``TransitionLog.to_file(log, fsync=fsync, index=RestoreIndex(index),
+        close_index=True)``: the index is caught up with the log first, and closed with it.
+
+        Raises:
+            LogError: the log or the index cannot be opened.
+        """
+        opened = cls(index)
+        try:
+            return TransitionLog.to_file(log, fsync=fsync, index=opened, close_index=True)
+        except BaseException:
+            opened.close()
+            raise
 
     def _position(self) -> tuple[int | None, int | None, int, str | None] | None:
         """The stored log position, or ``None`` when the file has no index tables yet."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,6 +110,8 @@ class FileStore:
         except BaseException:
             os.close(self._fd)
             raise
+        with contextlib.suppress(LogError):  # opened now (while there is room), used later
+            self._open_index()
 
     # -- the lock ------------------------------------------------------------------------
 
@@ -252,12 +255,10 @@ class FileStore:
         if self._index is not None:
             return self._index
         rebuild = f"`modefsm replay {self.path} --rebuild-index {self.index_path}`"
-        with contextlib.suppress(FileNotFoundError):
-            if self.index_path.stat().st_size and not is_index(self.index_path):
-                msg = f"the restore index cannot be used: {self.index_path}: exists and is "
-                raise LogError(
-                    msg + f"not a restore index (not overwritten); rebuild it with {rebuild}"
-                )
+        if _foreign(self.index_path):
+            msg = f"the restore index cannot be used: {self.index_path}: exists and is "
+            msg += f"not a restore index (not overwritten); rebuild it with {rebuild}"
+            raise LogError(msg)
         try:
             index = RestoreIndex(self.index_path)
         except LogError as exc:
@@ -309,6 +310,33 @@ class FileStore:
         self._log.close()
         os.close(self._fd)
         self._fd = -1
+
+
+def _foreign(path: Path) -> bool:
+    """Whether *path* holds something other than a restore index (or one being created).
+
+    A SQLite file with no table yet is one a process was creating when it died: it is
+    completed. Anything else that is not a restore index is never written to.
+    """
+    try:
+        if not path.stat().st_size or is_index(path):
+            return False
+        with path.open("rb") as file:
+            if file.read(len(_SQLITE_HEADER)) != _SQLITE_HEADER:
+                return True
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            tables = db.execute("SELECT name FROM sqlite_master").fetchall()
+        finally:
+            db.close()
+    except FileNotFoundError:
+        return False
+    except (OSError, sqlite3.Error):
+        return True
+    return bool(tables)
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 def _index_path(path: Path) -> Path:
