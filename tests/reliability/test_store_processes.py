@@ -42,10 +42,12 @@ COMMITTED = ("modefsm.session_created", "modefsm.mode_changed")
 
 
 @contextlib.asynccontextmanager
-async def serve(log: Path) -> AsyncIterator[tuple[Any, asyncio.subprocess.Process, TestClient]]:
+async def serve(
+    log: Path, option: str = "--log"
+) -> AsyncIterator[tuple[Any, asyncio.subprocess.Process, TestClient]]:
     """``python -m modefsm serve --log LOG`` under the SDK client, initialized."""
     client = TestClient()
-    command = (sys.executable, "-m", "modefsm", "serve", "--log", str(log))
+    command = (sys.executable, "-m", "modefsm", "serve", option, str(log))
     async with acp.spawn_agent_process(
         cast("Any", client),
         *command,
@@ -165,6 +167,32 @@ class TestOneSessionInTwoProcesses:
         contents = read_log(log)
         assert [r["from_mode"] for r in contents.commits(sid)] == [None, "ask", "code", "architect"]
         verify(log)
+
+
+class TestTheStoreOption:
+    async def test_store_takes_the_log_path_as_log_does(self, tmp_path: Path):
+        log = tmp_path / "modes.jsonl"
+        async with serve(log, "--store") as (conn, _p, _c):
+            sid = (await conn.new_session(cwd=".")).session_id
+            await set_mode(conn, sid, "code")
+        async with serve(log) as (conn, _p, _c):
+            assert await load(conn, sid) == "code"
+        verify(log)
+
+    def test_store_and_log_naming_two_files_is_refused(self, tmp_path: Path):
+        done = subprocess.run(
+            [sys.executable, "-m", "modefsm", "serve", "--store", "a.jsonl", "--log", "b.jsonl"],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=tmp_path,
+            timeout=TIMEOUT,
+        )
+        assert (done.returncode, done.stdout) == (2, "")
+        assert done.stderr == (
+            "modefsm serve: --store and --log name the same thing for a file store: give one\n"
+        )
+        assert list(tmp_path.iterdir()) == []
 
 
 LOCK_HOLDER = """
