@@ -38,7 +38,11 @@ def _median_us(stmt: Callable[[], object], number: int, repeat: int = 5) -> floa
 
 def _write_cost(folder: Path, n: int, *, index: bool) -> float:
     path = folder / f"log-{index}-{time.monotonic_ns()}.jsonl"
-    log = TransitionLog.to_file(path, index=folder / f"i-{time.monotonic_ns()}" if index else None)
+    log = (
+        RestoreIndex.open_log(path, folder / f"i-{time.monotonic_ns()}")
+        if index
+        else TransitionLog.to_file(path)
+    )
     fields = dict(FIELDS)
     counter = iter(range(10**9))
 
@@ -76,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  + RestoreIndex update:             {indexed:6.2f} µs/record")
 
         log_path, index_path = folder / "big.jsonl", folder / "big.index"
-        log = TransitionLog.to_file(log_path, index=index_path)
+        log = RestoreIndex.open_log(log_path, index_path)
         engine = ModeEngine(preset("seed"), log=log)
         start = time.perf_counter()
         for i in range(args.sessions):

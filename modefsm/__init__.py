@@ -46,8 +46,14 @@ if TYPE_CHECKING:
         preset,
         preset_names,
     )
+    from modefsm.store import FileStore, SessionMoved, SessionStore, StoreBusy, open_store
 
 _EXPORTS = {
+    "FileStore": "modefsm.store",
+    "SessionMoved": "modefsm.store",
+    "SessionStore": "modefsm.store",
+    "StoreBusy": "modefsm.store",
+    "open_store": "modefsm.store",
     "DiagramError": "modefsm.errors",
     "FrameError": "modefsm.errors",
     "HookError": "modefsm.errors",
@@ -125,6 +131,7 @@ sys.modules[__name__].__class__ = _Package
 __all__ = [
     "PREVIOUS",
     "DiagramError",
+    "FileStore",
     "FrameError",
     "HookError",
     "InvalidParamsError",
@@ -147,9 +154,12 @@ __all__ = [
     "RestoreSource",
     "Session",
     "SessionExistsError",
+    "SessionMoved",
+    "SessionStore",
     "SpecError",
     "SpecProblem",
     "StaleOptionError",
+    "StoreBusy",
     "Switch",
     "SwitchOffer",
     "SwitchOption",
@@ -162,6 +172,7 @@ __all__ = [
     "UnknownSessionError",
     "Violation",
     "load_spec",
+    "open_store",
     "preset",
     "preset_names",
     "replay",

@@ -17,7 +17,7 @@ Why the index cannot go stale. Commits are batched (one per :attr:`RestoreIndex.
 records or :attr:`RestoreIndex.commit_seconds`), and each commit also stores how far into
 the log the index reaches (a byte offset, with the file's device and inode). The log is
 written before the index, so after a crash the log holds everything the index lost;
-opening the log with the index (``TransitionLog.to_file(path, index=...)``) first reads
+opening the log with the index (:meth:`RestoreIndex.open_log`) first reads
 the log from that offset on and applies what it finds. Within the writing process, lookups
 see the uncommitted updates too: they wait in memory until a commit succeeds, so another
 process holding the file's lock, or a full disk, delays commits (each attempt waits a few
@@ -35,16 +35,16 @@ reported as a ``modefsm.restore_index_mismatch`` event in the transition log.
 
 Example:
     >>> import tempfile, pathlib
-    >>> from modefsm import ModeEngine, TransitionLog, preset
+    >>> from modefsm import ModeEngine, preset
     >>> folder = pathlib.Path(tempfile.mkdtemp())
-    >>> log = TransitionLog.to_file(folder / "modes.jsonl", index=folder / "modes.index")
+    >>> log = RestoreIndex.open_log(folder / "modes.jsonl", folder / "modes.index")
     >>> engine = ModeEngine(preset("seed"), log=log)
     >>> _ = engine.new_session("sess_1"); _ = engine.change("sess_1", "code", "set_mode")
     >>> log.index.restore_point("sess_1")
-    RestorePoint(session_id='sess_1', mode='code', seq=2, previous='ask')
+    RestorePoint(session_id='sess_1', mode='code', seq=2, previous='ask', digest=None)
     >>> log.close()
     >>> LogRestore(folder / "modes.jsonl").restore_point("sess_1")
-    RestorePoint(session_id='sess_1', mode='code', seq=2, previous='ask')
+    RestorePoint(session_id='sess_1', mode='code', seq=2, previous='ask', digest=None)
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ from modefsm.log._records import (
     EVENT_CHANGED,
     EVENT_CREATED,
     EVENT_REJECTED,
+    TransitionLog,
     previous_of,
     record_digest,
     utc_timestamp,
@@ -97,20 +98,26 @@ class RestorePoint(NamedTuple):
         seq: that record's ``seq``.
         previous: the ``from_mode`` of its last client or switch change, which
             ``$previous`` switch options return to (``None`` if there was none).
+        digest: the ``digest`` of that record (the head of the session's chain, which
+            the session's next record names as ``session_prev``), or ``None`` when unknown.
     """
 
     session_id: str
     mode: str
     seq: int
     previous: str | None = None
+    digest: str | None = None
 
 
-def last_points(paths: Iterable[str | Path]) -> dict[str, RestorePoint]:
-    """The :class:`RestorePoint` of every session found in *paths* (the last record wins)."""
+def last_points(paths: Iterable[str | Path], *, digests: bool = False) -> dict[str, RestorePoint]:
+    """The :class:`RestorePoint` of every session found in *paths* (the last record wins).
+
+    With *digests*, each point carries its record's ``digest`` (else ``None``).
+    """
     points: dict[str, RestorePoint] = {}
     for item in read_log(paths):
         if isinstance(item, LogEntry):
-            point = _point(item)
+            point = _point(item, digests=digests)
             if point is not None:
                 previous, keep = previous_of(item.record.origin, item.record.from_mode)
                 last = points.get(point.session_id)
@@ -120,11 +127,12 @@ def last_points(paths: Iterable[str | Path]) -> dict[str, RestorePoint]:
     return points
 
 
-def _point(entry: LogEntry) -> RestorePoint | None:
+def _point(entry: LogEntry, *, digests: bool = False) -> RestorePoint | None:
     record = entry.record
     if record.event == EVENT_REJECTED or record.seq is None or record.to_mode is None:
         return None
-    return RestorePoint(record.session_id, record.to_mode, record.seq)
+    digest = record.digest if digests else None
+    return RestorePoint(record.session_id, record.to_mode, record.seq, None, digest)
 
 
 class LogRestore:
@@ -168,8 +176,11 @@ _UPSERT = (
     "VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
     "ON CONFLICT (session_id) DO UPDATE SET mode = excluded.mode, seq = excluded.seq, "
     "digest = excluded.digest, offset = excluded.offset, "
-    "previous = CASE WHEN ?7 THEN sessions.previous ELSE excluded.previous END"
+    "previous = CASE WHEN ?7 THEN sessions.previous ELSE excluded.previous END "
+    "WHERE excluded.seq >= sessions.seq"
 )
+"""A row never goes back to an older record: processes sharing the index may commit the
+same records in any order."""
 _NAMED_COLUMNS = (("digest", "TEXT"), ("offset", "INTEGER"))
 """Columns added after the first release: an older index gets them (empty) when opened."""
 
@@ -177,7 +188,7 @@ _NAMED_COLUMNS = (("digest", "TEXT"), ("offset", "INTEGER"))
 class RestoreIndex:
     """The last mode of every session, in a SQLite file, kept current by the log writer.
 
-    Open it with the log (``TransitionLog.to_file(log_path, index=index_path)``), which
+    Open it with the log (:meth:`open_log`), which
     catches it up and then calls :meth:`update` for every record it writes; rebuild it from
     the logs with :meth:`rebuild` (``modefsm replay LOG... --rebuild-index INDEX``). One
     process writes a log and its index; lookups are answered in that process.
@@ -250,6 +261,23 @@ class RestoreIndex:
         ``write`` of the :class:`~modefsm.log.TransitionLog` that keeps the index."""
         self._committed = (self._device, self._inode, self._offset, self.head)
 
+    @classmethod
+    def open_log(cls, log: str | Path, index: str | Path, *, fsync: bool = False) -> TransitionLog:
+        """Open the transition log *log* with the index at *index* kept current.
+
+        The same as ``TransitionLog.to_file(log, fsync=fsync, index=RestoreIndex(index),
+        close_index=True)``: the index is caught up with the log first, and closed with it.
+
+        Raises:
+            LogError: the log or the index cannot be opened.
+        """
+        opened = cls(index)
+        try:
+            return TransitionLog.to_file(log, fsync=fsync, index=opened, close_index=True)
+        except BaseException:
+            opened.close()
+            raise
+
     def _position(self) -> tuple[int | None, int | None, int, str | None] | None:
         """The stored log position, or ``None`` when the file has no index tables yet."""
         journal = self._db.execute("PRAGMA journal_mode").fetchone()[0]
@@ -267,6 +295,14 @@ class RestoreIndex:
 
     def restore_point(self, session_id: str) -> RestorePoint | None:
         """The last committed point of *session_id*, or ``None`` if no record named it.
+
+        The same as :meth:`lookup`, without the record's ``digest``.
+        """
+        point = self.lookup(session_id)
+        return None if point is None else point._replace(digest=None)
+
+    def lookup(self, session_id: str) -> RestorePoint | None:
+        """The last committed point of *session_id* with its record's ``digest``.
 
         Answers from the updates not yet committed first (this process wrote their
         records), then from the SQLite table (reading does not wait for another process's
@@ -298,7 +334,7 @@ class RestoreIndex:
                 raise LogError(msg, str(self.path))
         entry = self._pending.get(session_id)
         if entry is not None and not entry[5]:
-            return RestorePoint(session_id, entry[0], entry[1], entry[4])
+            return RestorePoint(session_id, entry[0], entry[1], entry[4], entry[2])
         try:
             row = self._db.execute(
                 "SELECT mode, seq, previous, digest, offset FROM sessions WHERE session_id = ?",
@@ -306,14 +342,15 @@ class RestoreIndex:
             ).fetchone()
         except sqlite3.Error as exc:
             raise LogError(f"cannot read the restore index now: {exc}", str(self.path)) from None
-        point = None if row is None else RestorePoint(session_id, row[0], row[1], row[2])
+        point = None if row is None else RestorePoint(session_id, row[0], row[1], row[2], row[3])
         log = self.log_path
         if log is not None and point is not None:
             problem = _disagreement(log, point, row[3], row[4])
             if problem is not None:
                 point = self._settle(session_id, problem, point, log)
         if entry is not None:  # a restore record: the mode is new, previous stays as it was
-            return RestorePoint(session_id, entry[0], entry[1], point.previous if point else None)
+            previous = point.previous if point else None
+            return RestorePoint(session_id, entry[0], entry[1], previous, entry[2])
         return point
 
     def _settle(
@@ -321,7 +358,8 @@ class RestoreIndex:
     ) -> RestorePoint | None:
         """The log's own point for *session_id*, after reporting why the row was not used."""
         try:
-            truth = last_points([log]).get(session_id) if log.exists() else None
+            points = last_points([log], digests=True) if log.exists() else {}
+            truth = points.get(session_id)
         except OSError as exc:
             raise LogError(f"cannot read the transition log: {exc.strerror}", str(log)) from None
         if self.report is not None:

@@ -73,7 +73,7 @@ class TestIndexFollowsTheLog:
         assert 30 == len(index)
 
     def test_index_given_as_a_path_is_closed_with_the_log(self, tmp_path):
-        log = TransitionLog.to_file(tmp_path / "modes.jsonl", index=tmp_path / "modes.index")
+        log = RestoreIndex.open_log(tmp_path / "modes.jsonl", tmp_path / "modes.index")
         ModeEngine(preset("seed"), log=log).new_session("s1")
         log.close()
         index = RestoreIndex(tmp_path / "modes.index")
@@ -254,7 +254,7 @@ def test_rejections_alone_then_a_commit(tmp_path):
     """Rejection records right after a commit (no session row yet) commit like any other."""
     from modefsm import UnknownModeError
 
-    log = TransitionLog.to_file(tmp_path / "l.jsonl", index=tmp_path / "l.index")
+    log = RestoreIndex.open_log(tmp_path / "l.jsonl", tmp_path / "l.index")
     engine = ModeEngine(preset("seed"), log=log)
     engine.new_session("s1")
     log.index.commit()

@@ -7,7 +7,7 @@ import sqlite3
 import orjson
 import pytest
 
-from modefsm import ModeEngine, TransitionLog, preset
+from modefsm import ModeEngine, preset
 from modefsm.errors import LogError
 from modefsm.restore import EVENT_INDEX_MISMATCH, RestoreIndex, RestorePoint
 
@@ -20,7 +20,7 @@ def paths(tmp_path):
 
 
 def write(paths, *steps):
-    log = TransitionLog.to_file(paths[0], index=paths[1])
+    log = RestoreIndex.open_log(paths[0], paths[1])
     engine = ModeEngine(preset("seed"), log=log)
     for session_id, mode in steps:
         if session_id in engine:
@@ -37,7 +37,7 @@ def tamper(paths, sql, *args):
 
 
 def lookup(paths, session_id):
-    log = TransitionLog.to_file(paths[0], index=paths[1])
+    log = RestoreIndex.open_log(paths[0], paths[1])
     try:
         assert log.index is not None
         return log.index.restore_point(session_id)
@@ -105,7 +105,7 @@ def test_an_index_of_the_previous_layout_is_checked_by_a_scan(paths):
 
 
 def test_after_a_rotation_a_session_only_in_the_earlier_file_is_not_vouched_for(paths):
-    log = TransitionLog.to_file(paths[0], index=paths[1])
+    log = RestoreIndex.open_log(paths[0], paths[1])
     engine = ModeEngine(preset("seed"), log=log)
     engine.new_session("old")
     engine.new_session("both")
@@ -137,7 +137,7 @@ def test_an_index_that_follows_no_log_answers_as_stored(paths):
 def test_a_report_that_cannot_be_written_does_not_fail_the_lookup(paths):
     write(paths, ("s1", None), ("s1", "code"))
     tamper(paths, "UPDATE sessions SET seq = 5 WHERE session_id = 's1'")
-    log = TransitionLog.to_file(paths[0], index=paths[1])
+    log = RestoreIndex.open_log(paths[0], paths[1])
     try:
         assert log.index is not None
 

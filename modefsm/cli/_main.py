@@ -89,6 +89,11 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--log", type=Path, help="the JSON-lines transition log (read back on load)"
     )
+    parser.add_argument(
+        "--store",
+        metavar="TARGET",
+        help="the shared session store: a log file path (as --log) or a postgresql:// URL",
+    )
     parser.add_argument("--fsync", action="store_true", help="sync each record to disk")
     parser.set_defaults(run=_run_serve)
 
@@ -96,10 +101,14 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _run_serve(args: argparse.Namespace) -> int:
     from modefsm.cli._serve import serve  # noqa: PLC0415 - keep `modefsm --help` fast
 
-    if args.fsync and args.log is None:
+    if args.fsync and args.log is None and args.store is None:
         msg = "--fsync needs --log FILE (the log on stderr is not synced)"
         raise ModefsmError(msg)
-    return serve(_spec_from(args), args.log, fsync=args.fsync)
+    if args.store is not None and args.log is not None:
+        msg = "--store and --log name the same thing for a file store: give one"
+        if not args.store.startswith(("postgresql://", "postgres://")):
+            raise ModefsmError(msg)
+    return serve(_spec_from(args), args.log, fsync=args.fsync, store=args.store)
 
 
 def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

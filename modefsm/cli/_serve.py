@@ -36,6 +36,7 @@ from modefsm.log._records import TransitionLog, ignore_file_size_signal
 from modefsm.protocol._agent import ModeAgent
 from modefsm.protocol._transport import BoundedPipeWriter, Diagnostics, OutputClosedError, run_agent
 from modefsm.spec import ModeSpec
+from modefsm.store._interface import SessionStore, open_store
 
 __all__ = ["STDERR_LOG_WAIT", "ScriptedAgent", "check_log_path", "index_path", "serve"]
 
@@ -101,7 +102,7 @@ _HEAD = 64 * 1024
 _RECORD_START = b'{"timestamp":"'
 
 
-def check_log_path(path: Path) -> None:
+def check_log_path(path: Path, *, index: bool = True) -> None:
     """Refuse to append records to *path* unless it is missing, empty or a transition log.
 
     A transition log that ``serve`` writes begins with a modefsm line (a JSON object whose
@@ -109,6 +110,9 @@ def check_log_path(path: Path) -> None:
     the start of a record. Anything else (notes, a binary file, another program's log) is
     left as it is; so is a file at :func:`index_path` that is not a restore index. Nothing
     is written; a file is read only if it is a regular file.
+
+    With ``index=False`` the index is not looked at (``serve`` starts whatever it holds
+    and answers restores with an error naming the rebuild command instead).
 
     Raises:
         LogError: *path* (or its index path) is not a regular file, cannot be read, or is
@@ -128,7 +132,8 @@ def check_log_path(path: Path) -> None:
     except OSError as exc:
         raise LogError(f"cannot read the transition log: {exc.strerror}", str(path)) from None
     if not head or _is_log_start(head):
-        _check_index(index_path(path))
+        if index:
+            _check_index(index_path(path))
         return
     msg = (
         "exists and is not a transition log (its first line is not a modefsm record): "
@@ -170,7 +175,13 @@ def index_path(log_path: Path) -> Path:
     return log_path.with_name(log_path.name + ".index")
 
 
-def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) -> int:
+def serve(
+    spec: ModeSpec,
+    log_path: Path | None = None,
+    *,
+    fsync: bool = False,
+    store: str | None = None,
+) -> int:
     """Serve *spec* over stdio until the client closes stdin; return the exit status.
 
     Every request read is answered before the end (see :func:`modefsm.protocol.run_agent`);
@@ -183,6 +194,9 @@ def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) 
             :func:`index_path`) answers ``session/load`` after a restart. ``None`` writes the
             log to stderr and cannot restore after a restart.
         fsync: sync every record to disk before it takes effect.
+        store: the session store as a path or URL (:func:`modefsm.store.open_store`);
+            ``None`` uses *log_path*. Every process given the same log file (or store)
+            shares one history: a session created in one can be loaded in another.
 
     Raises:
         LogError: the log file cannot be opened, or exists and is not a transition log
@@ -190,16 +204,20 @@ def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) 
     """
     _check_stdio()
     ignore_file_size_signal()
-    if log_path is not None:
-        check_log_path(log_path)
-    if log_path is None:
+    target: str | Path | None = store if store is not None else log_path
+    if isinstance(target, str) and not target.startswith(("postgresql://", "postgres://")):
+        target = Path(target)
+    if isinstance(target, Path):
+        check_log_path(target, index=False)
+    log: TransitionLog | None = None
+    shared: SessionStore | None = None
+    if target is None:
         stream = BoundedPipeWriter(sys.stderr.fileno(), STDERR_LOG_WAIT)
         log = TransitionLog.to_stream(stream, path="<stderr>")  # type: ignore[arg-type]
-        restore = None
+        agent = ScriptedAgent(spec, log=log, unstable=True)
     else:
-        log = TransitionLog.to_file(log_path, fsync=fsync, index=index_path(log_path))
-        restore = log.index
-    agent = ScriptedAgent(spec, log=log, restore=restore, unstable=True)
+        shared = open_store(target, fsync=fsync)
+        agent = ScriptedAgent(spec, store=shared, restore=shared, unstable=True)
     diagnostics = Diagnostics(sys.stderr.fileno(), prefix="modefsm serve")
     root = logging.getLogger()
     root.addHandler(diagnostics)
@@ -223,7 +241,7 @@ def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) 
                 f"ignored {transport.unrouted} {noun} of methods not served", force=True
             )
     finally:
-        log.close()
+        (log or shared).close()  # type: ignore[union-attr]  # one of them is set
         logging.captureWarnings(False)  # noqa: FBT003
         root.removeHandler(diagnostics)
         diagnostics.close()

@@ -62,7 +62,9 @@ from modefsm.log._records import (
     TransitionLog,
     utc_timestamp,
 )
+from modefsm.restore import RestorePoint
 from modefsm.spec import PREVIOUS, ModeSpec, PermissionOptionKind, SwitchOption
+from modefsm.store._interface import SessionMoved, SessionStore, StoreBusy
 
 __all__ = [
     "ModeChange",
@@ -95,16 +97,26 @@ class Session:
         seq: the sequence number of the session's last record (1 after creation).
         previous: the mode before the last client or switch change (the target of
             ``$previous``), or ``None``.
+        digest: the ``digest`` of the session's last record when written through a
+            :class:`~modefsm.store.SessionStore` (the next record's ``session_prev``).
     """
 
-    __slots__ = ("fsm_state", "previous", "seq", "session_id")
+    __slots__ = ("digest", "fsm_state", "previous", "seq", "session_id")
 
-    def __init__(self, session_id: str, state: str, seq: int, previous: str | None = None) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        state: str,
+        seq: int,
+        previous: str | None = None,
+        digest: str | None = None,
+    ) -> None:
         """Create a session in mode *state* whose last record had sequence number *seq*."""
         self.session_id = session_id
         self.fsm_state = state_name(state)
         self.seq = seq
         self.previous = previous
+        self.digest = digest
 
     @property
     def state(self) -> str:
@@ -222,6 +234,7 @@ class ModeEngine:
         spec: ModeSpec,
         *,
         log: TransitionLog | None = None,
+        store: SessionStore | None = None,
         sink: NotificationSink | None = None,
         before_change: Iterable[ChangeHook] = (),
         after_change: Iterable[ChangeHook] = (),
@@ -230,11 +243,18 @@ class ModeEngine:
         """Compile *spec* into a machine and prepare its ACP views."""
         self.spec = spec
         self.log = log
+        self.store = store
+        self._write: Callable[[str, dict[str, Any]], None] | None = (
+            store.note if store is not None else log.write if log is not None else None
+        )
+        self._digest: str | None = None  # the digest of the record just written ahead
+        self._restore_depth = 0
         self.sink = sink
         self.before_change: list[ChangeHook] = list(before_change)
         self.after_change: list[ChangeHook] = list(after_change)
         self.other_config_options = other_config_options
-        self.machine = ModeMachine(spec, before=self._write_ahead, after=self._commit)
+        before = self._append if store is not None else self._write_ahead
+        self.machine = ModeMachine(spec, before=before, after=self._commit)
         self.views: Mapping[str, ModeView] = build_views(spec)
         self._sessions: dict[str, Session] = {}
         self._outbox: deque[tuple[str, Update]] = deque()
@@ -262,11 +282,14 @@ class ModeEngine:
         if session_id in self._sessions:
             raise SessionExistsError(session_id)
         session = Session(session_id, self.spec.initial, 1)
-        if self.log is not None:
-            self.log.write(
-                EVENT_CREATED,
-                self._fields(session_id, 1, None, session.state, "new", request_id=request_id),
-            )
+        fields = self._fields(session_id, 1, None, session.state, "new", request_id=request_id)
+        if self.store is not None:
+            try:
+                session.digest = self.store.append(EVENT_CREATED, fields, None)
+            except SessionMoved:  # another process created this sessionId first
+                raise SessionExistsError(session_id) from None
+        elif self.log is not None:
+            self.log.write(EVENT_CREATED, fields)
         self._sessions[session_id] = session
         return session
 
@@ -297,6 +320,9 @@ class ModeEngine:
         """
         self.get(session_id)
         del self._sessions[session_id]
+        release = getattr(self.store, "release", None)
+        if release is not None:
+            release(session_id)
 
     def restore_session(
         self,
@@ -306,6 +332,7 @@ class ModeEngine:
         *,
         previous: str | None = None,
         request_id: str | int | None = None,
+        digest: str | None = None,
     ) -> Session:
         """Bring back a session whose last record put it in *mode_id* with number *seq*.
 
@@ -324,6 +351,7 @@ class ModeEngine:
                 mode the spec no longer has or marks not restorable is dropped, and
                 ``$previous`` options are then not offered until the next change.
             request_id: the load/resume request id, for the record.
+            digest: the ``digest`` of that record (the session chain's head), if known.
 
         Returns:
             The live session (already live sessions are returned unchanged).
@@ -339,14 +367,33 @@ class ModeEngine:
             self.spec.has_mode(previous) and self.spec.mode(previous).restorable
         ):
             previous = None  # a non-restorable mode is not carried across a restart
-        session = Session(session_id, mode_id if known else self.spec.initial, seq, previous)
+        session = Session(
+            session_id, mode_id if known else self.spec.initial, seq, previous, digest
+        )
         target = self.spec.restore_target(mode_id) if known else self.spec.initial
         if not known or target != mode_id:
             context = ModeChange(session_id, seq + 1, mode_id, target, "restore", request_id)
-            if known:
-                self._fire(session, "restore", target, context)
-            else:  # the spec no longer has this mode: there is no machine state to leave
-                self._fire_outside_machine(session, context)
+            try:
+                if known:
+                    self._fire(session, "restore", target, context)
+                else:  # the spec no longer has this mode: there is no machine state to leave
+                    self._fire_outside_machine(session, context)
+            except SessionMoved as moved:  # another process wrote the fallback (or more)
+                current = moved.current
+                if self._restore_depth >= _RACES:
+                    raise self._busy(session_id) from None
+                self._restore_depth += 1
+                try:
+                    return self.restore_session(
+                        session_id,
+                        current.mode,
+                        current.seq,
+                        previous=current.previous,
+                        request_id=request_id,
+                        digest=current.digest,
+                    )
+                finally:
+                    self._restore_depth -= 1
         self._sessions[session_id] = session
         return session
 
@@ -376,13 +423,35 @@ class ModeEngine:
         Returns:
             The committed change, or ``None`` when *mode_id* is already the current mode.
 
+        With a :attr:`store`, another process may have moved the session since this one
+        last saw it: the session then takes the mode that process committed (both
+        notifications are queued), and the request is validated and tried again from
+        there, at most three times in all (``before_change`` hooks run once per try).
+
         Raises:
             UnknownSessionError: no such session (nothing is logged).
             UnknownModeError: *mode_id* is not advertised (logged as a rejection).
             TransitionNotAllowedError: the policy forbids it from the current mode (logged).
             HookError: a ``before_change`` hook refused (logged).
-            LogError: the record could not be written (nothing changed).
+            LogError: the record could not be written (nothing changed); a
+                :class:`~modefsm.store.StoreBusy` when other processes kept moving the
+                session (three lost races) or held the store too long.
         """
+        for _ in range(_RACES):
+            try:
+                return self._change(session_id, mode_id, origin, request_id, field)
+            except SessionMoved as moved:
+                self._adopt(moved.current)
+        raise self._busy(session_id)
+
+    def _change(
+        self,
+        session_id: str,
+        mode_id: object,
+        origin: Origin,
+        request_id: str | int | None,
+        field: str,
+    ) -> ModeChange | None:
         session = self.get(session_id)
         if not self.spec.has_mode(mode_id):
             self._reject(session, mode_id, origin, "unknown_mode", request_id=request_id)
@@ -390,6 +459,7 @@ class ModeEngine:
         assert isinstance(mode_id, str)  # noqa: S101 - has_mode checked it
         source = session.state
         if mode_id == source:
+            self._confirm(session)
             return None
         context = ModeChange(session_id, session.seq + 1, source, mode_id, origin, request_id)
         if not self._fire(session, _KIND[origin], mode_id, context):
@@ -570,10 +640,32 @@ class ModeEngine:
             UnknownSessionError: the session is gone.
             StaleOptionError: a stale approval refused as above (logged).
             TransitionNotAllowedError: *dest* is not reachable from the current mode (logged).
-            HookError, LogError: as :meth:`change`.
+            HookError, LogError: as :meth:`change` (a session another process moved
+                meanwhile makes the approval stale, and it is tried again as such).
         """
+        for _ in range(_RACES):
+            try:
+                return self._apply_switch(
+                    session_id, dest, tool_call_id, option_id, proposed_in, request_id, stale
+                )
+            except SessionMoved as moved:
+                self._adopt(moved.current)
+                stale = True
+        raise self._busy(session_id)
+
+    def _apply_switch(  # noqa: PLR0917 - apply_switch's arguments, in order
+        self,
+        session_id: str,
+        dest: str,
+        tool_call_id: str,
+        option_id: str,
+        proposed_in: str,
+        request_id: str | int | None,
+        stale: bool | None,  # noqa: FBT001 - passed through from apply_switch
+    ) -> ModeChange | None:
         session = self.get(session_id)
         if dest == session.state:
+            self._confirm(session)
             return None
         if stale is None:
             stale = proposed_in != session.state
@@ -784,7 +876,8 @@ class ModeEngine:
     def _fire_outside_machine(self, session: Session, context: ModeChange) -> None:
         """Commit a restore from a mode the spec no longer has: same record, hooks, commit."""
         self._run_before_hooks(session, context)
-        self._write_ahead(session, context.from_mode, context.to_mode, context)
+        write_ahead = self._append if self.store is not None else self._write_ahead
+        write_ahead(session, context.from_mode, context.to_mode, context)
         self._commit(session, context.from_mode, context.to_mode, context)
 
     def _run_before_hooks(self, session: Session, context: ModeChange) -> None:
@@ -842,8 +935,77 @@ class ModeEngine:
         fields["spec_hash"] = self._spec_hash
         log.write(EVENT_CHANGED, fields)
 
+    def _append(self, session: Session, source: str, dest: str, context: ModeChange) -> None:
+        """:meth:`_write_ahead` through the store (the session's head is checked there)."""
+        fields: dict[str, Any] = {
+            "timestamp": utc_timestamp(),
+            "session_id": session.session_id,
+            "seq": context.seq,
+            "from_mode": source,
+            "to_mode": dest,
+            "origin": context.origin,
+        }
+        if context.request_id is not None:
+            fields["request_id"] = context.request_id
+        if context.tool_call_id is not None:
+            fields["tool_call_id"] = context.tool_call_id
+        if context.option_id is not None:
+            fields["option_id"] = context.option_id
+        if context.proposed_in is not None:
+            fields["proposed_in"] = context.proposed_in
+        fields["spec"] = self._spec_name
+        fields["spec_hash"] = self._spec_hash
+        head = RestorePoint(
+            session.session_id, source, session.seq, session.previous, session.digest
+        )
+        self._digest = self.store.append(EVENT_CHANGED, fields, head)  # type: ignore[union-attr]
+
+    def adopt(self, current: RestorePoint) -> bool:
+        """Move a live session to *current*, a later point another process committed.
+
+        Both notifications are queued (send them with :meth:`flush`). Used when
+        ``session/load`` or ``session/resume`` finds the session moved on in the store.
+
+        Returns:
+            Whether the session moved (``False``: not live, or *current* is not later).
+        """
+        session = self._sessions.get(current.session_id)
+        if session is None or current.seq <= session.seq:
+            return False
+        self._adopt(current)
+        return True
+
+    def _adopt(self, current: RestorePoint) -> None:
+        """Take the point another process moved the session to; tell the client."""
+        session = self._sessions.get(current.session_id)
+        if session is None:
+            return
+        mode = current.mode if self.spec.has_mode(current.mode) else self.spec.initial
+        session.fsm_state = state_name(mode)
+        session.seq = current.seq
+        session.previous = current.previous
+        session.digest = current.digest
+        self._enqueue(session.session_id, mode)
+
+    def _confirm(self, session: Session) -> None:
+        """Before answering "nothing to change": is the session still where this process saw it?
+
+        Raises:
+            SessionMoved: another process moved it (the caller adopts and tries again).
+        """
+        if self.store is None:
+            return
+        current = self.store.restore_point(session.session_id)
+        if current is not None and current.seq > session.seq:
+            raise SessionMoved(current)
+
+    def _busy(self, session_id: str) -> StoreBusy:
+        msg = f"sessionId {session_id} is being changed by another process; retry"
+        return StoreBusy(msg)
+
     def _commit(self, session: Session, source: str, dest: str, context: ModeChange) -> None:
         session.seq = context.seq
+        session.digest = self._digest
         if context.origin != "restore":  # a fallback is not a move the user can return from
             session.previous = source
         # The machine has set fsm_state already, except for a restore from a mode the spec
@@ -878,7 +1040,7 @@ class ModeEngine:
         reason: RejectReason,
         **ids: Any,
     ) -> None:
-        if self.log is None:
+        if self._write is None:
             return
         fields = self._fields(
             session.session_id,
@@ -891,7 +1053,7 @@ class ModeEngine:
             },
         )
         fields["reason"] = reason
-        self.log.write(EVENT_REJECTED, fields)
+        self._write(EVENT_REJECTED, fields)
 
     def _fields(
         self,
@@ -927,7 +1089,7 @@ class ModeEngine:
         return fields
 
     def _log_failure(self, event: str, session_id: str, exc: BaseException, **fields: Any) -> None:
-        if self.log is None:
+        if self._write is None:
             return
         record = {
             "timestamp": utc_timestamp(),
@@ -937,8 +1099,11 @@ class ModeEngine:
             **self._spec_fields,
         }
         with contextlib.suppress(ModefsmError):  # nowhere left to report a failed write
-            self.log.write(event, record)
+            self._write(event, record)
 
+
+_RACES = 3
+"""How many times a change is tried when other processes keep moving its session."""
 
 CLIP = 256
 """Client-supplied strings in a rejection record keep at most this many characters."""

@@ -49,16 +49,13 @@ import stat
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Literal, Protocol
+from typing import Annotated, Any, BinaryIO, Literal, Protocol
 
 import orjson
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
 from modefsm.errors import LogError
-
-if TYPE_CHECKING:
-    from modefsm.restore import RestoreIndex
 
 __all__ = [
     "EVENT_CHANGED",
@@ -67,6 +64,7 @@ __all__ = [
     "EVENT_REPAIRED",
     "RECORD_EVENTS",
     "SEQ_MAX",
+    "LogIndex",
     "Origin",
     "RejectReason",
     "TransitionLog",
@@ -149,6 +147,10 @@ class TransitionRecord(BaseModel):
         prev: the ``digest`` of the record written before this one on the same log, or
             ``None`` for the first record of a fresh log (and in logs written before
             records were chained).
+        session_prev: on committed records written through a
+            :class:`~modefsm.store.SessionStore`: the ``digest`` of the session's record
+            ``seq - 1`` (``None`` on its creation), so a session's records form a chain of
+            their own across files and writers. Absent in older logs (then unchecked).
         digest: :func:`record_digest` of this record: 64 hex digits.
     """
 
@@ -170,6 +172,7 @@ class TransitionRecord(BaseModel):
     spec_hash: str
     level: str = "info"
     prev: str | None = None
+    session_prev: str | None = None
     digest: str | None = None
 
 
@@ -253,6 +256,51 @@ def ignore_file_size_signal() -> None:
     if hasattr(signal, "SIGXFSZ"):
         with contextlib.suppress(ValueError):
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+class LogIndex(Protocol):
+    """What a :class:`TransitionLog` keeps current as it writes: a restore index.
+
+    :class:`~modefsm.restore.RestoreIndex` is the one modefsm ships; the log only calls
+    these members (the index module reads the log, the log does not import it).
+    """
+
+    head: str | None
+    """The ``digest`` of the last record indexed."""
+    report: Callable[[str, dict[str, Any]], None] | None
+    """Where the index reports a row that disagrees with the log (the log's ``write``)."""
+
+    def catch_up(self, log: str | Path) -> int:
+        """Apply the records of *log* not indexed yet; return how many."""
+        ...  # pragma: no cover
+
+    def update(  # noqa: PLR0917 - a record's fields, in order
+        self,
+        session_id: str,
+        mode: str,
+        seq: int,
+        offset: int | None,
+        head: str | None,
+        previous: tuple[str | None, bool] = (None, False),
+    ) -> None:
+        """Note a committed record (after its line is written); never raises."""
+        ...  # pragma: no cover
+
+    def advance(self, offset: int | None, head: str | None) -> None:
+        """Note a record that moves no session (a rejection)."""
+        ...  # pragma: no cover
+
+    def restore_point(self, session_id: str) -> Any:
+        """The session's last committed point (a :class:`~modefsm.restore.RestorePoint`)."""
+        ...  # pragma: no cover
+
+    def commit(self) -> None:
+        """Write what is noted so far."""
+        ...  # pragma: no cover
+
+    def close(self) -> None:
+        """Commit and close."""
+        ...  # pragma: no cover
 
 
 class _Logger(Protocol):
@@ -509,7 +557,8 @@ class TransitionLog:
             (``None``: a fresh chain).
 
     Attributes:
-        index: the :class:`~modefsm.restore.RestoreIndex` kept current by :meth:`write`,
+        index: the :class:`LogIndex` (a :class:`~modefsm.restore.RestoreIndex`) kept
+            current by :meth:`write`,
             if the log was opened with one.
     """
 
@@ -527,7 +576,7 @@ class TransitionLog:
         self._logger: _Logger = logger
         self._lines = logger if isinstance(logger, _JSONLines) else None
         self.path = path
-        self.index: RestoreIndex | None = None
+        self.index: LogIndex | None = None
         self._head = head
         self._file: _LogFile | None = None
         self._fsync = False
@@ -538,13 +587,22 @@ class TransitionLog:
         """The ``digest`` of the last record written (or found when the file was opened)."""
         return self._head
 
+    def follow(self, head: str | None) -> None:
+        """Continue the chain from *head*: the ``digest`` of a record another writer appended.
+
+        For writers that share one file under a lock (:class:`~modefsm.store.FileStore`):
+        the next record's ``prev`` is *head*, so the file stays one chain.
+        """
+        self._head = head
+
     @classmethod
     def to_file(
         cls,
         path: str | Path,
         *,
         fsync: bool = False,
-        index: str | Path | RestoreIndex | None = None,
+        index: LogIndex | None = None,
+        close_index: bool = False,
     ) -> TransitionLog:
         """Append JSON lines to *path*, one unbuffered ``write`` per record.
 
@@ -558,11 +616,13 @@ class TransitionLog:
         Args:
             path: the log file; created if missing, never truncated.
             fsync: also ``fsync`` after each record (survives power loss; costs a disk flush).
-            index: a :class:`~modefsm.restore.RestoreIndex`, or the path of its SQLite
-                file (created if missing), to keep current as records are written. It is
-                first caught up with the records the log holds beyond what it indexed (a
-                crash between the log write and the index commit loses nothing). An index
-                opened here is closed by :meth:`close`.
+            index: a :class:`LogIndex` (a :class:`~modefsm.restore.RestoreIndex`; open
+                both from paths with :meth:`RestoreIndex.open_log
+                <modefsm.restore.RestoreIndex.open_log>`) to keep current as records are
+                written. It is first caught up with the records the log holds beyond what
+                it indexed (a crash between the log write and the index commit loses
+                nothing).
+            close_index: :meth:`close` closes *index* too.
 
         Raises:
             LogError: the file cannot be opened or read, is not a regular file (a FIFO, a
@@ -573,11 +633,9 @@ class TransitionLog:
         log = cls(None, path=str(path))
         log._fsync = fsync
         if index is not None:
-            from modefsm.restore import RestoreIndex  # noqa: PLC0415 - restore reads records
-
-            log._owns_index = not isinstance(index, RestoreIndex)
-            log.index = index if isinstance(index, RestoreIndex) else RestoreIndex(index)
-            log.index.report = log.write  # a row that disagrees with the log is logged
+            log._owns_index = close_index
+            log.index = index
+            index.report = log.write  # a row that disagrees with the log is logged
         log._open()
         return log
 
@@ -691,7 +749,7 @@ class TransitionLog:
     def close(self) -> None:
         """Close the file this log opened and commit its index (a no-op for streams).
 
-        The index is closed too when :meth:`to_file` opened it from a path.
+        The index is closed too when :meth:`to_file` was given ``close_index=True``.
         """
         if self.index is not None:
             self.index.commit()

@@ -235,12 +235,18 @@ class ModeAgent:
 
     async def _restore(self, session_id: str) -> Any:
         with acp_errors():
-            if session_id not in self.engine:
+            if session_id in self.engine:
+                if self.engine.store is not None and self.restore is not None:
+                    # another process sharing the store may have moved it since
+                    point = self.restore.restore_point(session_id)
+                    if point is not None:
+                        self.engine.adopt(point)
+            else:
                 point = self.restore.restore_point(session_id) if self.restore else None
                 if point is None:
                     raise UnknownSessionError(session_id)
                 self.engine.restore_session(
-                    session_id, point.mode, point.seq, previous=point.previous
+                    session_id, point.mode, point.seq, previous=point.previous, digest=point.digest
                 )
             # the answer reports the current mode: its notifications must have left first
             await self.engine.flush()

@@ -28,6 +28,7 @@ import pytest
 from modefsm import ModeEngine, TransitionLog, preset
 from modefsm.errors import LogError
 from modefsm.replay import replay
+from modefsm.restore import RestoreIndex
 from tests.acp_client import TestClient
 
 from .harness import TIMEOUT, raw_serve, read_log
@@ -391,7 +392,7 @@ class TestACutThatFails:
             if shutil.which(tool) is None:
                 pytest.skip(f"{tool} is not installed")
         log = tmp_path / "log.jsonl"
-        writer = TransitionLog.to_file(log, index=tmp_path / "log.jsonl.index")
+        writer = RestoreIndex.open_log(log, tmp_path / "log.jsonl.index")
         engine = ModeEngine(SEED, log=writer)
         engine.new_session("s1")
         acked = ["ask"]

@@ -1,0 +1,120 @@
+"""The session store every process of an agent shares: one interface, several backends.
+
+A store sequences the committed records (``modefsm.session_created``,
+``modefsm.mode_changed``) of every session across processes and answers where a session
+stands. The engine appends each record through :meth:`SessionStore.append` *before* the
+change becomes visible (write-ahead); the store refuses a record whose ``seq`` is not the
+session's next (another process moved the session first: :class:`SessionMoved`).
+
+Backends: :class:`~modefsm.store.FileStore` (one JSON-lines file shared by the processes
+of one machine, the ``--log`` path) and ``modefsm.store._postgres.PgStore``
+(``postgresql://...``, for processes on several hosts). :func:`open_store` picks one.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+from modefsm.errors import LogError, ModefsmError
+from modefsm.log._records import TransitionRecord
+from modefsm.restore import RestorePoint
+
+__all__ = ["SessionMoved", "SessionStore", "StoreBusy", "open_store"]
+
+
+class SessionMoved(ModefsmError):  # noqa: N818 - the shared interface names it
+    """Another process moved the session first; nothing was written.
+
+    Attributes:
+        current: where the session stands now (its latest committed record).
+    """
+
+    def __init__(self, current: RestorePoint) -> None:
+        """Build the error for the session now at *current*."""
+        self.current = current
+        super().__init__(
+            f"sessionId {current.session_id} was changed by another process "
+            f"(now in mode {current.mode!r} at seq {current.seq})"
+        )
+
+
+class StoreBusy(LogError):  # noqa: N818 - the shared interface names it
+    """A bounded wait for another process (a lock, a busy database) ran out; nothing written.
+
+    Answered as JSON-RPC ``-32603`` for that one request; a later request may succeed.
+    """
+
+
+class SessionStore(Protocol):
+    """What the engine needs from a store (see the module docstring)."""
+
+    def append(self, event: str, fields: dict[str, Any], head: RestorePoint | None) -> str:
+        """Write-ahead one committed record; return its ``digest`` once durable.
+
+        Args:
+            event: ``modefsm.session_created`` or ``modefsm.mode_changed``.
+            fields: the record's fields (see :class:`~modefsm.log.TransitionRecord`);
+                ``fields["seq"]`` must be ``head.seq + 1`` (``1`` when *head* is ``None``).
+                The store adds ``prev``, ``session_prev`` and ``digest``.
+            head: where the caller believes the session stands (``None``: a new session).
+
+        Raises:
+            SessionMoved: the session is not at *head* any more; nothing was written.
+            StoreBusy: a bounded wait ran out; nothing was written.
+            LogError: the write failed; nothing was committed.
+        """
+        ...  # pragma: no cover
+
+    def note(self, event: str, fields: dict[str, Any]) -> None:
+        """Write a rejection (``modefsm.change_rejected``) or a diagnostic; not sequenced.
+
+        Raises:
+            StoreBusy, LogError: as :meth:`append`.
+        """
+        ...  # pragma: no cover
+
+    def restore_point(self, session_id: str) -> RestorePoint | None:
+        """The session's latest committed point (never stale), or ``None`` if never seen.
+
+        Raises:
+            StoreBusy, LogError: the point cannot be read now (only this lookup fails).
+        """
+        ...  # pragma: no cover
+
+    def history(self, session_id: str) -> Iterator[TransitionRecord]:
+        """The session's committed records, ``seq`` 1 to n."""
+        ...  # pragma: no cover
+
+    def close(self) -> None:
+        """Release the store's files or connections (idempotent)."""
+        ...  # pragma: no cover
+
+
+def open_store(
+    target: str | Path, *, fsync: bool = False, lock_timeout: float = 1.0
+) -> SessionStore:
+    """Open the store at *target*: a file path, or a ``postgresql://`` URL.
+
+    Args:
+        target: a JSON-lines log path (a :class:`~modefsm.store.FileStore`, its restore
+            index beside it as ``<path>.index``), or ``postgresql://...`` /
+            ``postgres://...`` (``PgStore``; needs ``psycopg``).
+        fsync: make every acknowledged record survive power loss (a disk flush each).
+        lock_timeout: the longest wait for another process, in seconds, before
+            :class:`StoreBusy`.
+
+    Raises:
+        LogError: the store cannot be opened (the message names the file or URL).
+    """
+    text = str(target)
+    if text.startswith(("postgresql://", "postgres://")):
+        # psycopg is optional: the PostgreSQL backend is imported only when asked for
+        postgres = importlib.import_module("modefsm.store._postgres")
+        store: SessionStore = postgres.PgStore(text, fsync=fsync, lock_timeout=lock_timeout)
+        return store
+    from modefsm.store._file import FileStore  # noqa: PLC0415 - no circle: _file imports this
+
+    return FileStore(target, fsync=fsync, lock_timeout=lock_timeout)

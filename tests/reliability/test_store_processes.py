@@ -1,0 +1,454 @@
+"""Several `modefsm serve` processes on one --log: one history (issue 13, embedded store).
+
+Real processes, each driven by the official SDK client, sharing one JSON-lines file and its
+restore index. What is under test (README, "Session store"): no process fails to start or
+to answer because another holds a lock; every process restores every session any process
+wrote, with its latest mode; a session changed in two processes gets one gap-free history;
+a process killed at any point loses nothing it acknowledged; the file verifies as one chain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import acp
+import pytest
+
+from modefsm.log import canonical_record
+from tests.acp_client import TestClient
+
+from .harness import TIMEOUT, read_log, reproduce, seeds, soak_factor
+
+pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
+
+THIS = "tests/reliability/test_store_processes.py"
+MODES = ("ask", "architect", "code")
+COMMITTED = ("modefsm.session_created", "modefsm.mode_changed")
+
+
+@contextlib.asynccontextmanager
+async def serve(
+    log: Path, option: str = "--log"
+) -> AsyncIterator[tuple[Any, asyncio.subprocess.Process, TestClient]]:
+    """``python -m modefsm serve --log LOG`` under the SDK client, initialized."""
+    client = TestClient()
+    command = (sys.executable, "-m", "modefsm", "serve", option, str(log))
+    async with acp.spawn_agent_process(
+        cast("Any", client),
+        *command,
+        transport_kwargs={"stderr": None},
+        observers=[client.observe],
+        use_unstable_protocol=True,
+    ) as (conn, process):
+        await asyncio.wait_for(conn.initialize(protocol_version=acp.PROTOCOL_VERSION), TIMEOUT)
+        yield conn, process, client
+
+
+async def set_mode(conn: Any, sid: str, mode: str) -> None:
+    await asyncio.wait_for(conn.set_session_mode(session_id=sid, mode_id=mode), TIMEOUT)
+
+
+async def load(conn: Any, sid: str) -> str:
+    loaded = await asyncio.wait_for(conn.load_session(cwd=".", session_id=sid), TIMEOUT)
+    mode: str = loaded.modes.current_mode_id
+    return mode
+
+
+def verify(log: Path) -> None:
+    """``modefsm replay LOG --verify`` calls the log clean, every record chained."""
+    records = sum(1 for r in read_log(log).records if r.get("event", "").startswith("modefsm."))
+    done = subprocess.run(
+        [sys.executable, "-m", "modefsm", "replay", str(log), "--verify", "--summary"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=TIMEOUT,
+    )
+    lines = done.stdout.splitlines()
+    assert (done.returncode, done.stderr, lines[-1]) == (0, "", "RESULT  clean"), done.stdout
+    assert lines[-2].startswith(f"CHAIN  {records} records verified, 0 without a digest"), (
+        done.stdout
+    )
+
+
+def session_chains(log: Path) -> dict[str, list[str]]:
+    """Each session's committed modes in file order; seq and session_prev checked."""
+    contents = read_log(log)
+    modes: dict[str, list[str]] = {}
+    for sid in contents.sessions():
+        commits = contents.commits(sid)
+        assert [r["seq"] for r in commits] == list(range(1, len(commits) + 1)), sid
+        previous = None
+        for record in commits:
+            assert record["session_prev"] == previous, (sid, record["seq"])
+            covered = hashlib.sha256(canonical_record(record)).hexdigest()
+            assert record["digest"] == covered, (sid, record["seq"])
+            previous = record["digest"]
+        modes[sid] = [r["to_mode"] for r in commits]
+    return modes
+
+
+class TestTheIssuesTwoFailures:
+    async def test_a_second_process_answers_after_the_first_changed_a_mode(self, tmp_path: Path):
+        log = tmp_path / "modes.jsonl"
+        async with serve(log) as (first, _p1, _c1):
+            one = (await first.new_session(cwd=".")).session_id
+            await set_mode(first, one, "code")
+            began = time.monotonic()
+            async with serve(log) as (second, p2, _c2):  # used to exit 2: database is locked
+                assert time.monotonic() - began < 15
+                assert p2.returncode is None
+                two = (await second.new_session(cwd=".")).session_id
+                await set_mode(second, two, "architect")
+                assert await load(second, one) == "code"
+            await set_mode(first, one, "ask")
+        async with serve(log) as (third, _p3, _c3):
+            assert (await load(third, one), await load(third, two)) == ("ask", "architect")
+        assert session_chains(log) == {one: ["ask", "code", "ask"], two: ["ask", "architect"]}
+        verify(log)
+
+    async def test_sessions_of_two_processes_started_together_load_in_a_third(self, tmp_path: Path):
+        log = tmp_path / "modes.jsonl"
+        async with serve(log) as (a, _pa, _ca), serve(log) as (b, _pb, _cb):
+            ids = []
+            for conn, mode in ((a, "code"), (b, "architect"), (a, "architect"), (b, "code")):
+                sid = (await conn.new_session(cwd=".")).session_id
+                await set_mode(conn, sid, mode)
+                ids.append((sid, mode))
+        async with serve(log) as (third, _p3, _c3):
+            for sid, mode in ids:  # used to answer -32002 for the second process's sessions
+                assert await load(third, sid) == mode
+        verify(log)  # used to report a new chain in the middle of the file
+
+
+class TestOneSessionInTwoProcesses:
+    async def test_a_stale_process_adopts_the_other_change_notifies_and_retries(
+        self, tmp_path: Path
+    ):
+        log = tmp_path / "modes.jsonl"
+        async with serve(log) as (a, _pa, client_a), serve(log) as (b, _pb, _cb):
+            sid = (await a.new_session(cwd=".")).session_id
+            await set_mode(a, sid, "code")
+            assert await load(b, sid) == "code"
+            await set_mode(b, sid, "architect")
+            before = len(client_a.frames)
+            await set_mode(a, sid, "ask")  # a still believes "code": it learns "architect"
+            updates = [
+                m["params"]["update"]
+                for direction, m in client_a.frames[before:]
+                if m.get("method") == "session/update"
+            ]
+            current = [u["currentModeId"] for u in updates if "currentModeId" in u]
+            assert current == ["architect", "ask"]
+            kinds = [u["sessionUpdate"] for u in updates]
+            assert kinds == [
+                "current_mode_update",
+                "config_option_update",
+                "current_mode_update",
+                "config_option_update",
+            ]
+            assert await load(b, sid) == "ask"  # a live session is refreshed on load
+        assert session_chains(log) == {sid: ["ask", "code", "architect", "ask"]}
+        contents = read_log(log)
+        assert [r["from_mode"] for r in contents.commits(sid)] == [None, "ask", "code", "architect"]
+        verify(log)
+
+
+class TestTheStoreOption:
+    async def test_store_takes_the_log_path_as_log_does(self, tmp_path: Path):
+        log = tmp_path / "modes.jsonl"
+        async with serve(log, "--store") as (conn, _p, _c):
+            sid = (await conn.new_session(cwd=".")).session_id
+            await set_mode(conn, sid, "code")
+        async with serve(log) as (conn, _p, _c):
+            assert await load(conn, sid) == "code"
+        verify(log)
+
+    def test_store_and_log_naming_two_files_is_refused(self, tmp_path: Path):
+        done = subprocess.run(
+            [sys.executable, "-m", "modefsm", "serve", "--store", "a.jsonl", "--log", "b.jsonl"],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=tmp_path,
+            timeout=TIMEOUT,
+        )
+        assert (done.returncode, done.stdout) == (2, "")
+        assert done.stderr == (
+            "modefsm serve: --store and --log name the same thing for a file store: give one\n"
+        )
+        assert list(tmp_path.iterdir()) == []
+
+
+LOCK_HOLDER = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+class TestLocks:
+    async def test_a_held_log_lock_fails_that_request_only_within_the_bound(self, tmp_path: Path):
+        log = tmp_path / "modes.jsonl"
+        async with serve(log) as (conn, process, _c):
+            sid = (await conn.new_session(cwd=".")).session_id
+            holder = await asyncio.create_subprocess_exec(
+                sys.executable, "-c", LOCK_HOLDER, str(log), "4", stdout=asyncio.subprocess.PIPE
+            )
+            assert holder.stdout is not None
+            assert await asyncio.wait_for(holder.stdout.readline(), TIMEOUT) == b"locked\n"
+            began = time.monotonic()
+            with pytest.raises(acp.RequestError) as failed:
+                await set_mode(conn, sid, "code")
+            waited = time.monotonic() - began
+            assert failed.value.code == -32603
+            assert "locked by another process for over 1 s" in str(failed.value.data)
+            assert 0.9 < waited < 3.5
+            assert process.returncode is None
+            await asyncio.wait_for(holder.wait(), TIMEOUT)
+            await set_mode(conn, sid, "code")  # the lock is gone: served again
+        assert session_chains(log) == {sid: ["ask", "code"]}
+        verify(log)
+
+    @pytest.mark.parametrize("kind", ["foreign", "corrupt"])
+    async def test_a_foreign_or_corrupt_index_is_refused_for_restore_only(
+        self, tmp_path: Path, kind: str
+    ):
+        log = tmp_path / "modes.jsonl"
+        async with serve(log) as (conn, _p, _c):
+            old = (await conn.new_session(cwd=".")).session_id
+        index = tmp_path / "modes.jsonl.index"
+        index.unlink()
+        if kind == "corrupt":
+            index.write_bytes(b"SQLite format 3\x00" + b"\xff" * 4000)
+        else:
+            with contextlib.closing(sqlite3.connect(index)) as db:
+                db.execute("CREATE TABLE other (x)")
+                db.commit()
+        content = index.read_bytes()
+        async with serve(log) as (conn, process, _c):
+            sid = (await conn.new_session(cwd=".")).session_id
+            await set_mode(conn, sid, "code")
+            with pytest.raises(acp.RequestError) as failed:
+                await load(conn, old)
+            assert failed.value.code == -32603
+            assert "--rebuild-index" in str(failed.value.data)
+            assert process.returncode is None
+        assert session_chains(log) == {old: ["ask"], sid: ["ask", "code"]}
+        assert index.read_bytes() == content  # never overwritten
+
+    async def test_a_torn_line_of_a_killed_writer_is_ended_before_the_next_record(
+        self, tmp_path: Path
+    ):
+        log = tmp_path / "modes.jsonl"
+        async with serve(log) as (conn, _p, _c):
+            sid = (await conn.new_session(cwd=".")).session_id
+            fd = os.open(log, os.O_WRONLY | os.O_APPEND)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(fd, b'{"timestamp":"2026-12-01T00:00:00.000000Z","session_id":"x')
+            os.close(fd)  # the writer died inside its write (its lock goes with it)
+            await set_mode(conn, sid, "code")
+        contents = read_log(log)
+        assert (contents.torn, contents.repaired) == (None, 1)
+        assert session_chains(log) == {sid: ["ask", "code"]}
+
+
+# -- many processes, random schedules, SIGKILL ----------------------------------------------
+
+
+@dataclass
+class Slot:
+    """One `modefsm serve` process and what the test knows of it."""
+
+    conn: Any = None
+    process: asyncio.subprocess.Process | None = None
+    live: set[str] = field(default_factory=set)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+
+async def run_slot(slot: Slot, log: Path) -> None:
+    with contextlib.suppress(Exception):
+        async with serve(log) as (conn, process, _client):
+            slot.conn, slot.process = conn, process
+            slot.ready.set()
+            await slot.done.wait()
+
+
+def start(slot: Slot, log: Path) -> None:
+    slot.live.clear()
+    slot.conn = slot.process = None
+    slot.done, slot.ready = asyncio.Event(), asyncio.Event()
+    slot.task = asyncio.create_task(run_slot(slot, log))
+
+
+class Schedule:
+    """A seeded random schedule over N processes, with a model of every session's history."""
+
+    def __init__(self, log: Path, processes: int, seed: int) -> None:
+        self.log = log
+        self.rng = random.Random(seed)
+        self.slots = [Slot() for _ in range(processes)]
+        self.truth: dict[str, list[str]] = {}  # every session's acknowledged modes
+        self.kills = 0
+
+    async def open(self) -> None:
+        for slot in self.slots:
+            start(slot, self.log)
+        for slot in self.slots:
+            await asyncio.wait_for(slot.ready.wait(), TIMEOUT * 2)
+
+    async def ready_slot(self) -> Slot:
+        ready = [s for s in self.slots if s.ready.is_set()]
+        if not ready:
+            done, _ = await asyncio.wait(
+                [asyncio.create_task(s.ready.wait()) for s in self.slots],
+                timeout=TIMEOUT * 2,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            assert done, "no process came up"
+            ready = [s for s in self.slots if s.ready.is_set()]
+        return self.rng.choice(ready)
+
+    async def ensure_live(self, slot: Slot, sid: str) -> None:
+        if sid not in slot.live:
+            if self.rng.random() < 0.5:
+                mode = await load(slot.conn, sid)
+            else:
+                resumed = await asyncio.wait_for(
+                    slot.conn.resume_session(cwd=".", session_id=sid), TIMEOUT
+                )
+                mode = resumed.modes.current_mode_id
+            assert mode == self.truth[sid][-1], (sid, mode, self.truth[sid])
+            slot.live.add(sid)
+
+    async def step(self) -> None:
+        slot = await self.ready_slot()
+        roll = self.rng.random()
+        if not self.truth or roll < 0.1:
+            sid = (await asyncio.wait_for(slot.conn.new_session(cwd="."), TIMEOUT)).session_id
+            self.truth[sid] = ["ask"]
+            slot.live.add(sid)
+            return
+        sid = self.rng.choice(sorted(self.truth))
+        if roll < 0.2:
+            await self.ensure_live(slot, sid)
+            return
+        if roll < 0.25 and sid in slot.live:
+            await asyncio.wait_for(slot.conn.close_session(session_id=sid), TIMEOUT)
+            slot.live.discard(sid)
+            return
+        await self.ensure_live(slot, sid)
+        target = self.rng.choice(MODES)
+        if roll < 0.6:
+            await set_mode(slot.conn, sid, target)
+        else:
+            await asyncio.wait_for(
+                slot.conn.set_config_option(config_id="mode", session_id=sid, value=target),
+                TIMEOUT,
+            )
+        if target != self.truth[sid][-1]:
+            self.truth[sid].append(target)
+
+    async def kill_one(self) -> None:
+        """SIGKILL a process in the middle of a change; settle what the log says of it."""
+        slot = await self.ready_slot()
+        if not slot.live:
+            await self.step()
+            return
+        sid = self.rng.choice(sorted(slot.live))
+        target = self.rng.choice([m for m in MODES if m != self.truth[sid][-1]])
+        request = asyncio.create_task(set_mode(slot.conn, sid, target))
+        await asyncio.sleep(self.rng.uniform(0, 0.01))
+        assert slot.process is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(slot.process.pid, signal.SIGKILL)
+        acknowledged = False
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(request, TIMEOUT)
+            acknowledged = True
+        logged = [r["to_mode"] for r in read_log(self.log).commits(sid)]
+        if acknowledged:
+            assert logged == [*self.truth[sid], target], sid
+        else:  # written ahead before the kill, or not written at all
+            assert logged in (self.truth[sid], [*self.truth[sid], target]), sid
+        self.truth[sid] = logged
+        self.kills += 1
+        slot.done.set()
+        if slot.task is not None:
+            await asyncio.wait_for(slot.task, TIMEOUT)
+        start(slot, self.log)
+
+    async def check(self) -> None:
+        for slot in self.slots:
+            await asyncio.wait_for(slot.ready.wait(), TIMEOUT * 2)
+            for sid, modes in self.truth.items():
+                assert await load(slot.conn, sid) == modes[-1], sid
+
+    async def close(self) -> None:
+        for slot in self.slots:
+            slot.done.set()
+        for slot in self.slots:
+            if slot.task is not None:
+                await asyncio.wait_for(slot.task, TIMEOUT)
+
+
+async def run_schedule(log: Path, processes: int, seed: int, steps: int, kills: int) -> int:
+    schedule = Schedule(log, processes, seed)
+    await schedule.open()
+    try:
+        every = max(1, steps // max(1, kills))
+        for number in range(steps):
+            await schedule.step()
+            if kills and number % every == every - 1 and schedule.kills < kills:
+                await schedule.kill_one()
+        while schedule.kills < kills:
+            await schedule.kill_one()
+        await schedule.check()
+    finally:
+        await schedule.close()
+    assert session_chains(log) == schedule.truth
+    verify(log)
+    return schedule.kills
+
+
+@pytest.mark.parametrize("processes", [2, 4, 8])
+@pytest.mark.parametrize("seed", seeds(1))
+async def test_processes_share_one_history(tmp_path: Path, processes: int, seed: int):
+    log = tmp_path / "modes.jsonl"
+    test = f"{THIS}::test_processes_share_one_history[{seed}-{processes}]"
+    try:
+        await run_schedule(log, processes, seed, steps=24 * soak_factor(), kills=0)
+    except AssertionError as exc:
+        raise AssertionError(reproduce(test, seed)) from exc
+
+
+@pytest.mark.parametrize("seed", seeds(1))
+async def test_sigkill_of_random_processes_loses_nothing_acknowledged(tmp_path: Path, seed: int):
+    log = tmp_path / "modes.jsonl"
+    kills = 20 * soak_factor()
+    test = f"{THIS}::test_sigkill_of_random_processes_loses_nothing_acknowledged"
+    try:
+        done = await run_schedule(log, 3, seed + 100, steps=kills, kills=kills)
+    except AssertionError as exc:
+        raise AssertionError(reproduce(test, seed)) from exc
+    assert done == kills
+    assert json.loads(log.read_bytes().splitlines()[0])["event"] == "modefsm.session_created"
