@@ -34,7 +34,8 @@ from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock
 from modefsm.errors import LogError, ModefsmError
 from modefsm.log._records import TransitionLog, ignore_file_size_signal
 from modefsm.protocol._agent import ModeAgent
-from modefsm.protocol._transport import BoundedPipeWriter, Diagnostics, OutputClosedError, run_agent
+from modefsm.protocol._negotiate import SUPPORTED_PROTOCOLS, serve_negotiated
+from modefsm.protocol._transport import BoundedPipeWriter, Diagnostics, OutputClosedError
 from modefsm.spec import ModeSpec
 
 __all__ = ["STDERR_LOG_WAIT", "ScriptedAgent", "check_log_path", "index_path", "serve"]
@@ -170,7 +171,13 @@ def index_path(log_path: Path) -> Path:
     return log_path.with_name(log_path.name + ".index")
 
 
-def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) -> int:
+def serve(
+    spec: ModeSpec,
+    log_path: Path | None = None,
+    *,
+    fsync: bool = False,
+    protocols: tuple[int, ...] = SUPPORTED_PROTOCOLS,
+) -> int:
     """Serve *spec* over stdio until the client closes stdin; return the exit status.
 
     Every request read is answered before the end (see :func:`modefsm.protocol.run_agent`);
@@ -183,6 +190,8 @@ def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) 
             :func:`index_path`) answers ``session/load`` after a restart. ``None`` writes the
             log to stderr and cannot restore after a restart.
         fsync: sync every record to disk before it takes effect.
+        protocols: the ACP versions served (``(1, 2)``: v1 and v2 clients, chosen by
+            ``initialize.protocolVersion``; ``(1,)``: v1 only).
 
     Raises:
         LogError: the log file cannot be opened, or exists and is not a transition log
@@ -206,7 +215,7 @@ def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) 
     logging.captureWarnings(True)  # noqa: FBT003 - the logging API
     status = 0
     try:
-        transport = asyncio.run(run_agent(agent))
+        transport = asyncio.run(serve_negotiated(agent, protocols=protocols))
     except OutputClosedError as exc:
         diagnostics.say(str(exc), force=True)
         status = 1

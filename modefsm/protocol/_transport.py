@@ -794,7 +794,7 @@ def _permission_request(message: dict[str, Any]) -> PermissionRequest | None:
     if message.get("method") != "session/request_permission":
         return None
     params = message.get("params") or {}
-    tool_call = params.get("toolCall") or {}
+    tool_call = params.get("toolCall") or (params.get("subject") or {}).get("toolCall") or {}
     return PermissionRequest(
         message["id"], params.get("sessionId", ""), tool_call.get("toolCallId", "")
     )
