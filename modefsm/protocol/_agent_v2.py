@@ -26,6 +26,7 @@ over v2 carry ``protocol: 2``.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -229,11 +230,14 @@ class ModeAgentV2:
                 blocks = [v1.TextContentBlock.model_validate(b) for b in user if b.get("type") == "text"]
                 result = await turn(prompt=blocks, session_id=session_id)
                 stop_reason = result.stop_reason
+        except asyncio.CancelledError:
+            stop_reason = "cancelled"
+            raise
         finally:
             self._message_ids.pop(session_id, None)
             if session_id in engine:
                 engine.enqueue(session_id, v2.IdleSessionStateUpdate(stop_reason=stop_reason))
-                await engine.flush()
+                await asyncio.shield(engine.flush())
         return v2.PromptResponse(message_id=message_id)
 
     async def cancel_session(self, session_id: str, **kwargs: Any) -> None:
