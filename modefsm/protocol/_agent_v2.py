@@ -143,11 +143,13 @@ class ModeAgentV2:
         del protocol_version, info, capabilities, kwargs
         return v2.InitializeResponse(
             protocol_version=V2_PROTOCOL_VERSION,
+            capabilities=v2.AgentCapabilities(),
             info=v2.Implementation(name=self.base.agent_name, version=_version()),
         )
 
     async def new_session(self, cwd: str, **kwargs: Any) -> v2.NewSessionResponse:
         """``session/new``: a session in the initial mode; the mode is a config option."""
+        del kwargs
         response = await self.base.new_session(cwd=cwd)
         return v2.NewSessionResponse(
             session_id=response.session_id,
@@ -198,9 +200,7 @@ class ModeAgentV2:
         response = await self.base.set_config_option(
             config_id=config_id, session_id=session_id, value=value
         )
-        return v2.SetSessionConfigOptionResponse(
-            config_options=v2_options(response.config_options)
-        )
+        return v2.SetSessionConfigOptionResponse(config_options=v2_options(response.config_options))
 
     # -- prompts -----------------------------------------------------------------------
 
@@ -227,7 +227,9 @@ class ModeAgentV2:
         try:
             turn = getattr(self.base, "prompt", None)
             if turn is not None:
-                blocks = [v1.TextContentBlock.model_validate(b) for b in user if b.get("type") == "text"]
+                blocks = [
+                    v1.TextContentBlock.model_validate(b) for b in user if b.get("type") == "text"
+                ]
                 result = await turn(prompt=blocks, session_id=session_id)
                 stop_reason = result.stop_reason
         except asyncio.CancelledError:

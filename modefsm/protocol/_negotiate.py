@@ -67,8 +67,8 @@ def _v2_params_error(frame: dict[str, Any]) -> dict[str, Any] | None:
         replay = params["replayFrom"]
         if replay != {"type": "start"}:
             text = "replayFrom: only {'type': 'start'} is supported"
-            data = {"field": "replayFrom", "valid": [{"type": "start"}], "message": text}
-            return _error(frame["id"], -32602, text, data)
+            shape: dict[str, Any] = {"field": "replayFrom", "valid": [{"type": "start"}]}
+            return _error(frame["id"], -32602, text, {**shape, "message": text})
     return None
 
 
@@ -82,8 +82,8 @@ class _Gate:
 
     async def receive(self) -> dict[str, Any] | None:
         if self._first is not None:
-            frame, self._first = self._first, None
-            return frame
+            first, self._first = self._first, None
+            return first
         while True:
             frame = await self.inner.receive()
             if frame is None or not self.v2 or "id" not in frame or "method" not in frame:
@@ -105,7 +105,7 @@ async def _first_frame(transport: CheckedTransport, protocols: tuple[int, ...]) 
     while True:
         frame = await transport.receive()
         if frame is None or frame.get("method") != "initialize" or "id" not in frame:
-            return frame, 1
+            return frame, 1 if 1 in protocols else 2
         params = frame.get("params")
         version = params.get("protocolVersion") if isinstance(params, dict) else None
         if type(version) is int and 0 <= version < min(protocols):

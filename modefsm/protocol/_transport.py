@@ -112,8 +112,9 @@ _READ_LIMIT = 1024 * 1024
 _ERROR_BYTES = 4096
 """An error response longer than this, encoded, has its long strings cut."""
 
-_NOTIFICATIONS = frozenset({AGENT_METHODS["session_cancel"]})
-"""The notifications the SDK routes to an agent (besides ``_``-prefixed extensions)."""
+_NOTIFICATIONS = frozenset({AGENT_METHODS["session_cancel"], "$/cancel_request"})
+"""The notifications the SDK routes to an agent (besides ``_``-prefixed extensions);
+``$/cancel_request`` cancels the handler of the request it names."""
 
 _CLOSE_WAIT = 2.0
 """Seconds to wait for the output to flush when the agent stops."""
@@ -578,8 +579,8 @@ class CheckedTransport:
             logs it if it had stopped waiting (``session/cancel``), as the SDK drops it.
 
     Attributes:
-        unrouted: notifications of methods the SDK does not route (``$/cancel_request``,
-            unknown names), dropped unanswered as JSON-RPC says.
+        unrouted: notifications of methods the SDK does not route (unknown names),
+            dropped unanswered as JSON-RPC says.
     """
 
     def __init__(

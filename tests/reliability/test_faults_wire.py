@@ -273,7 +273,8 @@ class TestUnreadStderr:
                 "method=session/cancel: ValidationError: 1 validation error for "
                 "CancelNotification\\nsessionId\\n  Field required"
             ), line
-        assert last.startswith("modefsm serve: ignored 10000 notifications of methods not served")
+        # $/cancel_request reaches the SDK (ids of no request are ignored there)
+        assert last.startswith("modefsm serve: ignored 5000 notifications of methods not served")
         dropped = [re.search(r" \((\d+) earlier diagnostics? dropped\)$", line) for line in lines]
         counted = sum(int(match.group(1)) for match in dropped if match)
         assert len(invalid) + counted == 5_000  # each written, or counted as dropped
