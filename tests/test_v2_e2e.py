@@ -531,3 +531,93 @@ class TestRestartAndResume:
             )
         assert frames[0]["error"]["code"] == -32602
         assert frames[0]["error"]["data"]["field"] == "replayFrom"
+
+
+class _V2Client:
+    """The official SDK's v2 client side: records updates, answers permission requests."""
+
+    def __init__(self, option_id: str | None) -> None:
+        self.option_id = option_id
+        self.updates: list[dict[str, Any]] = []
+        self.asked: list[dict[str, Any]] = []
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        self.updates.append(update.model_dump(mode="json", by_alias=True, exclude_none=True))
+
+    async def request_permission(
+        self, session_id: str, title: str, options: list[Any], subject: Any = None, **kwargs: Any
+    ) -> Any:
+        from acp.experimental.v2 import schema as s2
+
+        self.asked.append({"title": title, "options": [o.option_id for o in options]})
+        if self.option_id is None:
+            return s2.RequestPermissionResponse(outcome=s2.CancelledPermissionOutcome())
+        return s2.RequestPermissionResponse(
+            outcome=s2.SelectedPermissionOutcomeVariant(option_id=self.option_id)
+        )
+
+
+class TestOfficialClients:
+    """The SDK's v2 client and v1 client against the same `modefsm serve` and log."""
+
+    async def test_v2_client_story_then_v1_client_loads_the_mode(self, log_path):
+        from acp import RequestError
+        from acp.experimental import v2
+        from acp.experimental.v2 import schema as s2
+
+        from .acp_client import serve as serve_v1
+
+        client = _V2Client("code")
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "modefsm",
+            "serve",
+            "--log",
+            str(log_path),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert process.stdin is not None
+        assert process.stdout is not None
+        conn = v2.connect_to_agent(client, process.stdin, process.stdout)
+        init = await asyncio.wait_for(
+            conn.initialize(protocol_version=2, info=s2.Implementation(name="t", version="0")),
+            TIMEOUT,
+        )
+        assert init.protocol_version == 2
+        session_id = (await conn.new_session(cwd="/")).session_id
+        with pytest.raises(RequestError) as bad:
+            await conn.set_config_option(
+                config_id="model", session_id=session_id, value="code", type="id"
+            )
+        assert (bad.value.code, bad.value.data["field"]) == (-32602, "configId")
+        answer = await conn.set_config_option(
+            config_id="mode", session_id=session_id, value="architect", type="id"
+        )
+        assert answer.model_dump(mode="json", by_alias=True, exclude_none=True) == {
+            "configOptions": [option_v2("architect")]
+        }
+        prompt = await conn.prompt(session_id=session_id, prompt=[s2.TextContentBlock(text="go")])
+        assert prompt.message_id.startswith("msg_")
+        assert client.asked == [
+            {"title": "Ready for implementation", "options": ["code", "ask", "reject"]}
+        ]
+        kinds = [(u["sessionUpdate"], u.get("state") or u.get("status")) for u in client.updates]
+        assert kinds == [
+            ("config_option_update", None),
+            ("user_message", None),
+            ("state_update", "running"),
+            ("tool_call_update", "pending"),
+            ("state_update", "requires_action"),
+            ("state_update", "running"),
+            ("config_option_update", None),
+            ("tool_call_update", "completed"),
+            ("agent_message_chunk", None),
+            ("state_update", "idle"),
+        ]
+        process.stdin.close()
+        await asyncio.wait_for(process.wait(), TIMEOUT)
+        async with serve_v1(log_path) as (v1conn, _client):
+            loaded = await v1conn.load_session(cwd="/", session_id=session_id)
+        assert loaded.modes.current_mode_id == "code"
