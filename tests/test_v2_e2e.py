@@ -621,3 +621,40 @@ class TestOfficialClients:
         async with serve_v1(log_path) as (v1conn, _client):
             loaded = await v1conn.load_session(cwd="/", session_id=session_id)
         assert loaded.modes.current_mode_id == "code"
+
+
+def test_demo_protocol_2_exits_zero_and_logs_protocol_2(tmp_path: Path):
+    import subprocess
+
+    log = tmp_path / "demo.jsonl"
+    result = subprocess.run(
+        [sys.executable, "-m", "modefsm", "demo", "--protocol", "2", "--log", str(log)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "modes visited: ask -> architect -> code -> architect -> code" in result.stdout
+    assert '"state":"requires_action"' in result.stdout
+    assert [
+        (r["event"], r["to_mode"], r["origin"], r.get("reason"), r.get("protocol"))
+        for r in read_log(log)
+    ] == [
+        ("modefsm.session_created", "ask", "new", None, 2),
+        ("modefsm.mode_changed", "architect", "set_config_option", None, 2),
+        ("modefsm.mode_changed", "code", "switch_mode", None, 2),
+        ("modefsm.mode_changed", "architect", "set_config_option", None, 2),
+        ("modefsm.change_rejected", None, "switch_mode", "option_rejected", 2),
+        ("modefsm.change_rejected", "does-not-exist", "set_config_option", "unknown_mode", 2),
+        ("modefsm.mode_changed", "code", "set_config_option", None, 2),
+    ]
+    replay = subprocess.run(
+        [sys.executable, "-m", "modefsm", "replay", str(log), "--verify"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert "RESULT  clean" in replay.stdout

@@ -126,13 +126,19 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     )
     parser.add_argument("--log", type=Path, help="the transition log (default: a new temp dir)")
     parser.add_argument("--json", action="store_true", help="print the raw JSON-RPC frames")
+    parser.add_argument(
+        "--protocol",
+        choices=("1", "2"),
+        default="1",
+        help="the ACP version the client speaks (2: ACP v2, the mode as a config option)",
+    )
     parser.set_defaults(run=_run_demo)
 
 
 def _run_demo(args: argparse.Namespace) -> int:
     from modefsm.cli._demo import run_demo  # noqa: PLC0415
 
-    return run_demo(args.log, raw=args.json)
+    return run_demo(args.log, raw=args.json, protocol=int(args.protocol))
 
 
 def _add_spec_arguments(parser: argparse.ArgumentParser) -> None:
