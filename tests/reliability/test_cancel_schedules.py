@@ -21,7 +21,7 @@ import asyncio
 import os
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from acp._transport import memory_transport_pair
@@ -62,7 +62,7 @@ async def _run(seed: int, log_path: Path) -> None:  # noqa: C901, PLR0912, PLR09
     agent_end.send = send_like_a_pipe  # type: ignore[method-assign]
     log = TransitionLog.to_file(log_path)
     base = ScriptedAgent(preset("seed"), log=log, unstable=True)
-    router = AgentProtocolRouter(v1=lambda _c: base, v2=lambda c: ModeAgentV2(base, c))
+    router = AgentProtocolRouter(v1=lambda _c: cast("Any", base), v2=lambda c: ModeAgentV2(base, c))
     conn = router.connect(agent_end, listening=False)
     listen = asyncio.ensure_future(conn.listen())
     frames: list[dict[str, Any]] = []
