@@ -658,3 +658,14 @@ def test_demo_protocol_2_exits_zero_and_logs_protocol_2(tmp_path: Path):
     )
     assert replay.returncode == 0, replay.stdout + replay.stderr
     assert "RESULT  clean" in replay.stdout
+
+
+async def test_unknown_session_in_set_and_prompt_is_minus_32002_with_session_id(log_path):
+    async with serve(log_path) as wire:
+        set_frames = await wire.set_mode("nope", "code")
+        prompt = await wire.call(
+            "session/prompt", {"sessionId": "nope", "prompt": [{"type": "text", "text": "x"}]}
+        )
+    expected = {"code": -32002, "message": "sessionId: nope", "data": {"sessionId": "nope"}}
+    assert set_frames == [{"jsonrpc": "2.0", "id": 2, "error": expected}]
+    assert prompt == [{"jsonrpc": "2.0", "id": 3, "error": expected}]

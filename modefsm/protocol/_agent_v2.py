@@ -27,6 +27,7 @@ over v2 carry ``protocol: 2``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from typing import Any
 
@@ -165,14 +166,8 @@ class ModeAgentV2:
             RequestError: ``-32002`` with ``data: {"sessionId": ...}`` for an unknown session.
         """
         del kwargs
-        try:
+        with _V2_ERRORS:
             response = await self.base.resume_session(cwd=cwd, session_id=session_id)
-        except RequestError as exc:
-            if exc.code == _NOT_FOUND:
-                raise RequestError(
-                    _NOT_FOUND, f"sessionId: {session_id}", {"sessionId": session_id}
-                ) from None
-            raise
         await self.base.engine.notify(session_id, v2.IdleSessionStateUpdate())
         return v2.ResumeSessionResponse(config_options=v2_options(response.config_options or []))
 
@@ -197,9 +192,10 @@ class ModeAgentV2:
             RequestError: ``-32602`` naming ``configId`` or ``value``; ``-32002``.
         """
         del kwargs
-        response = await self.base.set_config_option(
-            config_id=config_id, session_id=session_id, value=value
-        )
+        with _V2_ERRORS:
+            response = await self.base.set_config_option(
+                config_id=config_id, session_id=session_id, value=value
+            )
         return v2.SetSessionConfigOptionResponse(config_options=v2_options(response.config_options))
 
     # -- prompts -----------------------------------------------------------------------
@@ -212,7 +208,8 @@ class ModeAgentV2:
         """
         del kwargs
         engine = self.base.engine
-        self.base.session(session_id)  # -32002 before anything is sent
+        with _V2_ERRORS:
+            self.base.session(session_id)  # -32002 before anything is sent
         message_id = _message_id()
         user = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in prompt]
         await engine.notify(
@@ -258,6 +255,21 @@ class ModeAgentV2:
 
 
 _NOT_FOUND = -32002
+
+
+class _V2Errors(contextlib.AbstractContextManager[None]):
+    """v1's ``-32002 {uri}`` becomes v2's ``-32002 {sessionId}`` (other errors pass)."""
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, traceback: object) -> None:
+        if isinstance(exc, RequestError) and exc.code == _NOT_FOUND:
+            data = exc.data if isinstance(exc.data, dict) else {}
+            session_id = data.get("uri", data.get("sessionId"))
+            raise RequestError(
+                _NOT_FOUND, f"sessionId: {session_id}", {"sessionId": session_id}
+            ) from None
+
+
+_V2_ERRORS = _V2Errors()
 
 
 def _message_id() -> str:
