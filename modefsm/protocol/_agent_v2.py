@@ -35,7 +35,7 @@ from acp import RequestError
 from acp import schema as v1
 from acp.experimental.v2 import schema as v2
 
-from modefsm.protocol._agent import ModeAgent, _version
+from modefsm.protocol._agent import ModeAgent, _finish, _version, acp_errors
 
 __all__ = ["V2_PROTOCOL_VERSION", "ModeAgentV2"]
 
@@ -56,9 +56,30 @@ def _v2_option(option: Any) -> Any:
     return option  # already a v2 model (a host's own option)
 
 
+_CACHE_LIMIT = 4096
+"""How many v1 option models (the engine's cached views) keep their v2 model cached."""
+
+_converted: dict[int, tuple[Any, Any]] = {}
+
+
 def v2_options(options: list[Any]) -> list[Any]:
-    """The complete v2 ``configOptions`` list for a v1 one (same order)."""
-    return [_v2_option(option) for option in options]
+    """The complete v2 ``configOptions`` list for a v1 one (same order).
+
+    The engine's views are built once per mode, so their v2 models are converted once
+    (kept alongside the v1 model, whose ``id`` is the key); a host's fresh options are
+    converted each time once the cache is full.
+    """
+    out = []
+    for option in options:
+        cached = _converted.get(id(option))
+        if cached is not None and cached[0] is option:
+            out.append(cached[1])
+            continue
+        converted = _v2_option(option)
+        if len(_converted) < _CACHE_LIMIT:
+            _converted[id(option)] = (option, converted)
+        out.append(converted)
+    return out
 
 
 class _PermissionPort:
@@ -192,11 +213,10 @@ class ModeAgentV2:
             RequestError: ``-32602`` naming ``configId`` or ``value``; ``-32002``.
         """
         del kwargs
-        with _V2_ERRORS:
-            response = await self.base.set_config_option(
-                config_id=config_id, session_id=session_id, value=value
-            )
-        return v2.SetSessionConfigOptionResponse(config_options=v2_options(response.config_options))
+        engine = self.base.engine
+        with _V2_ERRORS, acp_errors():
+            options = await _finish(engine.set_config_option(session_id, config_id, value))
+        return v2.SetSessionConfigOptionResponse(config_options=v2_options(options))
 
     # -- prompts -----------------------------------------------------------------------
 
