@@ -219,28 +219,26 @@ class TestConfigOption:
             2,
         )
 
-    @pytest.mark.parametrize(
-        ("params", "field"),
-        [
+    async def test_a_bad_request_is_minus_32602_naming_the_field_and_changes_nothing(
+        self, log_path
+    ):
+        cases = [
             ({"configId": "model", "type": "id", "value": "code"}, "configId"),
             ({"configId": "mode", "value": "code"}, "type"),
             ({"configId": "mode", "type": "boolean", "value": "code"}, "type"),
             ({"configId": "mode", "type": "boolean", "value": True}, "type"),
             ({"configId": "mode", "type": "_other", "value": "code"}, "type"),
             ({"configId": "mode", "type": "id", "value": "nope"}, "value"),
-        ],
-    )
-    async def test_a_bad_request_is_minus_32602_naming_the_field_and_changes_nothing(
-        self, log_path, params, field
-    ):
-        async with serve(log_path) as wire:
+        ]
+        async with serve(log_path) as wire:  # one agent for every case: fewer start-ups
             session_id = await wire.new_session()
-            frames = await wire.call(
-                "session/set_config_option", {"sessionId": session_id, **params}
-            )
-            assert len(frames) == 1
-            assert frames[0]["error"]["code"] == -32602
-            assert frames[0]["error"]["data"]["field"] == field
+            for params, field in cases:
+                frames = await wire.call(
+                    "session/set_config_option", {"sessionId": session_id, **params}
+                )
+                assert len(frames) == 1, params
+                assert frames[0]["error"]["code"] == -32602, params
+                assert frames[0]["error"]["data"]["field"] == field, params
             after = await wire.call("session/resume", {"sessionId": session_id, "cwd": "/"})
         assert after[-1]["result"] == {"configOptions": [option_v2("ask")]}
         assert all(c[0] != "mode_changed" for c in changes(log_path))
@@ -378,9 +376,8 @@ class TestSwitch:
             2,
         )
 
-    @pytest.mark.parametrize(
-        ("answer", "reason", "shown"),
-        [
+    async def test_anything_but_an_offered_allow_option_changes_nothing(self, log_path):
+        cases = [
             (
                 {"outcome": {"outcome": "selected", "optionId": "reject"}},
                 "option_rejected",
@@ -401,41 +398,36 @@ class TestSwitch:
                 "option_not_offered",
                 "Refused: the answer selected an option that was not offered.",
             ),
-        ],
-    )
-    async def test_anything_but_an_offered_allow_option_changes_nothing(
-        self, log_path, answer, reason, shown
-    ):
-        async with serve(log_path) as wire:
+        ]
+        async with serve(log_path) as wire:  # one agent, one session: each stays in architect
             session_id = await wire.new_session()
             await wire.set_mode(session_id, "architect")
-            prompt_id, frames = await prompt_until_permission(wire, session_id, "go")
-            _message_id, call = opening(session_id, frames, "go")
-            await wire.send({"jsonrpc": "2.0", "id": frames[-1]["id"], "result": answer})
-            rest = await wire.until_answer(prompt_id)
-        assert rest[:2] == [
-            state(session_id, "running"),
-            update(
-                session_id,
-                {
-                    "sessionUpdate": "tool_call_update",
-                    "toolCallId": call,
-                    "status": "failed",
-                    "content": text(shown),
-                },
-            ),
+            for answer, _reason, shown in cases:
+                prompt_id, frames = await prompt_until_permission(wire, session_id, "go")
+                _message_id, call = opening(session_id, frames, "go")
+                await wire.send({"jsonrpc": "2.0", "id": frames[-1]["id"], "result": answer})
+                rest = await wire.until_answer(prompt_id)
+                assert rest[:2] == [
+                    state(session_id, "running"),
+                    update(
+                        session_id,
+                        {
+                            "sessionUpdate": "tool_call_update",
+                            "toolCallId": call,
+                            "status": "failed",
+                            "content": text(shown),
+                        },
+                    ),
+                ], answer
+                assert rest[-2] == state(session_id, "idle", stopReason="end_turn"), answer
+                assert all(
+                    f["params"]["update"]["sessionUpdate"] != "config_option_update"
+                    for f in rest[:-1]
+                ), answer
+        assert changes(log_path)[-len(cases) :] == [
+            ("change_rejected", "architect", None, "switch_mode", reason, 2)
+            for _answer, reason, _shown in cases
         ]
-        assert rest[-2] == state(session_id, "idle", stopReason="end_turn")
-        assert all(
-            f["params"]["update"]["sessionUpdate"] != "config_option_update" for f in rest[:-1]
-        )
-        assert changes(log_path)[-1][:5] == (
-            "change_rejected",
-            "architect",
-            None,
-            "switch_mode",
-            reason,
-        )
 
     async def test_a_change_while_the_permission_is_pending(self, log_path):
         async with serve(log_path) as wire:
