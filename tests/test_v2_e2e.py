@@ -222,7 +222,7 @@ class TestConfigOption:
     async def test_a_bad_request_is_minus_32602_naming_the_field_and_changes_nothing(
         self, log_path
     ):
-        cases = [
+        cases: list[tuple[dict[str, Any], str]] = [
             ({"configId": "model", "type": "id", "value": "code"}, "configId"),
             ({"configId": "mode", "value": "code"}, "type"),
             ({"configId": "mode", "type": "boolean", "value": "code"}, "type"),
