@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     )
     from modefsm.log._records import TransitionLog, TransitionRecord
     from modefsm.protocol import ModeAgent, RestoreSource, SwitchResult, run_agent
+    from modefsm.protocol._agent_v2 import ModeAgentV2
+    from modefsm.protocol._negotiate import serve_negotiated
     from modefsm.replay import ReplayReport, Violation, replay
     from modefsm.restore import LogRestore, RestoreIndex, RestorePoint
     from modefsm.spec import (
@@ -63,6 +65,7 @@ _EXPORTS = {
     "LogRestore": "modefsm.restore",
     "Mode": "modefsm.spec",
     "ModeAgent": "modefsm.protocol",
+    "ModeAgentV2": "modefsm.protocol._agent_v2",
     "ModeChange": "modefsm.engine._engine",
     "ModeEngine": "modefsm.engine._engine",
     "ModeSpec": "modefsm.spec",
@@ -97,6 +100,7 @@ _EXPORTS = {
     "preset_names": "modefsm.spec",
     "replay": "modefsm.replay",
     "run_agent": "modefsm.protocol",
+    "serve_negotiated": "modefsm.protocol",
 }
 """Where each public name is defined."""
 
@@ -140,6 +144,7 @@ __all__ = [
     "LogRestore",
     "Mode",
     "ModeAgent",
+    "ModeAgentV2",
     "ModeChange",
     "ModeEngine",
     "ModeSpec",
@@ -177,4 +182,5 @@ __all__ = [
     "preset_names",
     "replay",
     "run_agent",
+    "serve_negotiated",
 ]

@@ -246,7 +246,9 @@ async def _story(log: Path, out: TextIO, *, raw: bool) -> tuple[list[str], str]:
 _PLAN = "## Implementation Plan\n1. Add the /items endpoint\n2. Write its tests"
 
 
-def run_demo(log: Path | None = None, *, raw: bool = False, out: TextIO | None = None) -> int:
+def run_demo(
+    log: Path | None = None, *, raw: bool = False, out: TextIO | None = None, protocol: int = 1
+) -> int:
     """Run the demo; return 0 when every step behaved, 1 otherwise.
 
     Raises:
@@ -258,6 +260,7 @@ def run_demo(log: Path | None = None, *, raw: bool = False, out: TextIO | None =
             ``transitions.jsonl``); an existing file is appended to.
         raw: print the raw JSON-RPC frames (one JSON object a line) instead of a transcript.
         out: where to print (default: stdout).
+        protocol: the ACP version the client speaks (``1``, or ``2`` for ACP v2).
     """
     out = out or sys.stdout
     if log is None:
@@ -265,7 +268,12 @@ def run_demo(log: Path | None = None, *, raw: bool = False, out: TextIO | None =
     check_log_path(log)  # not a transition log: refused before anything is written
     TransitionLog.to_file(log).close()  # a bad path fails here, with one clear LogError
     try:
-        visited, session_id = asyncio.run(_story(log, out, raw=raw))
+        if protocol == 2:  # noqa: PLR2004
+            from modefsm.cli._demo_v2 import story_v2  # noqa: PLC0415 - v2 only when asked
+
+            visited, session_id = asyncio.run(story_v2(log, out, raw=raw))
+        else:
+            visited, session_id = asyncio.run(_story(log, out, raw=raw))
     except DemoFailedError as exc:
         print(f"modefsm demo: FAILED: {exc}", file=sys.stderr)
         return 1

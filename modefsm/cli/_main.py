@@ -83,9 +83,23 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "prompt turn is a fixed script: in a mode with a switch it proposes the switch, "
         "otherwise it answers with the current mode. stdout carries only ACP messages; the "
         "transition log goes to --log (JSON lines, with a restore index beside it, so "
-        "session/load works after a restart) or to stderr (no restore).",
+        "session/load works after a restart) or to stderr (no restore). "
+        "Protocol versions: the client's initialize.protocolVersion chooses. ACP v1 "
+        "(protocolVersion 1): modes, session/set_mode and the mode config option, "
+        "session/load and session/resume. ACP v2 (Preview, protocolVersion 2 or more): the "
+        'mode is only the config option with category "mode" (session/set_config_option '
+        'with type "id"), switches report state_update, session/resume restores. '
+        "protocolVersion 0 is answered -32022. Both versions share the log: a session made "
+        "over one can be resumed over the other, in the same mode.",
     )
     _add_spec_arguments(parser)
+    parser.add_argument(
+        "--protocol",
+        choices=("1", "2", "both"),
+        default="both",
+        help="the ACP versions served (default: both; 1 serves a v2 client as v1; "
+        "2 answers a v1 initialize with -32022)",
+    )
     parser.add_argument(
         "--log", type=Path, help="the JSON-lines transition log (read back on load)"
     )
@@ -108,7 +122,10 @@ def _run_serve(args: argparse.Namespace) -> int:
         msg = "--store and --log name the same thing for a file store: give one"
         if not args.store.startswith(("postgresql://", "postgres://")):
             raise ModefsmError(msg)
-    return serve(_spec_from(args), args.log, fsync=args.fsync, store=args.store)
+    protocols = {"1": (1,), "2": (2,), "both": (1, 2)}[args.protocol]
+    return serve(
+        _spec_from(args), args.log, fsync=args.fsync, store=args.store, protocols=protocols
+    )
 
 
 def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -120,13 +137,19 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     )
     parser.add_argument("--log", type=Path, help="the transition log (default: a new temp dir)")
     parser.add_argument("--json", action="store_true", help="print the raw JSON-RPC frames")
+    parser.add_argument(
+        "--protocol",
+        choices=("1", "2"),
+        default="1",
+        help="the ACP version the client speaks (2: ACP v2, the mode as a config option)",
+    )
     parser.set_defaults(run=_run_demo)
 
 
 def _run_demo(args: argparse.Namespace) -> int:
     from modefsm.cli._demo import run_demo  # noqa: PLC0415
 
-    return run_demo(args.log, raw=args.json)
+    return run_demo(args.log, raw=args.json, protocol=int(args.protocol))
 
 
 def _add_spec_arguments(parser: argparse.ArgumentParser) -> None:

@@ -34,7 +34,8 @@ from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock
 from modefsm.errors import LogError, ModefsmError
 from modefsm.log._records import TransitionLog, ignore_file_size_signal
 from modefsm.protocol._agent import ModeAgent
-from modefsm.protocol._transport import BoundedPipeWriter, Diagnostics, OutputClosedError, run_agent
+from modefsm.protocol._negotiate import SUPPORTED_PROTOCOLS, serve_negotiated
+from modefsm.protocol._transport import BoundedPipeWriter, Diagnostics, OutputClosedError
 from modefsm.spec import ModeSpec
 from modefsm.store._interface import SessionStore, open_store
 
@@ -181,6 +182,7 @@ def serve(
     *,
     fsync: bool = False,
     store: str | None = None,
+    protocols: tuple[int, ...] = SUPPORTED_PROTOCOLS,
 ) -> int:
     """Serve *spec* over stdio until the client closes stdin; return the exit status.
 
@@ -197,6 +199,8 @@ def serve(
         store: the session store as a path or URL (:func:`modefsm.store.open_store`);
             ``None`` uses *log_path*. Every process given the same log file (or store)
             shares one history: a session created in one can be loaded in another.
+        protocols: the ACP versions served (``(1, 2)``: v1 and v2 clients, chosen by
+            ``initialize.protocolVersion``; ``(1,)``: v1 only).
 
     Raises:
         LogError: the log file cannot be opened, or exists and is not a transition log
@@ -224,7 +228,7 @@ def serve(
     logging.captureWarnings(True)  # noqa: FBT003 - the logging API
     status = 0
     try:
-        transport = asyncio.run(run_agent(agent))
+        transport = asyncio.run(serve_negotiated(agent, protocols=protocols))
     except OutputClosedError as exc:
         diagnostics.say(str(exc), force=True)
         status = 1

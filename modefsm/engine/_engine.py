@@ -262,6 +262,8 @@ class ModeEngine:
         self._spec_name = spec.name
         self._spec_hash = spec.content_hash
         self._spec_fields = {"spec": spec.name, "spec_hash": spec.content_hash}
+        self.protocol: int | None = None
+        """The ACP protocol version of the client, written into records when not ``None``."""
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -807,6 +809,15 @@ class ModeEngine:
             self._outbox.append((session_id, update))
         await self.flush()
 
+    def enqueue(self, session_id: str, update: Any) -> None:
+        """Queue *update* behind every queued notification without sending (see :meth:`flush`).
+
+        For code that must not wait (a ``finally`` of a cancelled task): the next
+        :meth:`notify` or :meth:`flush` sends it, in order.
+        """
+        if self.sink is not None:
+            self._outbox.append((session_id, update))
+
     def pending(self) -> int:
         """The number of notifications queued and not yet handed to the sink."""
         return len(self._outbox)
@@ -931,6 +942,8 @@ class ModeEngine:
             fields["option_id"] = context.option_id
         if context.proposed_in is not None:
             fields["proposed_in"] = context.proposed_in
+        if self.protocol is not None:
+            fields["protocol"] = self.protocol
         fields["spec"] = self._spec_name
         fields["spec_hash"] = self._spec_hash
         log.write(EVENT_CHANGED, fields)
@@ -1084,6 +1097,8 @@ class ModeEngine:
             fields["option_id"] = option_id
         if proposed_in is not None:
             fields["proposed_in"] = proposed_in
+        if self.protocol is not None:
+            fields["protocol"] = self.protocol
         fields["spec"] = self._spec_name
         fields["spec_hash"] = self._spec_hash
         return fields

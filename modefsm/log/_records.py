@@ -140,6 +140,8 @@ class TransitionRecord(BaseModel):
         proposed_in: the mode a switch was proposed in: on an approved switch only when
             the client changed the mode while the permission request was pending; on a
             rejected switch always (when known).
+        protocol: the ACP protocol version of the client that made the change (``2``);
+            absent on records of v1 clients and of logs written before it existed.
         reason: why a rejection changed nothing.
         spec: the spec's name.
         spec_hash: the spec's :attr:`~modefsm.spec.ModeSpec.content_hash`.
@@ -167,6 +169,7 @@ class TransitionRecord(BaseModel):
     tool_call_id: str | None = None
     option_id: str | None = None
     proposed_in: str | None = None
+    protocol: Annotated[int, Field(ge=1, le=2)] | None = None
     reason: RejectReason | None = None
     spec: str
     spec_hash: str

@@ -1,6 +1,11 @@
 """modefsm.protocol: see the README's Architecture section."""
 
 from modefsm.protocol._agent import ModeAgent, RestoreSource, acp_errors
+from modefsm.protocol._negotiate import (
+    SUPPORTED_PROTOCOLS,
+    UNSUPPORTED_PROTOCOL,
+    serve_negotiated,
+)
 from modefsm.protocol._switch import (
     REQUEST_CANCELLED,
     SwitchResult,
@@ -35,6 +40,8 @@ __all__ = [
     "MAX_OPEN",
     "MAX_VALUES",
     "REQUEST_CANCELLED",
+    "SUPPORTED_PROTOCOLS",
+    "UNSUPPORTED_PROTOCOL",
     "BoundedPipeWriter",
     "CheckedTransport",
     "Diagnostics",
@@ -48,4 +55,7 @@ __all__ = [
     "offered_options",
     "propose_switch",
     "run_agent",
+    "serve_negotiated",
 ]
+# ModeAgentV2 (modefsm.protocol._agent_v2) is not imported here: it imports the ACP v2
+# schema, which doubles start-up; `from modefsm import ModeAgentV2` loads it on first use.

@@ -148,17 +148,19 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
     source = offer.proposed_in
     offered = offer.targets
     content = _text(plan)
-    await engine.notify(
-        session_id,
-        ToolCallStart(
-            session_update="tool_call",
-            tool_call_id=tool_call_id,
-            title=offer.title,
-            kind="switch_mode",
-            status="pending",
-            content=content,
-        ),
+    start = ToolCallStart(
+        session_update="tool_call",
+        tool_call_id=tool_call_id,
+        title=offer.title,
+        kind="switch_mode",
+        status="pending",
+        content=content,
     )
+    try:
+        await _shielded(engine.notify(session_id, start))
+    except asyncio.CancelledError:
+        await _end_cancelled(engine, session_id, tool_call_id, source, None)
+        raise
     option_id: str | None = None
     reason: RejectReason | None = None
     if cancelled is not None and cancelled.is_set():
@@ -187,6 +189,9 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
             engine.reject_switch(
                 session_id, "session_closed", tool_call_id=tool_call_id, proposed_in=source
             )
+            raise
+        except asyncio.CancelledError:  # $/cancel_request of the request running the turn
+            await _end_cancelled(engine, session_id, tool_call_id, source, abandoned)
             raise
         else:
             if response is not None and isinstance(response.outcome, AllowedOutcome):
@@ -220,16 +225,56 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
             text = f"Switched to {mode} mode." if change else f"Already in {mode} mode."
         else:
             text = _DECLINED_TEXT[reason].format(mode=mode)
-        await engine.notify(
-            session_id,
-            ToolCallProgress(
-                session_update="tool_call_update",
-                tool_call_id=tool_call_id,
-                status="completed" if reason is None else "failed",
-                content=_text(text),
-            ),
+        # shielded: once decided, the outcome is announced in full whatever cancels the turn
+        await _shielded(
+            engine.notify(
+                session_id,
+                ToolCallProgress(
+                    session_update="tool_call_update",
+                    tool_call_id=tool_call_id,
+                    status="completed" if reason is None else "failed",
+                    content=_text(text),
+                ),
+            )
         )
     return SwitchResult(tool_call_id, option_id, change, reason)
+
+
+async def _end_cancelled(
+    engine: ModeEngine,
+    session_id: str,
+    tool_call_id: str,
+    source: str,
+    abandoned: Callable[[], None] | None,
+) -> None:
+    """A cancelled turn ends its switch: logged ``cancelled``, the tool call ``failed``."""
+    engine.reject_switch(session_id, "cancelled", tool_call_id=tool_call_id, proposed_in=source)
+    if abandoned is not None:
+        abandoned()  # the SDK drops the answer if it comes: log it as late_answer
+    if session_id in engine:
+        engine.enqueue(session_id, _final(tool_call_id, "cancelled", engine.get(session_id).state))
+        await _shielded(engine.flush())
+
+
+def _final(tool_call_id: str, reason: RejectReason, mode: str) -> ToolCallProgress:
+    """The ``failed`` update that ends a switch which changed nothing."""
+    return ToolCallProgress(
+        session_update="tool_call_update",
+        tool_call_id=tool_call_id,
+        status="failed",
+        content=_text(_DECLINED_TEXT[reason].format(mode=mode)),
+    )
+
+
+async def _shielded(work: Any) -> None:
+    """Run *work* to its end even if this task is cancelled meanwhile (then re-raise)."""
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if not task.done():
+            await asyncio.wait({task})
+        raise
 
 
 def _judge(

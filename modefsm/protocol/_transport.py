@@ -113,7 +113,8 @@ _ERROR_BYTES = 4096
 """An error response longer than this, encoded, has its long strings cut."""
 
 _NOTIFICATIONS = frozenset({AGENT_METHODS["session_cancel"], PROTOCOL_METHODS["cancel_request"]})
-"""The notifications the SDK routes to an agent (besides ``_``-prefixed extensions)."""
+"""The notifications the SDK routes to an agent (besides ``_``-prefixed extensions);
+``$/cancel_request`` cancels the handler of the request it names."""
 
 _CLOSE_WAIT = 2.0
 """Seconds to wait for the output to flush when the agent stops."""
@@ -794,7 +795,7 @@ def _permission_request(message: dict[str, Any]) -> PermissionRequest | None:
     if message.get("method") != "session/request_permission":
         return None
     params = message.get("params") or {}
-    tool_call = params.get("toolCall") or {}
+    tool_call = params.get("toolCall") or (params.get("subject") or {}).get("toolCall") or {}
     return PermissionRequest(
         message["id"], params.get("sessionId", ""), tool_call.get("toolCallId", "")
     )

@@ -504,6 +504,8 @@ class Replayer:
                 or type(get("tool_call_id")) not in _STR_OR_NONE
                 or type(get("option_id")) not in _STR_OR_NONE
                 or type(get("proposed_in")) not in _STR_OR_NONE
+                or ((protocol := get("protocol")) is not None and type(protocol) is not int)
+                or (protocol is not None and protocol not in _PROTOCOLS)
                 or type(get("prev")) not in _STR_OR_NONE
                 or type(get("digest")) not in _STR_OR_NONE
                 or (reason is not None and reason not in _REASONS)
@@ -815,6 +817,8 @@ _KIND_OF: dict[str, TriggerKind] = {
 _ID_TYPES = frozenset({str, int, type(None)})
 _ID_LOW, _ID_END = -(1 << 63), 1 << 64  # the model's range of an integer request_id
 _STR_OR_NONE = frozenset({str, type(None)})
+_PROTOCOLS = frozenset({1, 2})
+"""The ACP protocol versions a record may name (``protocol``)."""
 
 
 def _well_typed(

@@ -1,5 +1,8 @@
 """Interop: the official TypeScript SDK (``@agentclientprotocol/sdk`` 2.x) drives ``modefsm serve``.
 
+``tests/ts/seed_scenario_v2.mjs`` does the same over ACP v2 with the SDK's ``experimental/v2``
+client and its v2 zod schemas (``session/resume`` after a restart).
+
 ``tests/ts/seed_scenario.mjs`` spawns the agent and runs the seed scenario (new session,
 set_mode, the mode config option, an approved switch, a rejected one, an unknown mode,
 load), validating every frame the agent writes with the SDK's own zod schemas. The SDK
@@ -68,4 +71,42 @@ def test_the_typescript_sdk_runs_the_seed_scenario(tmp_path: Path):
         ("modefsm.mode_changed", "architect", "set_mode", None),
         ("modefsm.change_rejected", None, "switch_mode", "option_rejected"),
         ("modefsm.change_rejected", "does-not-exist", "set_mode", "unknown_mode"),
+    ]
+
+
+def test_the_typescript_sdk_v2_client_runs_the_seed_story(tmp_path: Path):
+    node = shutil.which("node")
+    assert node is not None, "tests/ts/node_modules exists but node is not on PATH"
+    log = tmp_path / "log.jsonl"
+    command = [sys.executable, "-m", "modefsm", "serve", "--log", str(log)]
+    result = subprocess.run(
+        [node, "seed_scenario_v2.mjs", *command],
+        cwd=TS,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads(result.stdout.splitlines()[-1])
+    assert summary["steps"] == [
+        "initialize",
+        "session/new",
+        "set_config_option architect",
+        "approved switch to code",
+        "rejected switch stays in architect",
+        "unknown mode is -32602",
+        "session/resume reports architect",
+    ]
+    assert summary["validated"] == summary["received"] == 31
+    records = read_log(log).records
+    assert [
+        (r["event"], r["to_mode"], r["origin"], r.get("reason"), r.get("protocol")) for r in records
+    ] == [
+        ("modefsm.session_created", "ask", "new", None, 2),
+        ("modefsm.mode_changed", "architect", "set_config_option", None, 2),
+        ("modefsm.mode_changed", "code", "switch_mode", None, 2),
+        ("modefsm.mode_changed", "architect", "set_config_option", None, 2),
+        ("modefsm.change_rejected", None, "switch_mode", "option_rejected", 2),
+        ("modefsm.change_rejected", "does-not-exist", "set_config_option", "unknown_mode", 2),
     ]

@@ -1,0 +1,296 @@
+"""ACP v2 (Preview) on the same engine: the mode as a ``configOptions`` entry only.
+
+:class:`ModeAgentV2` serves a v2 client (``initialize.protocolVersion >= 2``) on the
+engine, log and restore source of a :class:`~modefsm.protocol.ModeAgent`. It builds every
+frame from the SDK's v2 models (``acp.experimental.v2.schema``):
+
+- the mode is the ``configOptions`` entry ``{configId, category: "mode", type:
+  "select", currentValue, options}``; there is no ``modes``, no ``session/set_mode``
+  (``-32601``) and no ``current_mode_update``;
+- ``session/set_config_option`` answers the complete list; agent-initiated changes (an
+  approved ``switch_mode``, a restore fallback) are announced by ``config_option_update``
+  with the complete list;
+- the ``switch_mode`` tool call is a ``tool_call_update`` (the first one creates it) and
+  its permission request carries ``title`` and ``subject: {type: "tool_call",
+  toolCall}``; ``state_update`` ``requires_action`` is sent while the user decides,
+  ``running`` after, and ``idle`` with the ``stopReason`` at the end of the turn; the
+  ``session/prompt`` response is ``{messageId}``;
+- ``session/resume`` restores the mode (from the log after a restart, whichever version
+  made the session) and sends a current ``state_update`` before its answer; an unknown
+  session is ``-32002`` with ``data: {"sessionId": ...}``.
+
+The switch flow is :func:`modefsm.protocol.propose_switch` itself: the v1 permission call
+it makes is carried out as the v2 request by a per-connection port. Records of changes made
+over v2 carry ``protocol: 2``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from typing import Any
+
+from acp import RequestError
+from acp import schema as v1
+from acp.experimental.v2 import schema as v2
+
+from modefsm.protocol._agent import ModeAgent, _finish, _version, acp_errors
+
+__all__ = ["V2_PROTOCOL_VERSION", "ModeAgentV2"]
+
+V2_PROTOCOL_VERSION = 2
+"""The ACP protocol version :class:`ModeAgentV2` speaks."""
+
+
+def _v2_option(option: Any) -> Any:
+    """The v2 model of a v1 ``configOptions`` entry (``id`` becomes ``configId``)."""
+    if isinstance(option, v1.SessionConfigOptionSelect):
+        data = option.model_dump(mode="json", by_alias=True, exclude_none=True)
+        data["configId"] = data.pop("id")
+        return v2.SelectSessionConfigOption.model_validate(data)
+    if isinstance(option, v1.SessionConfigOptionBoolean):
+        data = option.model_dump(mode="json", by_alias=True, exclude_none=True)
+        data["configId"] = data.pop("id")
+        return v2.BooleanSessionConfigOption.model_validate(data)
+    return option  # already a v2 model (a host's own option)
+
+
+_CACHE_LIMIT = 4096
+"""How many v1 option models (the engine's cached views) keep their v2 model cached."""
+
+_converted: dict[int, tuple[Any, Any]] = {}
+
+
+def v2_options(options: list[Any]) -> list[Any]:
+    """The complete v2 ``configOptions`` list for a v1 one (same order).
+
+    The engine's views are built once per mode, so their v2 models are converted once
+    (kept alongside the v1 model, whose ``id`` is the key); a host's fresh options are
+    converted each time once the cache is full.
+    """
+    out = []
+    for option in options:
+        cached = _converted.get(id(option))
+        if cached is not None and cached[0] is option:
+            out.append(cached[1])
+            continue
+        converted = _v2_option(option)
+        if len(_converted) < _CACHE_LIMIT:
+            _converted[id(option)] = (option, converted)
+        out.append(converted)
+    return out
+
+
+class _PermissionPort:
+    """What :func:`~modefsm.protocol.propose_switch` calls as ``client``, over v2."""
+
+    def __init__(self, agent: ModeAgentV2) -> None:
+        self._agent = agent
+
+    async def request_permission(
+        self, session_id: str, tool_call: v1.ToolCallUpdate, options: list[v1.PermissionOption]
+    ) -> v1.RequestPermissionResponse:
+        engine = self._agent.base.engine
+        await engine.notify(session_id, v2.RequiresActionSessionStateUpdate())
+        call = tool_call.model_dump(mode="json", by_alias=True, exclude_none=True)
+        try:
+            answer = await self._agent.conn.request_permission(
+                session_id=session_id,
+                title=tool_call.title or "Switch mode",
+                options=[
+                    v2.PermissionOption(option_id=o.option_id, name=o.name, kind=o.kind)
+                    for o in options
+                ],
+                subject=v2.ToolCallPermissionSubjectVariant(
+                    tool_call=v2.ToolCallUpdate.model_validate(call)
+                ),
+            )
+        finally:
+            if session_id in engine:
+                engine.enqueue(session_id, v2.RunningSessionStateUpdate())
+        outcome = answer.outcome
+        if isinstance(outcome, v2.SelectedPermissionOutcomeVariant):
+            chosen: Any = v1.AllowedOutcome(outcome="selected", option_id=outcome.option_id)
+        else:  # cancelled, or an outcome this version does not know: never an approval
+            chosen = v1.DeniedOutcome(outcome="cancelled")
+        return v1.RequestPermissionResponse(outcome=chosen)
+
+
+class ModeAgentV2:
+    """The v2 face of a :class:`~modefsm.protocol.ModeAgent` for one connection.
+
+    Args:
+        base: the v1 agent whose engine, log and restore source are shared; its
+            ``prompt`` (if any) runs the turn, its ``propose_switch`` the switch.
+        conn: the SDK's v2 ``AgentSideConnection``.
+    """
+
+    def __init__(self, base: ModeAgent, conn: Any) -> None:
+        """Attach *base*'s engine to this v2 connection (notifications rendered as v2)."""
+        self.base = base
+        self.conn = conn
+        self._message_ids: dict[str, str] = {}
+        base.engine.protocol = V2_PROTOCOL_VERSION
+        base.engine.sink = self._send
+        base.conn = _PermissionPort(self)
+
+    async def _send(self, session_id: str, update: Any) -> None:
+        """The engine's sink: v1 updates rendered as v2 models, v2 ones as they are."""
+        if isinstance(update, v1.CurrentModeUpdate):
+            return  # v2 has no current_mode_update: the config_option_update says it
+        if isinstance(update, v1.ConfigOptionUpdate):
+            update = v2.ConfigOptionUpdate(config_options=v2_options(update.config_options))
+        elif isinstance(update, v1.ToolCallStart | v1.ToolCallProgress):
+            data = update.model_dump(mode="json", by_alias=True, exclude_none=True)
+            data["sessionUpdate"] = "tool_call_update"
+            update = v2.SessionToolCallUpdate.model_validate(data)
+        elif isinstance(update, v1.AgentMessageChunk):
+            content = update.content.model_dump(mode="json", by_alias=True, exclude_none=True)
+            update = v2.AgentMessageChunk.model_validate(
+                {
+                    "sessionUpdate": "agent_message_chunk",
+                    "messageId": self._message_ids.get(session_id) or _message_id(),
+                    "content": content,
+                }
+            )
+        await self.conn.session_update(session_id=session_id, update=update)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def initialize(
+        self, protocol_version: int, info: Any = None, capabilities: Any = None, **kwargs: Any
+    ) -> v2.InitializeResponse:
+        """``initialize``: protocol version 2 (resume and close are baseline in v2)."""
+        del protocol_version, info, capabilities, kwargs
+        return v2.InitializeResponse(
+            protocol_version=V2_PROTOCOL_VERSION,
+            capabilities=v2.AgentCapabilities(),
+            info=v2.Implementation(name=self.base.agent_name, version=_version()),
+        )
+
+    async def new_session(self, cwd: str, **kwargs: Any) -> v2.NewSessionResponse:
+        """``session/new``: a session in the initial mode; the mode is a config option."""
+        del kwargs
+        response = await self.base.new_session(cwd=cwd)
+        return v2.NewSessionResponse(
+            session_id=response.session_id,
+            config_options=v2_options(response.config_options or []),
+        )
+
+    async def resume_session(
+        self, session_id: str, cwd: str, **kwargs: Any
+    ) -> v2.ResumeSessionResponse:
+        """``session/resume``: the session's mode (restored after a restart), then ``idle``.
+
+        Raises:
+            RequestError: ``-32002`` with ``data: {"sessionId": ...}`` for an unknown session.
+        """
+        del kwargs
+        with _V2_ERRORS:
+            response = await self.base.resume_session(cwd=cwd, session_id=session_id)
+        await self.base.engine.notify(session_id, v2.IdleSessionStateUpdate())
+        return v2.ResumeSessionResponse(config_options=v2_options(response.config_options or []))
+
+    async def close_session(self, session_id: str, **kwargs: Any) -> v2.CloseSessionResponse:
+        """``session/close``: forget the session; an unknown one succeeds too (v2)."""
+        del kwargs
+        if session_id in self.base.engine:
+            await self.base.close_session(session_id)
+        return v2.CloseSessionResponse()
+
+    # -- the mode option ---------------------------------------------------------------
+
+    async def set_config_option(
+        self, config_id: str, session_id: str, value: Any, **kwargs: Any
+    ) -> v2.SetSessionConfigOptionResponse:
+        """``session/set_config_option``: the complete list once the change is announced.
+
+        The request's ``type`` is checked on the wire (it must be ``"id"``); see
+        :func:`modefsm.protocol.serve_negotiated`.
+
+        Raises:
+            RequestError: ``-32602`` naming ``configId`` or ``value``; ``-32002``.
+        """
+        del kwargs
+        engine = self.base.engine
+        with _V2_ERRORS, acp_errors():
+            options = await _finish(engine.set_config_option(session_id, config_id, value))
+        return v2.SetSessionConfigOptionResponse(config_options=v2_options(options))
+
+    # -- prompts -----------------------------------------------------------------------
+
+    async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> v2.PromptResponse:
+        """``session/prompt``: echo the user message, run the turn, answer ``{messageId}``.
+
+        The turn is the base agent's ``prompt``; its progress is reported with
+        ``state_update`` ``running`` ... ``idle`` (with the turn's ``stopReason``).
+        """
+        del kwargs
+        engine = self.base.engine
+        with _V2_ERRORS:
+            self.base.session(session_id)  # -32002 before anything is sent
+        message_id = _message_id()
+        user = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in prompt]
+        await engine.notify(
+            session_id,
+            v2.UserMessageUpdate.model_validate(
+                {"sessionUpdate": "user_message", "messageId": message_id, "content": user}
+            ),
+        )
+        await engine.notify(session_id, v2.RunningSessionStateUpdate())
+        stop_reason = "end_turn"
+        self._message_ids[session_id] = _message_id()
+        try:
+            turn = getattr(self.base, "prompt", None)
+            if turn is not None:
+                blocks = [
+                    v1.TextContentBlock.model_validate(b) for b in user if b.get("type") == "text"
+                ]
+                result = await turn(prompt=blocks, session_id=session_id)
+                stop_reason = result.stop_reason
+        except asyncio.CancelledError:
+            stop_reason = "cancelled"
+            raise
+        finally:
+            self._message_ids.pop(session_id, None)
+            if session_id in engine:
+                engine.enqueue(session_id, v2.IdleSessionStateUpdate(stop_reason=stop_reason))
+                await asyncio.shield(engine.flush())
+        return v2.PromptResponse(message_id=message_id)
+
+    async def cancel_session(self, session_id: str, **kwargs: Any) -> None:
+        """``session/cancel``: end the running turn; a pending switch ends ``cancelled``."""
+        await self.base.cancel(session_id, **kwargs)
+
+    # -- wire callbacks (late and second permission answers) ---------------------------
+
+    def late_answer(self, request: Any, response: dict[str, Any]) -> None:
+        """See :meth:`ModeAgent.late_answer <modefsm.protocol.ModeAgent.late_answer>`."""
+        self.base.late_answer(request, response)
+
+    def stray_answer(self, request: Any, response: dict[str, Any]) -> None:
+        """See :meth:`ModeAgent.stray_answer <modefsm.protocol.ModeAgent.stray_answer>`."""
+        self.base.stray_answer(request, response)
+
+
+_NOT_FOUND = -32002
+
+
+class _V2Errors(contextlib.AbstractContextManager[None]):
+    """v1's ``-32002 {uri}`` becomes v2's ``-32002 {sessionId}`` (other errors pass)."""
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, traceback: object) -> None:
+        if isinstance(exc, RequestError) and exc.code == _NOT_FOUND:
+            data = exc.data if isinstance(exc.data, dict) else {}
+            session_id = data.get("uri", data.get("sessionId"))
+            raise RequestError(
+                _NOT_FOUND, f"sessionId: {session_id}", {"sessionId": session_id}
+            ) from None
+
+
+_V2_ERRORS = _V2Errors()
+
+
+def _message_id() -> str:
+    return f"msg_{uuid.uuid4().hex}"

@@ -1,0 +1,186 @@
+"""One stdio agent for ACP v1 and v2 clients, chosen by ``initialize.protocolVersion``.
+
+:func:`serve_negotiated` reads frames through :class:`~modefsm.protocol.CheckedTransport`
+(every frame check applies to both versions) and looks at the first ``initialize``:
+
+- ``protocolVersion`` 2 or more (and v2 served): the SDK's ``AgentProtocolRouter``
+  takes the connection, with :class:`~modefsm.protocol.ModeAgentV2` as its v2 agent; the
+  v2 schema is imported only then;
+- anything else: the v1 agent, exactly as :func:`~modefsm.protocol.run_agent` serves it;
+- an integer below 1: ``-32022`` with ``data: {"requested": N, "supported": [1, 2]}``
+  (the router would answer ``-32600``), and the client may initialize again.
+
+On a v2 connection two checks the SDK's models skip are made on the raw params, before
+the agent sees the request (which then changes nothing): ``session/set_config_option``
+must carry ``"type": "id"`` (``-32602``, ``data.field`` ``"type"``; the model defaults a
+missing one), and ``session/resume``'s ``replayFrom``, when present, must be ``{"type":
+"start"}`` (``-32602`` naming ``replayFrom``; the model turns a malformed one into
+``null``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from acp.agent.connection import AgentSideConnection
+
+from modefsm.protocol._transport import (
+    EOF_GRACE,
+    CheckedTransport,
+    OutputClosedError,
+    _stdio,
+)
+
+__all__ = ["SUPPORTED_PROTOCOLS", "UNSUPPORTED_PROTOCOL", "serve_negotiated"]
+
+SUPPORTED_PROTOCOLS = (1, 2)
+"""The ACP protocol versions ``modefsm serve`` speaks."""
+
+UNSUPPORTED_PROTOCOL = -32022
+"""JSON-RPC error code of an ``initialize`` whose ``protocolVersion`` cannot be served."""
+
+
+def _error(request_id: Any, code: int, message: str, data: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "error": {"code": code, "message": message, "data": data},
+    }
+
+
+def _v2_params_error(frame: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``-32602`` answer to a v2 request whose raw params the models would accept."""
+    method = frame.get("method")
+    params = frame.get("params")
+    if not isinstance(params, dict):
+        return None
+    if method == "session/set_config_option":
+        kind = params.get("type", None)
+        if kind != "id":
+            shown = kind if isinstance(kind, str | int | float | bool) or kind is None else "?"
+            text = "type: missing" if "type" not in params else f"type: {shown!r} is not 'id'"
+            data = {"field": "type", "value": shown, "valid": ["id"], "message": text}
+            return _error(frame["id"], -32602, text, data)
+    elif method == "session/resume" and params.get("replayFrom") is not None:
+        replay = params["replayFrom"]
+        if replay != {"type": "start"}:
+            text = "replayFrom: only {'type': 'start'} is supported"
+            shape: dict[str, Any] = {"field": "replayFrom", "valid": [{"type": "start"}]}
+            return _error(frame["id"], -32602, text, {**shape, "message": text})
+    return None
+
+
+class _Gate:
+    """A message transport in front of :class:`CheckedTransport`: the v2 raw-param checks."""
+
+    def __init__(self, inner: CheckedTransport, first: dict[str, Any] | None) -> None:
+        self.inner = inner
+        self._first = first
+        self.v2 = False
+
+    async def receive(self) -> dict[str, Any] | None:
+        if self._first is not None:
+            first, self._first = self._first, None
+            return first
+        while True:
+            frame = await self.inner.receive()
+            if frame is None or not self.v2 or "id" not in frame or "method" not in frame:
+                return frame
+            answer = _v2_params_error(frame)
+            if answer is None:
+                return frame
+            await self.inner.send(answer)
+
+    async def send(self, message: dict[str, Any]) -> None:
+        await self.inner.send(message)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+async def _first_frame(transport: CheckedTransport, protocols: tuple[int, ...]) -> Any:
+    """The first frame the agent gets, and its version; ``-32022`` answered meanwhile."""
+    while True:
+        frame = await transport.receive()
+        if frame is None or frame.get("method") != "initialize" or "id" not in frame:
+            return frame, 1 if 1 in protocols else 2
+        params = frame.get("params")
+        version = params.get("protocolVersion") if isinstance(params, dict) else None
+        if type(version) is int and 0 <= version < min(protocols):
+            text = f"protocolVersion: {version} is not supported"
+            data = {"requested": version, "supported": list(protocols)}
+            await transport.send(_error(frame["id"], UNSUPPORTED_PROTOCOL, text, data))
+            continue
+        wanted = 2 if type(version) is int and version >= 2 and 2 in protocols else 1  # noqa: PLR2004
+        return frame, wanted
+
+
+async def serve_negotiated(
+    agent: Any, *, protocols: tuple[int, ...] = SUPPORTED_PROTOCOLS
+) -> CheckedTransport:
+    """Serve *agent* (a :class:`~modefsm.protocol.ModeAgent`) to a v1 or v2 client on stdio.
+
+    As :func:`~modefsm.protocol.run_agent` (same frame checks, same end of input), with the
+    version chosen by the first ``initialize`` (see the module).
+
+    Args:
+        agent: the v1 agent; a v2 client gets a :class:`~modefsm.protocol.ModeAgentV2`
+            over it (same engine, log and restore source).
+        protocols: the versions served, ``(1, 2)`` or ``(1,)``.
+
+    Returns:
+        The transport, for its counts.
+
+    Raises:
+        OutputClosedError: the client closed stdout.
+    """
+    reader, writer, output = await _stdio()
+    holder: dict[str, Any] = {"agent": agent}
+
+    def stray(request: Any, response: dict[str, Any]) -> None:
+        holder["agent"].stray_answer(request, response)
+
+    def late(request: Any, response: dict[str, Any]) -> None:
+        holder["agent"].late_answer(request, response)
+
+    transport = CheckedTransport(reader, writer, stray=stray, late=late)
+    first_task = asyncio.ensure_future(_first_frame(transport, protocols))
+    await asyncio.wait({first_task, output.closed}, return_when=asyncio.FIRST_COMPLETED)
+    if not first_task.done():
+        first_task.cancel()
+        raise OutputClosedError(transport.open_requests)
+    first, version = first_task.result()
+    if first is None:
+        return transport
+    gate = _Gate(transport, first)
+    conn: Any
+    if version == 2:  # noqa: PLR2004
+        from acp.experimental import AgentProtocolRouter  # noqa: PLC0415 - v2 only when asked
+
+        from modefsm.protocol._agent_v2 import ModeAgentV2  # noqa: PLC0415
+
+        def v2_agent(connection: Any) -> ModeAgentV2:
+            holder["agent"] = ModeAgentV2(agent, connection)
+            return holder["agent"]  # type: ignore[no-any-return]
+
+        gate.v2 = True
+        router = AgentProtocolRouter(v1=lambda _conn: agent, v2=v2_agent)
+        conn = router.connect(gate, listening=False)
+    else:
+        conn = AgentSideConnection(agent, gate, listening=False, use_unstable_protocol=True)
+    listen = asyncio.ensure_future(conn.listen())
+    try:
+        await asyncio.wait({listen, output.closed}, return_when=asyncio.FIRST_COMPLETED)
+        if output.closed.done():
+            raise OutputClosedError(transport.open_requests)
+        listen.result()
+        await transport.settle(EOF_GRACE)
+    finally:
+        if not listen.done():
+            listen.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listen
+        await asyncio.shield(conn.close())
+    return transport

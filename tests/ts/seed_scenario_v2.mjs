@@ -1,0 +1,191 @@
+// The official ACP TypeScript SDK (2.4, experimental/v2) spawns `modefsm serve` and runs the
+// seed story over ACP v2: a new session, set_config_option (type "id"), an approved switch, a
+// rejected one, an unknown mode, then a restart and session/resume. Every frame the agent
+// writes is validated with the SDK's v2 zod schemas and must keep every key and item
+// through them (the schemas drop bad list items and unknown keys silently).
+//
+// Usage: node seed_scenario_v2.mjs COMMAND [ARGS...]   (the agent command)
+// Prints one JSON summary line on success; exits 1 with the reason otherwise.
+
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { Readable } from "node:stream";
+
+import * as acp from "@agentclientprotocol/sdk/experimental/v2";
+import * as z from "./node_modules/@agentclientprotocol/sdk/dist/v2/schema/zod.gen.js";
+
+const [command, ...args] = process.argv.slice(2);
+if (!command) {
+  console.error("usage: node seed_scenario_v2.mjs COMMAND [ARGS...]");
+  process.exit(2);
+}
+
+const RESPONSE_SCHEMAS = {
+  initialize: z.zInitializeResponse,
+  "session/new": z.zNewSessionResponse,
+  "session/resume": z.zResumeSessionResponse,
+  "session/set_config_option": z.zSetSessionConfigOptionResponse,
+  "session/prompt": z.zPromptResponse,
+};
+const REQUEST_SCHEMAS = { "session/request_permission": z.zRequestPermissionRequest };
+const NOTIFICATION_SCHEMAS = { "session/update": z.zUpdateSessionNotification };
+
+const problems = [];
+let validated = 0;
+let received = 0;
+
+function keeps(parsed, raw) {
+  if (Array.isArray(raw)) {
+    return Array.isArray(parsed) && parsed.length === raw.length && raw.every((item, i) => keeps(parsed[i], item));
+  }
+  if (raw && typeof raw === "object") {
+    return (
+      parsed !== null &&
+      typeof parsed === "object" &&
+      Object.keys(raw).every((key) => key in parsed && keeps(parsed[key], raw[key]))
+    );
+  }
+  return Object.is(parsed, raw);
+}
+
+function validate(schema, value, what) {
+  const parsed = schema.safeParse(value);
+  if (!parsed.success) {
+    problems.push(`${what}: rejected by the SDK schema: ${parsed.error.message}`);
+    return;
+  }
+  if (!keeps(parsed.data, value)) {
+    problems.push(`${what}: changed by the SDK schema: ${JSON.stringify(value)}`);
+    return;
+  }
+  validated += 1;
+}
+
+function lineSplitter(onLine) {
+  const decoder = new TextDecoder();
+  let pending = "";
+  return (chunk) => {
+    pending += decoder.decode(chunk, { stream: true });
+    let newline;
+    while ((newline = pending.indexOf("\n")) >= 0) {
+      const line = pending.slice(0, newline).trim();
+      pending = pending.slice(newline + 1);
+      if (line) onLine(JSON.parse(line));
+    }
+  };
+}
+
+const updates = [];
+const asked = [];
+let answer = "code";
+
+async function run(story) {
+  const sentMethods = new Map();
+  const child = spawn(command, args, { stdio: ["pipe", "pipe", "inherit"] });
+  const exited = new Promise((resolve) => child.on("exit", (code) => resolve(code)));
+  const tapOut = lineSplitter((message) => {
+    if ("method" in message && "id" in message) sentMethods.set(message.id, message.method);
+  });
+  const output = new WritableStream({
+    write(chunk) {
+      tapOut(chunk);
+      return new Promise((resolve, reject) => child.stdin.write(chunk, (e) => (e ? reject(e) : resolve())));
+    },
+    close() {
+      child.stdin.end();
+    },
+  });
+  const [forSdk, forCheck] = Readable.toWeb(child.stdout).tee();
+  const tapIn = lineSplitter((message) => {
+    received += 1;
+    if (message.jsonrpc !== "2.0") problems.push(`not JSON-RPC 2.0: ${JSON.stringify(message)}`);
+    if ("method" in message) {
+      const schema = ("id" in message ? REQUEST_SCHEMAS : NOTIFICATION_SCHEMAS)[message.method];
+      if (!schema) problems.push(`unexpected ${message.method} from the agent`);
+      else validate(schema, message.params, message.method);
+    } else if ("error" in message) {
+      validate(z.zError, message.error, `error answering ${sentMethods.get(message.id)}`);
+    } else {
+      const method = sentMethods.get(message.id);
+      const schema = RESPONSE_SCHEMAS[method];
+      if (!schema) problems.push(`a response to an unknown request: ${JSON.stringify(message)}`);
+      else validate(schema, message.result, `${method} result`);
+    }
+  });
+  const tapped = (async () => {
+    for await (const chunk of forCheck) tapIn(chunk);
+  })();
+  const app = acp
+    .client({ name: "modefsm-ts-v2" })
+    .onNotification("session/update", ({ params }) => {
+      updates.push(params);
+    })
+    .onRequest("session/request_permission", ({ params }) => {
+      asked.push(params);
+      return { outcome: { outcome: "selected", optionId: answer } };
+    });
+  await app.connectWith(acp.ndJsonStream(output, forSdk), async (cx) => {
+    const init = await cx.request("initialize", { protocolVersion: 2, info: { name: "ts-v2", version: "0" } });
+    assert.equal(init.protocolVersion, 2);
+    await story(cx);
+  });
+  child.stdin.end(); // the connection is closed; the agent ends with its input
+  const code = await exited;
+  await tapped;
+  assert.equal(code, 0, "modefsm serve exits 0 when the client closes stdin");
+}
+
+const mode = (options) => options.find((o) => o.category === "mode").currentValue;
+const states = () => updates.filter((u) => u.update.sessionUpdate === "state_update").map((u) => u.update.state);
+const steps = [];
+let sessionId;
+
+try {
+  await run(async (cx) => {
+    steps.push("initialize");
+    const s = await cx.request("session/new", { cwd: "/", mcpServers: [] });
+    sessionId = s.sessionId;
+    assert.equal(mode(s.configOptions), "ask");
+    assert.ok(!("modes" in s));
+    steps.push("session/new");
+    const set = await cx.request("session/set_config_option", { sessionId, configId: "mode", type: "id", value: "architect" });
+    assert.equal(mode(set.configOptions), "architect");
+    steps.push("set_config_option architect");
+    const p = await cx.request("session/prompt", { sessionId, prompt: [{ type: "text", text: "## Plan" }] });
+    assert.deepEqual(Object.keys(p), ["messageId"]);
+    await new Promise((resolve) => setTimeout(resolve, 200)); // the SDK delivers updates async
+    assert.equal(asked[0].subject.type, "tool_call");
+    assert.deepEqual(states(), ["running", "requires_action", "running", "idle"]);
+    const last = updates.filter((u) => u.update.sessionUpdate === "config_option_update").at(-1);
+    assert.equal(mode(last.update.configOptions), "code");
+    steps.push("approved switch to code");
+    await cx.request("session/set_config_option", { sessionId, configId: "mode", type: "id", value: "architect" });
+    answer = "reject";
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const before = updates.filter((u) => u.update.sessionUpdate === "config_option_update").length;
+    await cx.request("session/prompt", { sessionId, prompt: [{ type: "text", text: "start" }] });
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    assert.equal(updates.filter((u) => u.update.sessionUpdate === "config_option_update").length, before);
+    steps.push("rejected switch stays in architect");
+    await assert.rejects(
+      cx.request("session/set_config_option", { sessionId, configId: "mode", type: "id", value: "does-not-exist" }),
+      (e) => e.code === -32602,
+    );
+    steps.push("unknown mode is -32602");
+  });
+  await run(async (cx) => {
+    const r = await cx.request("session/resume", { sessionId, cwd: "/" });
+    assert.equal(mode(r.configOptions), "architect");
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    assert.equal(updates.at(-1).update.sessionUpdate, "state_update");
+    steps.push("session/resume reports architect");
+  });
+} catch (error) {
+  problems.push(`the story failed: ${error.stack || error}`);
+}
+if (problems.length) {
+  console.error(problems.join("\n"));
+  process.exit(1);
+}
+assert.equal(validated, received, "every frame the agent wrote was validated");
+console.log(JSON.stringify({ steps, validated, received }));
