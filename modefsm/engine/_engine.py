@@ -924,8 +924,23 @@ class ModeEngine:
         log = self.log
         if log is None:
             return
-        # The record of every change, built in place (the hot path of the engine); the
-        # keys and their order are those of _fields.
+        log.write(EVENT_CHANGED, self._change_record(session, source, dest, context))
+
+    def _append(self, session: Session, source: str, dest: str, context: ModeChange) -> None:
+        """:meth:`_write_ahead` through the store (the session's head is checked there)."""
+        fields = self._change_record(session, source, dest, context)
+        head = RestorePoint(
+            session.session_id, source, session.seq, session.previous, session.digest
+        )
+        self._digest = self.store.append(EVENT_CHANGED, fields, head)  # type: ignore[union-attr]
+
+    def _change_record(
+        self, session: Session, source: str, dest: str, context: ModeChange
+    ) -> dict[str, Any]:
+        """The fields of a ``mode_changed`` record, in the key order of :meth:`_fields`.
+
+        Built in place: this is the engine's hot path.
+        """
         fields: dict[str, Any] = {
             "timestamp": utc_timestamp(),
             "session_id": session.session_id,
@@ -946,32 +961,7 @@ class ModeEngine:
             fields["protocol"] = self.protocol
         fields["spec"] = self._spec_name
         fields["spec_hash"] = self._spec_hash
-        log.write(EVENT_CHANGED, fields)
-
-    def _append(self, session: Session, source: str, dest: str, context: ModeChange) -> None:
-        """:meth:`_write_ahead` through the store (the session's head is checked there)."""
-        fields: dict[str, Any] = {
-            "timestamp": utc_timestamp(),
-            "session_id": session.session_id,
-            "seq": context.seq,
-            "from_mode": source,
-            "to_mode": dest,
-            "origin": context.origin,
-        }
-        if context.request_id is not None:
-            fields["request_id"] = context.request_id
-        if context.tool_call_id is not None:
-            fields["tool_call_id"] = context.tool_call_id
-        if context.option_id is not None:
-            fields["option_id"] = context.option_id
-        if context.proposed_in is not None:
-            fields["proposed_in"] = context.proposed_in
-        fields["spec"] = self._spec_name
-        fields["spec_hash"] = self._spec_hash
-        head = RestorePoint(
-            session.session_id, source, session.seq, session.previous, session.digest
-        )
-        self._digest = self.store.append(EVENT_CHANGED, fields, head)  # type: ignore[union-attr]
+        return fields
 
     def adopt(self, current: RestorePoint) -> bool:
         """Move a live session to *current*, a later point another process committed.
