@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         UnknownModeError,
         UnknownSessionError,
     )
+    from modefsm.log._conversation import ConversationStore
     from modefsm.log._records import TransitionLog, TransitionRecord
     from modefsm.protocol import ModeAgent, RestoreSource, SwitchResult, run_agent
     from modefsm.replay import ReplayReport, Violation, replay
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS = {
+    "ConversationStore": "modefsm.log._conversation",
     "DiagramError": "modefsm.errors",
     "FrameError": "modefsm.errors",
     "HookError": "modefsm.errors",
@@ -124,6 +126,7 @@ sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "PREVIOUS",
+    "ConversationStore",
     "DiagramError",
     "FrameError",
     "HookError",

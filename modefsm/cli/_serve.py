@@ -29,28 +29,47 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock
+from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock, UserMessageChunk
 
 from modefsm.errors import LogError, ModefsmError
+from modefsm.log._conversation import ConversationStore
 from modefsm.log._records import TransitionLog, ignore_file_size_signal
 from modefsm.protocol._agent import ModeAgent
 from modefsm.protocol._transport import BoundedPipeWriter, Diagnostics, OutputClosedError, run_agent
 from modefsm.spec import ModeSpec
 
-__all__ = ["STDERR_LOG_WAIT", "ScriptedAgent", "check_log_path", "index_path", "serve"]
+__all__ = [
+    "STDERR_LOG_WAIT",
+    "ScriptedAgent",
+    "check_log_path",
+    "conversation_path",
+    "index_path",
+    "serve",
+]
 
 STDERR_LOG_WAIT = 2.0
 """Seconds a record of the log on stderr (no ``--log``) waits for the reader to make room."""
 
 
 class ScriptedAgent(ModeAgent):
-    """A :class:`~modefsm.protocol.ModeAgent` whose prompt turn is a fixed script (see module)."""
+    """A :class:`~modefsm.protocol.ModeAgent` whose prompt turn is a fixed script (see module).
+
+    Its conversation (the prompt's blocks as ``user_message_chunk``s, its own
+    ``agent_message_chunk``s, the ``switch_mode`` tool calls) is kept write-ahead in the
+    agent's :class:`~modefsm.log.ConversationStore` and replayed on ``session/load``.
+    """
+
+    replay_on_load = True
 
     async def prompt(self, prompt: list[Any], session_id: str, **kwargs: Any) -> PromptResponse:
         """``session/prompt``: propose the mode's switch, or say which mode the session is in."""
         del kwargs
         session = self.session(session_id)
         text = " ".join(getattr(block, "text", "") for block in prompt).strip()
+        for block in prompt:
+            self.record(
+                session_id, UserMessageChunk(session_update="user_message_chunk", content=block)
+            )
         cancelled = self.begin_turn(session_id)
         try:
             if self.engine.spec.switch_from(session.state) is not None:
@@ -68,13 +87,12 @@ class ScriptedAgent(ModeAgent):
                 reply = f"Mode {session.state}: {text}" if text else f"Mode {session.state}."
             if cancelled.is_set():
                 return PromptResponse(stop_reason="cancelled")
-            await self.engine.notify(
-                session_id,
-                AgentMessageChunk(
-                    session_update="agent_message_chunk",
-                    content=TextContentBlock(type="text", text=reply),
-                ),
+            message = AgentMessageChunk(
+                session_update="agent_message_chunk",
+                content=TextContentBlock(type="text", text=reply),
             )
+            self.record(session_id, message)
+            await self.engine.notify(session_id, message)
             return PromptResponse(stop_reason="end_turn")
         finally:
             self.end_turn(session_id, cancelled)
@@ -170,6 +188,11 @@ def index_path(log_path: Path) -> Path:
     return log_path.with_name(log_path.name + ".index")
 
 
+def conversation_path(log_path: Path) -> Path:
+    """The conversation journal kept next to the log *log_path*: its name + ``.conversation``."""
+    return log_path.with_name(log_path.name + ".conversation")
+
+
 def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) -> int:
     """Serve *spec* over stdio until the client closes stdin; return the exit status.
 
@@ -180,8 +203,9 @@ def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) 
     Args:
         spec: the modes and policy.
         log_path: the JSON-lines transition log; its restore index (SQLite, see
-            :func:`index_path`) answers ``session/load`` after a restart. ``None`` writes the
-            log to stderr and cannot restore after a restart.
+            :func:`index_path`) answers ``session/load`` after a restart, and the
+            conversation journal next to it (:func:`conversation_path`) is replayed then.
+            ``None`` writes the log to stderr and cannot restore after a restart.
         fsync: sync every record to disk before it takes effect.
 
     Raises:
@@ -196,10 +220,16 @@ def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) 
         stream = BoundedPipeWriter(sys.stderr.fileno(), STDERR_LOG_WAIT)
         log = TransitionLog.to_stream(stream, path="<stderr>")  # type: ignore[arg-type]
         restore = None
+        conversation = ConversationStore()
     else:
         log = TransitionLog.to_file(log_path, fsync=fsync, index=index_path(log_path))
         restore = log.index
-    agent = ScriptedAgent(spec, log=log, restore=restore, unstable=True)
+        try:
+            conversation = ConversationStore(conversation_path(log_path), fsync=fsync)
+        except LogError:
+            log.close()
+            raise
+    agent = ScriptedAgent(spec, log=log, restore=restore, unstable=True, conversation=conversation)
     diagnostics = Diagnostics(sys.stderr.fileno(), prefix="modefsm serve")
     root = logging.getLogger()
     root.addHandler(diagnostics)
@@ -224,6 +254,7 @@ def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) 
             )
     finally:
         log.close()
+        conversation.close()
         logging.captureWarnings(False)  # noqa: FBT003
         root.removeHandler(diagnostics)
         diagnostics.close()

@@ -118,6 +118,7 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
     tool_call_id: str | None = None,
     cancelled: asyncio.Event | None = None,
     abandoned: Callable[[], None] | None = None,
+    record: Callable[[Any], None] | None = None,
 ) -> SwitchResult:
     """Propose the current mode's switch to the client and apply the user's answer.
 
@@ -134,6 +135,9 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
             switch ends as ``cancelled`` (without asking, if the request was not sent yet).
         abandoned: called the moment a cancel ends the wait for the client's answer (which
             the SDK will then drop), so that the agent can log it if it still comes.
+        record: called with the ``tool_call`` and the final ``tool_call_update`` before
+            each is sent (to keep them for replay on ``session/load``); if it raises for
+            the ``tool_call``, nothing is proposed.
 
     Returns:
         How it ended (:class:`SwitchResult`).
@@ -148,17 +152,17 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
     source = offer.proposed_in
     offered = offer.targets
     content = _text(plan)
-    await engine.notify(
-        session_id,
-        ToolCallStart(
-            session_update="tool_call",
-            tool_call_id=tool_call_id,
-            title=offer.title,
-            kind="switch_mode",
-            status="pending",
-            content=content,
-        ),
+    start = ToolCallStart(
+        session_update="tool_call",
+        tool_call_id=tool_call_id,
+        title=offer.title,
+        kind="switch_mode",
+        status="pending",
+        content=content,
     )
+    if record is not None:
+        record(start)
+    await engine.notify(session_id, start)
     option_id: str | None = None
     reason: RejectReason | None = None
     if cancelled is not None and cancelled.is_set():
@@ -220,15 +224,15 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
             text = f"Switched to {mode} mode." if change else f"Already in {mode} mode."
         else:
             text = _DECLINED_TEXT[reason].format(mode=mode)
-        await engine.notify(
-            session_id,
-            ToolCallProgress(
-                session_update="tool_call_update",
-                tool_call_id=tool_call_id,
-                status="completed" if reason is None else "failed",
-                content=_text(text),
-            ),
+        final = ToolCallProgress(
+            session_update="tool_call_update",
+            tool_call_id=tool_call_id,
+            status="completed" if reason is None else "failed",
+            content=_text(text),
         )
+        if record is not None:
+            record(final)
+        await engine.notify(session_id, final)
     return SwitchResult(tool_call_id, option_id, change, reason)
 
 
