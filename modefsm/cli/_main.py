@@ -78,19 +78,41 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], 
 def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "serve",
-        help="run a stdio ACP agent hosting a spec",
-        description="Serve a spec (default: --preset seed) as an ACP agent over stdio. Its "
-        "prompt turn is a fixed script: in a mode with a switch it proposes the switch, "
-        "otherwise it answers with the current mode. stdout carries only ACP messages; the "
-        "transition log goes to --log (JSON lines, with a restore index beside it, so "
-        "session/load works after a restart) or to stderr (no restore).",
+        help="run an ACP agent hosting a spec (stdio, or HTTP and WebSocket)",
+        description="Serve a spec (default: --preset seed) as an ACP v1 agent. Its prompt "
+        "turn is a fixed script: in a mode with a switch it proposes the switch, otherwise "
+        "it answers with the current mode. Transports: stdio (the default; stdout carries "
+        "only ACP messages), or with --http HOST:PORT the SDK's streamable HTTP and "
+        "WebSocket on the same endpoint, http://HOST:PORT/acp and ws://HOST:PORT/acp "
+        "(needs the http extra; one agent per connection; bodies, connections and idle "
+        "time are bounded; no authentication: keep it on loopback). The transition log "
+        "goes to --log (JSON lines, with a restore index and a conversation journal "
+        "beside it, so session/load after a restart restores the mode and replays the "
+        "conversation) or to stderr (no restore, the conversation kept in memory).",
     )
     _add_spec_arguments(parser)
     parser.add_argument(
         "--log", type=Path, help="the JSON-lines transition log (read back on load)"
     )
     parser.add_argument("--fsync", action="store_true", help="sync each record to disk")
+    parser.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        type=_address,
+        help="serve streamable HTTP and WebSocket at http://HOST:PORT/acp instead of stdio "
+        "(PORT 0 picks a free port; the URL is printed on stderr once it listens)",
+    )
     parser.set_defaults(run=_run_serve)
+
+
+def _address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as ``(host, port)``."""
+    host, colon, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not colon or not host or not port.isdigit() or int(port) > 65535:  # noqa: PLR2004
+        msg = f"not HOST:PORT (e.g. 127.0.0.1:8000): {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return host, int(port)
 
 
 def _run_serve(args: argparse.Namespace) -> int:
@@ -99,7 +121,7 @@ def _run_serve(args: argparse.Namespace) -> int:
     if args.fsync and args.log is None:
         msg = "--fsync needs --log FILE (the log on stderr is not synced)"
         raise ModefsmError(msg)
-    return serve(_spec_from(args), args.log, fsync=args.fsync)
+    return serve(_spec_from(args), args.log, fsync=args.fsync, http=args.http)
 
 
 def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

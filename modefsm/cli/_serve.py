@@ -25,6 +25,7 @@ import logging
 import os
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -193,12 +194,20 @@ def conversation_path(log_path: Path) -> Path:
     return log_path.with_name(log_path.name + ".conversation")
 
 
-def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) -> int:
-    """Serve *spec* over stdio until the client closes stdin; return the exit status.
+def serve(
+    spec: ModeSpec,
+    log_path: Path | None = None,
+    *,
+    fsync: bool = False,
+    http: tuple[str, int] | None = None,
+) -> int:
+    """Serve *spec* over stdio until the client closes stdin (or over HTTP); the exit status.
 
-    Every request read is answered before the end (see :func:`modefsm.protocol.run_agent`);
-    the status is ``0`` then, and ``1`` when the client closed stdout first (one line on
-    stderr says how many requests were left unanswered).
+    Over stdio, every request read is answered before the end (see
+    :func:`modefsm.protocol.run_agent`); the status is ``0`` then, and ``1`` when the client
+    closed stdout first (one line on stderr says how many requests were left unanswered).
+    Over HTTP (*http*), it serves until SIGINT or SIGTERM (status ``0``), one agent per
+    connection sharing the log, the restore index and the conversation journal.
 
     Args:
         spec: the modes and policy.
@@ -207,12 +216,19 @@ def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) 
             conversation journal next to it (:func:`conversation_path`) is replayed then.
             ``None`` writes the log to stderr and cannot restore after a restart.
         fsync: sync every record to disk before it takes effect.
+        http: ``(host, port)`` to serve streamable HTTP and WebSocket at
+            ``http://host:port/acp`` (see :func:`modefsm.protocol.serve_http`) instead of stdio.
 
     Raises:
         LogError: the log file cannot be opened, or exists and is not a transition log
             (see :func:`check_log_path`).
+        ModefsmError: stdin or stdout is not a pipe or a terminal (stdio), or the HTTP
+            address cannot be bound, or the ``http`` extra is not installed.
     """
-    _check_stdio()
+    if http is None:
+        _check_stdio()
+    else:
+        _check_http_extra()
     ignore_file_size_signal()
     if log_path is not None:
         check_log_path(log_path)
@@ -229,33 +245,71 @@ def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) 
         except LogError:
             log.close()
             raise
-    agent = ScriptedAgent(spec, log=log, restore=restore, unstable=True, conversation=conversation)
+
+    def make_agent() -> ScriptedAgent:
+        return ScriptedAgent(
+            spec, log=log, restore=restore, unstable=True, conversation=conversation
+        )
+
     diagnostics = Diagnostics(sys.stderr.fileno(), prefix="modefsm serve")
     root = logging.getLogger()
     root.addHandler(diagnostics)
     logging.captureWarnings(True)  # noqa: FBT003 - the logging API
-    status = 0
     try:
-        transport = asyncio.run(run_agent(agent))
-    except OutputClosedError as exc:
-        diagnostics.say(str(exc), force=True)
-        status = 1
-    else:
-        if transport.open_requests:
-            noun = "request" if transport.open_requests == 1 else "requests"
-            diagnostics.say(
-                f"{transport.open_requests} {noun} still unanswered at the end of input",
-                force=True,
-            )
-        if transport.unrouted:
-            noun = "notification" if transport.unrouted == 1 else "notifications"
-            diagnostics.say(
-                f"ignored {transport.unrouted} {noun} of methods not served", force=True
-            )
+        if http is not None:
+            return _serve_http(make_agent, http, diagnostics)
+        return _serve_stdio(make_agent(), diagnostics)
     finally:
         log.close()
         conversation.close()
         logging.captureWarnings(False)  # noqa: FBT003
         root.removeHandler(diagnostics)
         diagnostics.close()
-    return status
+
+
+def _check_http_extra() -> None:
+    try:
+        import starlette  # noqa: F401, PLC0415
+        import uvicorn  # noqa: F401, PLC0415
+    except ImportError:
+        msg = "--http needs the http extra: pip install 'modefsm[http]'"
+        raise ModefsmError(msg) from None
+
+
+def _serve_http(
+    make_agent: Callable[[], ScriptedAgent], address: tuple[str, int], diagnostics: Diagnostics
+) -> int:
+    from modefsm.protocol._http import serve_http  # noqa: PLC0415 - the http extra
+
+    def factory(conn: Any) -> ScriptedAgent:
+        agent = make_agent()
+        agent.on_connect(conn)
+        return agent
+
+    def ready(url: str) -> None:
+        diagnostics.say(f"listening on {url}", force=True)
+
+    host, port = address
+    try:
+        asyncio.run(serve_http(factory, host, port, ready=ready))
+    except OSError as exc:
+        msg = f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+        raise ModefsmError(msg) from None
+    return 0
+
+
+def _serve_stdio(agent: ScriptedAgent, diagnostics: Diagnostics) -> int:
+    try:
+        transport = asyncio.run(run_agent(agent))
+    except OutputClosedError as exc:
+        diagnostics.say(str(exc), force=True)
+        return 1
+    if transport.open_requests:
+        noun = "request" if transport.open_requests == 1 else "requests"
+        diagnostics.say(
+            f"{transport.open_requests} {noun} still unanswered at the end of input", force=True
+        )
+    if transport.unrouted:
+        noun = "notification" if transport.unrouted == 1 else "notifications"
+        diagnostics.say(f"ignored {transport.unrouted} {noun} of methods not served", force=True)
+    return 0

@@ -1,6 +1,15 @@
 """modefsm.protocol: see the README's Architecture section."""
 
 from modefsm.protocol._agent import ModeAgent, RestoreSource, acp_errors
+from modefsm.protocol._http import (
+    ACP_PATH,
+    IDLE_SECONDS,
+    MAX_BODY_BYTES,
+    MAX_CONNECTIONS,
+    AgentFactory,
+    create_app,
+    serve_http,
+)
 from modefsm.protocol._switch import (
     REQUEST_CANCELLED,
     SwitchResult,
@@ -26,7 +35,11 @@ from modefsm.protocol._transport import (
 )
 
 __all__ = [
+    "ACP_PATH",
     "EOF_GRACE",
+    "IDLE_SECONDS",
+    "MAX_BODY_BYTES",
+    "MAX_CONNECTIONS",
     "MAX_DEPTH",
     "MAX_ECHO_CHARS",
     "MAX_FRAME_BYTES",
@@ -35,6 +48,7 @@ __all__ = [
     "MAX_OPEN",
     "MAX_VALUES",
     "REQUEST_CANCELLED",
+    "AgentFactory",
     "BoundedPipeWriter",
     "CheckedTransport",
     "Diagnostics",
@@ -45,7 +59,9 @@ __all__ = [
     "SwitchResult",
     "acp_errors",
     "check_frame",
+    "create_app",
     "offered_options",
     "propose_switch",
     "run_agent",
+    "serve_http",
 ]
