@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from acp.agent.connection import AgentSideConnection
@@ -454,7 +455,7 @@ async def serve_http(
         lifespan="on",
         timeout_graceful_shutdown=2,
     )
-    server = uvicorn.Server(config)
+    server = _stoppable(config) if _main_thread() else uvicorn.Server(config)
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     if ready is not None:
         started = asyncio.ensure_future(
@@ -466,6 +467,41 @@ async def serve_http(
         if ready is not None:
             started.cancel()
         sock.close()
+
+
+def _main_thread() -> bool:
+    import threading  # noqa: PLC0415
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _stoppable(config: Any) -> Any:
+    """Uvicorn's server, stopped by SIGINT/SIGTERM without re-raising the signal at the end.
+
+    (uvicorn re-raises a caught signal once it has shut down, which would kill the process
+    before the caller closes its log.)
+    """
+    import uvicorn  # noqa: PLC0415 - the http extra
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            loop = asyncio.get_running_loop()
+            signals = (signal.SIGINT, signal.SIGTERM)
+            for number in signals:
+                loop.add_signal_handler(number, self._stop, number)
+            try:
+                yield
+            finally:
+                for number in signals:
+                    loop.remove_signal_handler(number)
+
+        def _stop(self, number: int) -> None:
+            if self.should_exit and number == signal.SIGINT:
+                self.force_exit = True
+            self.should_exit = True
+
+    return Server(config)
 
 
 async def _when_started(server: Any, then: Callable[[], None]) -> None:
