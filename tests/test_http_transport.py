@@ -303,3 +303,84 @@ class TestLimits:
     def test_create_app_is_an_asgi_app(self):
         app = create_app(lambda conn: None)
         assert callable(app)
+
+
+class TestWebSocketFrames:
+    async def test_bad_frames_are_answered_on_the_socket_and_it_keeps_serving(self, one_server):
+        import websockets
+
+        url = one_server.replace("http://", "ws://")
+        async with websockets.connect(url) as socket:
+            await socket.send("{bad")
+            parse_error = json.loads(await asyncio.wait_for(socket.recv(), 10))
+            await socket.send('{"jsonrpc":"2.0","id":3,"method":7}')
+            invalid = json.loads(await asyncio.wait_for(socket.recv(), 10))
+            await socket.send(initialize(4).decode())
+            answer = json.loads(await asyncio.wait_for(socket.recv(), 10))
+        assert parse_error == {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {
+                "code": -32700,
+                "message": "Parse error",
+                "data": {
+                    "details": "Expecting property name enclosed in double quotes: "
+                    "line 1 column 2 (char 1)"
+                },
+            },
+        }
+        assert invalid == {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "error": {
+                "code": -32600,
+                "message": "Invalid request",
+                "data": {"details": "method: a string"},
+            },
+        }
+        assert (answer["id"], answer["result"]["protocolVersion"]) == (4, 1)
+
+    async def test_an_oversized_message_closes_only_its_socket(self, one_server):
+        import websockets
+
+        url = one_server.replace("http://", "ws://")
+        async with websockets.connect(url, max_size=None) as socket:
+            await socket.send("x" * (MAX_BODY_BYTES + 1))
+            with pytest.raises(websockets.ConnectionClosed) as info:
+                await asyncio.wait_for(socket.recv(), 10)
+        assert info.value.rcvd is not None
+        assert info.value.rcvd.code == 1009  # message too big
+        async with client_over(one_server, "ws") as (conn, _client):
+            await conn.new_session(cwd=".")
+
+
+class TestCommandLine:
+    @pytest.mark.parametrize("address", ["8000", "localhost:", ":80", "127.0.0.1:99999"])
+    def test_a_bad_address_is_one_line_on_stderr(self, address):
+        result = subprocess.run(
+            [sys.executable, "-m", "modefsm", "serve", "--http", address],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        assert result.returncode == 2
+        assert result.stderr.splitlines()[-1] == (
+            f"modefsm serve: error: argument --http: not HOST:PORT (e.g. 127.0.0.1:8000): "
+            f"{address!r}"
+        )
+
+    def test_an_address_in_use_is_one_line_on_stderr(self, log_path, tmp_path):
+        with http_server(log_path) as (url, _process):
+            port = urllib.parse.urlsplit(url).port
+            result = subprocess.run(
+                [sys.executable, "-m", "modefsm", "serve", "--http", f"127.0.0.1:{port}"],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=60,
+            )
+        assert result.returncode == 2
+        assert result.stderr == (
+            f"modefsm serve: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+        )

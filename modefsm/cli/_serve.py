@@ -293,7 +293,8 @@ def _serve_http(
     try:
         asyncio.run(serve_http(factory, host, port, ready=ready))
     except OSError as exc:
-        msg = f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        msg = f"cannot listen on {host}:{port}: {reason}"
         raise ModefsmError(msg) from None
     return 0
 
