@@ -226,14 +226,13 @@ class ModeAgent:
         ``session/update`` notifications (see :meth:`replay`).
         """
         del cwd, mcp_servers, kwargs
+        point = None
         if self.replay_on_load:
             with acp_errors():
-                if session_id not in self.engine and (
-                    self.restore is None or self.restore.restore_point(session_id) is None
-                ):
-                    raise UnknownSessionError(session_id)
+                if session_id not in self.engine:
+                    point = self._restore_point(session_id)
             await self.replay(session_id)
-        view = await self._restore(session_id)
+        view = await self._restore(session_id, point)
         return LoadSessionResponse(
             modes=view.modes.model_copy(deep=True),
             config_options=_copy(self.engine.config_options(session_id)),
@@ -259,12 +258,17 @@ class ModeAgent:
         for event in self._cancels.pop(session_id, ()):
             event.set()
 
-    async def _restore(self, session_id: str) -> Any:
+    def _restore_point(self, session_id: str) -> RestorePoint:
+        point = self.restore.restore_point(session_id) if self.restore else None
+        if point is None:
+            raise UnknownSessionError(session_id)
+        return point
+
+    async def _restore(self, session_id: str, point: RestorePoint | None = None) -> Any:
+        """Bring the session back from *point* (looked up if ``None``) unless it is live."""
         with acp_errors():
             if session_id not in self.engine:
-                point = self.restore.restore_point(session_id) if self.restore else None
-                if point is None:
-                    raise UnknownSessionError(session_id)
+                point = point or self._restore_point(session_id)
                 self.engine.restore_session(
                     session_id, point.mode, point.seq, previous=point.previous
                 )
