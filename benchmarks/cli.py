@@ -13,6 +13,7 @@ from benchmarks import (  # noqa: F401 - they register
     log_size,
     replay,
     roundtrip,
+    roundtrip_http,
     sessions,
     spec_size,
 )

@@ -82,12 +82,64 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.dict_agent")
     parser.add_argument("--notify", action="store_true", help="send both mode notifications")
     parser.add_argument("--log", type=Path, help="append one JSON line per change")
+    parser.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve the SDK's streamable HTTP app on uvicorn instead of stdio",
+    )
     args = parser.parse_args(argv)
+    if args.http:
+        return _serve_http(args)
     agent = DictAgent(notify=args.notify, log=args.log)
     try:
         asyncio.run(acp.run_agent(agent))  # type: ignore[arg-type]
     finally:
         agent.handler.shutdown()
+    return 0
+
+
+def _serve_http(args: argparse.Namespace) -> int:
+    """The SDK's own ASGI app (``acp.http.asgi.create_asgi_app``) on uvicorn, one agent per
+    connection; prints ``listening on URL`` on stderr once it listens."""
+    import socket  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    import uvicorn  # noqa: PLC0415
+    from acp.http.asgi import create_asgi_app  # noqa: PLC0415
+
+    agents: list[DictAgent] = []
+
+    def factory(conn: Any) -> Any:
+        agent = DictAgent(notify=args.notify, log=args.log)
+        agent.on_connect(conn)
+        agents.append(agent)
+        return agent
+
+    host, _colon, port = args.http.rpartition(":")
+    sock = socket.create_server((host, int(port)))
+    server = uvicorn.Server(uvicorn.Config(create_asgi_app(factory), log_level="warning"))
+
+    async def announce() -> None:
+        while not server.started:  # noqa: ASYNC110 - uvicorn offers only this flag
+            await asyncio.sleep(0.01)
+        print(
+            f"dict agent: listening on http://{host}:{sock.getsockname()[1]}/acp",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    async def run() -> None:
+        waiter = asyncio.ensure_future(announce())
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            waiter.cancel()
+
+    try:
+        asyncio.run(run())
+    finally:
+        for agent in agents:
+            agent.handler.shutdown()
     return 0
 
 

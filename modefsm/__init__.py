@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         UnknownModeError,
         UnknownSessionError,
     )
+    from modefsm.log._conversation import ConversationStore
     from modefsm.log._records import TransitionLog, TransitionRecord
     from modefsm.protocol import ModeAgent, RestoreSource, SwitchResult, run_agent
     from modefsm.protocol._agent_v2 import ModeAgentV2
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from modefsm.store import FileStore, SessionMoved, SessionStore, StoreBusy, open_store
 
 _EXPORTS = {
+    "ConversationStore": "modefsm.log._conversation",
     "FileStore": "modefsm.store",
     "SessionMoved": "modefsm.store",
     "SessionStore": "modefsm.store",
@@ -134,6 +136,7 @@ sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "PREVIOUS",
+    "ConversationStore",
     "DiagramError",
     "FileStore",
     "FrameError",

@@ -78,19 +78,24 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], 
 def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "serve",
-        help="run a stdio ACP agent hosting a spec",
-        description="Serve a spec (default: --preset seed) as an ACP agent over stdio. Its "
-        "prompt turn is a fixed script: in a mode with a switch it proposes the switch, "
-        "otherwise it answers with the current mode. stdout carries only ACP messages; the "
-        "transition log goes to --log (JSON lines, with a restore index beside it, so "
-        "session/load works after a restart) or to stderr (no restore). "
-        "Protocol versions: the client's initialize.protocolVersion chooses. ACP v1 "
+        help="run an ACP agent hosting a spec (stdio, or HTTP and WebSocket)",
+        description="Serve a spec (default: --preset seed) as an ACP agent. Its prompt "
+        "turn is a fixed script: in a mode with a switch it proposes the switch, otherwise "
+        "it answers with the current mode. Transports: stdio (the default; stdout carries "
+        "only ACP messages), or with --http HOST:PORT the SDK's streamable HTTP and "
+        "WebSocket on the same endpoint, http://HOST:PORT/acp and ws://HOST:PORT/acp "
+        "(needs the http extra; one agent per connection; bodies, connections and idle "
+        "time are bounded; no authentication: keep it on loopback). The transition log "
+        "goes to --log (JSON lines, with a restore index and a conversation journal "
+        "beside it, so session/load after a restart restores the mode and replays the "
+        "conversation) or to stderr (no restore, the conversation kept in memory). "
+        "Protocol versions (stdio): the client's initialize.protocolVersion chooses. ACP v1 "
         "(protocolVersion 1): modes, session/set_mode and the mode config option, "
         "session/load and session/resume. ACP v2 (Preview, protocolVersion 2 or more): the "
         'mode is only the config option with category "mode" (session/set_config_option '
         'with type "id"), switches report state_update, session/resume restores. '
         "protocolVersion 0 is answered -32022. Both versions share the log: a session made "
-        "over one can be resumed over the other, in the same mode.",
+        "over one can be resumed over the other, in the same mode. HTTP serves v1.",
     )
     _add_spec_arguments(parser)
     parser.add_argument(
@@ -109,7 +114,24 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the shared session store: a log file path (as --log) or a postgresql:// URL",
     )
     parser.add_argument("--fsync", action="store_true", help="sync each record to disk")
+    parser.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        type=_address,
+        help="serve streamable HTTP and WebSocket at http://HOST:PORT/acp instead of stdio "
+        "(PORT 0 picks a free port; the URL is printed on stderr once it listens)",
+    )
     parser.set_defaults(run=_run_serve)
+
+
+def _address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as ``(host, port)``."""
+    host, colon, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not colon or not host or not port.isdigit() or int(port) > 65535:  # noqa: PLR2004
+        msg = f"not HOST:PORT (e.g. 127.0.0.1:8000): {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return host, int(port)
 
 
 def _run_serve(args: argparse.Namespace) -> int:
@@ -124,7 +146,12 @@ def _run_serve(args: argparse.Namespace) -> int:
             raise ModefsmError(msg)
     protocols = {"1": (1,), "2": (2,), "both": (1, 2)}[args.protocol]
     return serve(
-        _spec_from(args), args.log, fsync=args.fsync, store=args.store, protocols=protocols
+        _spec_from(args),
+        args.log,
+        fsync=args.fsync,
+        store=args.store,
+        protocols=protocols,
+        http=args.http,
     )
 
 

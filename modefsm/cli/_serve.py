@@ -25,13 +25,15 @@ import logging
 import os
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
-from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock
+from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock, UserMessageChunk
 
 from modefsm.errors import LogError, ModefsmError
+from modefsm.log._conversation import ConversationStore
 from modefsm.log._records import TransitionLog, ignore_file_size_signal
 from modefsm.protocol._agent import ModeAgent
 from modefsm.protocol._negotiate import SUPPORTED_PROTOCOLS, serve_negotiated
@@ -39,20 +41,38 @@ from modefsm.protocol._transport import BoundedPipeWriter, Diagnostics, OutputCl
 from modefsm.spec import ModeSpec
 from modefsm.store._interface import SessionStore, open_store
 
-__all__ = ["STDERR_LOG_WAIT", "ScriptedAgent", "check_log_path", "index_path", "serve"]
+__all__ = [
+    "STDERR_LOG_WAIT",
+    "ScriptedAgent",
+    "check_log_path",
+    "conversation_path",
+    "index_path",
+    "serve",
+]
 
 STDERR_LOG_WAIT = 2.0
 """Seconds a record of the log on stderr (no ``--log``) waits for the reader to make room."""
 
 
 class ScriptedAgent(ModeAgent):
-    """A :class:`~modefsm.protocol.ModeAgent` whose prompt turn is a fixed script (see module)."""
+    """A :class:`~modefsm.protocol.ModeAgent` whose prompt turn is a fixed script (see module).
+
+    Its conversation (the prompt's blocks as ``user_message_chunk``s, its own
+    ``agent_message_chunk``s, the ``switch_mode`` tool calls) is kept write-ahead in the
+    agent's :class:`~modefsm.log.ConversationStore` and replayed on ``session/load``.
+    """
+
+    replay_on_load = True
 
     async def prompt(self, prompt: list[Any], session_id: str, **kwargs: Any) -> PromptResponse:
         """``session/prompt``: propose the mode's switch, or say which mode the session is in."""
         del kwargs
         session = self.session(session_id)
         text = " ".join(getattr(block, "text", "") for block in prompt).strip()
+        for block in prompt:
+            self.record(
+                session_id, UserMessageChunk(session_update="user_message_chunk", content=block)
+            )
         cancelled = self.begin_turn(session_id)
         try:
             if self.engine.spec.switch_from(session.state) is not None:
@@ -70,13 +90,12 @@ class ScriptedAgent(ModeAgent):
                 reply = f"Mode {session.state}: {text}" if text else f"Mode {session.state}."
             if cancelled.is_set():
                 return PromptResponse(stop_reason="cancelled")
-            await self.engine.notify(
-                session_id,
-                AgentMessageChunk(
-                    session_update="agent_message_chunk",
-                    content=TextContentBlock(type="text", text=reply),
-                ),
+            message = AgentMessageChunk(
+                session_update="agent_message_chunk",
+                content=TextContentBlock(type="text", text=reply),
             )
+            self.record(session_id, message)
+            await self.engine.notify(session_id, message)
             return PromptResponse(stop_reason="end_turn")
         finally:
             self.end_turn(session_id, cancelled)
@@ -176,6 +195,11 @@ def index_path(log_path: Path) -> Path:
     return log_path.with_name(log_path.name + ".index")
 
 
+def conversation_path(log_path: Path) -> Path:
+    """The conversation journal kept next to the log *log_path*: its name + ``.conversation``."""
+    return log_path.with_name(log_path.name + ".conversation")
+
+
 def serve(
     spec: ModeSpec,
     log_path: Path | None = None,
@@ -183,30 +207,41 @@ def serve(
     fsync: bool = False,
     store: str | None = None,
     protocols: tuple[int, ...] = SUPPORTED_PROTOCOLS,
+    http: tuple[str, int] | None = None,
 ) -> int:
-    """Serve *spec* over stdio until the client closes stdin; return the exit status.
+    """Serve *spec* over stdio until the client closes stdin (or over HTTP); the exit status.
 
-    Every request read is answered before the end (see :func:`modefsm.protocol.run_agent`);
-    the status is ``0`` then, and ``1`` when the client closed stdout first (one line on
-    stderr says how many requests were left unanswered).
+    Over stdio, every request read is answered before the end (see
+    :func:`modefsm.protocol.run_agent`); the status is ``0`` then, and ``1`` when the client
+    closed stdout first (one line on stderr says how many requests were left unanswered).
+    Over HTTP (*http*), it serves until SIGINT or SIGTERM (status ``0``), one agent per
+    connection sharing the store and the conversation journal.
 
     Args:
         spec: the modes and policy.
         log_path: the JSON-lines transition log; its restore index (SQLite, see
-            :func:`index_path`) answers ``session/load`` after a restart. ``None`` writes the
-            log to stderr and cannot restore after a restart.
+            :func:`index_path`) answers ``session/load`` after a restart, and the
+            conversation journal next to it (:func:`conversation_path`) is replayed then.
+            ``None`` writes the log to stderr and cannot restore after a restart.
         fsync: sync every record to disk before it takes effect.
         store: the session store as a path or URL (:func:`modefsm.store.open_store`);
             ``None`` uses *log_path*. Every process given the same log file (or store)
             shares one history: a session created in one can be loaded in another.
-        protocols: the ACP versions served (``(1, 2)``: v1 and v2 clients, chosen by
-            ``initialize.protocolVersion``; ``(1,)``: v1 only).
+        protocols: the ACP versions served over stdio (``(1, 2)``: v1 and v2 clients,
+            chosen by ``initialize.protocolVersion``; ``(1,)``: v1 only). HTTP serves v1.
+        http: ``(host, port)`` to serve streamable HTTP and WebSocket at
+            ``http://host:port/acp`` (see :func:`modefsm.protocol.serve_http`) instead of stdio.
 
     Raises:
         LogError: the log file cannot be opened, or exists and is not a transition log
             (see :func:`check_log_path`).
+        ModefsmError: stdin or stdout is not a pipe or a terminal (stdio), or the HTTP
+            address cannot be bound, or the ``http`` extra is not installed.
     """
-    _check_stdio()
+    if http is None:
+        _check_stdio()
+    else:
+        _check_http_extra()
     ignore_file_size_signal()
     target: str | Path | None = store if store is not None else log_path
     if isinstance(target, str) and not target.startswith(("postgresql://", "postgres://")):
@@ -218,35 +253,83 @@ def serve(
     if target is None:
         stream = BoundedPipeWriter(sys.stderr.fileno(), STDERR_LOG_WAIT)
         log = TransitionLog.to_stream(stream, path="<stderr>")  # type: ignore[arg-type]
-        agent = ScriptedAgent(spec, log=log, unstable=True)
+        conversation = ConversationStore()
     else:
         shared = open_store(target, fsync=fsync)
-        agent = ScriptedAgent(spec, store=shared, restore=shared, unstable=True)
+        journal = conversation_path(target) if isinstance(target, Path) else None
+        try:
+            conversation = ConversationStore(journal, fsync=fsync)
+        except LogError:
+            shared.close()
+            raise
+
+    def make_agent() -> ScriptedAgent:
+        if shared is None:
+            return ScriptedAgent(spec, log=log, unstable=True, conversation=conversation)
+        return ScriptedAgent(
+            spec, store=shared, restore=shared, unstable=True, conversation=conversation
+        )
+
     diagnostics = Diagnostics(sys.stderr.fileno(), prefix="modefsm serve")
     root = logging.getLogger()
     root.addHandler(diagnostics)
     logging.captureWarnings(True)  # noqa: FBT003 - the logging API
-    status = 0
+    try:
+        if http is not None:
+            return _serve_http(make_agent, http, diagnostics)
+        return _serve_stdio(make_agent(), protocols, diagnostics)
+    finally:
+        (log or shared).close()  # type: ignore[union-attr]  # one of them is set
+        conversation.close()
+        logging.captureWarnings(False)  # noqa: FBT003
+        root.removeHandler(diagnostics)
+        diagnostics.close()
+
+
+def _check_http_extra() -> None:
+    try:
+        import starlette  # noqa: F401, PLC0415
+        import uvicorn  # noqa: F401, PLC0415
+    except ImportError:
+        msg = "--http needs the http extra: pip install 'modefsm[http]'"
+        raise ModefsmError(msg) from None
+
+
+def _serve_http(
+    make_agent: Callable[[], ScriptedAgent], address: tuple[str, int], diagnostics: Diagnostics
+) -> int:
+    from modefsm.protocol._http import serve_http  # noqa: PLC0415 - the http extra
+
+    def factory(conn: Any) -> ScriptedAgent:
+        agent = make_agent()
+        agent.on_connect(conn)
+        return agent
+
+    def ready(url: str) -> None:
+        diagnostics.say(f"listening on {url}", force=True)
+
+    host, port = address
+    try:
+        asyncio.run(serve_http(factory, host, port, ready=ready))
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        msg = f"cannot listen on {host}:{port}: {reason}"
+        raise ModefsmError(msg) from None
+    return 0
+
+
+def _serve_stdio(agent: ScriptedAgent, protocols: tuple[int, ...], diagnostics: Diagnostics) -> int:
     try:
         transport = asyncio.run(serve_negotiated(agent, protocols=protocols))
     except OutputClosedError as exc:
         diagnostics.say(str(exc), force=True)
-        status = 1
-    else:
-        if transport.open_requests:
-            noun = "request" if transport.open_requests == 1 else "requests"
-            diagnostics.say(
-                f"{transport.open_requests} {noun} still unanswered at the end of input",
-                force=True,
-            )
-        if transport.unrouted:
-            noun = "notification" if transport.unrouted == 1 else "notifications"
-            diagnostics.say(
-                f"ignored {transport.unrouted} {noun} of methods not served", force=True
-            )
-    finally:
-        (log or shared).close()  # type: ignore[union-attr]  # one of them is set
-        logging.captureWarnings(False)  # noqa: FBT003
-        root.removeHandler(diagnostics)
-        diagnostics.close()
-    return status
+        return 1
+    if transport.open_requests:
+        noun = "request" if transport.open_requests == 1 else "requests"
+        diagnostics.say(
+            f"{transport.open_requests} {noun} still unanswered at the end of input", force=True
+        )
+    if transport.unrouted:
+        noun = "notification" if transport.unrouted == 1 else "notifications"
+        diagnostics.say(f"ignored {transport.unrouted} {noun} of methods not served", force=True)
+    return 0

@@ -1,5 +1,14 @@
 """modefsm.log: see the README's Architecture section."""
 
+from modefsm.log._conversation import (
+    CONVERSATION_MAX_BYTES,
+    CONVERSATION_MAX_ENTRIES,
+    CONVERSATION_SESSIONS_CACHED,
+    EVENT_CONVERSATION,
+    ConversationItem,
+    ConversationStore,
+    Part,
+)
 from modefsm.log._reader import (
     MAX_LINE,
     Location,
@@ -30,18 +39,25 @@ from modefsm.log._records import (
 )
 
 __all__ = [
+    "CONVERSATION_MAX_BYTES",
+    "CONVERSATION_MAX_ENTRIES",
+    "CONVERSATION_SESSIONS_CACHED",
     "EVENT_CHANGED",
+    "EVENT_CONVERSATION",
     "EVENT_CREATED",
     "EVENT_REJECTED",
     "EVENT_REPAIRED",
     "MAX_LINE",
     "RECORD_EVENTS",
     "SEQ_MAX",
+    "ConversationItem",
+    "ConversationStore",
     "Location",
     "LogEntry",
     "LogIndex",
     "LogProblem",
     "Origin",
+    "Part",
     "ProblemKind",
     "RejectReason",
     "Take",

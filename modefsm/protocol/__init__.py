@@ -1,11 +1,16 @@
 """modefsm.protocol: see the README's Architecture section."""
 
 from modefsm.protocol._agent import ModeAgent, RestoreSource, acp_errors
-from modefsm.protocol._negotiate import (
-    SUPPORTED_PROTOCOLS,
-    UNSUPPORTED_PROTOCOL,
-    serve_negotiated,
+from modefsm.protocol._http import (
+    ACP_PATH,
+    IDLE_SECONDS,
+    MAX_BODY_BYTES,
+    MAX_CONNECTIONS,
+    AgentFactory,
+    create_app,
+    serve_http,
 )
+from modefsm.protocol._negotiate import SUPPORTED_PROTOCOLS, UNSUPPORTED_PROTOCOL, serve_negotiated
 from modefsm.protocol._switch import (
     REQUEST_CANCELLED,
     SwitchResult,
@@ -31,7 +36,11 @@ from modefsm.protocol._transport import (
 )
 
 __all__ = [
+    "ACP_PATH",
     "EOF_GRACE",
+    "IDLE_SECONDS",
+    "MAX_BODY_BYTES",
+    "MAX_CONNECTIONS",
     "MAX_DEPTH",
     "MAX_ECHO_CHARS",
     "MAX_FRAME_BYTES",
@@ -42,6 +51,7 @@ __all__ = [
     "REQUEST_CANCELLED",
     "SUPPORTED_PROTOCOLS",
     "UNSUPPORTED_PROTOCOL",
+    "AgentFactory",
     "BoundedPipeWriter",
     "CheckedTransport",
     "Diagnostics",
@@ -52,10 +62,10 @@ __all__ = [
     "SwitchResult",
     "acp_errors",
     "check_frame",
+    "create_app",
     "offered_options",
     "propose_switch",
     "run_agent",
+    "serve_http",
     "serve_negotiated",
 ]
-# ModeAgentV2 (modefsm.protocol._agent_v2) is not imported here: it imports the ACP v2
-# schema, which doubles start-up; `from modefsm import ModeAgentV2` loads it on first use.

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 from collections import OrderedDict
 from collections.abc import Coroutine
@@ -49,13 +50,17 @@ from acp.schema import (
     ResumeSessionResponse,
     SessionCapabilities,
     SessionCloseCapabilities,
+    SessionNotification,
     SessionResumeCapabilities,
     SetSessionConfigOptionResponse,
     SetSessionModeResponse,
+    ToolCallProgress,
+    ToolCallStart,
 )
 
 from modefsm.engine._engine import ModeEngine, Session
 from modefsm.errors import HookError, InvalidParamsError, LogError, UnknownSessionError
+from modefsm.log._conversation import ConversationStore, Part
 from modefsm.log._records import TransitionLog
 from modefsm.protocol._switch import SwitchResult, propose_switch
 from modefsm.protocol._transport import PermissionRequest
@@ -123,15 +128,23 @@ class ModeAgent:
             this process (after a restart); ``None`` answers them with ``-32002``.
         unstable: advertise ``session/resume`` and ``session/close`` (the SDK routes them
             whatever its ``use_unstable_protocol``).
+        conversation: where the ``switch_mode`` tool calls (and anything the host passes
+            to :meth:`record`) are kept for replay; a fresh in-memory
+            :class:`~modefsm.log.ConversationStore` when ``None``.
         **engine_kwargs: passed to :class:`~modefsm.engine.ModeEngine`
             (``before_change``, ``after_change``).
 
     Attributes:
         engine: the engine; its sink is this connection's ``session/update``.
         conn: the SDK connection to the client, set by ``on_connect``.
+        conversation: the :class:`~modefsm.log.ConversationStore`.
+        replay_on_load: whether ``session/load`` replays the whole kept conversation
+            before it answers (``False``: a host replays its own conversation, taking the
+            mode's part from :meth:`switch_history`).
     """
 
     agent_name = "modefsm"
+    replay_on_load = False
 
     def __init__(
         self,
@@ -140,10 +153,12 @@ class ModeAgent:
         log: TransitionLog | None = None,
         restore: RestoreSource | None = None,
         unstable: bool = False,
+        conversation: ConversationStore | None = None,
         **engine_kwargs: Any,
     ) -> None:
         """Build the engine for *spec*; the connection arrives with :meth:`on_connect`."""
         self.engine = ModeEngine(spec, log=log, sink=self._send, **engine_kwargs)
+        self.conversation = conversation if conversation is not None else ConversationStore()
         self.restore = restore
         self.unstable = unstable
         self.conn: Any = None
@@ -192,6 +207,7 @@ class ModeAgent:
         del cwd, mcp_servers, kwargs
         with acp_errors():
             session = self.engine.new_session()
+        self.conversation.start(session.session_id)
         view = self.engine.views[session.state]
         return NewSessionResponse(
             session_id=session.session_id,
@@ -205,10 +221,18 @@ class ModeAgent:
         """``session/load``: the session's last mode, restored from the log after a restart.
 
         No historical mode change is replayed; a non-restorable mode's fallback is applied
-        (logged and announced) before the response, which reports the effective mode.
+        (logged and announced) before the response, which reports the effective mode. With
+        :attr:`replay_on_load`, the kept conversation is replayed first, in order, as
+        ``session/update`` notifications (see :meth:`replay`).
         """
         del cwd, mcp_servers, kwargs
-        view = await self._restore(session_id)
+        point = None
+        if self.replay_on_load:
+            with acp_errors():
+                if session_id not in self.engine:
+                    point = self._restore_point(session_id)
+            await self.replay(session_id)
+        view = await self._restore(session_id, point)
         return LoadSessionResponse(
             modes=view.modes.model_copy(deep=True),
             config_options=_copy(self.engine.config_options(session_id)),
@@ -230,27 +254,90 @@ class ModeAgent:
         del kwargs
         with acp_errors():
             self.engine.close_session(session_id)
+        self.conversation.forget(session_id)
         for event in self._cancels.pop(session_id, ()):
             event.set()
 
-    async def _restore(self, session_id: str) -> Any:
+    def _restore_point(self, session_id: str) -> RestorePoint:
+        point = self.restore.restore_point(session_id) if self.restore else None
+        if point is None:
+            raise UnknownSessionError(session_id)
+        return point
+
+    async def _restore(self, session_id: str, point: RestorePoint | None = None) -> Any:
+        """Bring the session back from *point* (looked up if ``None``) unless it is live."""
         with acp_errors():
             if session_id in self.engine:
                 if self.engine.store is not None and self.restore is not None:
                     # another process sharing the store may have moved it since
-                    point = self.restore.restore_point(session_id)
-                    if point is not None:
-                        self.engine.adopt(point)
+                    current = self.restore.restore_point(session_id)
+                    if current is not None:
+                        self.engine.adopt(current)
             else:
-                point = self.restore.restore_point(session_id) if self.restore else None
-                if point is None:
-                    raise UnknownSessionError(session_id)
+                point = point or self._restore_point(session_id)
                 self.engine.restore_session(
                     session_id, point.mode, point.seq, previous=point.previous, digest=point.digest
                 )
             # the answer reports the current mode: its notifications must have left first
             await self.engine.flush()
             return self.engine.view(session_id)
+
+    # -- conversation ----------------------------------------------------------------------
+
+    def record(self, session_id: str, update: Any, part: Part = "host") -> None:
+        """Keep *update* (an ACP v1 ``session/update`` update model) for replay on load.
+
+        Call it before sending the update (write-ahead): once it returns, the item is in
+        the conversation journal, if the store has one.
+
+        Raises:
+            RequestError: ``-32603`` when the journal cannot be written (nothing kept).
+        """
+        data = update.model_dump(mode="json", by_alias=True, exclude_none=True)
+        with acp_errors():
+            self.conversation.append(session_id, data, part)
+
+    async def history(self, session_id: str, *, part: Part | None = None) -> list[Any]:
+        """The session's kept conversation as SDK update models, oldest first.
+
+        Args:
+            session_id: ACP ``sessionId``.
+            part: only the ``mode`` items (the ``switch_mode`` tool calls) or only the
+                ``host`` ones; ``None`` for all.
+
+        Returns:
+            ``UserMessageChunk``, ``AgentMessageChunk``, ``ToolCallStart``,
+            ``ToolCallProgress``... as they were sent (``[]`` for a session never seen).
+
+        Raises:
+            RequestError: ``-32603`` when the journal cannot be read.
+        """
+        with acp_errors():
+            items = await self.conversation.history(session_id)
+        return [
+            SessionNotification.model_validate(
+                {"sessionId": session_id, "update": item.update}
+            ).update
+            for item in items
+            if part is None or item.part == part
+        ]
+
+    async def switch_history(self, session_id: str) -> list[ToolCallStart | ToolCallProgress]:
+        """The session's ``switch_mode`` tool calls and their updates, in the order sent.
+
+        What a host replays on ``session/load`` for the mode's part of the conversation,
+        interleaved with its own items: each ``tool_call`` (``kind: "switch_mode"``, its
+        plan) and each ``tool_call_update`` (``completed``/``failed`` and the outcome text).
+        """
+        return await self.history(session_id, part="mode")
+
+    async def replay(self, session_id: str) -> None:
+        """Send the session's kept conversation as ``session/update`` notifications, in order.
+
+        Nothing is recorded again and no mode notification is replayed.
+        """
+        for update in await self.history(session_id):
+            await self.engine.notify(session_id, update)
 
     # -- mode changes --------------------------------------------------------------------
 
@@ -348,11 +435,23 @@ class ModeAgent:
                     tool_call_id=tool_call_id,
                     cancelled=waiter,
                     abandoned=lambda: self._abandon(tool_call_id),
+                    record=lambda update: self._record_switch(session_id, update),
                 )
         finally:
             if cancelled is None:
                 self.end_turn(session_id, waiter)
         return result
+
+    def _record_switch(self, session_id: str, update: Any) -> None:
+        if isinstance(update, ToolCallStart):
+            self.record(session_id, update, "mode")  # failing: nothing proposed, -32603
+            return
+        try:  # the outcome stands whether or not the journal takes it
+            self.record(session_id, update, "mode")
+        except RequestError:
+            logging.getLogger("modefsm").warning(
+                "conversation journal: the outcome of %s was not kept", update.tool_call_id
+            )
 
     def _abandon(self, tool_call_id: str) -> None:
         self._abandoned[tool_call_id] = None

@@ -118,6 +118,7 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
     tool_call_id: str | None = None,
     cancelled: asyncio.Event | None = None,
     abandoned: Callable[[], None] | None = None,
+    record: Callable[[Any], None] | None = None,
 ) -> SwitchResult:
     """Propose the current mode's switch to the client and apply the user's answer.
 
@@ -134,6 +135,9 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
             switch ends as ``cancelled`` (without asking, if the request was not sent yet).
         abandoned: called the moment a cancel ends the wait for the client's answer (which
             the SDK will then drop), so that the agent can log it if it still comes.
+        record: called with the ``tool_call`` and the final ``tool_call_update`` before
+            each is sent (to keep them for replay on ``session/load``); if it raises for
+            the ``tool_call``, nothing is proposed.
 
     Returns:
         How it ended (:class:`SwitchResult`).
@@ -156,6 +160,8 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
         status="pending",
         content=content,
     )
+    if record is not None:
+        record(start)
     try:
         await _shielded(engine.notify(session_id, start))
     except asyncio.CancelledError:
@@ -225,18 +231,16 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
             text = f"Switched to {mode} mode." if change else f"Already in {mode} mode."
         else:
             text = _DECLINED_TEXT[reason].format(mode=mode)
-        # shielded: once decided, the outcome is announced in full whatever cancels the turn
-        await _shielded(
-            engine.notify(
-                session_id,
-                ToolCallProgress(
-                    session_update="tool_call_update",
-                    tool_call_id=tool_call_id,
-                    status="completed" if reason is None else "failed",
-                    content=_text(text),
-                ),
-            )
+        final = ToolCallProgress(
+            session_update="tool_call_update",
+            tool_call_id=tool_call_id,
+            status="completed" if reason is None else "failed",
+            content=_text(text),
         )
+        if record is not None:
+            record(final)
+        # shielded: once decided, the outcome is announced in full whatever cancels the turn
+        await _shielded(engine.notify(session_id, final))
     return SwitchResult(tool_call_id, option_id, change, reason)
 
 

@@ -1,0 +1,510 @@
+"""ACP over streamable HTTP and WebSocket: the SDK's transports with modefsm's frame checks.
+
+:func:`create_app` builds an ASGI application serving one path (``/acp``) the way the SDK's
+``acp.http.asgi.create_asgi_app`` does (``POST``/``GET``/``DELETE`` streamable HTTP, and a
+WebSocket on the same path, one agent per connection), with what the SDK leaves out:
+
+- every ``POST`` body is read with a bound (:data:`MAX_BODY_BYTES`; more: ``413``, nothing
+  reaches the agent) and checked as a JSON-RPC frame by :func:`~modefsm.protocol.check_frame`
+  (bad JSON, ``NaN``, a scalar, an array, a wrong envelope: ``400`` whose body is the JSON-RPC
+  error response, ``-32700`` or ``-32600``, with the request's id when it can be known);
+- at most :data:`MAX_CONNECTIONS` connections (HTTP and WebSocket together): one more
+  ``initialize`` gets ``503`` with a ``-32600`` error naming the limit; a WebSocket over the
+  limit is refused before it is accepted (HTTP ``403``);
+- an HTTP connection with no request and no open stream for :data:`IDLE_SECONDS` is closed
+  (as a ``DELETE`` would); its id then gets ``404`` like any unknown connection id;
+- at most :data:`~modefsm.protocol.MAX_OPEN` requests per connection are unanswered at once
+  (more: ``429``, a ``-32600`` error naming the limit);
+- what the agent sends is checked as on stdio: an answer that cannot be encoded becomes an
+  error answer for the same id, and second or late answers to a permission request reach
+  the agent's ``stray_answer``/``late_answer``;
+- WebSocket text frames are checked the same way (a bad request is answered over the socket,
+  as on stdio); the socket's frame size is bounded by the ASGI server (``ws_max_size``, set
+  to :data:`MAX_BODY_BYTES` by :func:`serve_http`).
+
+Errors the SDK itself answers keep its bodies (``{"error": "..."}``): ``415`` for a wrong
+``Content-Type``, ``404`` for an unknown connection or session id, ``400`` for a missing one,
+``406`` for a ``GET`` without ``text/event-stream``.
+
+:func:`serve_http` runs the application on uvicorn. Both need the ``http`` extra
+(``pip install 'modefsm[http]'``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from acp.agent.connection import AgentSideConnection
+
+from modefsm.errors import FrameError
+from modefsm.protocol._transport import (
+    _ANSWERED_KEPT,
+    _NOTIFICATIONS,
+    MAX_OPEN,
+    PermissionRequest,
+    _encode,
+    _permission_request,
+    _unencodable,
+    check_frame,
+)
+
+if TYPE_CHECKING:
+    from starlette.responses import Response
+
+__all__ = [
+    "ACP_PATH",
+    "IDLE_SECONDS",
+    "MAX_BODY_BYTES",
+    "MAX_CONNECTIONS",
+    "AgentFactory",
+    "create_app",
+    "serve_http",
+]
+
+ACP_PATH = "/acp"
+"""The path the application serves (HTTP and WebSocket)."""
+MAX_BODY_BYTES = 4 * 1024 * 1024
+"""The largest ``POST`` body (and WebSocket message) accepted, in bytes."""
+MAX_CONNECTIONS = 64
+"""Connections (HTTP and WebSocket together) served at once."""
+IDLE_SECONDS = 600.0
+"""Seconds an HTTP connection may go without a request or an open stream before it is closed."""
+
+AgentFactory = Callable[[Any], Any]
+"""Builds one agent for a new connection; called with the SDK's ``AgentSideConnection``."""
+
+
+class _Checked:
+    """A message transport wrapping the SDK's HTTP or WebSocket one with modefsm's checks."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.stray: Callable[[PermissionRequest, dict[str, Any]], None] | None = None
+        self.late: Callable[[PermissionRequest, dict[str, Any]], None] | None = None
+        self.open = 0
+        self.unrouted = 0
+        self._awaiting: dict[int, PermissionRequest | None] = {}
+        self._answered: OrderedDict[int, PermissionRequest] = OrderedDict()
+
+    def bind(self, agent: Any) -> None:
+        self.stray = getattr(agent, "stray_answer", None)
+        self.late = getattr(agent, "late_answer", None)
+
+    async def receive(self) -> dict[str, Any] | None:
+        while True:
+            frame = await self.inner.receive()
+            if frame is None:
+                return None
+            if not self._admit(frame):
+                continue
+            if "id" in frame and "method" in frame:
+                self.open += 1
+            return frame  # type: ignore[no-any-return]
+
+    def _admit(self, frame: dict[str, Any]) -> bool:
+        if "method" not in frame:
+            return self._is_expected(frame)
+        if "id" in frame:
+            return True
+        method = frame["method"]
+        if method in _NOTIFICATIONS or method.startswith(("_", "$/")):
+            return True
+        self.unrouted += 1
+        return False
+
+    def _is_expected(self, response: dict[str, Any]) -> bool:
+        request_id = response.get("id")
+        if type(request_id) is not int:
+            return False
+        if request_id in self._awaiting:
+            request = self._awaiting.pop(request_id)
+            if request is not None:
+                self._answered[request_id] = request
+                while len(self._answered) > _ANSWERED_KEPT:
+                    self._answered.popitem(last=False)
+                if self.late is not None:
+                    self.late(request, response)
+            return True
+        request = self._answered.get(request_id)
+        if request is not None and self.stray is not None:
+            self.stray(request, response)
+        return False
+
+    async def send(self, message: dict[str, Any]) -> None:
+        response = "method" not in message
+        try:
+            _encode(message)
+        except (ValueError, TypeError, RecursionError):
+            if not response or "id" not in message:
+                raise
+            message = _unencodable(message)
+        if not response and type(message.get("id")) is int:
+            self._awaiting[message["id"]] = _permission_request(message)
+        await self.inner.send(message)
+        if response and self.open:
+            self.open -= 1
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+class _WebSocketMessages:
+    """The SDK's WebSocket transport, but each text frame checked by ``check_frame``."""
+
+    def __init__(self, websocket: Any) -> None:
+        self._ws = websocket
+
+    async def send(self, message: dict[str, Any]) -> None:
+        from starlette.websockets import WebSocketState  # noqa: PLC0415 - the http extra
+
+        if self._ws.client_state == WebSocketState.DISCONNECTED:
+            raise ConnectionError("Transport closed")
+        await self._ws.send_text(_encode(message).decode("utf-8").rstrip("\n"))
+
+    async def receive(self) -> dict[str, Any] | None:
+        from starlette.websockets import WebSocketState  # noqa: PLC0415
+
+        while self._ws.client_state != WebSocketState.DISCONNECTED:
+            event = await self._ws.receive()
+            if event["type"] == "websocket.disconnect":
+                return None
+            data = event.get("text")
+            raw = data.encode("utf-8", "surrogatepass") if data is not None else event.get("bytes")
+            if raw is None:
+                continue
+            try:
+                return check_frame(raw)
+            except FrameError as bad:
+                if bad.answer:
+                    await self.send(bad.to_response())
+        return None
+
+    async def close(self) -> None:
+        from starlette.websockets import WebSocketState  # noqa: PLC0415
+
+        if self._ws.client_state == self._ws.application_state == WebSocketState.CONNECTED:
+            await self._ws.close()
+
+
+def _error(status: int, code: int, details: str, request_id: Any = None, **data: Any) -> Response:
+    from starlette.responses import JSONResponse  # noqa: PLC0415
+
+    body = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "error": {
+            "code": code,
+            "message": FrameError.MESSAGES.get(code, "Server error"),
+            "data": {"details": details, **data},
+        },
+    }
+    return JSONResponse(body, status_code=status)
+
+
+def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
+    agent_factory: AgentFactory,
+    *,
+    path: str = ACP_PATH,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    max_connections: int = MAX_CONNECTIONS,
+    idle_seconds: float = IDLE_SECONDS,
+) -> Any:
+    """An ASGI application serving ACP v1 over streamable HTTP and WebSocket at *path*.
+
+    Args:
+        agent_factory: called once per connection with the SDK's ``AgentSideConnection``;
+            returns the agent (e.g. a :class:`~modefsm.protocol.ModeAgent`, whose
+            ``on_connect`` it should call).
+        path: the endpoint path.
+        max_body_bytes: the largest ``POST`` body, in bytes (``413`` beyond).
+        max_connections: connections served at once (``503`` beyond).
+        idle_seconds: an HTTP connection idle that long (no request, no open stream) is
+            closed.
+
+    Returns:
+        A Starlette application (its lifespan closes every connection on shutdown).
+    """
+    from acp.http.protocol import (  # noqa: PLC0415 - the http extra
+        CONNECTION_ID_HEADER,
+        CONTENT_TYPE_SSE,
+        SESSION_ID_HEADER,
+        is_initialize_request,
+    )
+    from acp.http.server import AcpServer  # noqa: PLC0415
+    from starlette.applications import Starlette  # noqa: PLC0415
+    from starlette.requests import ClientDisconnect, Request  # noqa: PLC0415
+    from starlette.responses import JSONResponse, StreamingResponse  # noqa: PLC0415
+    from starlette.routing import Route, WebSocketRoute  # noqa: PLC0415
+    from starlette.websockets import WebSocket  # noqa: PLC0415
+
+    checked: dict[int, _Checked] = {}  # id(SDK transport) -> its checks
+    seen: dict[str, float] = {}  # connection id -> last activity (monotonic)
+    streams: dict[str, int] = {}  # connection id -> open SSE streams
+    sockets = 0
+
+    def build(wrapper: _Checked) -> Callable[[Any], Any]:
+        def factory(conn: Any) -> Any:
+            agent = agent_factory(conn)
+            wrapper.bind(agent)
+            return agent
+
+        return factory
+
+    class _Server(AcpServer):
+        def _connect(self, transport: Any) -> Any:
+            wrapper = _Checked(transport)
+            checked[id(transport)] = wrapper
+            return AgentSideConnection(build(wrapper), wrapper)
+
+        async def handle_delete(self, *, connection_id: str | None) -> Response:
+            entry = self._connections.get(connection_id) if connection_id else None
+            if entry is not None:
+                checked.pop(id(entry[1]), None)
+            if connection_id is not None:
+                seen.pop(connection_id, None)
+            return await super().handle_delete(connection_id=connection_id)
+
+    server = _Server(agent_factory)
+
+    def connections() -> int:
+        return len(server._connections) + sockets  # noqa: SLF001 - the SDK keeps them there
+
+    async def read_body(request: Request) -> bytes | Response:
+        length = request.headers.get("content-length")
+        too_big = f"a request body is at most {max_body_bytes} bytes"
+        if length is not None and length.isdigit() and int(length) > max_body_bytes:
+            return _error(
+                413, -32600, f"{too_big}, not {length}", limit="bytes", max=max_body_bytes
+            )
+        body = bytearray()
+        with contextlib.suppress(ClientDisconnect):
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > max_body_bytes:
+                    return _error(413, -32600, too_big, limit="bytes", max=max_body_bytes)
+        return bytes(body)
+
+    async def post(request: Request) -> Response:
+        content_type = request.headers.get("content-type")
+        if content_type is None or not content_type.lower().startswith("application/json"):
+            return JSONResponse({"error": "Content-Type must be application/json"}, 415)
+        body = await read_body(request)
+        if not isinstance(body, bytes):
+            return body
+        try:
+            frame = check_frame(body)
+        except FrameError as bad:
+            return JSONResponse(bad.to_response(), status_code=400)
+        connection_id = request.headers.get(CONNECTION_ID_HEADER)
+        is_request = "id" in frame and "method" in frame
+        if is_initialize_request(frame):
+            if connections() >= max_connections:
+                details = f"at most {max_connections} connections are served at once"
+                return _error(
+                    503, -32600, details, frame.get("id"), limit="connections", max=max_connections
+                )
+        elif connection_id is not None and connection_id in server._connections:  # noqa: SLF001
+            seen[connection_id] = time.monotonic()
+            wrapper = checked.get(id(server._connections[connection_id][1]))  # noqa: SLF001
+            if is_request and wrapper is not None and wrapper.open >= MAX_OPEN:
+                details = f"at most {MAX_OPEN} requests of a connection are answered at once"
+                return _error(429, -32600, details, frame["id"], limit="open", max=MAX_OPEN)
+        response = await server.handle_post(
+            frame,
+            content_type=content_type,
+            connection_id=connection_id,
+            session_id=request.headers.get(SESSION_ID_HEADER),
+        )
+        minted = response.headers.get(CONNECTION_ID_HEADER)
+        if minted is not None:
+            seen[minted] = time.monotonic()
+        return response
+
+    async def get(request: Request) -> Response:
+        accept = request.headers.get("accept", "")
+        if CONTENT_TYPE_SSE not in accept and "*/*" not in accept:
+            return JSONResponse({"error": "Accept must include text/event-stream"}, 406)
+        connection_id = request.headers.get(CONNECTION_ID_HEADER)
+        session_id = request.headers.get(SESSION_ID_HEADER)
+        error = server.validate_stream(connection_id=connection_id, session_id=session_id)
+        if error is not None:
+            return error
+        assert connection_id is not None  # noqa: S101 - validate_stream checked it
+
+        async def events() -> AsyncIterator[bytes]:
+            streams[connection_id] = streams.get(connection_id, 0) + 1
+            try:
+                async for event in server.open_stream(
+                    connection_id=connection_id, session_id=session_id
+                ):
+                    seen[connection_id] = time.monotonic()
+                    yield event
+            finally:
+                streams[connection_id] -= 1
+                if not streams[connection_id]:
+                    del streams[connection_id]
+                if connection_id in seen:
+                    seen[connection_id] = time.monotonic()
+
+        return StreamingResponse(
+            events(), media_type=CONTENT_TYPE_SSE, headers={"Cache-Control": "no-cache"}
+        )
+
+    async def delete(request: Request) -> Response:
+        return await server.handle_delete(connection_id=request.headers.get(CONNECTION_ID_HEADER))
+
+    async def websocket(ws: WebSocket) -> None:
+        nonlocal sockets
+        if connections() >= max_connections:
+            await ws.close(code=1013)  # before accept: the server answers HTTP 403
+            return
+        sockets += 1
+        try:
+            await ws.accept(
+                headers=[(CONNECTION_ID_HEADER.lower().encode(), uuid.uuid4().hex.encode())]
+            )
+            wrapper = _Checked(_WebSocketMessages(ws))
+            conn = AgentSideConnection(build(wrapper), wrapper, listening=False)
+            try:
+                await conn.listen()
+            finally:
+                await conn.close()
+        finally:
+            sockets -= 1
+
+    async def reap() -> None:
+        period = max(min(idle_seconds / 4, 5.0), 0.05)
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for connection_id, last in list(seen.items()):
+                if connection_id not in streams and now - last >= idle_seconds:
+                    await server.handle_delete(connection_id=connection_id)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        del app
+        reaper = asyncio.ensure_future(reap())
+        try:
+            yield
+        finally:
+            reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reaper
+            await server.close()
+
+    return Starlette(
+        routes=[
+            Route(path, post, methods=["POST"]),
+            Route(path, get, methods=["GET"]),
+            Route(path, delete, methods=["DELETE"]),
+            WebSocketRoute(path, websocket),
+        ],
+        lifespan=lifespan,
+    )
+
+
+async def serve_http(
+    agent_factory: AgentFactory,
+    host: str,
+    port: int,
+    *,
+    ready: Callable[[str], None] | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    max_connections: int = MAX_CONNECTIONS,
+    idle_seconds: float = IDLE_SECONDS,
+) -> None:
+    """Serve :func:`create_app` on uvicorn at *host*:*port* until SIGINT or SIGTERM.
+
+    Args:
+        agent_factory: see :func:`create_app`.
+        host: the address to bind (no authentication is done: keep it on loopback, or put
+            an authenticating proxy in front).
+        port: the TCP port; ``0`` picks a free one.
+        ready: called with the endpoint URL (``http://HOST:PORT/acp``) once it listens.
+        max_body_bytes: see :func:`create_app`; also the largest WebSocket message.
+        max_connections: see :func:`create_app`.
+        idle_seconds: see :func:`create_app`.
+
+    Raises:
+        OSError: the address cannot be bound.
+    """
+    import uvicorn  # noqa: PLC0415 - the http extra
+
+    app = create_app(
+        agent_factory,
+        max_body_bytes=max_body_bytes,
+        max_connections=max_connections,
+        idle_seconds=idle_seconds,
+    )
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host, port), family=family, reuse_port=False)
+    bound = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        ws_max_size=max_body_bytes,
+        lifespan="on",
+        timeout_graceful_shutdown=2,
+    )
+    server = _stoppable(config) if _main_thread() else uvicorn.Server(config)
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    if ready is not None:
+        started = asyncio.ensure_future(
+            _when_started(server, lambda: ready(f"http://{shown}:{bound}{ACP_PATH}"))
+        )
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        if ready is not None:
+            started.cancel()
+        sock.close()
+
+
+def _main_thread() -> bool:
+    import threading  # noqa: PLC0415
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _stoppable(config: Any) -> Any:
+    """Uvicorn's server, stopped by SIGINT/SIGTERM without re-raising the signal at the end.
+
+    (uvicorn re-raises a caught signal once it has shut down, which would kill the process
+    before the caller closes its log.)
+    """
+    import uvicorn  # noqa: PLC0415 - the http extra
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            loop = asyncio.get_running_loop()
+            signals = (signal.SIGINT, signal.SIGTERM)
+            for number in signals:
+                loop.add_signal_handler(number, self._stop, number)
+            try:
+                yield
+            finally:
+                for number in signals:
+                    loop.remove_signal_handler(number)
+
+        def _stop(self, number: int) -> None:
+            if self.should_exit and number == signal.SIGINT:
+                self.force_exit = True
+            self.should_exit = True
+
+    return Server(config)
+
+
+async def _when_started(server: Any, then: Callable[[], None]) -> None:
+    while not server.started:  # noqa: ASYNC110 - uvicorn offers only this flag
+        await asyncio.sleep(0.01)
+    then()
