@@ -97,12 +97,15 @@ class RestorePoint(NamedTuple):
         seq: that record's ``seq``.
         previous: the ``from_mode`` of its last client or switch change, which
             ``$previous`` switch options return to (``None`` if there was none).
+        digest: that record's ``digest``, the head of the session chain (``None`` when
+            not known, as in a restore index).
     """
 
     session_id: str
     mode: str
     seq: int
     previous: str | None = None
+    digest: str | None = None
 
 
 def last_points(paths: Iterable[str | Path]) -> dict[str, RestorePoint]:

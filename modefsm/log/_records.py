@@ -149,6 +149,9 @@ class TransitionRecord(BaseModel):
         prev: the ``digest`` of the record written before this one on the same log, or
             ``None`` for the first record of a fresh log (and in logs written before
             records were chained).
+        session_prev: the ``digest`` of the same session's record ``seq - 1`` (the session
+            chain, which links one session's records across several writers' files);
+            ``None`` on a creation and on rejections; absent in logs written before it.
         digest: :func:`record_digest` of this record: 64 hex digits.
     """
 
@@ -170,6 +173,7 @@ class TransitionRecord(BaseModel):
     spec_hash: str
     level: str = "info"
     prev: str | None = None
+    session_prev: str | None = None
     digest: str | None = None
 
 
