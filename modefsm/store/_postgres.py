@@ -95,6 +95,7 @@ class PgStore:
         self.mirror_error: LogError | None = None
         self._where = _display(url)
         self._conn: psycopg.Connection[Any] | None = None
+        self._resent = False
         self._connect()
 
     # -- connection ---------------------------------------------------------------------
@@ -133,8 +134,10 @@ class PgStore:
         return conn
 
     def _run(self, query: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        """Run one statement; reconnect once if the connection is gone."""
+        """Run one statement; reconnect once if the connection is gone (sets ``_resent``)."""
+        self._resent = False
         for attempt in (1, 2):
+            self._resent = attempt == 2  # noqa: PLR2004
             conn = self._conn
             try:
                 if conn is None or conn.closed:
@@ -213,13 +216,14 @@ class PgStore:
                 )
         except pgerrors.UniqueViolation:
             rows = []
+        resent = self._resent
         if rows:
             gseq = rows[0][0]
         else:  # refused: the seq is taken, or seq - 1 is not the record chained to
             current = self.restore_point(session_id)
-            if current is None or current.seq != seq or current.digest != digest:
+            if not (resent and current is not None and current.digest == digest):
                 raise SessionMoved(current, session_id, seq)
-            gseq = None  # committed by the first try of a lost connection: it is ours
+            gseq = None  # the first try committed before the connection was lost
         self._mirror(event, {**fields, "session_prev": session_prev, "gseq": gseq})
         return digest
 

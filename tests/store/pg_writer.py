@@ -5,7 +5,9 @@
 Changes random sessions of SESSIONS_FILE (one sessionId a line, already created) to
 random modes; after each append returns (what a client would be told) it appends
 ``sessionId seq digest`` to ACK_FILE. A lost race adopts the current point and retries,
-as the engine does. Prints ``{"done": n, "moved": n, "busy": n}`` at the end.
+as the engine does. With ``MODEFSM_TEST_GATE=PATH`` it creates ``PATH.<pid>`` once ready
+and starts writing when PATH exists (so that several writers overlap). Prints
+``{"done": n, "moved": n, "busy": n}`` at the end.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -44,6 +47,11 @@ def write(  # noqa: PLR0917 - the command line, as arguments
     store = PgStore(url, log=log, lock_timeout=5.0)
     ack = os.open(ack_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     heads = {sid: store.restore_point(sid) for sid in sessions}
+    gate = os.environ.get("MODEFSM_TEST_GATE")
+    if gate:
+        Path(f"{gate}.{os.getpid()}").touch()
+        while not Path(gate).exists():
+            time.sleep(0.005)
     done = moved = busy = 0
     for _ in range(changes):
         sid = sessions[rng.randrange(len(sessions))]

@@ -293,10 +293,16 @@ def acknowledged(tmp: Path) -> dict[tuple[str, int], str]:
 
 
 def test_two_processes_racing_on_one_session_make_one_history(
-    postgres_url: str, tmp_path: Path
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     setup_sessions(postgres_url, tmp_path, 1)
+    gate = tmp_path / "go"
+    monkeypatch.setenv("MODEFSM_TEST_GATE", str(gate))
     procs = [spawn(postgres_url, seed, 150, tmp_path, f"w{seed}") for seed in (1, 2)]
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("go.*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    gate.touch()  # both are connected and hold the head: they race from here
     results = [orjson.loads(p.communicate(timeout=120)[0]) for p in procs]
     assert [p.returncode for p in procs] == [0, 0]
     assert [r["done"] for r in results] == [150, 150]
