@@ -69,9 +69,10 @@ def change(store: PgStore, head: RestorePoint, dst: str) -> RestorePoint:
 
 def rows(url: str) -> list[tuple[str, int, str, dict[str, Any]]]:
     with psycopg.connect(url) as db:
-        return db.execute(
+        found: list[tuple[str, int, str, dict[str, Any]]] = db.execute(
             "SELECT session_id, seq, digest, record FROM modefsm_records ORDER BY session_id, seq"
         ).fetchall()
+    return found
 
 
 def check_one_history(url: str) -> dict[tuple[str, int], str]:
