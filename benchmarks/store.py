@@ -40,6 +40,7 @@ TITLE = "7. PostgreSQL store"
 PROCESSES = {"full": (1, 2, 4, 8), "quick": (1, 2, 4, 8), "tiny": (1, 2)}
 CHANGES = {"full": 3_000, "quick": 1_000, "tiny": 20}
 """Changes per process."""
+ROUNDS = {"full": 3, "quick": 2, "tiny": 1}
 RESTORE_SIZES = {"full": (100_000, 1_000_000), "quick": (100_000,), "tiny": (1_000,)}
 LOOKUPS = {"full": 3_000, "quick": 1_000, "tiny": 20}
 OWN_SESSIONS = 50
@@ -167,6 +168,30 @@ def _throughput(kind: str, url: str, processes: int, changes: int, folder: str) 
     return processes * changes / wall
 
 
+def _append_ms(url: str, changes: int) -> list[float]:
+    """The time of each ``append`` (its round trip and its line) in this process, in ms."""
+    from modefsm.restore import RestorePoint  # noqa: PLC0415
+    from modefsm.store._postgres import PgStore  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory() as folder:
+        log = TransitionLog.to_file(Path(folder) / "w.jsonl")
+        store = PgStore(url, log=log)
+        digest = store.append(EVENT_CREATED, _fields("s", 1, None, "ask"), None)
+        point = RestorePoint("s", "ask", 1, None, digest)
+        samples = []
+        for _ in range(changes):
+            dst = "code" if point.mode == "ask" else "ask"
+            start = time.perf_counter()
+            digest = store.append(
+                EVENT_CHANGED, _fields("s", point.seq + 1, point.mode, dst), point
+            )
+            samples.append((time.perf_counter() - start) * 1e3)
+            point = RestorePoint("s", dst, point.seq + 1, point.mode, digest)
+        store.close()
+        log.close()
+    return samples
+
+
 def _load(url: str, sessions: int) -> None:
     """*sessions* sessions of two records each, with ``COPY``."""
     import psycopg  # noqa: PLC0415
@@ -225,15 +250,21 @@ def run(size: Size) -> Result:
             base = result.add(
                 Row("changes/s", "file log today, 1 proc", "changes/s", [], baseline=True)
             )
-            base.samples.append(_throughput("file", url, 1, changes, folder))
-            for processes in PROCESSES[size.name]:
-                with database(url) as db:
-                    rate = _throughput("pg", db, processes, changes, folder)
-                note = "each process on its own sessions; server fsync=off"
+            note = "each process on its own sessions; server fsync=off"
+            rows = {
+                processes: result.add(
+                    Row("changes/s", f"PostgreSQL, {processes} proc", "changes/s", [], note=note)
+                )
+                for processes in PROCESSES[size.name]
+            }
+            for _ in range(ROUNDS[size.name]):  # rounds interleave the configurations
+                base.samples.append(_throughput("file", url, 1, changes, folder))
+                for processes, row in rows.items():
+                    with database(url) as db:
+                        row.samples.append(_throughput("pg", db, processes, changes, folder))
+            with database(url) as db:
                 result.add(
-                    Row(
-                        "changes/s", f"PostgreSQL, {processes} proc", "changes/s", [rate], note=note
-                    )
+                    Row("append", "PostgreSQL, 1 proc", "ms/change", _append_ms(db, changes))
                 )
             medians: list[float] = []
             for sessions in RESTORE_SIZES[size.name]:
@@ -255,7 +286,8 @@ def run(size: Size) -> Result:
         measured=f"{worst:.3f} ms",
     )
     result.notes.append(
-        "restore_point rows: every lookup is a sample (median, min, max over the lookups); "
-        "two records per session, loaded with COPY"
+        "append and restore_point rows: every call is a sample (median, min, max over the "
+        "calls), the event loop's blocking time per change or lookup; restore_point on two "
+        "records per session, loaded with COPY"
     )
     return result
