@@ -90,6 +90,12 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--log", type=Path, help="the JSON-lines transition log (read back on load)"
     )
     parser.add_argument("--fsync", action="store_true", help="sync each record to disk")
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        help="a postgresql:// URL: share sessions with other workers through that database "
+        "(--log then gets this worker's lines; needs modefsm[postgresql])",
+    )
     parser.set_defaults(run=_run_serve)
 
 
@@ -99,7 +105,13 @@ def _run_serve(args: argparse.Namespace) -> int:
     if args.fsync and args.log is None:
         msg = "--fsync needs --log FILE (the log on stderr is not synced)"
         raise ModefsmError(msg)
-    return serve(_spec_from(args), args.log, fsync=args.fsync)
+    if args.store is not None and not args.store.startswith(("postgresql://", "postgres://")):
+        msg = f"--store: not a postgresql:// URL: {args.store!r}"
+        raise ModefsmError(msg)
+    if args.store is not None and args.fsync:
+        msg = "--fsync applies to the file log; with --store the database server syncs"
+        raise ModefsmError(msg)
+    return serve(_spec_from(args), args.log, fsync=args.fsync, store=args.store)
 
 
 def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

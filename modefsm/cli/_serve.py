@@ -26,16 +26,27 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock
 
 from modefsm.errors import LogError, ModefsmError
-from modefsm.log._records import TransitionLog, ignore_file_size_signal
-from modefsm.protocol._agent import ModeAgent
+from modefsm.log._records import (
+    EVENT_CHANGED,
+    EVENT_CREATED,
+    TransitionLog,
+    ignore_file_size_signal,
+    previous_of,
+)
+from modefsm.protocol._agent import ModeAgent, RestoreSource
 from modefsm.protocol._transport import BoundedPipeWriter, Diagnostics, OutputClosedError, run_agent
+from modefsm.restore import RestorePoint
 from modefsm.spec import ModeSpec
+from modefsm.store import SessionMoved
+
+if TYPE_CHECKING:
+    from modefsm.store._postgres import PgStore
 
 __all__ = ["STDERR_LOG_WAIT", "ScriptedAgent", "check_log_path", "index_path", "serve"]
 
@@ -170,7 +181,62 @@ def index_path(log_path: Path) -> Path:
     return log_path.with_name(log_path.name + ".index")
 
 
-def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) -> int:
+class _StoreLog(TransitionLog):
+    """The engine's log over a PostgreSQL session store (``serve --store``).
+
+    Committed records go through :meth:`PgStore.append` from the head this process last
+    saw of the session; rejections and diagnostics go to the store's own log. A change of
+    a session that another worker moved since fails with a :class:`LogError` (JSON-RPC
+    ``-32603``) naming the ``sessionId`` and changes nothing: ``session/load`` it again.
+    """
+
+    def __init__(self, store: PgStore) -> None:
+        """Write through *store*."""
+        super().__init__(None, path=store.log.path)
+        self.store = store
+        self._heads: dict[str, RestorePoint] = {}
+
+    def restore_point(self, session_id: str) -> RestorePoint | None:
+        """The session's point in the store (remembered as the head of later changes)."""
+        point = self.store.restore_point(session_id)
+        if point is not None:
+            self._heads[session_id] = point
+        return point
+
+    def write(self, event: str, fields: dict[str, Any]) -> None:
+        """Append a committed record to the store, or note any other event in the log."""
+        if event not in {EVENT_CREATED, EVENT_CHANGED}:
+            self.store.note(event, fields)
+            return
+        session_id = fields["session_id"]
+        head = None if event == EVENT_CREATED else self._heads.get(session_id)
+        try:
+            digest = self.store.append(event, fields, head)
+        except (SessionMoved, ValueError):
+            msg = (
+                f"sessionId {session_id} was changed by another process; "
+                "load it again (session/load) to continue"
+            )
+            raise LogError(msg, self.path) from None
+        value, keep = previous_of(fields["origin"], fields["from_mode"])
+        previous = (head.previous if head is not None else None) if keep else value
+        self._heads[session_id] = RestorePoint(
+            session_id, fields["to_mode"], fields["seq"], previous, digest
+        )
+
+    def close(self) -> None:
+        """Close the connection and the log file."""
+        self.store.close()
+        self.store.log.close()
+
+
+def serve(
+    spec: ModeSpec,
+    log_path: Path | None = None,
+    *,
+    fsync: bool = False,
+    store: str | None = None,
+) -> int:
     """Serve *spec* over stdio until the client closes stdin; return the exit status.
 
     Every request read is answered before the end (see :func:`modefsm.protocol.run_agent`);
@@ -183,6 +249,9 @@ def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) 
             :func:`index_path`) answers ``session/load`` after a restart. ``None`` writes the
             log to stderr and cannot restore after a restart.
         fsync: sync every record to disk before it takes effect.
+        store: a ``postgresql://`` URL: committed records go to that database, shared with
+            other workers (``session/load`` reads it); *log_path* (or stderr) gets this
+            worker's JSON lines, without a restore index.
 
     Raises:
         LogError: the log file cannot be opened, or exists and is not a transition log
@@ -192,7 +261,22 @@ def serve(spec: ModeSpec, log_path: Path | None = None, *, fsync: bool = False) 
     ignore_file_size_signal()
     if log_path is not None:
         check_log_path(log_path)
-    if log_path is None:
+    log: TransitionLog
+    restore: RestoreSource | None
+    if store is not None:
+        from modefsm.store._postgres import PgStore  # noqa: PLC0415 - psycopg is optional
+
+        if log_path is None:
+            stream = BoundedPipeWriter(sys.stderr.fileno(), STDERR_LOG_WAIT)
+            lines = TransitionLog.to_stream(stream, path="<stderr>")  # type: ignore[arg-type]
+        else:
+            lines = TransitionLog.to_file(log_path)
+        try:
+            log = restore = _StoreLog(PgStore(store, log=lines))
+        except LogError:
+            lines.close()
+            raise
+    elif log_path is None:
         stream = BoundedPipeWriter(sys.stderr.fileno(), STDERR_LOG_WAIT)
         log = TransitionLog.to_stream(stream, path="<stderr>")  # type: ignore[arg-type]
         restore = None
