@@ -115,6 +115,16 @@ def test_restore_point_is_exact_after_many_changes(store: PgStore, postgres_url:
     assert len(check_one_history(postgres_url)) == 303
 
 
+def test_history_pages_through_a_long_history(store: PgStore) -> None:
+    head = create(store, "long")
+    for i in range(1_004):
+        head = change(store, head, ("code", "ask")[i % 2])
+    history = list(store.history("long"))
+    assert [r.seq for r in history] == list(range(1, 1_006))
+    assert [r.session_prev for r in history[1:]] == [r.digest for r in history[:-1]]
+    assert history[-1].digest == head.digest
+
+
 def test_restore_keeps_previous_and_restore_origin(store: PgStore) -> None:
     head = change(store, create(store, "s"), "code")
     digest = store.append(EVENT_CHANGED, fields("s", 3, "code", "ask", "restore"), head)
