@@ -1,4 +1,4 @@
-"""Benchmark 7: the PostgreSQL session store, against today's single-process file log.
+"""Benchmark 8: the PostgreSQL session store, against today's single-process file log.
 
 - changes/s: P processes (1, 2, 4, 8; forked, each on its own sessions, started together)
   append ``mode_changed`` records through :class:`~modefsm.store._postgres.PgStore`, each
@@ -36,7 +36,7 @@ from modefsm.log import EVENT_CHANGED, EVENT_CREATED, TransitionLog
 
 __all__ = ["run"]
 
-TITLE = "7. PostgreSQL store"
+TITLE = "8. PostgreSQL store"
 PROCESSES = {"full": (1, 2, 4, 8), "quick": (1, 2, 4, 8), "tiny": (1, 2)}
 CHANGES = {"full": 3_000, "quick": 1_000, "tiny": 20}
 """Changes per process."""
