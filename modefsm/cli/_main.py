@@ -140,10 +140,12 @@ def _run_serve(args: argparse.Namespace) -> int:
     if args.fsync and args.log is None and args.store is None:
         msg = "--fsync needs --log FILE (the log on stderr is not synced)"
         raise ModefsmError(msg)
-    if args.store is not None and args.log is not None:
-        msg = "--store and --log name the same thing for a file store: give one"
-        if not args.store.startswith(("postgresql://", "postgres://")):
-            raise ModefsmError(msg)
+    if args.store is not None:
+        postgres = args.store.startswith(("postgresql://", "postgres://"))
+        if "://" in args.store and not postgres:
+            raise ModefsmError(f"--store: not a postgresql:// URL: {args.store!r}")
+        if args.log is not None and not postgres:
+            raise ModefsmError("--store and --log name the same thing for a file store: give one")
     protocols = {"1": (1,), "2": (2,), "both": (1, 2)}[args.protocol]
     return serve(
         _spec_from(args),

@@ -200,7 +200,7 @@ def conversation_path(log_path: Path) -> Path:
     return log_path.with_name(log_path.name + ".conversation")
 
 
-def serve(
+def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen once
     spec: ModeSpec,
     log_path: Path | None = None,
     *,
@@ -255,7 +255,14 @@ def serve(
         log = TransitionLog.to_stream(stream, path="<stderr>")  # type: ignore[arg-type]
         conversation = ConversationStore()
     else:
-        shared = open_store(target, fsync=fsync)
+        if not isinstance(target, Path):  # PostgreSQL: the worker's own log of its records
+            log = _worker_log(log_path, fsync=fsync)
+        try:
+            shared = open_store(target, fsync=fsync, log=log)
+        except LogError:
+            if log is not None:
+                log.close()
+            raise
         journal = conversation_path(target) if isinstance(target, Path) else None
         try:
             conversation = ConversationStore(journal, fsync=fsync)
@@ -279,11 +286,23 @@ def serve(
             return _serve_http(make_agent, http, diagnostics)
         return _serve_stdio(make_agent(), protocols, diagnostics)
     finally:
-        (log or shared).close()  # type: ignore[union-attr]  # one of them is set
+        if shared is not None:
+            shared.close()
+        if log is not None:
+            log.close()
         conversation.close()
         logging.captureWarnings(False)  # noqa: FBT003
         root.removeHandler(diagnostics)
         diagnostics.close()
+
+
+def _worker_log(log_path: Path | None, *, fsync: bool) -> TransitionLog:
+    """A PostgreSQL worker's JSON-lines log: *log_path*, or stderr (never blocking long)."""
+    if log_path is not None:
+        check_log_path(log_path, index=False)
+        return TransitionLog.to_file(log_path, fsync=fsync)
+    stream = BoundedPipeWriter(sys.stderr.fileno(), STDERR_LOG_WAIT)
+    return TransitionLog.to_stream(stream, path="<stderr>")  # type: ignore[arg-type]
 
 
 def _check_http_extra() -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from modefsm.errors import LogError, ModefsmError
-from modefsm.log._records import TransitionRecord
+from modefsm.log._records import TransitionLog, TransitionRecord
 from modefsm.restore import RestorePoint
 
 __all__ = ["SessionMoved", "SessionStore", "StoreBusy", "open_store"]
@@ -94,7 +94,11 @@ class SessionStore(Protocol):
 
 
 def open_store(
-    target: str | Path, *, fsync: bool = False, lock_timeout: float = 1.0
+    target: str | Path,
+    *,
+    fsync: bool = False,
+    lock_timeout: float = 1.0,
+    log: TransitionLog | None = None,
 ) -> SessionStore:
     """Open the store at *target*: a file path, or a ``postgresql://`` URL.
 
@@ -102,19 +106,25 @@ def open_store(
         target: a JSON-lines log path (a :class:`~modefsm.store.FileStore`, its restore
             index beside it as ``<path>.index``), or ``postgresql://...`` /
             ``postgres://...`` (``PgStore``; needs ``psycopg``).
-        fsync: make every acknowledged record survive power loss (a disk flush each).
+        fsync: make every acknowledged record survive power loss (a disk flush each); a
+            PostgreSQL commit is as durable as the server's settings make it.
         lock_timeout: the longest wait for another process, in seconds, before
             :class:`StoreBusy`.
+        log: for PostgreSQL, the worker's own JSON-lines log that every committed record
+            is also written to (``None``: stderr); a file store is its own log.
 
     Raises:
-        LogError: the store cannot be opened (the message names the file or URL).
+        LogError: the store cannot be opened (the message names the file or URL), or
+            *target* is a URL of another scheme.
     """
     text = str(target)
     if text.startswith(("postgresql://", "postgres://")):
         # psycopg is optional: the PostgreSQL backend is imported only when asked for
         postgres = importlib.import_module("modefsm.store._postgres")
-        store: SessionStore = postgres.PgStore(text, fsync=fsync, lock_timeout=lock_timeout)
+        store: SessionStore = postgres.PgStore(text, log=log, lock_timeout=lock_timeout)
         return store
+    if "://" in text:
+        raise LogError("not a postgresql:// URL", text)
     from modefsm.store._file import FileStore  # noqa: PLC0415 - no circle: _file imports this
 
     return FileStore(target, fsync=fsync, lock_timeout=lock_timeout)
