@@ -1,7 +1,6 @@
 """modefsm.spec: see the README's Architecture section."""
 
 from modefsm.spec._model import (
-    PREVIOUS,
     Mode,
     ModeSpec,
     PermissionOptionKind,
@@ -11,14 +10,19 @@ from modefsm.spec._model import (
     preset,
     preset_names,
 )
+from modefsm.spec._table import ORIGIN_KINDS, PREVIOUS, TRIGGER_KINDS, TransitionTable, TriggerKind
 
 __all__ = [
+    "ORIGIN_KINDS",
     "PREVIOUS",
+    "TRIGGER_KINDS",
     "Mode",
     "ModeSpec",
     "PermissionOptionKind",
     "Switch",
     "SwitchOption",
+    "TransitionTable",
+    "TriggerKind",
     "load_spec",
     "preset",
     "preset_names",
