@@ -15,9 +15,7 @@ failed request changes nothing and notifies nothing.
 Example (a host embedding modefsm; ``acp.run_agent`` serves it over stdio)::
 
     import asyncio, acp
-    from modefsm import TransitionLog, preset
-    from modefsm.protocol._agent import ModeAgent
-    from modefsm.replay._replayer import LogRestore
+    from modefsm import LogRestore, ModeAgent, TransitionLog, preset
 
     class MyAgent(ModeAgent):
         async def prompt(self, prompt, session_id, **kwargs):
