@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 
 import orjson
 from hypothesis import HealthCheck, given, settings
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 
 from modefsm import ModeEngine, TransitionLog, preset, preset_names
 from modefsm.errors import ModefsmError
-from modefsm.log import read_log, record_digest
+from modefsm.log import Origin, read_log, record_digest
 from modefsm.replay import Replayer, ReplayReport, replay
 from modefsm.spec import ModeSpec
 
@@ -32,7 +33,7 @@ SESSIONS = ("a", "b", "c")
 GOLDEN = {name: make() for name, make in CASES.items()}
 
 DIFFERENTIAL = settings(
-    max_examples=60 * soak_factor(),
+    max_examples=100 * soak_factor(),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -63,7 +64,7 @@ def run_engine(spec: ModeSpec, script: list[Op]) -> list[bytes]:
                 if op == "new":
                     engine.new_session(sid, request_id=step)
                 elif op == "change":
-                    how = ("set_mode", "set_config_option")[origin]
+                    how: Origin = "set_mode" if origin == 0 else "set_config_option"
                     engine.change(sid, modes[pick % len(modes)], how, request_id=f"r{step}")
                 elif op == "restore":
                     seq = engine.get(sid).seq
@@ -83,7 +84,11 @@ def _switch(engine: ModeEngine, sid: str, op: str, pick: int, step: int) -> None
     dest = engine.resolve_target(sid, option)
     if op == "switch" and option.allows and dest is not None:
         engine.apply_switch(
-            sid, dest, tool_call_id=f"t{step}", option_id=option.option_id, proposed_in=None
+            sid,
+            dest,
+            tool_call_id=f"t{step}",
+            option_id=option.option_id,
+            proposed_in=session.state,
         )
     else:
         engine.reject_switch(
@@ -99,7 +104,7 @@ SAMPLES: list[object] = [
     "architect", "new", "set_mode", "set_config_option", "switch_mode", "restore",
     "modefsm.mode_changed", "modefsm.session_created", "modefsm.change_rejected",
 ]  # fmt: skip
-VALUES = st.one_of(
+VALUES: st.SearchStrategy[object] = st.one_of(
     st.sampled_from(
         [
             None,
@@ -157,7 +162,7 @@ def _edit(line: bytes, kind: str, key: str, value: object) -> bytes:
         data[key] = value
     else:
         data.pop(key, None)
-    return orjson.dumps(data)
+    return json.dumps(data, separators=(",", ":")).encode()  # any integer, as a writer might
 
 
 def forge(lines: list[bytes]) -> list[bytes]:
@@ -204,7 +209,7 @@ def mutate(lines: list[bytes], changes: list[Mutation]) -> list[bytes]:
 def by_feed(data: bytes, *, verify: bool, session_id: str | None) -> ReplayReport:
     """The report of ``feed`` alone: every record parsed into its model first."""
     replayer = Replayer(SPECS, verify=verify, session_id=session_id, keep_timeline=False)
-    stdin = io.BufferedReader(io.BytesIO(data))  # type: ignore[arg-type]
+    stdin = io.BufferedReader(io.BytesIO(data))
     for item in read_log(["-"], check_digests=verify, stdin=stdin):
         replayer.feed(item)
     return replayer.report()
@@ -215,7 +220,7 @@ def assert_same(lines: list[bytes]) -> int:
     data = b"".join(line + b"\n" for line in lines)
     for verify in (False, True):
         for session_id in (None, "a"):
-            stdin = io.BufferedReader(io.BytesIO(data))  # type: ignore[arg-type]
+            stdin = io.BufferedReader(io.BytesIO(data))
             fast = replay(
                 ["-"], SPECS, verify=verify, session_id=session_id, keep_timeline=False, stdin=stdin
             )
@@ -265,7 +270,7 @@ def test_the_fast_path_takes_most_of_an_engine_log():
             taken.append(line)
         return took
 
-    stdin = io.BufferedReader(io.BytesIO(b"".join(x + b"\n" for x in lines)))  # type: ignore[arg-type]
+    stdin = io.BufferedReader(io.BytesIO(b"".join(x + b"\n" for x in lines)))
     for item in read_log(["-"], check_digests=True, stdin=stdin, take=take):
         replayer.feed(item)
     assert replayer.report().violations == ()
@@ -280,7 +285,7 @@ def test_a_torn_record_before_a_declined_one_reads_the_same_both_ways():
         GOLDEN["illegal_edge"], [("set", 1, "session_id", None), ("torn", 0, "event", None)]
     )
     assert assert_same(lines) == len(GOLDEN["illegal_edge"])
-    report = replay(["-"], SPECS, stdin=io.BufferedReader(io.BytesIO(b"\n".join(lines) + b"\n")))  # type: ignore[arg-type]
+    report = replay(["-"], SPECS, stdin=io.BufferedReader(io.BytesIO(b"\n".join(lines) + b"\n")))
     torn = [v.message for v in report.violations if v.kind == "torn"]
     assert torn == [
         (
@@ -288,3 +293,28 @@ def test_a_torn_record_before_a_declined_one_reads_the_same_both_ways():
             "tell whether its change was acknowledged), skipped"
         )
     ]
+
+
+def test_the_scripts_write_every_kind_of_record():
+    """The random engine runs reach switches, rejections and restores, not only changes."""
+    script: list[Op] = [
+        ("new", 0, 0, 0),
+        ("change", 0, 2, 0),  # default -> plan
+        ("change", 0, 1, 0),  # plan -> acceptEdits: not allowed
+        ("reject", 0, 3, 0),  # keep_planning
+        ("switch", 0, 0, 0),  # exit_plan_accept_edits
+        ("change", 0, 3, 1),  # -> bypassPermissions
+        ("restore", 0, 3, 1),  # falls back to default
+    ]
+    lines = run_engine(preset("permission"), script)
+    kinds = [(r["event"].rsplit(".")[-1], r["origin"]) for r in map(orjson.loads, lines)]
+    assert kinds == [
+        ("session_created", "new"),
+        ("mode_changed", "set_mode"),
+        ("change_rejected", "set_mode"),
+        ("change_rejected", "switch_mode"),
+        ("mode_changed", "switch_mode"),
+        ("mode_changed", "set_config_option"),
+        ("mode_changed", "restore"),
+    ]
+    assert_same(lines)
