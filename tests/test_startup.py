@@ -57,6 +57,9 @@ def test_help_loads_no_sdk():
     assert "usage: modefsm" in result.stdout
     assert "modefsm.cli._main" in modules
     assert _sdk(modules) == []
+    # the models, the log and the diagram load when a command runs, not for its help
+    assert "pydantic" not in modules
+    assert "modefsm.diagram._diagram" not in modules
 
 
 def test_replay_loads_neither_the_sdk_nor_transitions():

@@ -69,10 +69,12 @@ from typing import TYPE_CHECKING, Literal, NoReturn
 
 from pydantic import BaseModel, ConfigDict
 
+from modefsm.diagram._formats import Format
 from modefsm.errors import DiagramError, LogError
 from modefsm.log._records import EVENT_CHANGED, EVENT_CREATED, EVENT_REJECTED, TransitionRecord
 from modefsm.replay._replayer import iter_records
-from modefsm.spec._model import ModeSpec, Switch, SwitchOption, preset, preset_names
+from modefsm.spec._model import ModeSpec, Switch, SwitchOption, preset
+from modefsm.spec._presets import preset_names
 from modefsm.spec._table import PREVIOUS, TriggerKind
 
 if TYPE_CHECKING:
@@ -80,7 +82,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DRAWN_MAX",
-    "FORMATS",
     "GROUP_STEPS_MAX",
     "RENDERED_ARROWS_MAX",
     "RENDERED_NODES_MAX",
@@ -90,7 +91,6 @@ __all__ = [
     "DiagramGroup",
     "DiagramNode",
     "EdgeKind",
-    "Format",
     "LegendEntry",
     "LegendKind",
     "NodeKind",
@@ -107,11 +107,6 @@ __all__ = [
     "write_preset_diagrams",
 ]
 
-Format = Literal["mermaid", "dot", "svg", "png", "md"]
-"""An output format of :func:`render`."""
-
-FORMATS: tuple[Format, ...] = ("mermaid", "dot", "svg", "png", "md")
-"""Every output format, in the order the command line lists them."""
 
 NodeKind = Literal["start", "mode", "choice", "previous"]
 """``start`` (the start dot), ``mode``, ``choice`` (a permission request), ``previous``."""

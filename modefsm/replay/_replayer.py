@@ -52,7 +52,8 @@ from modefsm.log._records import (
     previous_of,
 )
 from modefsm.restore import LogRestore, RestorePoint, last_points
-from modefsm.spec._model import ModeSpec, preset, preset_names
+from modefsm.spec._model import ModeSpec, preset
+from modefsm.spec._presets import preset_names
 from modefsm.spec._table import PREVIOUS, TransitionTable
 
 __all__ = [

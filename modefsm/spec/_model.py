@@ -33,6 +33,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from modefsm.errors import SpecError, SpecProblem
+from modefsm.spec._presets import preset_names as preset_names  # noqa: PLC0414 - old path
 from modefsm.spec._table import PREVIOUS, TransitionTable
 
 __all__ = [
@@ -43,7 +44,6 @@ __all__ = [
     "SwitchOption",
     "load_spec",
     "preset",
-    "preset_names",
 ]
 
 PermissionOptionKind = Literal["allow_once", "allow_always", "reject_once", "reject_always"]
@@ -446,12 +446,6 @@ def load_spec(path: str | Path) -> ModeSpec:
     except RecursionError:
         raise SpecError([SpecProblem("", "nested too deeply")], str(path)) from None
     return ModeSpec.from_data(data, str(path))
-
-
-def preset_names() -> tuple[str, ...]:
-    """The names of the presets shipped with modefsm, sorted."""
-    files = resources.files("modefsm.spec.presets").iterdir()
-    return tuple(sorted(f.name.removesuffix(".toml") for f in files if f.name.endswith(".toml")))
 
 
 def preset(name: str) -> ModeSpec:
