@@ -5,10 +5,11 @@ first use, so that ``import modefsm`` (and the start of the ``modefsm`` command,
 handles Ctrl-C from its first moment) stays fast.
 """
 
-import importlib
 import sys
 import types
 from typing import TYPE_CHECKING, Any
+
+from modefsm._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from modefsm.engine import OfferedOption, SwitchOffer
@@ -95,15 +96,8 @@ _EXPORTS = {
 """Where each public name is defined."""
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name from the module that defines it, on first use."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        msg = f"module 'modefsm' has no attribute {name!r}"
-        raise AttributeError(msg)
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+"""Import a public name from the module that defines it, on first use."""
 
 
 def __dir__() -> list[str]:

@@ -26,6 +26,7 @@ PACKAGE = Path(modefsm.__file__).resolve().parent
 
 LAYERS: dict[str, int] = {
     "modefsm.errors": 0,
+    "modefsm._lazy": 0,  # the lazy attributes of the package __init__ files
     "modefsm.spec": 1,
     "modefsm.log": 2,
     "modefsm.restore": 3,

@@ -1,7 +1,8 @@
 """modefsm.diagram: see the README's Architecture section."""
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from modefsm._lazy import lazy_exports
 from modefsm.diagram._formats import FORMATS, Format
 
 if TYPE_CHECKING:
@@ -32,22 +33,6 @@ if TYPE_CHECKING:
         write_preset_diagrams,
     )
 
-
-def __getattr__(name: str) -> Any:
-    """Import the diagram module on first use of one of its names.
-
-    The command line needs only :data:`FORMATS` until it draws.
-    """
-    if name not in __all__:
-        msg = f"module 'modefsm.diagram' has no attribute {name!r}"
-        raise AttributeError(msg)
-    from modefsm.diagram import _diagram  # noqa: PLC0415 - the point: on first use
-
-    value = getattr(_diagram, name)
-    globals()[name] = value
-    return value
-
-
 __all__ = [
     "DRAWN_MAX",
     "FORMATS",
@@ -76,3 +61,8 @@ __all__ = [
     "to_svg",
     "write_preset_diagrams",
 ]
+
+__getattr__ = lazy_exports(
+    __name__, dict.fromkeys(set(__all__) - globals().keys(), "modefsm.diagram._diagram")
+)
+"""Import the drawing module's names on first use of one of them (``FORMATS`` is at hand)."""

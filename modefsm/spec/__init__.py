@@ -4,8 +4,9 @@ The models load on first use of one of their names, so that listing the presets 
 transition table's names costs no pydantic model.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from modefsm._lazy import lazy_exports
 from modefsm.spec._presets import preset_names
 from modefsm.spec._table import ORIGIN_KINDS, PREVIOUS, TRIGGER_KINDS, TransitionTable, TriggerKind
 
@@ -36,14 +37,7 @@ __all__ = [
     "preset_names",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    """Import the models on first use of one of their names."""
-    if name not in __all__:
-        msg = f"module 'modefsm.spec' has no attribute {name!r}"
-        raise AttributeError(msg)
-    from modefsm.spec import _model  # noqa: PLC0415 - the point: on first use
-
-    value = getattr(_model, name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(
+    __name__, dict.fromkeys(set(__all__) - globals().keys(), "modefsm.spec._model")
+)
+"""Import the module's names on first use of one of them."""
