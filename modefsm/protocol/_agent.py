@@ -57,7 +57,7 @@ from modefsm.errors import HookError, InvalidParamsError, LogError, UnknownSessi
 from modefsm.log._records import TransitionLog
 from modefsm.protocol._switch import SwitchResult, propose_switch
 from modefsm.protocol._transport import PermissionRequest
-from modefsm.replay._replayer import RestorePoint
+from modefsm.restore import RestorePoint
 from modefsm.spec._model import ModeSpec
 
 __all__ = ["ModeAgent", "RestoreSource", "acp_errors"]
