@@ -8,7 +8,15 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks import changes, replay, roundtrip, sessions, spec_size, startup  # noqa: F401 - they register
+from benchmarks import (  # noqa: F401 - they register
+    changes,
+    log_size,
+    replay,
+    roundtrip,
+    sessions,
+    spec_size,
+    startup,
+)
 from benchmarks.harness import BENCHMARKS, FULL, QUICK, TINY, Result, format_table, machine
 
 __all__ = ["main"]

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 __all__ = [
     "BENCHMARKS",
@@ -390,3 +390,43 @@ def format_table(results: list[Result], info: dict[str, Any]) -> str:
         lines.append("")
         lines.extend(f"- {result.title}: {note}" for result, note in notes)
     return "\n".join(lines)
+
+
+def serve_startup(*args: str) -> float:
+    """Seconds from spawning ``modefsm serve ARGS`` until ``initialize`` and ``session/new``
+    are answered (a log in a temporary directory unless *args* give ``--log``)."""
+    frames = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "session/new",
+            "params": {"cwd": ".", "mcpServers": []},
+        },
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        log = [] if "--log" in args else ["--log", str(Path(tmp) / "log")]
+        start = time.perf_counter()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "modefsm", "serve", *log, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=child_env(),
+            cwd=ROOT,
+        )
+        stdin, stdout = cast("IO[bytes]", process.stdin), cast("IO[bytes]", process.stdout)
+        stdin.write(b"".join(json.dumps(f).encode() + b"\n" for f in frames))
+        stdin.flush()
+        answered = 0
+        while answered < len(frames):
+            message = json.loads(stdout.readline())
+            answered += "id" in message and "method" not in message
+        took = time.perf_counter() - start
+        stdin.close()  # end of input: the agent answers what it read, then exits 0
+        stdout.read()
+        stdout.close()
+        if process.wait(60) != 0:
+            msg = f"modefsm serve {' '.join(args)} exited {process.returncode}"
+            raise RuntimeError(msg)
+    return took

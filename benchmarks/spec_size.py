@@ -20,14 +20,12 @@ Linear time makes the ratio of the large size to the small one the ratio of the 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any
 
-from benchmarks.harness import ROOT, Result, Row, Size, benchmark, child_env, no_gc
+from benchmarks.harness import Result, Row, Size, benchmark, no_gc, serve_startup
 from modefsm import ModeEngine, load_spec
 from modefsm.diagram import build_diagram, to_mermaid
 
@@ -79,44 +77,6 @@ def _draw(path: Path) -> float:
         return (time.perf_counter() - start) * 1e3
 
 
-def _serve(*args: str) -> float:
-    """Seconds from spawning ``modefsm serve ARGS`` until session/new is answered."""
-    frames = [
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
-        {
-            "jsonrpc": "2.0",
-            "id": 2,
-            "method": "session/new",
-            "params": {"cwd": ".", "mcpServers": []},
-        },
-    ]
-    with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
-        process = subprocess.Popen(
-            [sys.executable, "-m", "modefsm", "serve", "--log", str(Path(tmp) / "log"), *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=child_env(),
-            cwd=ROOT,
-        )
-        stdin, stdout = cast("IO[bytes]", process.stdin), cast("IO[bytes]", process.stdout)
-        stdin.write(b"".join(json.dumps(f).encode() + b"\n" for f in frames))
-        stdin.flush()
-        answered = 0
-        while answered < len(frames):
-            message = json.loads(stdout.readline())
-            answered += "id" in message and "method" not in message
-        took = time.perf_counter() - start
-        stdin.close()  # end of input: the agent answers what it read, then exits 0
-        stdout.read()
-        stdout.close()
-        if process.wait(60) != 0:
-            msg = f"modefsm serve {' '.join(args)} exited {process.returncode}"
-            raise RuntimeError(msg)
-    return took
-
-
 @benchmark("spec_size", TITLE)
 def run(size: Size) -> Result:
     """Each measurement at both spec sizes, alternated, and the large-to-small ratios."""
@@ -131,13 +91,15 @@ def run(size: Size) -> Result:
             files[count] = Path(tmp) / f"spec-{count}.json"
             files[count].write_text(json.dumps(spec_data(count)), encoding="utf-8")
         if size.name != "tiny":  # compile the bytecode of this run (see child_env) untimed
-            _serve("--preset", "seed")
+            serve_startup("--preset", "seed")
         for _ in range(repeat):
             for count in (small, large):
                 samples.setdefault(("start", count), []).append(_start(files[count]))
                 samples.setdefault(("draw", count), []).append(_draw(files[count]))
-                samples.setdefault(("serve", count), []).append(_serve("--spec", str(files[count])))
-            samples.setdefault(("serve", 3), []).append(_serve("--preset", "seed"))
+                samples.setdefault(("serve", count), []).append(
+                    serve_startup("--spec", str(files[count]))
+                )
+            samples.setdefault(("serve", 3), []).append(serve_startup("--preset", "seed"))
     metrics = {
         "start": ("start-up in process: load_spec, ModeEngine, a session, a change", "ms"),
         "draw": ("diagram: build_diagram, to_mermaid", "ms"),

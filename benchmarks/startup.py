@@ -1,4 +1,4 @@
-"""Benchmark 7: start-up, each figure a ratio to a baseline measured in the same run.
+"""Benchmark 8: start-up, each figure a ratio to a baseline measured in the same run.
 
 - ``modefsm --help``: wall time of the whole process, against
   ``python -c "import pydantic, structlog, transitions, orjson"`` (modefsm's own
@@ -20,7 +20,7 @@ from benchmarks.harness import ROOT, Result, Row, Size, benchmark, child_env
 
 __all__ = ["run"]
 
-TITLE = "7. start-up"
+TITLE = "8. start-up"
 HELP = "modefsm --help wall time"
 SERVE = "spawn to initialize response"
 

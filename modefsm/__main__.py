@@ -4,9 +4,8 @@ Ctrl-C (SIGINT) at any moment after the interpreter has started, imports include
 the command with one line on stderr (``modefsm: interrupted``) and exit status 130. It
 ends the process at once, as a crash would: every record is written by one ``write``
 before its change takes effect, so nothing acknowledged is lost (README, Durability).
-A process started with SIGINT ignored keeps ignoring it; with ``MODEFSM_QUIET_INTERRUPT``
-set (``modefsm demo`` sets it for the agents it starts, which share its terminal), it
-ends without the line.
+A process started with SIGINT ignored keeps ignoring it (``modefsm demo`` starts its
+agents so: they end at the end of their input, when the demo exits).
 """
 
 import os
@@ -21,14 +20,13 @@ _LINE = b"modefsm: interrupted\n"
 def _interrupted(signum: int, frame: FrameType | None) -> None:
     """End the process: one line on stderr (if it has room now), exit status 130."""
     del signum, frame
-    if not os.environ.get("MODEFSM_QUIET_INTERRUPT"):
-        try:
-            poller = select.poll()
-            poller.register(2, select.POLLOUT)
-            if poller.poll(0):
-                os.write(2, _LINE)
-        except OSError:
-            pass
+    try:
+        poller = select.poll()
+        poller.register(2, select.POLLOUT)
+        if poller.poll(0):
+            os.write(2, _LINE)
+    except OSError:
+        pass
     os._exit(130)
 
 

@@ -9,6 +9,8 @@ made at all (``-32800``, no notification, no record).
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -88,3 +90,49 @@ async def test_a_cancelled_change_is_made_in_full_or_not_at_all(
         assert mode == "code"
         assert updates == ["current_mode_update", "config_option_update"]
         assert [(r["session_id"], r["from_mode"]) for r in changes] == [(sid, "ask")]
+
+
+async def test_cancel_request_reaches_the_sdk_through_modefsm_serve(tmp_path: Path):
+    """Over real pipes, ``$/cancel_request`` for a prompt waiting on a permission answer
+    cancels the turn: the agent withdraws its own request (``$/cancel_request`` for it),
+    the prompt is answered ``-32800``, and the mode stays where it was."""
+    log_path = tmp_path / "modes.jsonl"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "modefsm", "serve", "--log", str(log_path),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    stdin, stdout = cast("Any", process.stdin), cast("Any", process.stdout)
+
+    async def send(message: dict[str, Any]) -> None:
+        stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+        await stdin.drain()
+
+    async def until(test: Any) -> dict[str, Any]:
+        while True:
+            frame = json.loads(await asyncio.wait_for(stdout.readline(), 10))
+            if test(frame):
+                return cast("dict[str, Any]", frame)
+
+    try:
+        await send({"id": 0, "method": "initialize", "params": {"protocolVersion": 1}})
+        await until(lambda f: f.get("id") == 0)
+        await send({"id": 1, "method": "session/new", "params": {"cwd": "/", "mcpServers": []}})
+        sid = (await until(lambda f: f.get("id") == 1))["result"]["sessionId"]
+        params = {"sessionId": sid, "modeId": "architect"}
+        await send({"id": 2, "method": "session/set_mode", "params": params})
+        await until(lambda f: f.get("id") == 2 and "method" not in f)
+        prompt = [{"type": "text", "text": "plan it"}]
+        await send(
+            {"id": 3, "method": "session/prompt", "params": {"sessionId": sid, "prompt": prompt}}
+        )
+        asked = await until(lambda f: f.get("method") == "session/request_permission")
+        await send({"method": "$/cancel_request", "params": {"requestId": 3}})
+        withdrawn = await until(lambda f: f.get("method") == "$/cancel_request")
+        answer = await until(lambda f: f.get("id") == 3 and "method" not in f)
+    finally:
+        stdin.close()
+        await asyncio.wait_for(process.wait(), 10)
+    assert withdrawn["params"] == {"requestId": asked["id"]}
+    assert answer["error"]["code"] == -32800
+    changes = [(r["from_mode"], r["to_mode"]) for r in read_log(log_path) if r.get("seq")]
+    assert changes == [(None, "ask"), ("ask", "architect")]

@@ -14,9 +14,11 @@ raw), each step is checked, and the demo exits 0 only if every step did what it 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, cast
@@ -140,8 +142,41 @@ def _expect(what: str, actual: object, expected: object) -> None:
         raise DemoFailedError(msg)
 
 
-_QUIET = {"MODEFSM_QUIET_INTERRUPT": "1"}
-"""The agents' environment: a Ctrl-C in the terminal reaches them too; only the demo says so."""
+@contextlib.asynccontextmanager
+async def _agent(
+    client: DemoClient, command: tuple[str, ...], observers: list[Callable[[Any], None]]
+) -> AsyncIterator[Any]:
+    """``modefsm serve`` as a child, connected to *client*; its connection.
+
+    The child starts with Ctrl-C ignored (an ignored signal stays ignored across ``exec``):
+    a Ctrl-C in the terminal reaches the whole foreground process group, and one that came
+    while the child's interpreter was still starting would print Python's own traceback.
+    The demo alone handles it; its agents end at the end of their input, when it exits.
+    Their stderr reaches the demo's through a pipe the demo drains, so nothing they say
+    after the demo is gone (a closed stdout) shows in the terminal.
+    """
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            spawned = acp.spawn_agent_process(cast("Any", client), *command, observers=observers)
+            try:
+                conn, process = await stack.enter_async_context(spawned)
+            finally:
+                signal.signal(signal.SIGINT, previous)
+            copying = asyncio.create_task(_copy(process.stderr, sys.stderr))
+            try:
+                yield conn
+            finally:
+                copying.cancel()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+async def _copy(source: asyncio.StreamReader | None, sink: TextIO) -> None:
+    """Copy *source* to *sink*, line by line, until its end."""
+    while source is not None and (line := await source.readline()):
+        sink.write(line.decode("utf-8", "replace"))
+        sink.flush()
 
 
 async def _story(log: Path, out: TextIO, *, raw: bool) -> tuple[list[str], str]:  # noqa: PLR0915
@@ -151,13 +186,7 @@ async def _story(log: Path, out: TextIO, *, raw: bool) -> tuple[list[str], str]:
     observers: list[Callable[[Any], None]] = [transcript.frame]
     visited: list[str] = []
 
-    async with acp.spawn_agent_process(
-        cast("Any", client),
-        *command,
-        env=_QUIET,
-        transport_kwargs={"stderr": None},
-        observers=observers,
-    ) as (conn, _process):
+    async with _agent(client, command, observers) as conn:
         transcript.say("initialize (frames abridged: `modefsm demo --json` prints them whole)")
         init = await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
         capabilities = init.agent_capabilities
@@ -204,13 +233,7 @@ async def _story(log: Path, out: TextIO, *, raw: bool) -> tuple[list[str], str]:
         visited.append("code")
 
     transcript.say("restart the agent process; session/load restores the mode from the log")
-    async with acp.spawn_agent_process(
-        cast("Any", client),
-        *command,
-        env=_QUIET,
-        transport_kwargs={"stderr": None},
-        observers=observers,
-    ) as (conn, _process):
+    async with _agent(client, command, observers) as conn:
         await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
         loaded = await conn.load_session(cwd=str(Path.cwd()), session_id=session_id)
         assert loaded.modes is not None  # noqa: S101

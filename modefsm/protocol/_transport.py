@@ -54,7 +54,7 @@ from typing import Any
 
 import orjson
 from acp.agent.connection import AgentSideConnection
-from acp.meta import AGENT_METHODS
+from acp.meta import AGENT_METHODS, PROTOCOL_METHODS
 
 from modefsm.errors import FrameError
 
@@ -112,7 +112,7 @@ _READ_LIMIT = 1024 * 1024
 _ERROR_BYTES = 4096
 """An error response longer than this, encoded, has its long strings cut."""
 
-_NOTIFICATIONS = frozenset({AGENT_METHODS["session_cancel"]})
+_NOTIFICATIONS = frozenset({AGENT_METHODS["session_cancel"], PROTOCOL_METHODS["cancel_request"]})
 """The notifications the SDK routes to an agent (besides ``_``-prefixed extensions)."""
 
 _CLOSE_WAIT = 2.0
@@ -578,8 +578,8 @@ class CheckedTransport:
             logs it if it had stopped waiting (``session/cancel``), as the SDK drops it.
 
     Attributes:
-        unrouted: notifications of methods the SDK does not route (``$/cancel_request``,
-            unknown names), dropped unanswered as JSON-RPC says.
+        unrouted: notifications of methods the SDK does not route (unknown names),
+            dropped unanswered as JSON-RPC says.
     """
 
     def __init__(
