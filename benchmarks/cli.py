@@ -16,6 +16,7 @@ from benchmarks import (  # noqa: F401 - they register
     roundtrip_http,
     sessions,
     spec_size,
+    startup,
     store,
 )
 from benchmarks.harness import BENCHMARKS, FULL, QUICK, TINY, Result, format_table, machine

@@ -5,10 +5,11 @@ first use, so that ``import modefsm`` (and the start of the ``modefsm`` command,
 handles Ctrl-C from its first moment) stays fast.
 """
 
-import importlib
 import sys
 import types
 from typing import TYPE_CHECKING, Any
+
+from modefsm._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from modefsm.engine import OfferedOption, SwitchOffer
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from modefsm.log._records import TransitionLog, TransitionRecord
     from modefsm.protocol import ModeAgent, RestoreSource, SwitchResult, run_agent
     from modefsm.protocol._agent_v2 import ModeAgentV2
+    from modefsm.protocol._http import serve_http
     from modefsm.protocol._negotiate import serve_negotiated
     from modefsm.replay import ReplayReport, Violation, replay
     from modefsm.restore import LogRestore, RestoreIndex, RestorePoint
@@ -102,20 +104,14 @@ _EXPORTS = {
     "preset_names": "modefsm.spec",
     "replay": "modefsm.replay",
     "run_agent": "modefsm.protocol",
+    "serve_http": "modefsm.protocol._http",
     "serve_negotiated": "modefsm.protocol",
 }
 """Where each public name is defined."""
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name from the module that defines it, on first use."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        msg = f"module 'modefsm' has no attribute {name!r}"
-        raise AttributeError(msg)
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+"""Import a public name from the module that defines it, on first use."""
 
 
 def __dir__() -> list[str]:
@@ -185,5 +181,6 @@ __all__ = [
     "preset_names",
     "replay",
     "run_agent",
+    "serve_http",
     "serve_negotiated",
 ]

@@ -12,7 +12,7 @@ from modefsm.protocol._agent import *  # noqa: F403
 __all__ = list(_moved.__all__)
 
 warnings.warn(
-    "modefsm.protocol._agent is deprecated; import its names from modefsm",
+    "modefsm.agent is deprecated; import its names from modefsm",
     DeprecationWarning,
     stacklevel=2,
 )

@@ -12,7 +12,7 @@ from modefsm.protocol._transport import *  # noqa: F403
 __all__ = list(_moved.__all__)
 
 warnings.warn(
-    "modefsm.protocol._transport is deprecated; import its names from modefsm",
+    "modefsm.wire is deprecated; import its names from modefsm",
     DeprecationWarning,
     stacklevel=2,
 )

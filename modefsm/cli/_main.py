@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.metadata
 import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from modefsm.diagram._diagram import FORMATS, Format, render
+from modefsm.diagram._formats import FORMATS, Format
 from modefsm.errors import DiagramError, LogError, ModefsmError
-from modefsm.spec._model import ModeSpec, load_spec, preset, preset_names
+from modefsm.spec._presets import preset_names
+
+if TYPE_CHECKING:
+    from modefsm.spec._model import ModeSpec
 
 __all__ = ["main"]
 
@@ -31,7 +34,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="modefsm",
         description="ACP session modes as explicit, logged, replayable state machines.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="show program's version number and exit"
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in _COMMANDS:
         add(commands)
@@ -53,7 +58,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+class _Version(argparse.Action):
+    """``--version``: the installed version, looked up only when asked for."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        sys.stdout.write(f"{parser.prog} {_version()}\n")
+        parser.exit()
+
+
 def _version() -> str:
+    import importlib.metadata  # noqa: PLC0415 - only for --version
+
     try:
         return importlib.metadata.version("modefsm")
     except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
@@ -188,6 +203,8 @@ def _add_spec_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _spec_from(args: argparse.Namespace) -> ModeSpec:
+    from modefsm.spec._model import load_spec, preset  # noqa: PLC0415 - keep `--help` fast
+
     if args.spec is not None:
         return load_spec(args.spec)
     return preset("seed" if args.preset is None else args.preset)
@@ -262,6 +279,8 @@ def _run_replay(args: argparse.Namespace) -> int:
         noun = "session" if count == 1 else "sessions"
         print(f"rebuilt {args.rebuild_index}: {count} {noun} from {len(args.logs)} log(s)")
         return 0
+    from modefsm.spec._model import load_spec, preset  # noqa: PLC0415
+
     specs = [load_spec(path) for path in args.spec] + [preset(name) for name in args.preset]
     writer = JsonReport(sys.stdout) if args.format == "json" else TableReport(sys.stdout)
     progress = _progress_bar(args.logs)
@@ -350,6 +369,8 @@ def _add_diagram(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def _run_diagram(args: argparse.Namespace) -> int:
+    from modefsm.spec._model import load_spec, preset  # noqa: PLC0415
+
     spec = preset(args.preset) if args.preset is not None else load_spec(args.spec)
     fmt: Format = args.format or "mermaid"
     if args.format is None and args.output is not None:
@@ -361,6 +382,8 @@ def _run_diagram(args: argparse.Namespace) -> int:
     if fmt == "png" and args.output is None:
         msg = "png output is binary: give -o FILE"
         raise DiagramError(msg)
+    from modefsm.diagram._diagram import render  # noqa: PLC0415 - keep other commands' start fast
+
     data = render(spec, fmt, logs=args.log, session_id=args.session)
     if args.output is None:
         out = getattr(sys.stdout, "buffer", None)

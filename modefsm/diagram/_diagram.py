@@ -69,17 +69,19 @@ from typing import TYPE_CHECKING, Literal, NoReturn
 
 from pydantic import BaseModel, ConfigDict
 
+from modefsm.diagram._formats import Format
 from modefsm.errors import DiagramError, LogError
 from modefsm.log._records import EVENT_CHANGED, EVENT_CREATED, EVENT_REJECTED, TransitionRecord
 from modefsm.replay._replayer import iter_records
-from modefsm.spec._model import PREVIOUS, ModeSpec, Switch, SwitchOption, preset, preset_names
+from modefsm.spec._model import ModeSpec, Switch, SwitchOption, preset
+from modefsm.spec._presets import preset_names
+from modefsm.spec._table import PREVIOUS, TriggerKind
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
 
 __all__ = [
     "DRAWN_MAX",
-    "FORMATS",
     "GROUP_STEPS_MAX",
     "RENDERED_ARROWS_MAX",
     "RENDERED_NODES_MAX",
@@ -89,7 +91,6 @@ __all__ = [
     "DiagramGroup",
     "DiagramNode",
     "EdgeKind",
-    "Format",
     "LegendEntry",
     "LegendKind",
     "NodeKind",
@@ -106,11 +107,6 @@ __all__ = [
     "write_preset_diagrams",
 ]
 
-Format = Literal["mermaid", "dot", "svg", "png", "md"]
-"""An output format of :func:`render`."""
-
-FORMATS: tuple[Format, ...] = ("mermaid", "dot", "svg", "png", "md")
-"""Every output format, in the order the command line lists them."""
 
 NodeKind = Literal["start", "mode", "choice", "previous"]
 """``start`` (the start dot), ``mode``, ``choice`` (a permission request), ``previous``."""
@@ -463,10 +459,8 @@ def _transition_of(spec: ModeSpec, record: TransitionRecord) -> TransitionKey | 
         return _switch_key(spec, record)
     if source is None or dest is None or not spec.has_mode(source):
         return None
-    if record.origin == "restore":
-        taken = dest != source and spec.restore_target(source) == dest
-        return ("restore", source, dest) if taken else None
-    return ("client_change", source, dest) if spec.client_allows(source, dest) else None
+    kind: TriggerKind = "restore" if record.origin == "restore" else "client_change"
+    return (kind, source, dest) if spec.table.allows(kind, source, dest) else None
 
 
 def _switch_key(spec: ModeSpec, record: TransitionRecord) -> TransitionKey | None:
@@ -626,7 +620,9 @@ def _twin_classes(spec: ModeSpec) -> tuple[list[list[str]], list[set[int]]]:
     listed_of: dict[str, set[str]] = {}
     for source in spec.client_changes:
         mutual = frozenset(
-            d for d in spec.client_changes[source] if spec.client_allows(d, source) and d != source
+            d
+            for d in spec.client_changes[source]
+            if spec.table.allows("client_change", d, source) and d != source
         )
         neighbours[source] = mutual
         for dest in mutual:
@@ -741,7 +737,7 @@ def _client_edges(
         unit = unit_of[source]
         targets: Iterable[str]
         if spec.client_restricted(source):
-            targets = spec.client_targets(source)
+            targets = spec.table.targets("client_change", source)
         elif covered[unit] == len(units) - 1:
             continue  # every other unit is reached by one arrow, its own group by the box
         else:  # a free mode: an arrow to each mode of each unit with no hub from its own
@@ -1591,7 +1587,7 @@ def to_markdown(diagram: Diagram, spec: ModeSpec) -> str:
         if not spec.client_restricted(mode.id) and len(spec.modes) > 2:  # noqa: PLR2004
             out.append(f"| {_md(mode.name)} | any other mode |")
             continue
-        targets = spec.client_targets(mode.id)
+        targets = spec.table.targets("client_change", mode.id)
         to = ", ".join(_md(spec.mode(t).name) for t in targets) or "none"
         if len(targets) > 1 and len(targets) == len(spec.modes) - 1:
             to = "any other mode"
@@ -1672,7 +1668,7 @@ def _entered_from(spec: ModeSpec) -> dict[str, set[str]]:
     """
     into: dict[str, set[str]] = {m: set() for m in spec.mode_ids}
     for source in spec.mode_ids:
-        for dest in {*spec.client_targets(source), *spec.switch_targets(source)}:
+        for dest in spec.table.targets("switch_mode", source):
             into[dest].add(source)
     previous = {m: set(sources) for m, sources in into.items()}
     for mode in spec.mode_ids:

@@ -12,7 +12,6 @@ from modefsm.engine._machine import (
     MATERIALIZED_MAX,
     MODEL_ATTRIBUTE,
     ModeMachine,
-    TriggerKind,
     mode_of,
     state_name,
 )
@@ -29,7 +28,6 @@ __all__ = [
     "OfferedOption",
     "Session",
     "SwitchOffer",
-    "TriggerKind",
     "build_views",
     "mode_of",
     "state_name",

@@ -39,7 +39,7 @@ from typing import Any
 
 from acp.schema import ConfigOptionUpdate
 
-from modefsm.engine._machine import ModeMachine, TriggerKind, mode_of, state_name
+from modefsm.engine._machine import ModeMachine, mode_of, state_name
 from modefsm.engine._views import ModeView, build_views
 from modefsm.errors import (
     HookError,
@@ -64,6 +64,7 @@ from modefsm.log._records import (
 )
 from modefsm.restore import RestorePoint
 from modefsm.spec import PREVIOUS, ModeSpec, PermissionOptionKind, SwitchOption
+from modefsm.spec._table import ORIGIN_KINDS, TriggerKind
 from modefsm.store._interface import SessionMoved, SessionStore, StoreBusy
 
 __all__ = [
@@ -80,12 +81,7 @@ Update = Any
 NotificationSink = Callable[[str, Update], Awaitable[None]]
 """``await sink(session_id, update)``: the signature of the SDK's ``conn.session_update``."""
 
-_KIND: dict[Origin, TriggerKind] = {
-    "set_mode": "client_change",
-    "set_config_option": "client_change",
-    "switch_mode": "switch_mode",
-    "restore": "restore",
-}
+_KIND = ORIGIN_KINDS
 
 
 class Session:

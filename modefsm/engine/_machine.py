@@ -25,10 +25,11 @@ Triggers, one per origin kind and destination (``auto_transitions`` is off, so n
     ``session/load``/``session/resume`` of a session last seen in a non-restorable mode:
     from that mode to its fallback.
 
-The spec is the table of which transitions exist (:meth:`ModeMachine.allows` asks it in
-constant time); the ``transitions`` machine is given each transition the first time a
-session takes it, and keeps at most :data:`MATERIALIZED_MAX` of them (the oldest made is
-dropped first, and made again when taken again). A spec whose ``client_changes`` allow
+The spec's :class:`~modefsm.spec.TransitionTable` says which transitions exist
+(:meth:`ModeMachine.allows` asks it in constant time); the ``transitions`` machine is
+given each transition the first time a session takes it, and keeps at most
+:data:`MATERIALIZED_MAX` of them (the oldest made is dropped first, and made again when
+taken again). A spec whose ``client_changes`` allow
 "any to any" has n² transitions, and building them all would cost minutes and gigabytes
 for thousands of modes; this way building a machine takes time linear in the spec's
 size and its memory stays bounded whatever the sessions do.
@@ -37,22 +38,20 @@ size and its memory stays bounded whatever the sessions do.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 from transitions import Machine, MachineError, State
 
 from modefsm.spec._model import ModeSpec
+from modefsm.spec._table import TransitionTable, TriggerKind
 
 __all__ = [
     "MATERIALIZED_MAX",
     "MODEL_ATTRIBUTE",
     "ModeMachine",
-    "TriggerKind",
     "mode_of",
     "state_name",
 ]
-
-TriggerKind = Literal["client_change", "switch_mode", "restore"]
 
 MODEL_ATTRIBUTE = "fsm_state"
 """The session attribute the machine reads and writes."""
@@ -84,8 +83,6 @@ def mode_of(state: str) -> str:
     """The mode id of the machine state named *state* (the inverse of :func:`state_name`)."""
     return _MODE_IDS[state]
 
-
-_KINDS: tuple[TriggerKind, ...] = ("client_change", "switch_mode", "restore")
 
 Callback = Callable[[Any, str, str, Any], None]
 """``callback(session, source, dest, context)``."""
@@ -130,6 +127,7 @@ class ModeMachine:
     def __init__(self, spec: ModeSpec, *, before: Callback, after: Callback) -> None:
         """Build the machine: one state per mode; transitions come as sessions take them."""
         self.spec = spec
+        self.table: TransitionTable = spec.table
         self._before = before
         self._after = after
         self._machine = _Machine(
@@ -146,42 +144,20 @@ class ModeMachine:
         self._made: dict[tuple[str, str, str], Any] = {}
 
     def edges(self) -> list[tuple[TriggerKind, str, str]]:
-        """Every transition as ``(kind, source, dest)``, in spec order of dest then source.
-
-        The list has one item per transition: n² for a spec of n modes whose clients may
-        change from any mode to any other.
-        """
-        edges: list[tuple[TriggerKind, str, str]] = []
-        modes = self.spec.mode_ids
-        for dest in modes:
-            for kind in _KINDS:
-                edges.extend((kind, s, dest) for s in modes if self.allows(kind, s, dest))
-        return edges
+        """Every transition (:meth:`TransitionTable.edges <modefsm.spec.TransitionTable.edges>`)."""
+        return self.table.edges()
 
     def sources(self, kind: TriggerKind, dest: str) -> tuple[str, ...]:
         """The modes from which trigger *kind* may reach *dest*, in spec order."""
-        return tuple(s for s in self.spec.mode_ids if self.allows(kind, s, dest))
+        return self.table.sources(kind, dest)
 
     def targets(self, kind: TriggerKind, source: str) -> tuple[str, ...]:
         """The modes trigger *kind* may reach from *source*, in spec order."""
-        return tuple(d for d in self.spec.mode_ids if self.allows(kind, source, d))
+        return self.table.targets(kind, source)
 
     def allows(self, kind: TriggerKind, source: str, dest: str) -> bool:
         """Whether trigger *kind* has a transition from *source* to *dest* (constant time)."""
-        if (kind, source, dest) in self._made:
-            return True
-        spec = self.spec
-        if kind == "client_change":
-            return spec.client_allows(source, dest)
-        if kind == "switch_mode":
-            return spec.client_allows(source, dest) or spec.switch_allows(source, dest)
-        return (
-            kind == "restore"
-            and source != dest
-            and spec.has_mode(source)
-            and spec.has_mode(dest)
-            and spec.restore_target(source) == dest
-        )
+        return self.table.allows(kind, source, dest)
 
     def fire(self, session: Any, kind: TriggerKind, dest: str, context: Any) -> bool:
         """Fire trigger *kind* towards *dest* on *session* (which has :data:`MODEL_ATTRIBUTE`).
@@ -198,7 +174,7 @@ class ModeMachine:
             return False
         event = self._made.get((kind, source, dest))
         if event is None:
-            if not self.allows(kind, source, dest):
+            if not self.table.allows(kind, source, dest):
                 return False
             event = self._make(kind, source, dest)
         try:

@@ -275,14 +275,17 @@ class _FileReader:
                     data = loads(line)
                 except orjson.JSONDecodeError:
                     data = None
-                if torn is not None and type(data) is dict and data.get("event") in RECORD_EVENTS:
-                    yield torn.resolve(data.get("prev"), data.get("digest"))
-                    torn = None
-                if type(data) is dict and take(name, lineno, data):
-                    content_lines += 1
-                    records += 1
-                    last = line
-                    continue
+                if type(data) is dict:
+                    # what a taken record says of a torn one before it (take may edit data)
+                    prev, digest = data.get("prev"), data.get("digest")
+                    if take(name, lineno, data):
+                        if torn is not None:
+                            yield torn.resolve(prev, digest)
+                            torn = None
+                        content_lines += 1
+                        records += 1
+                        last = line
+                        continue
             location = Location(name, lineno)
             terminated = line.endswith(b"\n")
             if not terminated and len(line) > MAX_LINE:

@@ -15,9 +15,7 @@ failed request changes nothing and notifies nothing.
 Example (a host embedding modefsm; ``acp.run_agent`` serves it over stdio)::
 
     import asyncio, acp
-    from modefsm import TransitionLog, preset
-    from modefsm.protocol._agent import ModeAgent
-    from modefsm.replay._replayer import LogRestore
+    from modefsm import LogRestore, ModeAgent, TransitionLog, preset
 
     class MyAgent(ModeAgent):
         async def prompt(self, prompt, session_id, **kwargs):
@@ -64,7 +62,7 @@ from modefsm.log._conversation import ConversationStore, Part
 from modefsm.log._records import TransitionLog
 from modefsm.protocol._switch import SwitchResult, propose_switch
 from modefsm.protocol._transport import PermissionRequest
-from modefsm.replay._replayer import RestorePoint
+from modefsm.restore import RestorePoint
 from modefsm.spec._model import ModeSpec
 
 __all__ = ["ModeAgent", "RestoreSource", "acp_errors"]

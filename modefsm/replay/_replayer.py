@@ -7,7 +7,7 @@ asked for the timelines) and checks, for each committed record:
 - its ``seq``: no gap, no repeat, never backwards (per session);
 - its ``from_mode``: the ``to_mode`` of the session's previous record;
 - its legality: the change from ``from_mode`` to ``to_mode`` by its ``origin`` is a
-  transition of the :class:`~modefsm.engine.ModeMachine` built from the spec the record
+  transition of the :class:`~modefsm.spec.TransitionTable` of the spec the record
   was written with (matched by ``spec_hash``); a creation is in the spec's initial mode;
   a restore goes where the spec's restore policy says;
 - approved switches: a ``tool_call_id``, and an ``option_id`` that the spec offers in the
@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Literal, get_args
 
-from modefsm.engine._machine import ModeMachine, TriggerKind
 from modefsm.errors import LogError
 from modefsm.log._reader import Location, LogEntry, LogProblem, Take, read_log
 from modefsm.log._records import (
@@ -53,7 +52,9 @@ from modefsm.log._records import (
     previous_of,
 )
 from modefsm.restore import LogRestore, RestorePoint, last_points
-from modefsm.spec._model import PREVIOUS, ModeSpec, preset, preset_names
+from modefsm.spec._model import ModeSpec, preset
+from modefsm.spec._presets import preset_names
+from modefsm.spec._table import PREVIOUS, TransitionTable
 
 __all__ = [
     "ChainSummary",
@@ -263,7 +264,6 @@ class _Track:
         self.records += 1
 
 
-_CLIENT_ORIGINS = ("set_mode", "set_config_option")
 _TAMPERED = "the record was changed after it was written: its digest does not match"
 _FORK = "(two processes writing one file, or an inserted or moved record)"
 _RESTART = (
@@ -422,12 +422,10 @@ class Replayer:
         session_id: str | None = None,
         keep_timeline: bool = False,
     ) -> None:
-        """Prepare one :class:`~modefsm.engine.ModeMachine` per spec."""
+        """Prepare each spec's :class:`~modefsm.spec.TransitionTable`."""
         self.explicit_specs = specs is not None
         given = list(specs) if specs is not None else [preset(n) for n in preset_names()]
-        self._specs: dict[str, tuple[ModeSpec, ModeMachine]] = {
-            s.content_hash: (s, ModeMachine(s, before=_ignore, after=_ignore)) for s in given
-        }
+        self._specs: dict[str, _Rules] = {s.content_hash: (s, s.table) for s in given}
         # The transitions take() may apply; none when timelines are kept (records needed)
         self._edges = {} if keep_timeline else {h: _Edges(m) for h, (_, m) in self._specs.items()}
         self._verify = verify
@@ -679,7 +677,7 @@ class Replayer:
                 f"({_where(track.at)}) left the session in {track.mode!r}",
             )
 
-    def _committed(self, entry: LogEntry, spec: tuple[ModeSpec, ModeMachine] | None) -> None:
+    def _committed(self, entry: LogEntry, spec: _Rules | None) -> None:
         record = entry.record
         seq, to_mode = record.seq, record.to_mode
         if seq is None or to_mode is None:
@@ -745,7 +743,7 @@ class Replayer:
             )
         return False
 
-    def _check_creation(self, entry: LogEntry, spec: tuple[ModeSpec, ModeMachine] | None) -> None:
+    def _check_creation(self, entry: LogEntry, spec: _Rules | None) -> None:
         record = entry.record
         problems = []
         if record.seq != 1:
@@ -763,7 +761,7 @@ class Replayer:
         for message in problems:
             self._violation(entry, "creation", message)
 
-    def _spec(self, entry: LogEntry) -> tuple[ModeSpec, ModeMachine] | None:
+    def _spec(self, entry: LogEntry) -> _Rules | None:
         spec_hash = entry.record.spec_hash
         found = self._specs.get(spec_hash)
         if found is None:
@@ -806,14 +804,11 @@ class Replayer:
 
 
 _ABSENT = object()
+_Rules = tuple[ModeSpec, TransitionTable]
+"""A spec and its transition table."""
 _ORIGINS = frozenset(get_args(Origin))
 _REASONS = frozenset(get_args(RejectReason))
 _EVENTS = frozenset({EVENT_CREATED, EVENT_CHANGED, EVENT_REJECTED})
-_KIND_OF: dict[str, TriggerKind] = {
-    "set_mode": "client_change",
-    "set_config_option": "client_change",
-    "restore": "restore",
-}
 _ID_TYPES = frozenset({str, int, type(None)})
 _ID_LOW, _ID_END = -(1 << 63), 1 << 64  # the model's range of an integer request_id
 _STR_OR_NONE = frozenset({str, type(None)})
@@ -837,18 +832,21 @@ def _well_typed(
 class _Edges(dict[tuple[str, str, str], bool]):
     """Whether ``(origin, source, dest)`` is a client or restore transition, for take.
 
-    Indexing asks the machine once per key and remembers the answer (a plain dictionary
+    Indexing asks the spec's table once per key and remembers the answer (a plain dictionary
     look-up after that); at most :data:`_EDGES_MAX` answers are kept.
     """
 
-    def __init__(self, machine: ModeMachine) -> None:
+    def __init__(self, table: TransitionTable) -> None:
         super().__init__()
-        self._machine = machine
+        self._table = table
 
     def __missing__(self, key: tuple[str, str, str]) -> bool:
         origin, source, dest = key
-        kind = _KIND_OF.get(origin)
-        allowed = kind is not None and self._machine.allows(kind, source, dest)
+        kind = self._table.kind_of(origin)
+        # a switch has no edge here: feed checks its option
+        allowed = (
+            kind is not None and kind != "switch_mode" and self._table.allows(kind, source, dest)
+        )
         if len(self) >= _EDGES_MAX:
             self.clear()
         self[key] = allowed
@@ -868,12 +866,8 @@ def _listed(mode_ids: Sequence[str], most: int = 20) -> str:
     return text + f", ... ({len(mode_ids) - most} more)" if len(mode_ids) > most else text
 
 
-def _ignore(*_: object) -> None:
-    """A machine callback that does nothing: replay only asks the machine what it allows."""
-
-
 def _legality(  # noqa: C901
-    record: TransitionRecord, track: _Track, spec: ModeSpec, machine: ModeMachine
+    record: TransitionRecord, track: _Track, spec: ModeSpec, table: TransitionTable
 ) -> Iterator[tuple[ViolationKind, str]]:
     source, dest, origin = record.from_mode or "", record.to_mode or "", record.origin
     name = spec.name
@@ -889,7 +883,7 @@ def _legality(  # noqa: C901
                     f"its initial mode {spec.initial!r}, not {dest!r}"
                 )
                 yield "illegal", message
-        elif not machine.allows("restore", source, dest):
+        elif not table.allows("restore", source, dest):
             target = spec.restore_target(source)
             goes = (
                 "stays there (the mode is restorable)"
@@ -903,17 +897,17 @@ def _legality(  # noqa: C901
         return
     if origin == "new":
         yield "illegal", "origin 'new' on a mode_changed record (only a creation has it)"
-    elif origin in _CLIENT_ORIGINS:
-        if not machine.allows("client_change", source, dest):
-            allowed = _listed(machine.targets("client_change", source)) or "none"
+    elif table.kind_of(origin) == "client_change":
+        if not table.allows("client_change", source, dest):
+            allowed = _listed(table.targets("client_change", source)) or "none"
             message = (
                 f"{origin} may not change the mode from {source!r} to {dest!r} under spec "
                 f"{name!r} (allowed from {source!r}: {allowed})"
             )
             yield "illegal", message
     else:
-        if not machine.allows("switch_mode", source, dest):
-            allowed = _listed(machine.targets("switch_mode", source)) or "none"
+        if not table.allows("switch_mode", source, dest):
+            allowed = _listed(table.targets("switch_mode", source)) or "none"
             message = (
                 f"an approved switch_mode may not move from {source!r} to {dest!r} under "
                 f"spec {name!r} (allowed from {source!r}: {allowed})"

@@ -27,16 +27,16 @@ from collections.abc import Mapping
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
-from acp.schema import PermissionOptionKind
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from modefsm.errors import SpecError, SpecProblem
+from modefsm.spec._presets import preset_names as preset_names  # noqa: PLC0414 - old path
+from modefsm.spec._table import PREVIOUS, TransitionTable
 
 __all__ = [
-    "PREVIOUS",
     "Mode",
     "ModeSpec",
     "PermissionOptionKind",
@@ -44,11 +44,10 @@ __all__ = [
     "SwitchOption",
     "load_spec",
     "preset",
-    "preset_names",
 ]
 
-PREVIOUS = "$previous"
-"""A switch option target meaning "the mode the session was in before the current one"."""
+PermissionOptionKind = Literal["allow_once", "allow_always", "reject_once", "reject_always"]
+"""ACP ``PermissionOption.kind`` (the SDK's ``acp.schema.PermissionOptionKind``)."""
 
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
@@ -177,6 +176,11 @@ class ModeSpec(BaseModel):
     def mode_ids(self) -> tuple[str, ...]:
         """The advertised mode ids, in order."""
         return tuple(m.id for m in self.modes)
+
+    @cached_property
+    def table(self) -> TransitionTable:
+        """The :class:`~modefsm.spec.TransitionTable` of this spec (built once)."""
+        return TransitionTable(self)
 
     @cached_property
     def _modes_by_id(self) -> dict[str, Mode]:
@@ -402,23 +406,8 @@ def _semantic_problems(spec: ModeSpec) -> list[SpecProblem]:  # noqa: C901, PLR0
 
 
 def _unreachable(spec: ModeSpec) -> list[SpecProblem]:
-    """Modes no path reaches from the initial mode (a ``$previous`` target reaches nothing new).
-
-    A search over the spec's own lists: a mode not listed in ``client_changes`` reaches every
-    mode, so the search ends as soon as it meets one, and the time is linear in the spec.
-    """
-    reached = {spec.initial}
-    frontier = [spec.initial]
-    while frontier:
-        source = frontier.pop()
-        if not spec.client_restricted(source):
-            return []
-        switch = spec.switch_from(source)
-        explicit = [o.target for o in switch.options if o.allows and o.target] if switch else []
-        for dest in (*spec.client_changes[source], *explicit):
-            if dest not in reached and dest != PREVIOUS:
-                reached.add(dest)
-                frontier.append(dest)
+    """Modes no path reaches from the initial mode (:meth:`TransitionTable.reachable`)."""
+    reached = spec.table.reachable()
     return [
         SpecProblem(f"modes[{i}]", f"mode {m.id!r} is unreachable from the initial mode")
         for i, m in enumerate(spec.modes)
@@ -457,12 +446,6 @@ def load_spec(path: str | Path) -> ModeSpec:
     except RecursionError:
         raise SpecError([SpecProblem("", "nested too deeply")], str(path)) from None
     return ModeSpec.from_data(data, str(path))
-
-
-def preset_names() -> tuple[str, ...]:
-    """The names of the presets shipped with modefsm, sorted."""
-    files = resources.files("modefsm.spec.presets").iterdir()
-    return tuple(sorted(f.name.removesuffix(".toml") for f in files if f.name.endswith(".toml")))
 
 
 def preset(name: str) -> ModeSpec:

@@ -1,0 +1,125 @@
+"""Benchmark 8: start-up, each figure a ratio to a baseline measured in the same run.
+
+- ``modefsm --help``: wall time of the whole process, against
+  ``python -c "import pydantic, structlog, transitions, orjson"`` (modefsm's own
+  dependencies, imported and nothing done).
+- ``modefsm serve``: from spawn to the ``initialize`` response on its stdout (the request
+  written at once), against :mod:`benchmarks.minimal_agent` (the SDK and nothing else).
+
+Every sample is a fresh process; the commands alternate, so that the machine's noise falls
+on all alike, and each runs once untimed first (its bytecode compiled, the files cached).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from benchmarks.harness import ROOT, Result, Row, Size, benchmark, child_env
+
+__all__ = ["run"]
+
+TITLE = "9. start-up"
+HELP = "modefsm --help wall time"
+SERVE = "spawn to initialize response"
+
+INITIALIZE = (
+    b'{"jsonrpc":"2.0","id":0,"method":"initialize",'
+    b'"params":{"protocolVersion":1,"clientCapabilities":{}}}\n'
+)
+
+COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
+    "help": (HELP, "modefsm --help", ("-m", "modefsm", "--help"), False),
+    "imports": (
+        HELP,
+        "baseline: python -c 'import pydantic, structlog, transitions, orjson'",
+        ("-c", "import pydantic, structlog, transitions, orjson"),
+        True,
+    ),
+    "serve": (SERVE, "modefsm serve", ("-m", "modefsm", "serve"), False),
+    "minimal": (
+        SERVE,
+        "baseline: minimal SDK agent",
+        ("-m", "benchmarks.minimal_agent"),
+        True,
+    ),
+}
+"""key -> (metric, implementation, python arguments, baseline)."""
+
+
+def _wall(args: tuple[str, ...]) -> float:
+    """Milliseconds from spawn to exit of ``python ARGS`` (its output discarded)."""
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=True,
+        env=child_env(),
+        cwd=ROOT,
+    )
+    return (time.perf_counter() - start) * 1000
+
+
+def _to_initialized(args: tuple[str, ...]) -> float:
+    """Milliseconds from spawn of the agent ``python ARGS`` to its ``initialize`` response."""
+    start = time.perf_counter()
+    with subprocess.Popen(
+        [sys.executable, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=child_env(),
+        cwd=ROOT,
+    ) as process:
+        stdin, stdout = process.stdin, process.stdout
+        if stdin is None or stdout is None:  # pragma: no cover - both are pipes
+            raise RuntimeError("no pipes")
+        stdin.write(INITIALIZE)
+        stdin.flush()
+        line = stdout.readline()
+        elapsed = (time.perf_counter() - start) * 1000
+        stdin.close()
+        process.wait(timeout=30)
+    if b'"id":0' not in line or b'"result"' not in line:
+        msg = f"python {' '.join(args)}: no initialize response, got {line[:200]!r}"
+        raise RuntimeError(msg)
+    return elapsed
+
+
+def sample(key: str) -> float:
+    """One sample of command *key*, in milliseconds."""
+    metric, _name, args, _baseline = COMMANDS[key]
+    return _wall(args) if metric == HELP else _to_initialized(args)
+
+
+@benchmark("startup", TITLE)
+def run(size: Size) -> Result:
+    """Each command ``3 x size.repeat`` times (once at the tiny size), alternated."""
+    samples = 1 if size.name == "tiny" else 3 * size.repeat
+    times: dict[str, list[float]] = {key: [] for key in COMMANDS}
+    for key in COMMANDS if size.name != "tiny" else ():  # warm-up: bytecode compiled
+        sample(key)
+    for index in range(samples):
+        keys = list(COMMANDS)
+        if index % 2:
+            keys.reverse()
+        for key in keys:
+            times[key].append(sample(key))
+    result = Result("startup", TITLE)
+    for key, (metric, name, _args, baseline) in COMMANDS.items():
+        result.add(Row(metric, name, "ms", times[key], baseline))
+    for key, limit in (("help", 1.5), ("serve", 1.1)):
+        row = result.row(COMMANDS[key][0], COMMANDS[key][1])
+        ratio = result.ratio(row) or 0.0
+        result.target(
+            f"{COMMANDS[key][1]} <= {limit}x the baseline",
+            met=ratio <= limit,
+            measured=f"{ratio:.2f}x",
+        )
+    result.notes.append(
+        f"{samples} fresh processes per command, alternated, after one untimed run each; "
+        "the initialize request is written at spawn"
+    )
+    return result

@@ -1,0 +1,82 @@
+"""The README's Python examples: imported only from modefsm, and typed for ``mypy --strict``."""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+USAGE = ROOT / "tests" / "typed_usage" / "readme_examples.py"
+
+
+def readme_blocks() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return re.findall(r"```python\n(.*?)\n```", text, re.DOTALL)
+
+
+def imported_from(code: str) -> list[tuple[str, str]]:
+    """``(module, name)`` for every import in *code* (``name`` empty for ``import module``)."""
+    found: list[tuple[str, str]] = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.ImportFrom):
+            found += [(node.module or "", a.name) for a in node.names]
+        elif isinstance(node, ast.Import):
+            found += [(a.name, "") for a in node.names]
+    return found
+
+
+def test_readme_examples_import_only_from_modefsm():
+    blocks = readme_blocks()
+    assert len(blocks) >= 2  # the agent and the restore examples
+    allowed = {"modefsm", "acp.schema"}  # acp.schema: the wire models a prompt returns
+    outside = [
+        (module, name)
+        for block in blocks
+        for module, name in imported_from(block)
+        if not (module in allowed and name)  # from modefsm import ...
+        and not (not name and module.split(".")[0] in sys.stdlib_module_names)
+    ]
+    assert outside == []
+
+
+def test_the_typed_file_holds_every_readme_import():
+    used = set(imported_from(USAGE.read_text(encoding="utf-8")))
+    readme = {pair for block in readme_blocks() for pair in imported_from(block)}
+    assert readme - used == set()
+
+
+def _mypy(path: Path, cache: Path) -> subprocess.CompletedProcess[str]:
+    mypy = shutil.which("mypy", path=str(Path(sys.executable).parent)) or shutil.which("mypy")
+    if mypy is None:
+        pytest.skip("mypy is not installed (pip install -e '.[test]')")
+    return subprocess.run(
+        # as a user runs it: no project configuration, no pydantic plugin
+        [mypy, "--strict", "--config-file", "", "--cache-dir", str(cache), str(path)],
+        cwd=path.parent,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_readme_examples_pass_mypy_strict_as_user_code(tmp_path: Path):
+    user = tmp_path / "user_code.py"
+    user.write_text(USAGE.read_text(encoding="utf-8"), encoding="utf-8")
+    result = _mypy(user, tmp_path / "cache")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("Success: no issues found in 1 source file")
+
+    # the same check fails on a user's type mistake: modefsm's types reach user code
+    wrong = user.read_text(encoding="utf-8") + (
+        "\n\ndef wrong() -> int:\n    return ModeEngine(preset('seed')).new_session('s')\n"
+    )
+    user.write_text(wrong, encoding="utf-8")
+    result = _mypy(user, tmp_path / "cache")
+    assert result.returncode == 1
+    assert "Incompatible return value type" in result.stdout, result.stdout

@@ -1,0 +1,118 @@
+"""The README's Python examples as a user writes them, typed: checked by ``mypy --strict``.
+
+Everything is imported from ``modefsm`` (and ``acp.schema`` for the wire models), as the
+README shows. The ``assert_type`` lines hold only when modefsm's own annotations reach
+the user (``py.typed``): were ``ModeAgent`` or ``ModeEngine`` ``Any``, they would fail.
+Examples that write files are functions, so that importing this module does nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any, assert_type
+
+from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock
+
+from modefsm import (
+    LogRestore,
+    ModeAgent,
+    ModeEngine,
+    ReplayReport,
+    RestoreIndex,
+    RestorePoint,
+    Session,
+    SessionStore,
+    SwitchResult,
+    TransitionLog,
+    Violation,
+    open_store,
+    preset,
+    replay,
+    run_agent,
+    serve_http,
+)
+
+# -- Embedding modefsm in an agent ---------------------------------------------------------
+
+
+class MyAgent(ModeAgent):
+    async def prompt(self, prompt: list[Any], session_id: str, **kwargs: Any) -> PromptResponse:
+        mode = self.session(session_id).state  # decide tools and permissions by mode
+        assert_type(self.session(session_id), Session)
+        assert_type(mode, str)
+        if mode == "architect":  # the model decided the plan is ready
+            result = await self.propose_switch(session_id, plan="## Plan\n1. ...")
+            assert_type(result, SwitchResult)
+            if result.reason == "cancelled":  # session/cancel while the user was deciding
+                return PromptResponse(stop_reason="cancelled")
+            mode = self.session(session_id).state
+            reply = f"switched to {mode}" if result.approved else f"still in {mode}"
+        else:
+            reply = f"working in {mode} mode"
+        assert_type(self.engine, ModeEngine)
+        await self.engine.notify(
+            session_id,
+            AgentMessageChunk(
+                session_update="agent_message_chunk",
+                content=TextContentBlock(type="text", text=reply),
+            ),
+        )
+        return PromptResponse(stop_reason="end_turn")
+
+
+def serve(argv: list[str]) -> None:
+    """The README's ``if __name__ == "__main__":`` block."""
+    log_path = argv[1] if len(argv) > 1 else "modes.jsonl"
+    log = TransitionLog.to_file(log_path)
+    agent = MyAgent(preset("seed"), log=log, restore=LogRestore(log_path), unstable=True)
+    asyncio.run(run_agent(agent))  # acp.run_agent behind modefsm's frame checks
+
+
+# -- Replay and restore --------------------------------------------------------------------
+
+
+def restore_from_the_index() -> None:
+    """**Restore.** Open the log with an index, and answer ``session/load`` from it."""
+    index = RestoreIndex("modes.index")  # caught up with the log, closed with it
+    log = TransitionLog.to_file("modes.jsonl", index=index, close_index=True)
+    engine = ModeEngine(preset("seed"), log=log)
+    session_id = "sess_1"  # the sessionId of the session/load request
+    point = index.restore_point(session_id)  # RestorePoint(session_id, mode, seq, previous)
+    assert_type(point, RestorePoint | None)
+    if point is not None:
+        engine.restore_session(session_id, point.mode, point.seq, previous=point.previous)
+
+
+def check_a_log(path: str) -> int:
+    """Replay a log and list its violations (``modefsm replay --verify``, from Python)."""
+    report = replay([path], verify=True)
+    assert_type(report, ReplayReport)
+    violations: tuple[Violation, ...] = report.violations
+    for violation in violations:
+        sys.stderr.write(f"{violation}\n")
+    return report.exit_status
+
+
+def share_a_store() -> None:
+    """**Session store.** Every process given the same log shares one history."""
+    store = open_store("modes.jsonl")  # the index is modes.jsonl.index
+    assert_type(store, SessionStore)
+    engine = ModeEngine(preset("seed"), store=store)
+    session = engine.new_session()
+    point = store.restore_point(session.session_id)  # never stale, whoever wrote last
+    assert_type(point, RestorePoint | None)
+    store.close()
+
+
+def serve_over_http() -> None:
+    """**Transports.** One agent per connection, over streamable HTTP and WebSocket."""
+    index = RestoreIndex("modes.index")
+    log = TransitionLog.to_file("modes.jsonl", index=index, close_index=True)
+
+    def factory(conn: Any) -> ModeAgent:  # one agent per connection
+        agent = ModeAgent(preset("seed"), log=log, restore=index)
+        agent.on_connect(conn)
+        return agent
+
+    asyncio.run(serve_http(factory, "127.0.0.1", 8000, ready=print))
