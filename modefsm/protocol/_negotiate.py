@@ -21,15 +21,14 @@ missing one), and ``session/resume``'s ``replayFrom``, when present, must be ``{
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 from acp.agent.connection import AgentSideConnection
 
 from modefsm.protocol._transport import (
-    EOF_GRACE,
     CheckedTransport,
     OutputClosedError,
+    _serve_connection,
     _stdio,
 )
 
@@ -170,17 +169,5 @@ async def serve_negotiated(
         conn = router.connect(gate, listening=False)
     else:
         conn = AgentSideConnection(agent, gate, listening=False, use_unstable_protocol=True)
-    listen = asyncio.ensure_future(conn.listen())
-    try:
-        await asyncio.wait({listen, output.closed}, return_when=asyncio.FIRST_COMPLETED)
-        if output.closed.done():
-            raise OutputClosedError(transport.open_requests)
-        listen.result()
-        await transport.settle(EOF_GRACE)
-    finally:
-        if not listen.done():
-            listen.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await listen
-        await asyncio.shield(conn.close())
+    await _serve_connection(conn, transport, output.closed)
     return transport

@@ -840,10 +840,26 @@ async def run_agent(agent: Any, *, use_unstable_protocol: bool = True) -> Checke
     conn = AgentSideConnection(
         agent, transport, listening=False, use_unstable_protocol=use_unstable_protocol
     )
+    await _serve_connection(conn, transport, output.closed)
+    return transport
+
+
+async def _serve_connection(
+    conn: Any, transport: CheckedTransport, output_closed: asyncio.Future[Any]
+) -> None:
+    """Let the SDK connection *conn* read *transport* until the input ends, then close it.
+
+    At the end of input, requests still in flight get :data:`EOF_GRACE` seconds to be
+    answered (:meth:`CheckedTransport.settle`).
+
+    Raises:
+        OutputClosedError: *output_closed* completed first (the client closed stdout); the
+            requests in flight are cancelled.
+    """
     listen = asyncio.ensure_future(conn.listen())
     try:
-        await asyncio.wait({listen, output.closed}, return_when=asyncio.FIRST_COMPLETED)
-        if output.closed.done():
+        await asyncio.wait({listen, output_closed}, return_when=asyncio.FIRST_COMPLETED)
+        if output_closed.done():
             raise OutputClosedError(transport.open_requests)
         listen.result()
         await transport.settle(EOF_GRACE)
@@ -853,4 +869,3 @@ async def run_agent(agent: Any, *, use_unstable_protocol: bool = True) -> Checke
             with contextlib.suppress(asyncio.CancelledError):
                 await listen
         await asyncio.shield(conn.close())
-    return transport
