@@ -6,12 +6,14 @@ handles Ctrl-C from its first moment) stays fast.
 """
 
 import sys
-import types
-from typing import TYPE_CHECKING, Any
 
-from modefsm._lazy import lazy_exports
-
+# Nothing is imported here but sys (loaded with the interpreter): the ``modefsm`` command
+# runs this module before it can handle Ctrl-C, so this module must end in microseconds.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import Any
+
     from modefsm.engine import OfferedOption, SwitchOffer
     from modefsm.engine._engine import ModeChange, ModeEngine, NotificationSink, Session
     from modefsm.engine._views import ModeView
@@ -52,6 +54,8 @@ if TYPE_CHECKING:
         preset_names,
     )
     from modefsm.store import FileStore, SessionMoved, SessionStore, StoreBusy, open_store
+else:
+    ModuleType = type(sys)  # types.ModuleType, without importing types
 
 _EXPORTS = {
     "ConversationStore": "modefsm.log._conversation",
@@ -110,8 +114,11 @@ _EXPORTS = {
 """Where each public name is defined."""
 
 
-__getattr__ = lazy_exports(__name__, _EXPORTS)
-"""Import a public name from the module that defines it, on first use."""
+def __getattr__(name: str) -> "Any":
+    """Import a public name from the module that defines it, on first use."""
+    from modefsm._lazy import lazy_exports  # noqa: PLC0415 - on first use: see the imports
+
+    return lazy_exports(__name__, _EXPORTS)(name)
 
 
 def __dir__() -> list[str]:
@@ -119,11 +126,11 @@ def __dir__() -> list[str]:
     return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})
 
 
-class _Package(types.ModuleType):
+class _Package(ModuleType):
     """The package; its ``replay`` stays the function when ``modefsm.replay`` is imported."""
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _EXPORTS and isinstance(value, types.ModuleType):
+    def __setattr__(self, name: str, value: "Any") -> None:
+        if name in _EXPORTS and isinstance(value, ModuleType):
             return  # a submodule named like a public function (replay): keep the function
         super().__setattr__(name, value)
 

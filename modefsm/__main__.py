@@ -8,19 +8,27 @@ A process started with SIGINT ignored keeps ignoring it (``modefsm demo`` starts
 agents so: they end at the end of their input, when the demo exits).
 """
 
+# Only modules loaded with the interpreter (os, sys) and built into it (_signal): until
+# run() has set the handler, Ctrl-C would end this module with a traceback.
 import os
-import select
-import signal
 import sys
-from types import FrameType
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import signal as _signal
+    from types import FrameType
+else:
+    import _signal  # signal's own core; the signal module would import enum
 
 _LINE = b"modefsm: interrupted\n"
 
 
-def _interrupted(signum: int, frame: FrameType | None) -> None:
+def _interrupted(signum: int, frame: "FrameType | None") -> None:
     """End the process: one line on stderr (if it has room now), exit status 130."""
     del signum, frame
     try:
+        import select  # noqa: PLC0415 - only when interrupted: see the imports above
+
         poller = select.poll()
         poller.register(2, select.POLLOUT)
         if poller.poll(0):
@@ -32,8 +40,8 @@ def _interrupted(signum: int, frame: FrameType | None) -> None:
 
 def run() -> None:
     """Run the command line with ``sys.argv`` and exit with its status."""
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        signal.signal(signal.SIGINT, _interrupted)
+    if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+        _signal.signal(_signal.SIGINT, _interrupted)
     from modefsm.cli import main  # noqa: PLC0415 - after the handler: imports take a while
 
     sys.exit(main())

@@ -625,6 +625,17 @@ def interrupt(args: list[str], point: float | str) -> tuple[int, str]:
         process.stderr.close()
 
 
+def test_the_command_imports_nothing_before_its_ctrl_c_handler():
+    # until run() sets the handler, Ctrl-C ends the code running with a traceback: the two
+    # modules that run first may only use what the interpreter loaded when it started
+    probe = (
+        "import sys; loaded = set(sys.modules); import modefsm.__main__; "
+        "print(sorted(set(sys.modules) - loaded))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, check=True)
+    assert done.stdout.decode() == "['modefsm', 'modefsm.__main__']\n"
+
+
 def test_ctrl_c_at_any_moment_prints_one_line_and_exits_130(tmp_path: Path):
     runs: list[tuple[float | str, list[str]]] = [
         (0.0, ["serve"]),  # at once
