@@ -13,8 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from modefsm import ModeEngine, ModefsmError, TransitionLog, preset
 from modefsm.replay._replayer import last_points
-
-from .conftest import read_log
+from tests.conftest import read_log
 
 SPECS = [preset(n) for n in ("seed", "permission", "sandbox")]
 SESSIONS = ("s1", "s2", "s3")

@@ -25,8 +25,7 @@ from modefsm import (
     UnknownSessionError,
     preset,
 )
-
-from .conftest import announced, mode_option, read_log
+from tests.conftest import announced, mode_option, read_log
 
 SEED = preset("seed")
 SPEC = {"spec": "seed", "spec_hash": SEED.content_hash}

@@ -11,9 +11,8 @@ import pytest
 from modefsm import preset
 from modefsm.log import ConversationStore
 from modefsm.protocol import ModeAgent
-
-from .acp_client import select, serve, text_block
-from .conftest import mode_option, read_log
+from tests.acp_client import select, serve, text_block
+from tests.conftest import mode_option, read_log
 
 pytestmark = pytest.mark.e2e
 

@@ -11,8 +11,8 @@ import pytest
 from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
 from modefsm.replay._replayer import Replayer, iter_records, last_points, replay
 from modefsm.restore import RestorePoint
-from tests.golden_logs import rechain
-from tests.test_replay_fast import by_feed
+from tests.replay.golden_logs import rechain
+from tests.replay.test_replay_fast import by_feed
 
 SEED = preset("seed")
 PERMISSION = preset("permission")

@@ -1,4 +1,4 @@
-"""Golden logs (``tests/golden/*.jsonl``) and the exact report ``modefsm replay`` gives each.
+"""Golden logs (``tests/replay/golden/*.jsonl``) and the exact report ``modefsm replay`` gives each.
 
 Set ``MODEFSM_REGEN_GOLDEN=1`` to write the logs and expected reports again (then read
 the diff: it is the review).
@@ -13,7 +13,7 @@ from typing import NamedTuple
 import pytest
 
 from modefsm.cli._main import main
-from tests.golden_logs import CASES, render
+from tests.replay.golden_logs import CASES, render
 
 GOLDEN = Path(__file__).parent / "golden"
 REGENERATE = os.environ.get("MODEFSM_REGEN_GOLDEN") == "1"
@@ -47,7 +47,7 @@ def _check(path: Path, actual: bytes) -> None:
 
 
 class TestGoldenFiles:
-    """Each golden log is what its recipe in tests/golden_logs.py makes, byte for byte."""
+    """Each golden log is what its recipe in tests/replay/golden_logs.py makes, byte for byte."""
 
     def test_every_golden_file_is_registered(self):
         expected = {f"{n}.jsonl" for n in REGISTRY} | {f"{n}.expected.txt" for n in REGISTRY}

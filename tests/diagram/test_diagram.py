@@ -31,7 +31,7 @@ from modefsm.diagram._diagram import (
     to_mermaid,
 )
 from modefsm.errors import DiagramError, LogError
-from tests._diagram_support import hard_spec, write_permission_log
+from tests.diagram._diagram_support import hard_spec, write_permission_log
 
 
 def spec_transitions(spec: ModeSpec) -> Counter[TransitionKey]:

@@ -22,9 +22,9 @@ import pytest
 
 from modefsm import preset
 from modefsm.protocol import MAX_BODY_BYTES, MAX_CONNECTIONS, create_app, serve_http
+from tests.acp_client import TestClient, select, text_block
+from tests.conftest import mode_option
 
-from .acp_client import TestClient, select, text_block
-from .conftest import mode_option
 from .test_conversation_replay import a_conversation, expected_replay, modes
 
 pytestmark = pytest.mark.e2e

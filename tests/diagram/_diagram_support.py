@@ -1,8 +1,9 @@
 """What the diagram tests share: hard specs, a transition log, and the external tools.
 
-A test that needs ``node`` with ``tests/js/node_modules`` (``npm ci`` in ``tests/js``),
-Graphviz's ``dot`` (Debian package ``graphviz``) or Chromium (Debian package ``chromium``)
-is skipped with the reason where it is missing, unless the environment variable
+A test that needs ``node`` with ``tests/diagram/js/node_modules`` (``npm ci`` in
+``tests/diagram/js``), Graphviz's ``dot`` (Debian package ``graphviz``) or Chromium
+(Debian package ``chromium``) is skipped with the reason where it is missing, unless the
+environment variable
 ``MODEFSM_DIAGRAM_TOOLS`` is ``required`` (``.ci/run`` sets it): then it fails.
 """
 
@@ -111,8 +112,8 @@ def write_permission_log(path: Path) -> None:
 
 # -- external tools ------------------------------------------------------------------------
 
-ROOT = Path(__file__).resolve().parent.parent
-JS = ROOT / "tests" / "js"
+ROOT = Path(__file__).resolve().parents[2]
+JS = ROOT / "tests" / "diagram" / "js"
 MERMAID_JS = JS / "node_modules" / "mermaid" / "dist" / "mermaid.min.js"
 TIMEOUT = 180  # seconds, for one external program
 
@@ -128,7 +129,7 @@ def need(available: bool, reason: str) -> None:
 
 def need_node() -> None:
     need(shutil.which("node") is not None, "node is not installed")
-    need(MERMAID_JS.exists(), "run `npm ci` in tests/js to install mermaid")
+    need(MERMAID_JS.exists(), "run `npm ci` in tests/diagram/js to install mermaid")
 
 
 def need_dot() -> None:

@@ -14,7 +14,7 @@ from modefsm.cli import _main as cli
 from modefsm.cli._main import main
 from modefsm.restore import RestoreIndex, RestorePoint
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "replay" / "golden"
 
 
 @pytest.fixture

@@ -10,8 +10,7 @@ import pytest
 from modefsm import ModeEngine, preset
 from modefsm.errors import LogError
 from modefsm.restore import EVENT_INDEX_MISMATCH, RestoreIndex, RestorePoint
-
-from .conftest import read_log
+from tests.conftest import read_log
 
 
 @pytest.fixture

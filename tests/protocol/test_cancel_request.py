@@ -20,8 +20,7 @@ from acp.agent.connection import AgentSideConnection
 
 from modefsm import TransitionLog, preset
 from modefsm.protocol._agent import ModeAgent
-
-from .conftest import read_log
+from tests.conftest import read_log
 
 REQUESTS = {
     "session/set_mode": lambda sid: {"sessionId": sid, "modeId": "code"},

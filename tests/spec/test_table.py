@@ -24,7 +24,7 @@ from modefsm.spec import (
     preset_names,
 )
 from modefsm.spec._model import _unreachable
-from tests.test_scale import build, reference_allows, spec_data
+from tests.spec.test_scale import build, reference_allows, spec_data
 
 
 def _ignore(*_: object) -> None:

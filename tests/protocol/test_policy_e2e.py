@@ -18,9 +18,8 @@ import pytest
 
 from modefsm import preset
 from modefsm.cli._serve import index_path
-
-from .acp_client import TestClient, select, serve, text_block
-from .conftest import announced, read_log
+from tests.acp_client import TestClient, select, serve, text_block
+from tests.conftest import announced, read_log
 
 pytestmark = pytest.mark.e2e
 

@@ -1,6 +1,7 @@
 """Diagrams checked by the real tools: Mermaid (under Node and in Chromium), Graphviz, Chromium.
 
-Where a tool is missing the test is skipped, or fails in CI (see ``tests/_diagram_support``).
+Where a tool is missing the test is skipped, or fails in CI (see
+``tests/diagram/_diagram_support``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from modefsm.diagram._diagram import (
     to_png,
     to_svg,
 )
-from tests._diagram_support import (
+from tests.diagram._diagram_support import (
     HARD_MODES,
     HARD_OPTION_NAMES,
     HARD_SWITCH_TITLE,

@@ -19,8 +19,7 @@ from typing import Any
 import pytest
 
 from modefsm import preset
-
-from .conftest import mode_option, read_log
+from tests.conftest import mode_option, read_log
 
 pytestmark = pytest.mark.e2e
 
@@ -557,7 +556,7 @@ class TestOfficialClients:
         from acp.experimental import v2
         from acp.experimental.v2 import schema as s2
 
-        from .acp_client import serve as serve_v1
+        from tests.acp_client import serve as serve_v1
 
         client = _V2Client("code")
         process = await asyncio.create_subprocess_exec(

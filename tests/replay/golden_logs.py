@@ -3,7 +3,7 @@
 Every log comes from :func:`clean_lines` (or another engine run), with a fixed clock so
 that the bytes are stable; each fault is an edit of those lines, done here so that it is
 reviewable and the files can be written again when the record format changes
-(``MODEFSM_REGEN_GOLDEN=1 pytest tests/test_golden.py``).
+(``MODEFSM_REGEN_GOLDEN=1 pytest tests/replay/test_golden.py``).
 """
 
 from __future__ import annotations

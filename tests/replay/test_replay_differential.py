@@ -24,9 +24,9 @@ from modefsm.errors import ModefsmError
 from modefsm.log import Origin, read_log, record_digest
 from modefsm.replay import Replayer, ReplayReport, replay
 from modefsm.spec import ModeSpec
+from tests.reliability.harness import soak_factor
 
 from .golden_logs import CASES, HOST_JSON, fixed_clock
-from .reliability.harness import soak_factor
 
 SPECS = [preset(n) for n in preset_names()]
 SESSIONS = ("a", "b", "c")

@@ -12,9 +12,8 @@ import acp
 import pytest
 
 from modefsm import preset
-
-from .acp_client import cancelled, select, serve, text_block
-from .conftest import announced, mode_option, read_log
+from tests.acp_client import cancelled, select, serve, text_block
+from tests.conftest import announced, mode_option, read_log
 
 pytestmark = pytest.mark.e2e
 

@@ -9,8 +9,7 @@ from modefsm.diagram import build_diagram, to_markdown
 from modefsm.engine._engine import OfferedOption
 from modefsm.errors import StaleOptionError, TransitionNotAllowedError
 from modefsm.replay import replay
-
-from .conftest import read_log
+from tests.conftest import read_log
 
 PERMISSION = preset("permission")
 KEEP = OfferedOption("keep_planning", "No, keep planning", "reject_once", None)
