@@ -25,7 +25,7 @@ from modefsm import (
     UnknownSessionError,
     preset,
 )
-from tests.conftest import announced, mode_option, read_log
+from tests.conftest import Recorder, announced, mode_option, read_log, spec_with
 
 SEED = preset("seed")
 SPEC = {"spec": "seed", "spec_hash": SEED.content_hash}
@@ -126,6 +126,31 @@ class TestClientChanges:
                         await engine.set_mode("s", path[0])
                     await engine.set_mode("s", target)
                 assert session.state == target, (name, target)
+
+
+class TestWildcardModeIds:
+    """Mode ids that mean something to transitions ('*', '=') are ordinary modes here."""
+
+    async def test_star_is_not_every_mode(self):
+        spec = spec_with(
+            ["safe", "*", "yolo"], client_changes={"safe": ["*"], "*": ["safe", "yolo"]}
+        )
+        engine = ModeEngine(spec)
+        engine.new_session("s")
+        with pytest.raises(TransitionNotAllowedError):
+            await engine.set_mode("s", "yolo")
+        await engine.set_mode("s", "*")
+        assert engine.get("s").state == "*"
+        await engine.set_mode("s", "yolo")
+        assert engine.get("s").state == "yolo"
+
+    async def test_equals_sign_is_a_real_change(self, make_engine, log_path, recorder):
+        engine = make_engine(spec_with(["a", "="]))
+        engine.new_session("s")
+        change = await engine.set_mode("s", "=")
+        assert (change.from_mode, change.to_mode, engine.get("s").state) == ("a", "=", "=")
+        assert read_log(log_path)[-1]["to_mode"] == "="
+        assert recorder.sent[0]["update"]["currentModeId"] == "="
 
 
 class TestRejections:
@@ -374,6 +399,15 @@ class TestRestore:
         assert engine.restore_session("s1", "code", 9) is live
         assert live.state == "ask"
 
+    def test_refused_fallback_leaves_the_session_unknown(self, make_engine):
+        def refuse(change: ModeChange) -> None:
+            raise RuntimeError("no")
+
+        engine = make_engine("permission", before_change=[refuse])
+        with pytest.raises(HookError):
+            engine.restore_session("s1", "bypassPermissions", 4)
+        assert "s1" not in engine
+
 
 class TestHooks:
     """Host callbacks run around the commit; a failing one never leaves a half change."""
@@ -416,6 +450,15 @@ class TestHooks:
         assert lines[2]["event"] == "modefsm.hook_failed"
         assert lines[2]["error"] == "RuntimeError('boom')"
         assert lines[2]["level"] == "warning"
+
+    async def test_policy_rejection_never_reaches_the_hook(self, make_engine):
+        seen: list[ModeChange] = []
+        engine = make_engine("permission", before_change=[seen.append])
+        engine.new_session("s")
+        await engine.set_mode("s", "plan")
+        with pytest.raises(TransitionNotAllowedError):
+            await engine.set_mode("s", "bypassPermissions")
+        assert [c.to_mode for c in seen] == ["plan"]
 
 
 class TestLog:
@@ -509,6 +552,17 @@ class TestLog:
             ("modefsm.mode_changed", 2, "code", "info"),
         ]
 
+    def test_host_logger_that_drops_info_is_refused(self):
+        import logging
+
+        import structlog
+
+        logger = structlog.wrap_logger(
+            None, wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING)
+        )
+        with pytest.raises(LogError, match="drops INFO events"):
+            TransitionLog(logger)
+
 
 class TestOrdering:
     """Concurrent changes are serialized; notifications leave in seq order, each once."""
@@ -554,6 +608,65 @@ class TestOrdering:
         assert calls == ["current_mode_update", "config_option_update"]
         assert engine.pending() == 0
         assert read_log(log_path)[-1]["event"] == "modefsm.notify_failed"
+
+    async def test_uneven_sink_keeps_commit_order(self):
+        sent: list[str] = []
+
+        async def sink(session_id: str, update: Any) -> None:
+            mode = getattr(update, "current_mode_id", None)
+            await asyncio.sleep(0.002 if mode == "architect" else 0)
+            sent.append(f"{update.session_update}:{mode or update.config_options[0].current_value}")
+
+        engine = ModeEngine(preset("seed"), sink=sink)
+        engine.new_session("s")
+        await asyncio.gather(engine.set_mode("s", "architect"), engine.set_mode("s", "code"))
+        assert sent == [
+            "current_mode_update:architect",
+            "config_option_update:architect",
+            "current_mode_update:code",
+            "config_option_update:code",
+        ]
+
+    async def test_response_waits_for_its_own_notifications(self):
+        order: list[str] = []
+
+        async def sink(session_id: str, update: Any) -> None:
+            await asyncio.sleep(0.001)
+            order.append(update.session_update)
+
+        engine = ModeEngine(preset("seed"), sink=sink)
+        engine.new_session("s")
+
+        async def request(mode: str) -> None:
+            await engine.set_mode("s", mode)
+            order.append(f"response:{mode}")
+
+        await asyncio.gather(request("architect"), request("code"))
+        # Both changes commit before the first flush finishes; that flush drains both, in
+        # commit order, and each response leaves after its own notifications.
+        assert order == [
+            "current_mode_update",
+            "config_option_update",
+            "current_mode_update",
+            "config_option_update",
+            "response:architect",
+            "response:code",
+        ]
+
+
+def test_recorder_records_exact_wire_dicts():
+    recorder = Recorder()
+    asyncio.run(
+        recorder(
+            "s", preset("seed") and ModeEngine(preset("seed")).views["ask"].current_mode_update
+        )
+    )
+    assert recorder.sent == [
+        {
+            "sessionId": "s",
+            "update": {"sessionUpdate": "current_mode_update", "currentModeId": "ask"},
+        }
+    ]
 
 
 class TestOtherConfigOptions:

@@ -9,6 +9,7 @@ from modefsm.diagram import build_diagram, to_markdown
 from modefsm.engine._engine import OfferedOption
 from modefsm.errors import StaleOptionError, TransitionNotAllowedError
 from modefsm.replay import replay
+from modefsm.replay._replayer import last_points
 from tests.conftest import read_log
 
 PERMISSION = preset("permission")
@@ -122,6 +123,22 @@ class TestRestart:
         engine = ModeEngine(LETTERS)
         session = engine.restore_session("s1", "c", 3, previous="b")
         assert (session.state, session.seq, session.previous) == ("a", 4, "b")
+
+    def test_previous_survives_a_restart(self, make_engine, log_path):
+        engine = make_engine("permission")
+        engine.new_session("s1")
+        engine.change("s1", "acceptEdits", "set_mode")
+        engine.change("s1", "plan", "set_mode")
+        point = last_points([log_path])["s1"]
+        assert (point.mode, point.seq, point.previous) == ("plan", 3, "acceptEdits")
+        fresh = make_engine("permission")
+        session = fresh.restore_session("s1", point.mode, point.seq, previous=point.previous)
+        assert session.previous == "acceptEdits"
+
+    def test_fallback_is_not_a_previous_mode(self, make_engine):
+        engine = make_engine("permission")
+        session = engine.restore_session("s1", "bypassPermissions", 4, previous="plan")
+        assert (session.state, session.previous) == ("default", "plan")
 
 
 class TestStaleApproval:

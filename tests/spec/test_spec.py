@@ -10,6 +10,7 @@ import pytest
 
 from modefsm import ModeSpec, SpecError, load_spec, preset, preset_names
 from modefsm.errors import SpecProblem
+from tests.conftest import spec_with
 
 
 def spec_data(**overrides: Any) -> dict[str, Any]:
@@ -189,6 +190,50 @@ class TestValidation:
         spec = preset("seed")
         with pytest.raises(ValueError, match="frozen"):
             spec.initial = "code"
+
+    def test_previous_does_not_make_a_mode_reachable(self):
+        with pytest.raises(SpecError) as info:
+            spec_with(
+                ["a", "b", "c"],
+                client_changes={"a": ["b"], "b": ["a"], "c": ["a"]},
+                switches=[
+                    {
+                        "source": ["b"],
+                        "title": "t",
+                        "options": [
+                            {
+                                "option_id": "p",
+                                "name": "P",
+                                "kind": "allow_once",
+                                "target": "$previous",
+                            }
+                        ],
+                    }
+                ],
+            )
+        assert [str(p) for p in info.value.problems] == [
+            "modes[2]: mode 'c' is unreachable from the initial mode"
+        ]
+
+    def test_option_id_naming_another_mode(self):
+        with pytest.raises(SpecError) as info:
+            spec_with(
+                ["a", "b", "c"],
+                switches=[
+                    {
+                        "source": ["a"],
+                        "title": "t",
+                        "options": [
+                            {"option_id": "b", "name": "B", "kind": "allow_once", "target": "c"}
+                        ],
+                    }
+                ],
+            )
+        expected = (
+            "switches[0].options[0].option_id: 'b' is a mode id but targets 'c': "
+            "clients that read option ids as modes would disagree"
+        )
+        assert [str(p) for p in info.value.problems] == [expected]
 
 
 class TestLoading:
