@@ -66,11 +66,11 @@ from modefsm.log._records import (
     EVENT_CHANGED,
     EVENT_CREATED,
     EVENT_REJECTED,
-    TransitionLog,
     previous_of,
     record_digest,
     utc_timestamp,
 )
+from modefsm.log._writer import TransitionLog
 
 __all__ = [
     "EVENT_INDEX_MISMATCH",

@@ -34,7 +34,7 @@ from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock, User
 
 from modefsm.errors import LogError, ModefsmError
 from modefsm.log._conversation import ConversationStore
-from modefsm.log._records import TransitionLog, ignore_file_size_signal
+from modefsm.log._writer import TransitionLog, ignore_file_size_signal
 from modefsm.protocol._agent import ModeAgent
 from modefsm.protocol._negotiate import SUPPORTED_PROTOCOLS, serve_negotiated
 from modefsm.protocol._transport import BoundedPipeWriter, Diagnostics, OutputClosedError
