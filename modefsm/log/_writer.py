@@ -19,7 +19,7 @@ import signal
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol, overload
 
 import orjson
 import structlog
@@ -257,6 +257,45 @@ def _record_head(start: bytes, pieces: list[bytes], length: int) -> tuple[str | 
     return None
 
 
+@overload
+def _line_start(fd: int, end: int) -> int: ...
+@overload
+def _line_start(fd: int, end: int, *, limit: int) -> int | None: ...
+def _line_start(fd: int, end: int, *, limit: int | None = None) -> int | None:
+    """Where the line that runs up to offset *end* begins, in the file behind *fd*.
+
+    That is just past the last newline among the bytes before *end* (0 if there is none;
+    *end* itself if the byte before it is a newline). Reads backwards in chunks; with
+    *limit*, at most about *limit* bytes before *end*: ``None`` if the line begins further
+    back than *limit* bytes. A line of up to 64 KiB costs one ``pread``.
+    """
+    start, step = end, _TAIL_CHUNK
+    while start > 0:
+        if limit is not None and end - start > limit:
+            return None
+        step = min(step, start)
+        chunk = os.pread(fd, step, start - step)
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            start = start - len(chunk) + newline + 1
+            break
+        start -= len(chunk)
+        step = _SCAN_CHUNK
+    return None if limit is not None and end - start > limit else start
+
+
+def _line_ending_at(fd: int, end: int) -> bytes | None:
+    """The line of the file behind *fd* whose newline is the byte before offset *end*.
+
+    Returns its bytes without the newline; ``None`` when that byte is not a newline (or
+    does not exist), or when the line is longer than :data:`~modefsm.log.MAX_LINE`.
+    """
+    if end <= 0 or os.pread(fd, 1, end - 1) != b"\n":
+        return None
+    start = _line_start(fd, end - 1, limit=MAX_LINE)
+    return None if start is None else os.pread(fd, end - 1 - start, start)
+
+
 def _end_torn_line(fd: int, size: int) -> int:
     """End a torn last line (a write cut short by a crash) and say so; return bytes written.
 
@@ -265,18 +304,10 @@ def _end_torn_line(fd: int, size: int) -> int:
     (``torn_bytes``), so a line torn by a crash can be told from a damaged log. Nothing is
     truncated: another writer's record is never cut.
     """
-    start = size
-    while start > 0:
-        chunk = os.pread(fd, min(start, _SCAN_CHUNK), max(0, start - _SCAN_CHUNK))
-        newline = chunk.rfind(b"\n")
-        if newline >= 0:
-            start = start - len(chunk) + newline + 1
-            break
-        start -= len(chunk)
     repair = {
         "timestamp": utc_timestamp(),
         "event": EVENT_REPAIRED,
-        "torn_bytes": size - start,
+        "torn_bytes": size - _line_start(fd, size),
         "level": "warning",
     }
     return _AppendFile(fd, fsync=False).write(b"\n" + orjson.dumps(repair) + b"\n")
