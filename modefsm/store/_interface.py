@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from modefsm.errors import LogError, ModefsmError
-from modefsm.log._records import TransitionLog, TransitionRecord
+from modefsm.log._records import TransitionRecord
+from modefsm.log._writer import TransitionLog
 from modefsm.restore import RestorePoint
 
 __all__ = ["SessionMoved", "SessionStore", "StoreBusy", "open_store"]
