@@ -20,7 +20,7 @@ from tests._diagram_support import need_dot
 
 DIAGRAMS = Path(__file__).resolve().parent.parent / "diagrams"
 REGENERATE = (
-    'regenerate with: python -c "from modefsm.diagram._diagram import write_preset_diagrams; '
+    'regenerate with: python -c "from modefsm.diagram import write_preset_diagrams; '
     "write_preset_diagrams('diagrams')\""
 )
 

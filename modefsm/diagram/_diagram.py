@@ -29,14 +29,18 @@ The visual grammar (every picture carries its legend):
   per target carries the options leading there with their kinds; reject options lead back
   to the source mode and a ``$previous`` target leads to a "previous mode" node;
 - a mode that ``session/load`` or ``session/resume`` does not restore is orange, with a
-  dotted arrow to the mode restored instead.
+  dotted arrow to the mode restored instead;
+- a note by each permission request lists, for every allow option, the mode it leads to
+  (for ``$previous``, the modes it can return to) and the modes it never reaches, from
+  :func:`option_reach` (:attr:`Diagram.reach`).
 
 With traffic, each edge shows how often it was taken and each mode how often it was
 entered; edges never taken are faded (DOT, SVG, PNG), and one session's steps and current
 mode are highlighted.
 
 Building a diagram and writing Mermaid, DOT and Markdown take time linear in the spec
-(its modes and list entries) with no recursion. What cannot be drawn in bounded time
+(its modes and list entries) with no recursion, times the source modes of switches with
+a ``$previous`` option (each needs a pass over the modes) and, for Markdown, of switches. What cannot be drawn in bounded time
 raises :class:`~modefsm.errors.DiagramError`: arrows outside client groups standing for
 more than :data:`DRAWN_MAX` client changes (or a Markdown log table of more rows), client
 groups needing more than
@@ -63,7 +67,7 @@ import subprocess
 import unicodedata
 from collections import Counter
 from functools import cached_property
-from itertools import chain
+from itertools import chain, islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NoReturn
 
@@ -73,7 +77,7 @@ from modefsm.diagram._formats import Format
 from modefsm.errors import DiagramError, LogError
 from modefsm.log._records import EVENT_CHANGED, EVENT_CREATED, EVENT_REJECTED, TransitionRecord
 from modefsm.replay._replayer import iter_records
-from modefsm.spec._model import ModeSpec, Switch, SwitchOption, preset
+from modefsm.spec._model import ModeSpec, PermissionOptionKind, Switch, SwitchOption, preset
 from modefsm.spec._presets import preset_names
 from modefsm.spec._table import PREVIOUS, TriggerKind
 
@@ -94,9 +98,11 @@ __all__ = [
     "LegendEntry",
     "LegendKind",
     "NodeKind",
+    "OptionReach",
     "Traffic",
     "TransitionKey",
     "build_diagram",
+    "option_reach",
     "read_traffic",
     "render",
     "to_dot",
@@ -316,6 +322,41 @@ class Traffic(BaseModel):
         return steps
 
 
+class OptionReach(BaseModel):
+    """Where one allow option of a switch can lead, proposed in one mode (see :func:`option_reach`).
+
+    The policy safety rule, as every renderer shows it: an approval lands only on the
+    target the option names, resolved when the permission request is built, and never on
+    any other mode.
+
+    Attributes:
+        choice: the node id of the permission request (``c0``, ...).
+        source: the mode the switch is proposed in (ACP ``SessionMode.id``).
+        option_id: ACP ``optionId``.
+        name: the option's name as the spec writes it.
+        kind: ACP ``PermissionOption.kind``.
+        target: the spec's target: a mode id, or ``$previous`` (the mode the session was
+            in before).
+        reaches: the modes an approval can move a session to, in spec order: the target,
+            or, for ``$previous``, every mode a session in *source* can have come from that
+            no other allow option of the switch names (none: the option is never offered).
+        stale: the modes among *reaches* that an approval given after the mode changed
+            meanwhile may still apply (the restorable ones, and only where a switch may
+            reach them from the new mode).
+    """
+
+    model_config = _FROZEN
+
+    choice: str
+    source: str
+    option_id: str
+    name: str
+    kind: PermissionOptionKind
+    target: str
+    reaches: tuple[str, ...]
+    stale: tuple[str, ...]
+
+
 class Diagram(BaseModel):
     """A spec's picture, independent of any format (see :func:`build_diagram`).
 
@@ -326,6 +367,8 @@ class Diagram(BaseModel):
         groups: the client groups.
         edges: the arrows, in a stable order.
         legend: the legend's lines, only for what the picture shows.
+        reach: for every allow option of every switch, in each of its source modes, where
+            an approval can lead (see :func:`option_reach`), in spec order.
         traffic: the log overlay, if any.
         caption: one line describing the overlay (``""`` without traffic).
     """
@@ -338,6 +381,7 @@ class Diagram(BaseModel):
     groups: tuple[DiagramGroup, ...]
     edges: tuple[DiagramEdge, ...]
     legend: tuple[LegendEntry, ...]
+    reach: tuple[OptionReach, ...] = ()
     traffic: Traffic | None = None
     caption: str = ""
 
@@ -357,6 +401,23 @@ class Diagram(BaseModel):
     def initial(self) -> DiagramNode:
         """The initial mode's node."""
         return next(n for n in self.nodes if n.initial)
+
+    def mode_name(self, mode_id: str) -> str:
+        """The display name of mode *mode_id*.
+
+        Raises:
+            KeyError: the diagram has no such mode.
+        """
+        return self._names_by_mode[mode_id]
+
+    def never_reached(self, reach: OptionReach) -> Iterator[str]:
+        """The modes an approval of *reach* can never move a session to, in spec order."""
+        reached = set(reach.reaches)
+        return (m for m in self._names_by_mode if m not in reached)
+
+    @cached_property
+    def _names_by_mode(self) -> dict[str, str]:
+        return {n.mode_id: n.label for n in self.nodes if n.mode_id is not None}
 
 
 # -- reading logs --------------------------------------------------------------------------
@@ -543,9 +604,72 @@ def build_diagram(spec: ModeSpec, traffic: Traffic | None = None) -> Diagram:
         groups=tuple(groups),
         edges=tuple(edges),
         legend=_legend(nodes, edges, groups, traffic),
+        reach=option_reach(spec),
         traffic=traffic,
         caption=caption,
     )
+
+
+def option_reach(spec: ModeSpec) -> tuple[OptionReach, ...]:
+    """Where each allow option of each switch can lead, in each of the switch's source modes.
+
+    The one statement of the rule the engine applies (its ``offer_switch`` and
+    ``apply_switch``), which every renderer draws. A named target is reached alone. A
+    ``$previous`` option returns to the mode the session was in before the current one,
+    named in the option when the permission request is built; it reaches the modes from
+    which a client change or a switch enters the source mode (or enters a non-restorable
+    mode that load or resume replaces by the source mode), less the source mode and the
+    targets the switch's other allow options name (such an option is not offered: the
+    other one is). An approval given after the mode changed meanwhile applies the shown
+    mode only if that mode is restorable and a switch may reach it from the new mode.
+
+    Args:
+        spec: the spec.
+
+    Returns:
+        One item per (switch, source mode, allow option), in spec order; the choice ids
+        are those of :func:`build_diagram`.
+    """
+    reach: list[OptionReach] = []
+    fallen: dict[str, list[str]] = {}
+    for mode_id in spec.mode_ids:
+        target = spec.restore_target(mode_id)
+        if target != mode_id:
+            fallen.setdefault(target, []).append(mode_id)
+    choice = 0
+    for switch in spec.switches:
+        explicit = {o.target for o in switch.options if o.allows and o.target != PREVIOUS}
+        for source in switch.source:
+            entered: set[str] | None = None
+            for option in switch.options:
+                if not option.allows or option.target is None:
+                    continue
+                if option.target == PREVIOUS:
+                    if entered is None:
+                        entered = _entered_from(spec, [source, *fallen.get(source, ())])
+                    back = entered - explicit - {source}
+                    reaches = [m for m in spec.mode_ids if m in back]
+                else:
+                    reaches = [option.target]
+                reach.append(
+                    OptionReach(
+                        choice=f"c{choice}",
+                        source=source,
+                        option_id=option.option_id,
+                        name=option.name,
+                        kind=option.kind,
+                        target=option.target,
+                        reaches=tuple(reaches),
+                        stale=tuple(m for m in reaches if spec.mode(m).restorable),
+                    )
+                )
+            choice += 1
+    return tuple(reach)
+
+
+def _entered_from(spec: ModeSpec, modes: Sequence[str]) -> set[str]:
+    """The modes from which a client change or an approved switch enters one of *modes*."""
+    return {s for mode in modes for s in spec.table.sources("switch_mode", mode)}
 
 
 def _groups(spec: ModeSpec, ids: dict[str, str]) -> list[DiagramGroup]:
@@ -1024,6 +1148,42 @@ def _edge_text(edge: DiagramEdge) -> str:
     return text
 
 
+_NOTE_NAMES_MAX = 12
+"""The most mode names a line of an approval note lists before ``and N more``."""
+
+
+def _reach_notes(diagram: Diagram) -> dict[str, str]:
+    r"""For each choice node with allow options, its note: where each approval leads.
+
+    One line per allow option (``\n`` between them): its name, its target (a mode, or
+    ``$previous`` and the modes it can be), and the modes it never reaches, from
+    :attr:`Diagram.reach`.
+    """
+    modes = len(diagram.nodes) - sum(n.mode_id is None for n in diagram.nodes)
+    notes: dict[str, list[str]] = {}
+    for reach in diagram.reach:
+        if reach.target == PREVIOUS:
+            can = _listed(map(diagram.mode_name, reach.reaches), len(reach.reaches))
+            target = f"$previous, the mode before: {can or 'none, never offered'}"
+        else:
+            target = diagram.mode_name(reach.target)
+        never = _listed(
+            map(diagram.mode_name, diagram.never_reached(reach)), modes - len(reach.reaches)
+        )
+        lines = notes.setdefault(reach.choice, ["Where each approval leads"])
+        lines.append(
+            f"\N{BULLET} {reach.name} \N{RIGHTWARDS ARROW} {target}; never {never or 'none'}"
+        )
+    return {choice: "\n".join(lines) for choice, lines in notes.items()}
+
+
+def _listed(names: Iterable[str], count: int) -> str:
+    """The first :data:`_NOTE_NAMES_MAX` of *count* names, and how many more there are."""
+    shown = list(islice(names, _NOTE_NAMES_MAX))
+    more = f" and {count - len(shown)} more" if count > len(shown) else ""
+    return ", ".join(shown) + more
+
+
 # -- Mermaid -------------------------------------------------------------------------------
 
 _MERMAID_PLAIN = frozenset(
@@ -1120,6 +1280,10 @@ def to_mermaid(diagram: Diagram) -> str:
         names = ", ".join(diagram.node(m).label for m in group.members)
         text = _mermaid_text(f"{group.label}:\n{names}")
         lines.append(f"    note right of {group.members[0]} : {text}")
+    lines += [
+        f"    note right of {choice} : {_mermaid_text(note)}"
+        for choice, note in _reach_notes(diagram).items()
+    ]
     legend = [f"Legend of {diagram.spec_name}"]
     legend += [diagram.caption] if diagram.caption else []
     session = diagram.traffic.session_id if diagram.traffic is not None else None
@@ -1285,6 +1449,10 @@ def to_dot(diagram: Diagram, *, dpi: int | None = None) -> str:
             lines.append(f"        {{rank=same; {'; '.join(group.members)}}}")
         lines.append("    }")
     lines += [f"    {_dot_node(n)}" for n in diagram.nodes if n.id not in members]
+    notes = _reach_notes(diagram)
+    lines += [
+        f"    {choice}_note {_attrs(_dot_note_attrs(note))};" for choice, note in notes.items()
+    ]
     groups = {g.id: g for g in diagram.groups}
     for edge in diagram.edges:
         attrs = _dot_edge_attrs(edge)
@@ -1296,8 +1464,31 @@ def to_dot(diagram: Diagram, *, dpi: int | None = None) -> str:
             attrs["lhead"] = f"cluster_{dest}"
             dest = _middle(groups[dest].members)
         lines.append(f"    {source} -> {dest} {_attrs(attrs)};")
+    lines += [f"    {choice} -> {choice}_note {_attrs(_DOT_NOTE_EDGE)};" for choice in notes]
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _dot_note_attrs(note: str) -> dict[str, str]:
+    title, _, rest = note.partition("\n")
+    return {
+        "class": '"reach"',
+        "shape": "note",
+        "style": "filled",
+        "fillcolor": f'"{_AGENT_FILL}"',
+        "color": f'"{_AGENT}"',
+        "fontsize": "9",
+        "margin": '"0.12,0.06"',
+        "label": f"<<B>{_html(title)}</B>{_LEFT}{_html(rest, _LEFT)}{_LEFT}>",
+    }
+
+
+_DOT_NOTE_EDGE = {
+    "class": '"note"',
+    "style": "dotted",
+    "arrowhead": "none",
+    "color": f'"{_AGENT}"',
+}
 
 
 def _middle(members: Sequence[str]) -> str:
@@ -1592,13 +1783,13 @@ def to_markdown(diagram: Diagram, spec: ModeSpec) -> str:
         if len(targets) > 1 and len(targets) == len(spec.modes) - 1:
             to = "any other mode"
         out.append(f"| {_md(mode.name)} | {to} |")
-    out += _markdown_switches(spec)
+    out += _markdown_switches(diagram, spec)
     if diagram.traffic is not None:
         out += _markdown_traffic(diagram, spec, diagram.traffic)
     return "\n".join(out) + "\n"
 
 
-def _markdown_switches(spec: ModeSpec) -> list[str]:
+def _markdown_switches(diagram: Diagram, spec: ModeSpec) -> list[str]:
     if not spec.switches:
         return []
     out = [
@@ -1616,10 +1807,10 @@ def _markdown_switches(spec: ModeSpec) -> list[str]:
             f"| {_option_result(spec, option)} |"
             for option in switch.options
         )
-    return out + _markdown_option_targets(spec)
+    return out + _markdown_option_targets(diagram, spec)
 
 
-def _markdown_option_targets(spec: ModeSpec) -> list[str]:
+def _markdown_option_targets(diagram: Diagram, spec: ModeSpec) -> list[str]:
     """Where each allow option can lead, and where it never can (the policy safety rule)."""
     out = [
         "",
@@ -1633,56 +1824,28 @@ def _markdown_option_targets(spec: ModeSpec) -> list[str]:
         "| In | optionId | Resolved target | Never reaches | Approved after the mode changed |",
         "|---|---|---|---|---|",
     ]
-    entered = _entered_from(spec)
-    for switch in spec.switches:
-        explicit = {o.target for o in switch.options if o.allows and o.target != PREVIOUS}
-        for source in switch.source:
-            for option in switch.options:
-                if not option.allows or option.target is None:
-                    continue
-                if option.target == PREVIOUS:
-                    reach = entered[source] - explicit - {source}
-                    can = _names(spec, [m for m in spec.mode_ids if m in reach])
-                    rule = (
-                        f"the mode before this one ({can}), named in the option when asked; "
-                        "not offered if another option leads there or there is none (a "
-                        "non-restorable mode is not remembered across a restart)"
-                    )
-                else:
-                    reach = {option.target}
-                    rule = _md(spec.mode(option.target).name)
-                never = [m for m in spec.mode_ids if m not in reach]
-                stale = [m for m in spec.mode_ids if m in reach and spec.mode(m).restorable]
-                out.append(
-                    f"| {_md(spec.mode(source).name)} | <code>{_md(option.option_id)}</code> "
-                    f"| {rule} | {_names(spec, never)} | {_stale_rule(spec, stale)} |"
-                )
+    for reach in diagram.reach:
+        if reach.target == PREVIOUS:
+            rule = (
+                f"the mode before this one ({_names(spec, reach.reaches)}), named in the option "
+                "when asked; not offered if another option leads there or there is none (a "
+                "non-restorable mode is not remembered across a restart)"
+            )
+        else:
+            rule = _md(spec.mode(reach.target).name)
+        never = _names(spec, diagram.never_reached(reach))
+        out.append(
+            f"| {_md(spec.mode(reach.source).name)} | <code>{_md(reach.option_id)}</code> "
+            f"| {rule} | {never} | {_stale_rule(spec, reach.stale)} |"
+        )
     return out
 
 
-def _entered_from(spec: ModeSpec) -> dict[str, set[str]]:
-    """For each mode, the modes a session in it can have as its previous mode.
-
-    The source of a client change or switch into it, or, through a restore that falls back
-    to it, the source of a change into the non-restorable mode restored from.
-    """
-    into: dict[str, set[str]] = {m: set() for m in spec.mode_ids}
-    for source in spec.mode_ids:
-        for dest in spec.table.targets("switch_mode", source):
-            into[dest].add(source)
-    previous = {m: set(sources) for m, sources in into.items()}
-    for mode in spec.mode_ids:
-        target = spec.restore_target(mode)
-        if target != mode:
-            previous[target] |= into[mode]
-    return previous
-
-
-def _names(spec: ModeSpec, modes: list[str]) -> str:
+def _names(spec: ModeSpec, modes: Iterable[str]) -> str:
     return ", ".join(_md(spec.mode(m).name) for m in modes) or "none"
 
 
-def _stale_rule(spec: ModeSpec, modes: list[str]) -> str:
+def _stale_rule(spec: ModeSpec, modes: Sequence[str]) -> str:
     if not modes:
         return "refused"
     return f"{_names(spec, modes)}, if a switch may reach it from the new mode; else refused"
@@ -1805,7 +1968,7 @@ def write_preset_diagrams(directory: str | Path, *, svg: bool = True) -> tuple[P
         "SVGs only where `dot -V` shows that version):",
         "",
         "```sh",
-        "python -c \"from modefsm.diagram._diagram import write_preset_diagrams; write_preset_diagrams('diagrams')\"",  # noqa: E501
+        "python -c \"from modefsm.diagram import write_preset_diagrams; write_preset_diagrams('diagrams')\"",  # noqa: E501
         "```",
         "",
         "| Preset | Modes | Mermaid | Review page | Picture |",
