@@ -8,6 +8,7 @@ changes, approved switches, restarts) offers each option exactly the targets it 
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import subprocess
@@ -404,3 +405,52 @@ def test_diagrams_folder_is_exactly_what_the_presets_give(tmp_path):
 
     assert [p.name for p in written] == sorted(committed)
     assert {p.name: p.read_bytes() for p in written} == committed
+
+
+# -- the package's one-way layout -----------------------------------------------------------
+
+DIAGRAM = Path(__file__).resolve().parent.parent / "modefsm" / "diagram"
+STAGES = {
+    "modefsm.diagram._formats": 0,
+    "modefsm.diagram._model": 0,
+    "modefsm.diagram._build": 1,
+    "modefsm.diagram._traffic": 1,
+    "modefsm.diagram.renderers._text": 2,
+    "modefsm.diagram.renderers._dot": 3,
+    "modefsm.diagram.renderers._mermaid": 3,
+    "modefsm.diagram.renderers._graphviz": 4,
+    "modefsm.diagram.renderers._markdown": 4,
+    "modefsm.diagram.renderers": 5,
+    "modefsm.diagram._files": 6,
+    "modefsm.diagram": 7,
+}
+"""model -> building -> shared text -> renderers -> the renderers' package -> files -> facade."""
+
+
+def diagram_imports() -> dict[str, set[str]]:
+    """For each module of ``modefsm.diagram``, the modules of the package it imports (any kind)."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(DIAGRAM.rglob("*.py")):
+        parts = path.relative_to(DIAGRAM.parent.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        targets = found.setdefault(module, set())
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "modefsm.diagram"
+            ):
+                targets.add(node.module or "")
+    return found
+
+
+def test_the_diagram_package_imports_one_way():
+    found = diagram_imports()
+
+    assert set(found) == set(STAGES)  # a new module gets a stage here
+    upward = sorted(
+        (module, target)
+        for module, targets in found.items()
+        for target in targets
+        if STAGES[target] >= STAGES[module] and target != module
+    )
+    assert upward == []
+    assert found["modefsm.diagram._model"] == set()  # the model reads no other part

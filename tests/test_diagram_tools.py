@@ -15,10 +15,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from modefsm import ModeSpec, preset, preset_names
-from modefsm.diagram._diagram import (
+from modefsm.diagram import (
     Diagram,
     DiagramEdge,
-    _per_mode,
     build_diagram,
     read_traffic,
     to_dot,
@@ -26,6 +25,7 @@ from modefsm.diagram._diagram import (
     to_png,
     to_svg,
 )
+from modefsm.diagram.renderers._mermaid import _per_mode
 from tests._diagram_support import (
     HARD_MODES,
     HARD_OPTION_NAMES,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from modefsm.diagram._diagram import write_preset_diagrams
+from modefsm.diagram import write_preset_diagrams
 from modefsm.spec._model import preset_names
 from tests._diagram_support import need_dot
 
