@@ -13,9 +13,9 @@
 On a v2 connection two checks the SDK's models skip are made on the raw params, before
 the agent sees the request (which then changes nothing): ``session/set_config_option``
 must carry ``"type": "id"`` (``-32602``, ``data.field`` ``"type"``; the model defaults a
-missing one), and ``session/resume``'s ``replayFrom``, when present, must be ``{"type":
-"start"}`` (``-32602`` naming ``replayFrom``; the model turns a malformed one into
-``null``).
+missing one), and ``session/resume``'s ``replayFrom``, when present, must be a cursor
+:func:`~modefsm.protocol._agent_v2.replay_cursor` serves (``-32602`` naming
+``replayFrom``; the model turns a malformed one into ``null``).
 """
 
 from __future__ import annotations
@@ -63,11 +63,14 @@ def _v2_params_error(frame: dict[str, Any]) -> dict[str, Any] | None:
             data = {"field": "type", "value": shown, "valid": ["id"], "message": text}
             return _error(frame["id"], -32602, text, data)
     elif method == "session/resume" and params.get("replayFrom") is not None:
-        replay = params["replayFrom"]
-        if replay != {"type": "start"}:
-            text = "replayFrom: only {'type': 'start'} is supported"
-            shape: dict[str, Any] = {"field": "replayFrom", "valid": [{"type": "start"}]}
-            return _error(frame["id"], -32602, text, {**shape, "message": text})
+        from acp import RequestError  # noqa: PLC0415 - a v2 connection has imported it
+
+        from modefsm.protocol._agent_v2 import replay_cursor  # noqa: PLC0415
+
+        try:
+            replay_cursor(params["replayFrom"])
+        except RequestError as error:
+            return _error(frame["id"], error.code, str(error), error.data)
     return None
 
 
