@@ -306,18 +306,13 @@ class TestV2Session:
                 await resume(conn, client, "sess_never", {"type": "start"})
             assert (unknown.value.code, unknown.value.data) == (-32002, {"sessionId": "sess_never"})
             frames = await resume(conn, client, session_id)
-        assert frames == [idle(session_id), answer(8, "code")]
-
-    async def test_the_raw_replay_from_values_the_models_would_drop(self, log_path):
-        # the SDK's model turns these into null (no replay); the agent refuses them
-        async with serve_v2(log_path) as (conn, _client):
-            session_id = (await conn.new_session(cwd="/")).session_id
-            process_conn = conn._conn
-            for value in (5, "start", {"type": 1}, [], {"type": "start", "x": 1}):
+            assert frames == [idle(session_id), answer(8, "code")]
+            # raw values the SDK's model would turn into null (no replay): refused too
+            values: list[Any] = [5, "start", {"type": 1}, [], {"type": "start", "x": 1}]
+            for value in values:
+                params = {"sessionId": session_id, "cwd": "/", "replayFrom": value}
                 with pytest.raises(RequestError) as error:
-                    await process_conn.send_request(
-                        "session/resume", {"sessionId": session_id, "cwd": "/", "replayFrom": value}
-                    )
+                    await conn._conn.send_request("session/resume", params)
                 assert error.value.code == -32602, value
                 assert error.value.data["field"] == "replayFrom", value
                 assert error.value.data["valid"] == [
@@ -330,7 +325,7 @@ MINTED = re.compile(r"msg_[0-9a-f]{32}")
 
 
 class TestV1SessionOverV2:
-    async def test_a_v1_conversation_resumed_over_v2_and_loaded_over_v1_again(self, log_path):
+    async def test_a_v1_conversation_resumed_over_v2_continued_and_loaded_over_v1(self, log_path):
         async with serve_v1(log_path) as (conn, client):
             session_id, rejected, approved = await a_conversation(conn, client)
         async with serve_v2(log_path) as (conn, client):
@@ -343,35 +338,21 @@ class TestV1SessionOverV2:
                 idle(session_id),
                 answer(1, "code"),
             ]
-            # ids minted for a v1 turn's messages: distinct, stable, usable as a cursor
+            # ids minted for a v1 turn's messages: distinct, usable as a cursor
             assert all(MINTED.fullmatch(i) for i in users + agents)
             assert len(set(users + agents)) == 6
             middle = await resume(
                 conn, client, session_id, {"type": CURSOR, "messageId": agents[0]}
             )
             assert middle == [*replayed[3:], idle(session_id), answer(2, "code")]
-        async with serve_v1(log_path) as (conn, client):  # v1 load: the same replay as before
+            # the conversation continues over v2
             mark = client.mark()
-            await conn.load_session(cwd=".", session_id=session_id)
-            assert client.since(mark)[:-1] == expected_replay(session_id, rejected, approved)
-        async with serve_v2(log_path) as (conn, client):  # the same ids after a restart
-            again = await resume(conn, client, session_id, {"type": "start"})
-        assert again == first
-
-    async def test_a_v2_turn_after_a_v1_one_keeps_both_in_order(self, log_path):
-        async with serve_v1(log_path) as (conn, client):
-            session_id, rejected, approved = await a_conversation(conn, client)
-        async with serve_v2(log_path) as (conn, client):
-            await resume(conn, client, session_id)
-            mark = client.mark()
-            response = await conn.prompt(
-                session_id=session_id, prompt=[s2.TextContentBlock(text="more")]
+            more = [s2.TextContentBlock(text="more")]
+            response = await asyncio.wait_for(
+                conn.prompt(session_id=session_id, prompt=more), TIMEOUT
             )
             live = conversation_of(client.since(mark))
-        async with serve_v2(log_path) as (conn, client):
-            frames = await resume(
-                conn, client, session_id, {"type": CURSOR, "messageId": response.message_id}
-            )
+        reply = live[1]["params"]["update"]["messageId"]
         assert live == [
             update(
                 session_id,
@@ -382,16 +363,17 @@ class TestV1SessionOverV2:
             update(
                 session_id,
                 sessionUpdate="agent_message_chunk",
-                messageId=live[1]["params"]["update"]["messageId"],
+                messageId=reply,
                 content=text("Mode code: more"),
             ),
         ]
-        assert frames == [*live, idle(session_id), answer(1, "code")]
-        async with serve_v1(log_path) as (conn, client):  # v1 sees the v2 turn with its ids
+        async with serve_v1(log_path) as (conn, client):
             mark = client.mark()
             await conn.load_session(cwd=".", session_id=session_id)
-            loaded = [{k: v for k, v in f.items() if k != "jsonrpc"} for f in client.since(mark)]
-        tail = [
+            loaded = client.since(mark)[:-1]
+        # v1 load: the v1 turns exactly as before, then the v2 turn with its messageIds
+        assert loaded == [
+            *expected_replay(session_id, rejected, approved),
             {
                 "method": "session/update",
                 "params": {
@@ -410,9 +392,14 @@ class TestV1SessionOverV2:
                     "update": {
                         "sessionUpdate": "agent_message_chunk",
                         "content": text("Mode code: more"),
-                        "messageId": live[1]["params"]["update"]["messageId"],
+                        "messageId": reply,
                     },
                 },
             },
         ]
-        assert loaded[:-1] == [*expected_replay(session_id, rejected, approved), *tail]
+        async with serve_v2(log_path) as (conn, client):  # after a restart: the same ids
+            again = await resume(conn, client, session_id, {"type": "start"})
+            cursor = {"type": CURSOR, "messageId": response.message_id}
+            tail = await resume(conn, client, session_id, cursor)
+        assert again == [*replayed, *live, idle(session_id), answer(1, "code")]
+        assert tail == [*live, idle(session_id), answer(2, "code")]

@@ -70,7 +70,7 @@ def _v2_params_error(frame: dict[str, Any]) -> dict[str, Any] | None:
         try:
             replay_cursor(params["replayFrom"])
         except RequestError as error:
-            return _error(frame["id"], error.code, str(error), error.data)
+            return _error(frame["id"], error.code, str(error), dict(error.data or {}))
     return None
 
 
