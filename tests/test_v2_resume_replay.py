@@ -23,15 +23,18 @@ from acp.experimental.v2 import schema as s2
 
 from modefsm import preset
 
+from .acp_client import select
 from .acp_client import serve as serve_v1
+from .acp_client import text_block as v1_text
 from .conftest import mode_option, read_log
-from .test_conversation_replay import PLAN, a_conversation, expected_replay
 
 pytestmark = pytest.mark.e2e
 
 SEED = preset("seed")
 TIMEOUT = 30
 CURSOR = "_modefsm/message"
+PLAN = "## Plan\n1. Write it"
+HOLD = "hold"
 
 
 def option_v2(current: str) -> dict[str, Any]:
@@ -64,12 +67,68 @@ def answer(request_id: int, mode: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "result": {"configOptions": [option_v2(mode)]}}
 
 
+async def a_conversation(conn: Any, client: Any) -> tuple[str, str, str]:
+    """Over v1: architect, a rejected switch, an approved one to code, a prompt in code."""
+    answers = iter([select("reject"), select("code")])
+
+    async def answer(options: Any, tool_call: Any) -> Any:
+        return next(answers)
+
+    client.answer = answer
+    session_id = (await conn.new_session(cwd=".")).session_id
+    await conn.set_session_mode(session_id=session_id, mode_id="architect")
+    for blocks in (["first"], [PLAN], ["hello", "there"]):
+        await conn.prompt(session_id=session_id, prompt=[v1_text(b) for b in blocks])
+    rejected, approved = [
+        u["update"]["toolCallId"]
+        for u in client.updates(session_id)
+        if u["update"]["sessionUpdate"] == "tool_call"
+    ]
+    return session_id, rejected, approved
+
+
+def expected_replay(session_id: str, rejected: str, approved: str) -> list[dict[str, Any]]:
+    """What v1 ``session/load`` replays of :func:`a_conversation` (frames without jsonrpc)."""
+
+    def v1(**body: Any) -> dict[str, Any]:
+        return {"method": "session/update", "params": {"sessionId": session_id, "update": body}}
+
+    pending = {"title": "Ready for implementation", "kind": "switch_mode", "status": "pending"}
+    return [
+        v1(sessionUpdate="user_message_chunk", content=text("first")),
+        v1(sessionUpdate="tool_call", toolCallId=rejected, **pending, content=tool_text("first")),
+        v1(
+            sessionUpdate="tool_call_update",
+            toolCallId=rejected,
+            status="failed",
+            content=tool_text("Declined: staying in architect mode."),
+        ),
+        v1(
+            sessionUpdate="agent_message_chunk",
+            content=text("Not switched (option_rejected): still in architect mode."),
+        ),
+        v1(sessionUpdate="user_message_chunk", content=text(PLAN)),
+        v1(sessionUpdate="tool_call", toolCallId=approved, **pending, content=tool_text(PLAN)),
+        v1(
+            sessionUpdate="tool_call_update",
+            toolCallId=approved,
+            status="completed",
+            content=tool_text("Switched to code mode."),
+        ),
+        v1(sessionUpdate="agent_message_chunk", content=text("Approved: now in code mode.")),
+        v1(sessionUpdate="user_message_chunk", content=text("hello")),
+        v1(sessionUpdate="user_message_chunk", content=text("there")),
+        v1(sessionUpdate="agent_message_chunk", content=text("Mode code: hello there")),
+    ]
+
+
 class V2Client:
     """The SDK's v2 client side: keeps every raw frame received, answers permissions in turn."""
 
     def __init__(self) -> None:
         self.frames: list[dict[str, Any]] = []
         self.answers: Iterator[str | None] = iter(())
+        self.asked = asyncio.Event()
 
     def observe(self, event: Any) -> None:
         if event.direction.value == "incoming":
@@ -82,6 +141,9 @@ class V2Client:
         self, session_id: str, title: str, options: list[Any], subject: Any = None, **kwargs: Any
     ) -> s2.RequestPermissionResponse:
         option_id = next(self.answers)
+        self.asked.set()
+        if option_id == HOLD:  # never answered (the agent may cancel the request)
+            await asyncio.Event().wait()
         if option_id is None:
             return s2.RequestPermissionResponse(outcome=s2.CancelledPermissionOutcome())
         return s2.RequestPermissionResponse(
