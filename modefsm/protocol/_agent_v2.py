@@ -45,13 +45,9 @@ from acp.experimental.v2 import schema as v2
 from modefsm.log._conversation import ConversationItem
 from modefsm.protocol._agent import ModeAgent, _finish, _version, acp_errors
 
-__all__ = [
-    "REPLAY_FROM_MESSAGE",
-    "V2_PROTOCOL_VERSION",
-    "ModeAgentV2",
-    "replay_cursor",
-    "replay_updates",
-]
+__all__ = ["V2_PROTOCOL_VERSION", "ModeAgentV2"]
+# Also for the other transports of this package (not re-exported): REPLAY_FROM_MESSAGE,
+# replay_cursor, replay_updates, connect_v2.
 
 V2_PROTOCOL_VERSION = 2
 """The ACP protocol version :class:`ModeAgentV2` speaks."""
@@ -226,6 +222,20 @@ def replay_updates(session_id: str, items: Iterable[ConversationItem]) -> list[t
     return out
 
 
+_updates: dict[int, tuple[Any, Any]] = {}
+
+
+def _v2_options_update(update: v1.ConfigOptionUpdate) -> v2.ConfigOptionUpdate:
+    """The v2 ``config_option_update`` for a v1 one; the engine's per-mode ones are cached."""
+    cached = _updates.get(id(update))
+    if cached is not None and cached[0] is update:
+        return cached[1]  # type: ignore[no-any-return]
+    converted = v2.ConfigOptionUpdate(config_options=v2_options(update.config_options))
+    if len(_updates) < _CACHE_LIMIT:
+        _updates[id(update)] = (update, converted)
+    return converted
+
+
 class _PermissionPort:
     """What :func:`~modefsm.protocol.propose_switch` calls as ``client``, over v2."""
 
@@ -283,7 +293,7 @@ class ModeAgentV2:
         if isinstance(update, v1.CurrentModeUpdate):
             return  # v2 has no current_mode_update: the config_option_update says it
         if isinstance(update, v1.ConfigOptionUpdate):
-            update = v2.ConfigOptionUpdate(config_options=v2_options(update.config_options))
+            update = _v2_options_update(update)
         elif isinstance(update, v1.ToolCallStart | v1.ToolCallProgress):
             data = update.model_dump(mode="json", by_alias=True, exclude_none=True)
             data["sessionUpdate"] = "tool_call_update"
@@ -460,6 +470,46 @@ class ModeAgentV2:
     def stray_answer(self, request: Any, response: dict[str, Any]) -> None:
         """See :meth:`ModeAgent.stray_answer <modefsm.protocol.ModeAgent.stray_answer>`."""
         self.base.stray_answer(request, response)
+
+
+def connect_v2(base: ModeAgent, transport: Any, *, listening: bool = False) -> Any:
+    """The SDK's v2 agent connection on *transport*, serving ``ModeAgentV2(base, ...)``.
+
+    For a connection whose version is already chosen (its ``initialize`` asks for
+    ``protocolVersion`` 2; a higher one must be rewritten to 2 first): the SDK's
+    ``AgentSideConnection`` of ``acp.experimental.v2`` with its initialization checks,
+    without the per-message lock of the SDK's ``AgentProtocolRouter``.
+
+    Args:
+        base: the v1 agent whose engine, log and restore source the v2 face shares.
+        transport: a message transport (``receive``, ``send``, ``close``).
+        listening: start reading at once (else the caller awaits ``listen()``).
+
+    Returns:
+        An ``acp.experimental.AgentProtocolConnection`` (``listen()``, ``close()``); the
+        :class:`ModeAgentV2` is ``connection.agent``.
+    """
+    from acp.connection import Connection  # noqa: PLC0415 - the v2 path only
+    from acp.experimental import AgentProtocolConnection  # noqa: PLC0415
+    from acp.experimental.v2 import AgentSideConnection  # noqa: PLC0415
+
+    handlers: list[Any] = []
+
+    async def handle(method: str, params: Any, is_notification: bool) -> Any:  # noqa: FBT001
+        return await handlers[0](method, params, is_notification)
+
+    connection = Connection(handle, transport, listening=listening)
+    agents: list[ModeAgentV2] = []
+
+    def make(conn: Any) -> ModeAgentV2:
+        agents.append(ModeAgentV2(base, conn))
+        return agents[0]
+
+    _v2conn, router = AgentSideConnection.attach(make, connection)
+    handlers.append(router)
+    connected = AgentProtocolConnection(connection)
+    connected.agent = agents[0]  # type: ignore[attr-defined]
+    return connected
 
 
 _NOT_FOUND = -32002

@@ -3,9 +3,10 @@
 :func:`serve_negotiated` reads frames through :class:`~modefsm.protocol.CheckedTransport`
 (every frame check applies to both versions) and looks at the first ``initialize``:
 
-- ``protocolVersion`` 2 or more (and v2 served): the SDK's ``AgentProtocolRouter``
-  takes the connection, with :class:`~modefsm.protocol.ModeAgentV2` as its v2 agent; the
-  v2 schema is imported only then;
+- ``protocolVersion`` 2 or more (and v2 served): the SDK's v2 agent connection takes it
+  (:func:`~modefsm.protocol._agent_v2.connect_v2`), with
+  :class:`~modefsm.protocol.ModeAgentV2` as its agent, the ``initialize`` asking for 2;
+  the v2 schema is imported only then;
 - anything else: the v1 agent, exactly as :func:`~modefsm.protocol.run_agent` serves it;
 - an integer below 1: ``-32022`` with ``data: {"requested": N, "supported": [1, 2]}``
   (the router would answer ``-32600``), and the client may initialize again.
@@ -74,17 +75,28 @@ def _v2_params_error(frame: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def _as_v2(first: dict[str, Any]) -> dict[str, Any]:
+    """The first ``initialize`` as the v2 connection takes it: ``protocolVersion`` 2.
+
+    (A client asking for a higher version gets 2, the highest served.)
+    """
+    params = first.get("params")
+    if first.get("method") != "initialize" or not isinstance(params, dict):
+        return first
+    return {**first, "params": {**params, "protocolVersion": 2}}
+
+
 class _Gate:
     """A message transport in front of :class:`CheckedTransport`: the v2 raw-param checks."""
 
     def __init__(self, inner: CheckedTransport, first: dict[str, Any] | None) -> None:
         self.inner = inner
-        self._first = first
+        self.first = first
         self.v2 = False
 
     async def receive(self) -> dict[str, Any] | None:
-        if self._first is not None:
-            first, self._first = self._first, None
+        if self.first is not None:
+            first, self.first = self.first, None
             return first
         while True:
             frame = await self.inner.receive()
@@ -159,17 +171,12 @@ async def serve_negotiated(
     gate = _Gate(transport, first)
     conn: Any
     if version == 2:  # noqa: PLR2004
-        from acp.experimental import AgentProtocolRouter  # noqa: PLC0415 - v2 only when asked
-
-        from modefsm.protocol._agent_v2 import ModeAgentV2  # noqa: PLC0415
-
-        def v2_agent(connection: Any) -> ModeAgentV2:
-            holder["agent"] = ModeAgentV2(agent, connection)
-            return holder["agent"]  # type: ignore[no-any-return]
+        from modefsm.protocol._agent_v2 import connect_v2  # noqa: PLC0415 - v2 only when asked
 
         gate.v2 = True
-        router = AgentProtocolRouter(v1=lambda _conn: agent, v2=v2_agent)
-        conn = router.connect(gate, listening=False)
+        gate.first = _as_v2(first)
+        conn = connect_v2(agent, gate)
+        holder["agent"] = conn.agent
     else:
         conn = AgentSideConnection(agent, gate, listening=False, use_unstable_protocol=True)
     await _serve_connection(conn, transport, output.closed)
