@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import uuid
 from collections import OrderedDict
@@ -537,6 +538,7 @@ def _copy(options: list[Any]) -> list[Any]:
     return [option.model_copy(deep=True) for option in options]
 
 
+@functools.cache
 def _version() -> str:
     try:
         return metadata.version("modefsm")

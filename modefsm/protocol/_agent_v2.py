@@ -345,7 +345,9 @@ class ModeAgentV2:
         :func:`replay_cursor`). Then the session's mode is restored (after a restart, from
         the log, whichever version made the session; a fallback is announced), a current
         ``state_update`` is sent, and the answer carries the complete ``configOptions``.
-        Without ``replayFrom`` nothing is replayed. A failed request sends nothing.
+        Without ``replayFrom`` nothing is replayed. A failed request sends nothing. A
+        ``$/cancel_request`` during the replay ends it (``-32800``, nothing restored);
+        once the restore has begun, the resume runs to its end and answers.
 
         Raises:
             RequestError: ``-32002`` with ``data: {"sessionId": ...}`` for an unknown
@@ -362,6 +364,12 @@ class ModeAgentV2:
                 cursor = replay_from.model_dump(mode="json", by_alias=True, exclude_none=True)
             for update in await self.replay_from(session_id, replay_cursor(cursor)):
                 await base.engine.notify(session_id, update)
+        # from here on the resume runs to its end: a fallback it applies is logged and
+        # announced, so a $/cancel_request must not turn its answer into a failure
+        return await _finish(self._restore_and_report(session_id, point))
+
+    async def _restore_and_report(self, session_id: str, point: Any) -> v2.ResumeSessionResponse:
+        base = self.base
         with _V2_ERRORS:
             await base._restore(session_id, point)  # noqa: SLF001
         await base.engine.notify(session_id, v2.IdleSessionStateUpdate())
