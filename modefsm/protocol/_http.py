@@ -42,9 +42,15 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from acp.agent.connection import AgentSideConnection
-
 from modefsm.errors import FrameError
+from modefsm.protocol._negotiate import (
+    SUPPORTED_PROTOCOLS,
+    _first_frame,
+    chosen_version,
+    negotiated_connection,
+    unsupported,
+)
+from modefsm.protocol._shared import Peer, SharedEngine, connection_context, use_peer
 from modefsm.protocol._transport import (
     _ANSWERED_KEPT,
     _NOTIFICATIONS,
@@ -85,8 +91,10 @@ AgentFactory = Callable[[Any], Any]
 class _Checked:
     """A message transport wrapping the SDK's HTTP or WebSocket one with modefsm's checks."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, peer: Peer) -> None:
         self.inner = inner
+        self.peer = peer
+        self.engine: SharedEngine | None = None
         self.stray: Callable[[PermissionRequest, dict[str, Any]], None] | None = None
         self.late: Callable[[PermissionRequest, dict[str, Any]], None] | None = None
         self.open = 0
@@ -97,6 +105,9 @@ class _Checked:
     def bind(self, agent: Any) -> None:
         self.stray = getattr(agent, "stray_answer", None)
         self.late = getattr(agent, "late_answer", None)
+        base = getattr(agent, "base", agent)  # a v2 agent serves its v1 agent's engine
+        engine = getattr(base, "engine", None)
+        self.engine = engine if isinstance(engine, SharedEngine) else None
 
     async def receive(self) -> dict[str, Any] | None:
         while True:
@@ -107,6 +118,8 @@ class _Checked:
                 continue
             if "id" in frame and "method" in frame:
                 self.open += 1
+                if self.engine is not None:
+                    self.engine.request_seen(self.peer, frame)
             return frame  # type: ignore[no-any-return]
 
     def _admit(self, frame: dict[str, Any]) -> bool:
@@ -148,12 +161,20 @@ class _Checked:
             message = _unencodable(message)
         if not response and type(message.get("id")) is int:
             self._awaiting[message["id"]] = _permission_request(message)
+        if response and self.engine is not None:
+            self.engine.answer_sent(self.peer, message)
         await self.inner.send(message)
         if response and self.open:
             self.open -= 1
 
     async def close(self) -> None:
+        self.release()
         await self.inner.close()
+
+    def release(self) -> None:
+        if self.engine is not None:
+            self.engine.release(self.peer)
+        self.peer.closed = True
 
 
 class _WebSocketMessages:
@@ -216,8 +237,9 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
     max_body_bytes: int = MAX_BODY_BYTES,
     max_connections: int = MAX_CONNECTIONS,
     idle_seconds: float = IDLE_SECONDS,
+    protocols: tuple[int, ...] = SUPPORTED_PROTOCOLS,
 ) -> Any:
-    """An ASGI application serving ACP v1 over streamable HTTP and WebSocket at *path*.
+    """An ASGI application serving ACP v1 and v2 over streamable HTTP and WebSocket at *path*.
 
     Args:
         agent_factory: called once per connection with the SDK's ``AgentSideConnection``;
@@ -228,6 +250,10 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
         max_connections: connections served at once (``503`` beyond).
         idle_seconds: an HTTP connection idle that long (no request, no open stream) is
             closed.
+        protocols: the ACP versions served, ``(1, 2)``, ``(1,)`` or ``(2,)``; each
+            connection's first ``initialize`` chooses, as on stdio
+            (:func:`~modefsm.protocol.serve_negotiated`): a v2 client's agent is a
+            :class:`~modefsm.protocol.ModeAgentV2` over the factory's agent.
 
     Returns:
         A Starlette application (its lifespan closes every connection on shutdown).
@@ -250,24 +276,44 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
     streams: dict[str, int] = {}  # connection id -> open SSE streams
     sockets = 0
 
-    def build(wrapper: _Checked) -> Callable[[Any], Any]:
-        def factory(conn: Any) -> Any:
+    def connect(wrapper: _Checked, version: int, first: dict[str, Any] | None = None) -> Any:
+        """The SDK connection of *wrapper* for *version*; in the peer's context."""
+
+        def v1_agent(conn: Any) -> Any:
             agent = agent_factory(conn)
             wrapper.bind(agent)
             return agent
 
-        return factory
+        def v2_agent(conn: Any) -> Any:
+            from modefsm.protocol._agent_v2 import ModeAgentV2  # noqa: PLC0415 - v2 only
+
+            agent = ModeAgentV2(agent_factory(conn), conn)
+            wrapper.bind(agent)
+            return agent
+
+        return negotiated_connection(
+            wrapper, version, v1_agent, v2_agent, first=first, listening=first is None
+        )
 
     class _Server(AcpServer):
+        version = 1
+
+        async def _handle_initialize(self, message: dict[str, Any]) -> Response:
+            self.version = chosen_version(message, protocols)
+            return await super()._handle_initialize(message)
+
         def _connect(self, transport: Any) -> Any:
-            wrapper = _Checked(transport)
+            peer = Peer()
+            wrapper = _Checked(transport, peer)
             checked[id(transport)] = wrapper
-            return AgentSideConnection(build(wrapper), wrapper)
+            return connection_context(peer).run(connect, wrapper, self.version)
 
         async def handle_delete(self, *, connection_id: str | None) -> Response:
             entry = self._connections.get(connection_id) if connection_id else None
             if entry is not None:
-                checked.pop(id(entry[1]), None)
+                wrapper = checked.pop(id(entry[1]), None)
+                if wrapper is not None:
+                    wrapper.release()
             if connection_id is not None:
                 seen.pop(connection_id, None)
             return await super().handle_delete(connection_id=connection_id)
@@ -292,7 +338,7 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
                     return _error(413, -32600, too_big, limit="bytes", max=max_body_bytes)
         return bytes(body)
 
-    async def post(request: Request) -> Response:
+    async def post(request: Request) -> Response:  # noqa: PLR0911 - one answer per check
         content_type = request.headers.get("content-type")
         if content_type is None or not content_type.lower().startswith("application/json"):
             return JSONResponse({"error": "Content-Type must be application/json"}, 415)
@@ -306,6 +352,9 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
         connection_id = request.headers.get(CONNECTION_ID_HEADER)
         is_request = "id" in frame and "method" in frame
         if is_initialize_request(frame):
+            refused = unsupported(frame, protocols)
+            if refused is not None:
+                return JSONResponse(refused, status_code=400)
             if connections() >= max_connections:
                 details = f"at most {max_connections} connections are served at once"
                 return _error(
@@ -371,12 +420,18 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
             await ws.accept(
                 headers=[(CONNECTION_ID_HEADER.lower().encode(), uuid.uuid4().hex.encode())]
             )
-            wrapper = _Checked(_WebSocketMessages(ws))
-            conn = AgentSideConnection(build(wrapper), wrapper, listening=False)
-            try:
-                await conn.listen()
-            finally:
-                await conn.close()
+            peer = Peer()
+            wrapper = _Checked(_WebSocketMessages(ws), peer)
+            with use_peer(peer):
+                first, version = await _first_frame(wrapper, protocols)
+                if first is None:
+                    return
+                conn = connect(wrapper, version, first)
+                try:
+                    await conn.listen()
+                finally:
+                    wrapper.release()
+                    await conn.close()
         finally:
             sockets -= 1
 
@@ -421,6 +476,7 @@ async def serve_http(
     max_body_bytes: int = MAX_BODY_BYTES,
     max_connections: int = MAX_CONNECTIONS,
     idle_seconds: float = IDLE_SECONDS,
+    protocols: tuple[int, ...] = SUPPORTED_PROTOCOLS,
 ) -> None:
     """Serve :func:`create_app` on uvicorn at *host*:*port* until SIGINT or SIGTERM.
 
@@ -433,6 +489,7 @@ async def serve_http(
         max_body_bytes: see :func:`create_app`; also the largest WebSocket message.
         max_connections: see :func:`create_app`.
         idle_seconds: see :func:`create_app`.
+        protocols: see :func:`create_app`.
 
     Raises:
         OSError: the address cannot be bound.
@@ -444,6 +501,7 @@ async def serve_http(
         max_body_bytes=max_body_bytes,
         max_connections=max_connections,
         idle_seconds=idle_seconds,
+        protocols=protocols,
     )
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.create_server((host, port), family=family, reuse_port=False)
