@@ -38,7 +38,6 @@ import signal
 import socket
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -51,16 +50,7 @@ from modefsm.protocol._negotiate import (
     unsupported,
 )
 from modefsm.protocol._shared import Peer, SharedEngine, connection_context, use_peer
-from modefsm.protocol._transport import (
-    _ANSWERED_KEPT,
-    _NOTIFICATIONS,
-    MAX_OPEN,
-    PermissionRequest,
-    _encode,
-    _permission_request,
-    _unencodable,
-    check_frame,
-)
+from modefsm.protocol._transport import MAX_OPEN, _encode, _Ledger, check_frame
 
 if TYPE_CHECKING:
     from starlette.responses import Response
@@ -89,22 +79,21 @@ AgentFactory = Callable[[Any], Any]
 
 
 class _Checked:
-    """A message transport wrapping the SDK's HTTP or WebSocket one with modefsm's checks."""
+    """A message transport wrapping the SDK's HTTP or WebSocket one with modefsm's checks.
+
+    The bookkeeping is stdio's (:class:`~modefsm.protocol.CheckedTransport`'s ledger):
+    the same frames reach the SDK, the same answers go out.
+    """
 
     def __init__(self, inner: Any, peer: Peer) -> None:
         self.inner = inner
         self.peer = peer
         self.engine: SharedEngine | None = None
-        self.stray: Callable[[PermissionRequest, dict[str, Any]], None] | None = None
-        self.late: Callable[[PermissionRequest, dict[str, Any]], None] | None = None
-        self.open = 0
-        self.unrouted = 0
-        self._awaiting: dict[int, PermissionRequest | None] = {}
-        self._answered: OrderedDict[int, PermissionRequest] = OrderedDict()
+        self.ledger = _Ledger()
 
     def bind(self, agent: Any) -> None:
-        self.stray = getattr(agent, "stray_answer", None)
-        self.late = getattr(agent, "late_answer", None)
+        self.ledger.stray = getattr(agent, "stray_answer", None)
+        self.ledger.late = getattr(agent, "late_answer", None)
         base = getattr(agent, "base", agent)  # a v2 agent serves its v1 agent's engine
         engine = getattr(base, "engine", None)
         self.engine = engine if isinstance(engine, SharedEngine) else None
@@ -114,58 +103,18 @@ class _Checked:
             frame = await self.inner.receive()
             if frame is None:
                 return None
-            if not self._admit(frame):
+            if not self.ledger.admit(frame):
                 continue
-            if "id" in frame and "method" in frame:
-                self.open += 1
-                if self.engine is not None:
-                    self.engine.request_seen(self.peer, frame)
+            if self.engine is not None and "id" in frame and "method" in frame:
+                self.engine.request_seen(self.peer, frame)
             return frame  # type: ignore[no-any-return]
 
-    def _admit(self, frame: dict[str, Any]) -> bool:
-        if "method" not in frame:
-            return self._is_expected(frame)
-        if "id" in frame:
-            return True
-        method = frame["method"]
-        if method in _NOTIFICATIONS or method.startswith(("_", "$/")):
-            return True
-        self.unrouted += 1
-        return False
-
-    def _is_expected(self, response: dict[str, Any]) -> bool:
-        request_id = response.get("id")
-        if type(request_id) is not int:
-            return False
-        if request_id in self._awaiting:
-            request = self._awaiting.pop(request_id)
-            if request is not None:
-                self._answered[request_id] = request
-                while len(self._answered) > _ANSWERED_KEPT:
-                    self._answered.popitem(last=False)
-                if self.late is not None:
-                    self.late(request, response)
-            return True
-        request = self._answered.get(request_id)
-        if request is not None and self.stray is not None:
-            self.stray(request, response)
-        return False
-
     async def send(self, message: dict[str, Any]) -> None:
-        response = "method" not in message
-        try:
-            _encode(message)
-        except (ValueError, TypeError, RecursionError):
-            if not response or "id" not in message:
-                raise
-            message = _unencodable(message)
-        if not response and type(message.get("id")) is int:
-            self._awaiting[message["id"]] = _permission_request(message)
-        if response and self.engine is not None:
+        message, _line = self.ledger.outgoing(message)
+        if self.engine is not None and "method" not in message:
             self.engine.answer_sent(self.peer, message)
         await self.inner.send(message)
-        if response and self.open:
-            self.open -= 1
+        self.ledger.answered(message)
 
     async def close(self) -> None:
         self.release()
@@ -363,7 +312,7 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
         elif connection_id is not None and connection_id in server._connections:  # noqa: SLF001
             seen[connection_id] = time.monotonic()
             wrapper = checked.get(id(server._connections[connection_id][1]))  # noqa: SLF001
-            if is_request and wrapper is not None and wrapper.open >= MAX_OPEN:
+            if is_request and wrapper is not None and wrapper.ledger.open >= MAX_OPEN:
                 details = f"at most {MAX_OPEN} requests of a connection are answered at once"
                 return _error(429, -32600, details, frame["id"], limit="open", max=MAX_OPEN)
         response = await server.handle_post(
