@@ -131,13 +131,26 @@ def post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[
         connection.close()
 
 
-def chain(log: Path) -> list[tuple[str, int, str | None]]:
-    """``(event, seq, to_mode)`` of every record of *log*."""
-    out = []
-    for line in log.read_bytes().splitlines():
-        record = json.loads(line)
-        out.append((record["event"].removeprefix("modefsm."), record["seq"], record.get("to_mode")))
-    return out
+def session_records(log: Path, session_id: str) -> list[dict[str, Any]]:
+    """The records of *log* about *session_id*, in order."""
+    lines = (json.loads(line) for line in log.read_bytes().splitlines())
+    return [record for record in lines if record.get("session_id") == session_id]
+
+
+def chain(log: Path, session_id: str) -> list[tuple[str, int, str | None]]:
+    """``(event, seq, to_mode)`` of every record of *log* about *session_id*."""
+    return [
+        (r["event"].removeprefix("modefsm."), r["seq"], r.get("to_mode"))
+        for r in session_records(log, session_id)
+    ]
+
+
+@contextlib.contextmanager
+def shared_server(factory: Any, name: str) -> Iterator[tuple[str, Path]]:
+    """One server for a module's tests (*factory*: pytest's ``tmp_path_factory``)."""
+    log = factory.mktemp(name) / "modes.jsonl"
+    with http_server(log) as url:
+        yield url, log
 
 
 def verify(log: Path) -> str:

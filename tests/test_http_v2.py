@@ -10,19 +10,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import acp
 import pytest
 
-from .conftest import mode_option, read_log
+from .conftest import mode_option
 from .http_wire import (
     SEED,
     TIMEOUT,
     http_server,
     mode_updates,
     post,
+    session_records,
+    shared_server,
     transport_to,
     until,
     v1_client,
@@ -114,7 +117,7 @@ async def v2_client(url: str, kind: str) -> AsyncIterator[tuple[Any, V2Client]]:
         await conn.close()
 
 
-def records(log: Any) -> list[tuple[Any, ...]]:
+def records(log: Path, session_id: str) -> list[tuple[Any, ...]]:
     return [
         (
             r["event"].removeprefix("modefsm."),
@@ -123,8 +126,14 @@ def records(log: Any) -> list[tuple[Any, ...]]:
             r.get("reason"),
             r.get("protocol"),
         )
-        for r in read_log(log)
+        for r in session_records(log, session_id)
     ]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    with shared_server(tmp_path_factory, "v2") as served:
+        yield served
 
 
 def prompt_text(value: str) -> list[Any]:
@@ -135,24 +144,24 @@ def prompt_text(value: str) -> list[Any]:
 
 @pytest.mark.parametrize("kind", ["http", "ws"])
 class TestV2Client:
-    async def test_set_and_unknown_ids(self, log_path, kind):
-        with http_server(log_path) as url:
-            async with v2_client(url, kind) as (conn, client):
-                mark = client.mark()
-                session_id = (await conn.new_session(cwd="/")).session_id
-                await conn.set_config_option(
-                    config_id="mode", session_id=session_id, value="architect", type="id"
-                )
-                frames = client.since(mark)
-                errors = []
-                for config_id, value in [("model", "code"), ("mode", "nope")]:
-                    with pytest.raises(acp.RequestError) as info:
-                        await conn.set_config_option(
-                            config_id=config_id, session_id=session_id, value=value, type="id"
-                        )
-                    errors.append((info.value.code, info.value.data["field"]))
-                with pytest.raises(acp.RequestError) as unknown:
-                    await conn.resume_session(session_id="sess_nope", cwd="/")
+    async def test_set_and_unknown_ids(self, server, kind):
+        url, log_path = server
+        async with v2_client(url, kind) as (conn, client):
+            mark = client.mark()
+            session_id = (await conn.new_session(cwd="/")).session_id
+            await conn.set_config_option(
+                config_id="mode", session_id=session_id, value="architect", type="id"
+            )
+            frames = client.since(mark)
+            errors = []
+            for config_id, value in [("model", "code"), ("mode", "nope")]:
+                with pytest.raises(acp.RequestError) as info:
+                    await conn.set_config_option(
+                        config_id=config_id, session_id=session_id, value=value, type="id"
+                    )
+                errors.append((info.value.code, info.value.data["field"]))
+            with pytest.raises(acp.RequestError) as unknown:
+                await conn.resume_session(session_id="sess_nope", cwd="/")
         assert frames == [
             {"id": 1, "result": {"sessionId": session_id, "configOptions": [option_v2("ask")]}},
             options_update(session_id, "architect"),
@@ -160,31 +169,31 @@ class TestV2Client:
         ]
         assert errors == [(-32602, "configId"), (-32602, "value")]
         assert (unknown.value.code, unknown.value.data) == (-32002, {"sessionId": "sess_nope"})
-        assert records(log_path) == [
+        assert records(log_path, session_id) == [
             ("session_created", "ask", "new", None, 2),
             ("mode_changed", "architect", "set_config_option", None, 2),
             ("change_rejected", None, "set_config_option", "unknown_config_option", 2),
             ("change_rejected", "nope", "set_config_option", "unknown_mode", 2),
         ]
 
-    async def test_switch_approve_reject_and_a_forged_option(self, log_path, kind):
+    async def test_switch_approve_reject_and_a_forged_option(self, server, kind):
         cases = [
             ({"outcome": "selected", "optionId": "reject"}, "failed", "Declined"),
             ({"outcome": "selected", "optionId": "architect"}, "failed", "Refused"),
             ({"outcome": "selected", "optionId": "code"}, "completed", "Switched"),
         ]
-        with http_server(log_path) as url:
-            async with v2_client(url, kind) as (conn, client):
-                session_id = (await conn.new_session(cwd="/")).session_id
-                await conn.set_config_option(
-                    config_id="mode", session_id=session_id, value="architect", type="id"
-                )
-                turns = []
-                for answer, _status, _shown in cases:
-                    client.answer = answer
-                    mark = client.mark()
-                    result = await conn.prompt(session_id=session_id, prompt=prompt_text("go"))
-                    turns.append((result.message_id, client.since(mark)))
+        url, log_path = server
+        async with v2_client(url, kind) as (conn, client):
+            session_id = (await conn.new_session(cwd="/")).session_id
+            await conn.set_config_option(
+                config_id="mode", session_id=session_id, value="architect", type="id"
+            )
+            turns = []
+            for answer, _status, _shown in cases:
+                client.answer = answer
+                mark = client.mark()
+                result = await conn.prompt(session_id=session_id, prompt=prompt_text("go"))
+                turns.append((result.message_id, client.since(mark)))
         for (answer, status, shown), (message_id, frames) in zip(cases, turns, strict=True):
             call = frames[2]["params"]["update"]["toolCallId"]
             reply = frames[-3]["params"]["update"]["messageId"]
@@ -254,67 +263,72 @@ class TestV2Client:
                 state(session_id, "idle", stopReason="end_turn"),
                 {"id": frames[-1]["id"], "result": {"messageId": message_id}},
             ], answer
-        assert records(log_path)[-3:] == [
+        assert records(log_path, session_id)[-3:] == [
             ("change_rejected", None, "switch_mode", "option_rejected", 2),
             ("change_rejected", None, "switch_mode", "option_not_offered", 2),
             ("mode_changed", "code", "switch_mode", None, 2),
         ]
 
-    async def test_restart_and_resume_restores_the_mode(self, log_path, kind):
-        with http_server(log_path) as url:
+
+async def test_restart_and_resume_restores_the_mode(log_path):
+    """Sessions made over HTTP and over WebSocket, resumed after a restart over the other."""
+    made = {}
+    with http_server(log_path) as url:
+        for kind, mode in [("http", "code"), ("ws", "architect")]:
             async with v2_client(url, kind) as (conn, _client):
-                session_id = (await conn.new_session(cwd="/")).session_id
+                made[kind] = (await conn.new_session(cwd="/")).session_id
                 await conn.set_config_option(
-                    config_id="mode", session_id=session_id, value="code", type="id"
+                    config_id="mode", session_id=made[kind], value=mode, type="id"
                 )
-        with http_server(log_path) as url:
+    with http_server(log_path) as url:
+        for kind, made_over, mode in [("ws", "http", "code"), ("http", "ws", "architect")]:
             async with v2_client(url, kind) as (conn, client):
                 mark = client.mark()
-                resumed = await conn.resume_session(session_id=session_id, cwd="/")
+                resumed = await conn.resume_session(session_id=made[made_over], cwd="/")
                 frames = client.since(mark)
-        assert resumed.config_options[0].current_value == "code"
-        assert frames[-2:] == [
-            state(session_id, "idle"),
-            {"id": 1, "result": {"configOptions": [option_v2("code")]}},
-        ]
+            assert resumed.config_options[0].current_value == mode
+            assert frames == [
+                state(made[made_over], "idle"),
+                {"id": 1, "result": {"configOptions": [option_v2(mode)]}},
+            ], kind
 
 
 @pytest.mark.parametrize("kind", ["http", "ws"])
-async def test_v1_and_v2_clients_share_a_session_in_one_server(log_path, kind):
+async def test_v1_and_v2_clients_share_a_session_in_one_server(server, kind):
     """A v2 client makes the session; a v1 client loads and changes it; each hears the other."""
-    with http_server(log_path) as url:
-        async with v2_client(url, kind) as (conn2, client2), v1_client(url, kind) as (conn1, seen1):
-            session_id = (await conn2.new_session(cwd="/")).session_id
-            await conn2.set_config_option(
-                config_id="mode", session_id=session_id, value="architect", type="id"
-            )
-            loaded = await conn1.load_session(cwd=".", session_id=session_id)
-            assert loaded.modes.current_mode_id == "architect"
-            mark2 = client2.mark()
-            mark1 = seen1.mark()
-            await conn1.set_session_mode(session_id=session_id, mode_id="code")
-            await until(lambda: client2.since(mark2), "the v2 client never heard of it")
-            assert client2.since(mark2) == [options_update(session_id, "code")]
-            mark2 = client2.mark()
-            await conn2.set_config_option(
-                config_id="mode", session_id=session_id, value="ask", type="id"
-            )
-            await until(lambda: len(seen1.since(mark1)) == 5, "the v1 client never heard of it")
-            assert seen1.since(mark1) == [
-                *mode_updates(session_id, "code"),
-                {"id": 2, "result": {}},
-                *mode_updates(session_id, "ask"),
-            ]
-    assert [r[4] for r in records(log_path)] == [2, 2, None, 2]
+    url, log_path = server
+    async with v2_client(url, kind) as (conn2, client2), v1_client(url, kind) as (conn1, seen1):
+        session_id = (await conn2.new_session(cwd="/")).session_id
+        await conn2.set_config_option(
+            config_id="mode", session_id=session_id, value="architect", type="id"
+        )
+        loaded = await conn1.load_session(cwd=".", session_id=session_id)
+        assert loaded.modes.current_mode_id == "architect"
+        mark2 = client2.mark()
+        mark1 = seen1.mark()
+        await conn1.set_session_mode(session_id=session_id, mode_id="code")
+        await until(lambda: client2.since(mark2), "the v2 client never heard of it")
+        assert client2.since(mark2) == [options_update(session_id, "code")]
+        mark2 = client2.mark()
+        await conn2.set_config_option(
+            config_id="mode", session_id=session_id, value="ask", type="id"
+        )
+        await until(lambda: len(seen1.since(mark1)) == 5, "the v1 client never heard of it")
+        assert seen1.since(mark1) == [
+            *mode_updates(session_id, "code"),
+            {"id": 2, "result": {}},
+            *mode_updates(session_id, "ask"),
+        ]
+    assert [r[4] for r in records(log_path, session_id)] == [2, 2, None, 2]
 
 
 class TestOnTheWire:
-    async def test_protocol_0_over_http_is_minus_32022_and_no_connection(self, log_path):
+    async def test_protocol_0_over_http_is_minus_32022_and_no_connection(self, server):
         body = {"jsonrpc": "2.0", "id": 5, "method": "initialize", "params": {"protocolVersion": 0}}
-        with http_server(log_path) as url:
-            status, answer = await asyncio.to_thread(post, url, json.dumps(body).encode())
-            async with v2_client(url, "http"):
-                pass  # the server still serves
+        url, _log = server
+        status, answer = await asyncio.to_thread(post, url, json.dumps(body).encode())
+        async with v2_client(url, "http"):
+            pass  # the server still serves
         assert (status, answer) == (
             400,
             {
@@ -328,39 +342,39 @@ class TestOnTheWire:
             },
         )
 
-    async def test_websocket_negotiation_and_raw_params_like_stdio(self, log_path):
+    async def test_websocket_negotiation_and_raw_params_like_stdio(self, server):
         import websockets
 
-        with http_server(log_path) as url:
-            async with websockets.connect(url.replace("http://", "ws://")) as socket:
+        url, _log = server
+        async with websockets.connect(url.replace("http://", "ws://")) as socket:
 
-                async def call(frame: dict[str, Any]) -> list[dict[str, Any]]:
-                    await socket.send(json.dumps({"jsonrpc": "2.0", **frame}))
-                    frames = [json.loads(await asyncio.wait_for(socket.recv(), TIMEOUT))]
-                    while frames[-1].get("id") != frame["id"] or "method" in frames[-1]:
-                        frames.append(json.loads(await asyncio.wait_for(socket.recv(), TIMEOUT)))
-                    return frames
+            async def call(frame: dict[str, Any]) -> list[dict[str, Any]]:
+                await socket.send(json.dumps({"jsonrpc": "2.0", **frame}))
+                frames = [json.loads(await asyncio.wait_for(socket.recv(), TIMEOUT))]
+                while frames[-1].get("id") != frame["id"] or "method" in frames[-1]:
+                    frames.append(json.loads(await asyncio.wait_for(socket.recv(), TIMEOUT)))
+                return frames
 
-                refused = await call(
-                    {"id": 1, "method": "initialize", "params": {"protocolVersion": 0}}
-                )
-                info = {"name": "w", "version": "0"}
-                init = await call(
-                    {
-                        "id": 2,
-                        "method": "initialize",
-                        "params": {"protocolVersion": 2, "info": info},
-                    }
-                )
-                new = await call({"id": 3, "method": "session/new", "params": {"cwd": "/"}})
-                session_id = new[-1]["result"]["sessionId"]
-                untyped = await call(
-                    {
-                        "id": 4,
-                        "method": "session/set_config_option",
-                        "params": {"sessionId": session_id, "configId": "mode", "value": "code"},
-                    }
-                )
+            refused = await call(
+                {"id": 1, "method": "initialize", "params": {"protocolVersion": 0}}
+            )
+            info = {"name": "w", "version": "0"}
+            init = await call(
+                {
+                    "id": 2,
+                    "method": "initialize",
+                    "params": {"protocolVersion": 2, "info": info},
+                }
+            )
+            new = await call({"id": 3, "method": "session/new", "params": {"cwd": "/"}})
+            session_id = new[-1]["result"]["sessionId"]
+            untyped = await call(
+                {
+                    "id": 4,
+                    "method": "session/set_config_option",
+                    "params": {"sessionId": session_id, "configId": "mode", "value": "code"},
+                }
+            )
         assert refused[0]["error"]["code"] == -32022
         assert init[0]["result"]["protocolVersion"] == 2
         assert untyped == [
@@ -380,21 +394,21 @@ class TestOnTheWire:
             }
         ]
 
-    async def test_bad_frames_and_unknown_ids_on_a_v2_connection(self, log_path):
-        with http_server(log_path) as url:
-            async with v2_client(url, "http") as (conn, client):
-                session_id = (await conn.new_session(cwd="/")).session_id
-                status, body = await asyncio.to_thread(post, url, b"{bad")
-                assert (status, body["error"]["code"]) == (400, -32700)
-                unknown = await asyncio.to_thread(
-                    post,
-                    url,
-                    b'{"jsonrpc":"2.0","id":9,"method":"session/new","params":{"cwd":"/"}}',
-                    {"Acp-Connection-Id": "f" * 32},
-                )
-                assert unknown == (404, {"error": "Unknown connection id"})
-                answer = await conn.set_config_option(
-                    config_id="mode", session_id=session_id, value="code", type="id"
-                )
-                assert answer.config_options[0].current_value == "code"
-                assert client.since(0)[-1]["result"] == {"configOptions": [option_v2("code")]}
+    async def test_bad_frames_and_unknown_ids_on_a_v2_connection(self, server):
+        url, _log = server
+        async with v2_client(url, "http") as (conn, client):
+            session_id = (await conn.new_session(cwd="/")).session_id
+            status, body = await asyncio.to_thread(post, url, b"{bad")
+            assert (status, body["error"]["code"]) == (400, -32700)
+            unknown = await asyncio.to_thread(
+                post,
+                url,
+                b'{"jsonrpc":"2.0","id":9,"method":"session/new","params":{"cwd":"/"}}',
+                {"Acp-Connection-Id": "f" * 32},
+            )
+            assert unknown == (404, {"error": "Unknown connection id"})
+            answer = await conn.set_config_option(
+                config_id="mode", session_id=session_id, value="code", type="id"
+            )
+            assert answer.config_options[0].current_value == "code"
+            assert client.since(0)[-1]["result"] == {"configOptions": [option_v2("code")]}
