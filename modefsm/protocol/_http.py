@@ -4,6 +4,15 @@
 ``acp.http.asgi.create_asgi_app`` does (``POST``/``GET``/``DELETE`` streamable HTTP, and a
 WebSocket on the same path, one agent per connection), with what the SDK leaves out:
 
+- each connection negotiates ACP v1 or v2 with the stdio code
+  (:mod:`modefsm.protocol._negotiate`): an ``initialize`` below the versions served gets
+  ``400`` with the ``-32022`` error and makes no connection (a WebSocket client may
+  initialize again); a v2 client's agent is a :class:`~modefsm.protocol.ModeAgentV2` over
+  the factory's agent, behind the same raw-param checks as on stdio;
+- agents built on one :class:`~modefsm.protocol.SharedEngine` share their sessions: the
+  transport tells the engine which connection holds which session (``session/new``,
+  ``load``, ``resume``, ``close``) and runs each connection in its own context;
+
 - every ``POST`` body is read with a bound (:data:`MAX_BODY_BYTES`; more: ``413``, nothing
   reaches the agent) and checked as a JSON-RPC frame by :func:`~modefsm.protocol.check_frame`
   (bad JSON, ``NaN``, a scalar, an array, a wrong envelope: ``400`` whose body is the JSON-RPC
