@@ -12,7 +12,6 @@ WebSocket on the same path, one agent per connection), with what the SDK leaves 
 - agents built on one :class:`~modefsm.protocol.SharedEngine` share their sessions: the
   transport tells the engine which connection holds which session (``session/new``,
   ``load``, ``resume``, ``close``) and runs each connection in its own context;
-
 - every ``POST`` body is read with a bound (:data:`MAX_BODY_BYTES`; more: ``413``, nothing
   reaches the agent) and checked as a JSON-RPC frame by :func:`~modefsm.protocol.check_frame`
   (bad JSON, ``NaN``, a scalar, an array, a wrong envelope: ``400`` whose body is the JSON-RPC
