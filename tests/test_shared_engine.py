@@ -100,8 +100,12 @@ async def test_a_stuck_connection_is_let_go_and_the_others_keep_getting_updates(
     log = TransitionLog.to_file(log_path)
     engine = SharedEngine(SEED, log=log)
     stuck = Peer()
+
+    async def never(session_id: str, update: Any) -> None:
+        await asyncio.Event().wait()
+
     with use_peer(stuck):
-        engine.sink = lambda session_id, update: asyncio.Event().wait()
+        engine.sink = never
     a, got_a = connected(engine)
     session_id = engine.new_session().session_id
     engine.attach(session_id, stuck)
