@@ -1,14 +1,18 @@
-"""Benchmark 5 over HTTP: ``session/set_mode`` round trips per second over streamable HTTP.
+"""Benchmark 5b: mode round trips per second over streamable HTTP, ACP v1 and v2.
 
 As :mod:`benchmarks.roundtrip`, but each agent serves HTTP on 127.0.0.1 and the official
 SDK client connects with ``acp.http.create_http_stream``:
 
 - ``modefsm serve --http 127.0.0.1:0 --log FILE`` (modefsm's ASGI app on uvicorn: frame
-  checks, bounds, the engine, its log, both notifications);
-- the minimal dict agent served by the SDK's own ASGI app (``acp.http.asgi.create_asgi_app``)
-  on uvicorn, sending the same notifications and writing the same log line: the baseline.
+  checks, bounds, negotiation, the shared engine, its log, the notifications), driven by
+  the SDK's v1 client (``session/set_mode``) and by its v2 client
+  (``session/set_config_option``, one ``config_option_update`` each);
+- the baselines: for v1 the minimal dict agent served by the SDK's own ASGI app
+  (``acp.http.asgi.create_asgi_app``), for v2 the same dict agent's v2 face behind the
+  SDK's ``AgentProtocolRouter`` on that app (``python -m benchmarks.roundtrip_http
+  serve-v2``); each sends the same notifications and writes the same log line.
 
-Each repetition starts both servers afresh and measures each in turn (the order alternates).
+Each repetition starts every server afresh and measures each in turn (the order alternates).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import json
 import re
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
@@ -32,6 +37,7 @@ __all__ = ["run"]
 
 TITLE = "5b. over the wire, HTTP"
 METRIC = "set_mode round trips/s over HTTP"
+METRIC_V2 = "v2 set_config_option round trips/s over HTTP"
 
 AGENTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "modefsm": (
@@ -42,7 +48,16 @@ AGENTS: dict[str, tuple[str, tuple[str, ...]]] = {
         "baseline: dict agent on the SDK's ASGI app, same notifications and log",
         ("benchmarks.dict_agent", "--notify", "--log", "{log}", "--http", "127.0.0.1:0"),
     ),
+    "modefsm_v2": (
+        "modefsm serve --http, v2 client",
+        ("modefsm", "serve", "--http", "127.0.0.1:0", "--log", "{log}"),
+    ),
+    "baseline_v2": (
+        "baseline: v2 dict agent on the SDK's ASGI app and router, same notification and log",
+        ("benchmarks.roundtrip_http", "serve-v2", "{log}"),
+    ),
 }
+PAIRS = (("modefsm", "baseline", METRIC), ("modefsm_v2", "baseline_v2", METRIC_V2))
 
 
 @benchmark("roundtrip_http", TITLE)
@@ -55,8 +70,11 @@ def run(size: Size) -> Result:
         what="HTTP round-trip client",
     )
     result = Result("roundtrip_http", TITLE)
-    rows = {key: (name, "") for key, (name, _command) in AGENTS.items()}
-    compare(result, METRIC, rows, rates, "modefsm >= 0.8x the SDK dict agent's rate over HTTP")
+    for ours, baseline, metric in PAIRS:
+        rows = {key: (AGENTS[key][0], "") for key in (ours, baseline)}
+        version = "v2" if ours.endswith("_v2") else "v1"
+        target = f"modefsm >= 0.8x the SDK dict agent's rate over HTTP ({version})"
+        compare(result, metric, rows, rates, target, pair=(ours, baseline))
     result.notes.append(
         f"one session per agent, {size.round_trips:,} sequential round trips per repetition, "
         f"{size.repeat} repetitions, fresh servers each; uvicorn, HTTP/1.1 + SSE on 127.0.0.1"
@@ -94,23 +112,130 @@ async def _server(key: str, tmp: Path) -> AsyncIterator[str]:
             await process.wait()
 
 
-async def measure(round_trips: int, repeat: int) -> dict[str, list[float]]:
-    """Round trips per second of both HTTP agents, *repeat* times each."""
+async def _connect(key: str, url: str, client: _Client) -> Any:
+    """The SDK's v1 or v2 client (by *key*) over streamable HTTP, initialized."""
+    from acp.experimental import v2  # noqa: PLC0415
     from acp.http import create_http_stream  # noqa: PLC0415 - the http extra
+
+    conn: Any
+    if not key.endswith("_v2"):
+        conn = acp.connect_to_agent(cast("Any", client), create_http_stream(url))
+        await asyncio.wait_for(conn.initialize(protocol_version=1), 60)
+        return conn
+    conn = v2.connect_to_agent(client, create_http_stream(url))
+    info = v2.schema.Implementation(name="bench", version="0")
+    await asyncio.wait_for(conn.initialize(protocol_version=2, info=info), 60)
+    return conn
+
+
+async def measure(round_trips: int, repeat: int) -> dict[str, list[float]]:
+    """Round trips per second of every HTTP agent, *repeat* times each."""
 
     async def start(stack: contextlib.AsyncExitStack[Any], key: str) -> Session:
         url = await stack.enter_async_context(_server(key, Path(tmp)))
         client = _Client()
-        conn = acp.connect_to_agent(cast("Any", client), create_http_stream(url))
+        conn = await _connect(key, url, client)
         stack.push_async_callback(conn.close)
-        await asyncio.wait_for(conn.initialize(protocol_version=1), 60)
         session = await conn.new_session(cwd=tmp)
         return conn, session.session_id, client
 
     _pin(0, 0)
     with tempfile.TemporaryDirectory() as tmp:
-        return await alternate(list(AGENTS), start, round_trips, repeat)
+        pairs = tuple((ours, baseline) for ours, baseline, _metric in PAIRS)
+        return await alternate(list(AGENTS), start, round_trips, repeat, pairs=pairs)
+
+
+class _V2DictAgent:
+    """The v1 dict agent's handler behind v2 frames: one ``config_option_update`` a change."""
+
+    def __init__(self, conn: Any, log: Path) -> None:
+        from acp.experimental.v2 import schema as v2  # noqa: PLC0415
+
+        from benchmarks.handlers import DictHandler  # noqa: PLC0415
+        from modefsm import preset  # noqa: PLC0415
+        from modefsm.engine._views import build_views  # noqa: PLC0415
+        from modefsm.protocol._agent_v2 import v2_options  # noqa: PLC0415
+
+        self.v2 = v2
+        self.conn = conn
+        self.spec = preset("seed")
+        views = build_views(self.spec)
+        self.options = {m: v2_options(view.config_options) for m, view in views.items()}
+        self.announced = {m: v2.ConfigOptionUpdate(config_options=self.options[m]) for m in views}
+        self.handler = DictHandler(self.spec, log, self._send)
+
+    async def _send(self, session_id: str, update: Any) -> None:
+        if update.session_update == "config_option_update":  # no current_mode_update in v2
+            mode = update.config_options[0].current_value
+            await self.conn.session_update(session_id=session_id, update=self.announced[mode])
+
+    async def initialize(self, protocol_version: int, **kwargs: Any) -> Any:
+        del protocol_version, kwargs
+        info = self.v2.Implementation(name="dict", version="0")
+        return self.v2.InitializeResponse(
+            protocol_version=2, capabilities=self.v2.AgentCapabilities(), info=info
+        )
+
+    async def new_session(self, cwd: str, **kwargs: Any) -> Any:
+        del cwd, kwargs
+        session_id = f"sess_{time.monotonic_ns()}"
+        self.handler.new_session(session_id)
+        options = self.options[self.spec.initial]
+        return self.v2.NewSessionResponse(session_id=session_id, config_options=options)
+
+    async def set_config_option(
+        self, config_id: str, session_id: str, value: Any, **kwargs: Any
+    ) -> Any:
+        del config_id, kwargs
+        await self.handler.set_mode(session_id, value)
+        options = self.options[self.handler.mode(session_id)]
+        return self.v2.SetSessionConfigOptionResponse(config_options=options)
+
+
+def serve_v2_baseline(log: Path) -> None:
+    """The v2 baseline: the dict agent's v2 face on the SDK's ASGI app behind its router.
+
+    Prints ``listening on URL`` on stderr once it listens; serves until terminated.
+    """
+    import socket  # noqa: PLC0415
+
+    import uvicorn  # noqa: PLC0415
+    from acp.experimental import AgentProtocolRouter  # noqa: PLC0415
+    from acp.http.asgi import create_asgi_app  # noqa: PLC0415
+
+    handlers: list[Any] = []
+
+    def agent(conn: Any) -> _V2DictAgent:
+        made = _V2DictAgent(conn, log)
+        handlers.append(made.handler)
+        return made
+
+    app = create_asgi_app(AgentProtocolRouter(v2=agent))
+    sock = socket.create_server(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+
+    async def announce() -> None:
+        while not server.started:  # noqa: ASYNC110 - uvicorn offers only this flag
+            await asyncio.sleep(0.01)
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/acp"
+        print(f"v2 dict agent: listening on {url}", file=sys.stderr, flush=True)
+
+    async def run() -> None:
+        waiter = asyncio.ensure_future(announce())
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            waiter.cancel()
+
+    try:
+        asyncio.run(run())
+    finally:
+        for handler in handlers:
+            handler.shutdown()
 
 
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(measure(int(sys.argv[1]), int(sys.argv[2])))))
+    if sys.argv[1] == "serve-v2":
+        serve_v2_baseline(Path(sys.argv[2]))
+    else:
+        print(json.dumps(asyncio.run(measure(int(sys.argv[1]), int(sys.argv[2])))))

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from modefsm.protocol._agent_v2 import ModeAgentV2
     from modefsm.protocol._http import serve_http
     from modefsm.protocol._negotiate import serve_negotiated
+    from modefsm.protocol._shared import SharedEngine
     from modefsm.replay import ReplayReport, Violation, replay
     from modefsm.restore import LogRestore, RestoreIndex, RestorePoint
     from modefsm.spec import (
@@ -90,6 +91,7 @@ _EXPORTS = {
     "RestoreSource": "modefsm.protocol",
     "Session": "modefsm.engine._engine",
     "SessionExistsError": "modefsm.errors",
+    "SharedEngine": "modefsm.protocol._shared",
     "SpecError": "modefsm.errors",
     "SpecProblem": "modefsm.errors",
     "StaleOptionError": "modefsm.errors",
@@ -168,6 +170,7 @@ __all__ = [
     "SessionExistsError",
     "SessionMoved",
     "SessionStore",
+    "SharedEngine",
     "SpecError",
     "SpecProblem",
     "StaleOptionError",

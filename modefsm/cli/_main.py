@@ -99,18 +99,21 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "it answers with the current mode. Transports: stdio (the default; stdout carries "
         "only ACP messages), or with --http HOST:PORT the SDK's streamable HTTP and "
         "WebSocket on the same endpoint, http://HOST:PORT/acp and ws://HOST:PORT/acp "
-        "(needs the http extra; one agent per connection; bodies, connections and idle "
+        "(needs the http extra; all connections share one engine, log and store, so a "
+        "session made on one connection can be loaded or resumed and changed on another, "
+        "and its updates reach every connection holding it; bodies, connections and idle "
         "time are bounded; no authentication: keep it on loopback). The transition log "
         "goes to --log (JSON lines, with a restore index and a conversation journal "
         "beside it, so session/load after a restart restores the mode and replays the "
         "conversation) or to stderr (no restore, the conversation kept in memory). "
-        "Protocol versions (stdio): the client's initialize.protocolVersion chooses. ACP v1 "
+        "Protocol versions (every transport): each connection's initialize.protocolVersion "
+        "chooses. ACP v1 "
         "(protocolVersion 1): modes, session/set_mode and the mode config option, "
         "session/load and session/resume. ACP v2 (Preview, protocolVersion 2 or more): the "
         'mode is only the config option with category "mode" (session/set_config_option '
         'with type "id"), switches report state_update, session/resume restores. '
         "protocolVersion 0 is answered -32022. Both versions share the log: a session made "
-        "over one can be resumed over the other, in the same mode. HTTP serves v1.",
+        "over one can be resumed over the other, in the same mode.",
     )
     _add_spec_arguments(parser)
     parser.add_argument(

@@ -25,7 +25,6 @@ import logging
 import os
 import stat
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -207,8 +206,10 @@ def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen o
     Over stdio, every request read is answered before the end (see
     :func:`modefsm.protocol.run_agent`); the status is ``0`` then, and ``1`` when the client
     closed stdout first (one line on stderr says how many requests were left unanswered).
-    Over HTTP (*http*), it serves until SIGINT or SIGTERM (status ``0``), one agent per
-    connection sharing the store and the conversation journal.
+    Over HTTP (*http*), it serves until SIGINT or SIGTERM (status ``0``): every connection
+    shares one engine (see :class:`modefsm.protocol.SharedEngine`), log, store and
+    conversation journal, so a session created on one connection can be loaded or
+    resumed and changed on another, with one chained history.
 
     Args:
         spec: the modes and policy.
@@ -220,8 +221,8 @@ def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen o
         store: the session store as a path or URL (:func:`modefsm.store.open_store`);
             ``None`` uses *log_path*. Every process given the same log file (or store)
             shares one history: a session created in one can be loaded in another.
-        protocols: the ACP versions served over stdio (``(1, 2)``: v1 and v2 clients,
-            chosen by ``initialize.protocolVersion``; ``(1,)``: v1 only). HTTP serves v1.
+        protocols: the ACP versions served (``(1, 2)``: v1 and v2 clients, chosen by
+            each connection's ``initialize.protocolVersion``; ``(1,)``: v1 only; ``(2,)``).
         http: ``(host, port)`` to serve streamable HTTP and WebSocket at
             ``http://host:port/acp`` (see :func:`modefsm.protocol.serve_http`) instead of stdio.
 
@@ -276,7 +277,7 @@ def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen o
     logging.captureWarnings(True)  # noqa: FBT003 - the logging API
     try:
         if http is not None:
-            return _serve_http(make_agent, http, diagnostics)
+            return _serve_http(spec, shared, log, conversation, http, protocols, diagnostics)
         return _serve_stdio(make_agent(), protocols, diagnostics)
     finally:
         if shared is not None:
@@ -307,13 +308,24 @@ def _check_http_extra() -> None:
         raise ModefsmError(msg) from None
 
 
-def _serve_http(
-    make_agent: Callable[[], ScriptedAgent], address: tuple[str, int], diagnostics: Diagnostics
+def _serve_http(  # noqa: PLR0917 - what serve() chose, passed on
+    spec: ModeSpec,
+    shared: SessionStore | None,
+    log: TransitionLog | None,
+    conversation: ConversationStore,
+    address: tuple[str, int],
+    protocols: tuple[int, ...],
+    diagnostics: Diagnostics,
 ) -> int:
     from modefsm.protocol._http import serve_http  # noqa: PLC0415 - the http extra
+    from modefsm.protocol._shared import SharedEngine  # noqa: PLC0415
+
+    engine = SharedEngine(spec, log=log) if shared is None else SharedEngine(spec, store=shared)
 
     def factory(conn: Any) -> ScriptedAgent:
-        agent = make_agent()
+        agent = ScriptedAgent(
+            spec, restore=shared, unstable=True, conversation=conversation, engine=engine
+        )
         agent.on_connect(conn)
         return agent
 
@@ -322,7 +334,7 @@ def _serve_http(
 
     host, port = address
     try:
-        asyncio.run(serve_http(factory, host, port, ready=ready))
+        asyncio.run(serve_http(factory, host, port, ready=ready, protocols=protocols))
     except OSError as exc:
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         msg = f"cannot listen on {host}:{port}: {reason}"

@@ -11,6 +11,7 @@ from modefsm.protocol._http import (
     serve_http,
 )
 from modefsm.protocol._negotiate import SUPPORTED_PROTOCOLS, UNSUPPORTED_PROTOCOL, serve_negotiated
+from modefsm.protocol._shared import SEND_WAIT, SharedEngine
 from modefsm.protocol._switch import (
     REQUEST_CANCELLED,
     SwitchResult,
@@ -49,6 +50,7 @@ __all__ = [
     "MAX_OPEN",
     "MAX_VALUES",
     "REQUEST_CANCELLED",
+    "SEND_WAIT",
     "SUPPORTED_PROTOCOLS",
     "UNSUPPORTED_PROTOCOL",
     "AgentFactory",
@@ -59,6 +61,7 @@ __all__ = [
     "OutputClosedError",
     "PermissionRequest",
     "RestoreSource",
+    "SharedEngine",
     "SwitchResult",
     "acp_errors",
     "check_frame",

@@ -130,6 +130,9 @@ class ModeAgent:
         conversation: where the ``switch_mode`` tool calls (and anything the host passes
             to :meth:`record`) are kept for replay; a fresh in-memory
             :class:`~modefsm.log.ConversationStore` when ``None``.
+        engine: an engine to use instead of building one (*log* and *engine_kwargs* are
+            then ignored); its ``sink`` is set to this agent's connection, which a
+            :class:`~modefsm.protocol.SharedEngine` keeps per connection.
         **engine_kwargs: passed to :class:`~modefsm.engine.ModeEngine`
             (``before_change``, ``after_change``).
 
@@ -156,10 +159,15 @@ class ModeAgent:
         restore: RestoreSource | None = None,
         unstable: bool = False,
         conversation: ConversationStore | None = None,
+        engine: ModeEngine | None = None,
         **engine_kwargs: Any,
     ) -> None:
         """Build the engine for *spec*; the connection arrives with :meth:`on_connect`."""
-        self.engine = ModeEngine(spec, log=log, sink=self._send, **engine_kwargs)
+        if engine is None:
+            self.engine = ModeEngine(spec, log=log, sink=self._send, **engine_kwargs)
+        else:  # shared with other connections (log and hooks are the engine's own)
+            self.engine = engine
+            engine.sink = self._send
         self.conversation = conversation if conversation is not None else ConversationStore()
         self.message_ids: dict[str, tuple[str, str]] = {}
         self.restore = restore

@@ -34,7 +34,7 @@ import contextlib
 import hashlib
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -480,7 +480,9 @@ class ModeAgentV2:
         self.base.stray_answer(request, response)
 
 
-def connect_v2(base: ModeAgent, transport: Any, *, listening: bool = False) -> Any:
+def connect_v2(
+    base: ModeAgent | Callable[[Any], ModeAgentV2], transport: Any, *, listening: bool = False
+) -> Any:
     """The SDK's v2 agent connection on *transport*, serving ``ModeAgentV2(base, ...)``.
 
     For a connection whose version is already chosen (its ``initialize`` asks for
@@ -489,7 +491,8 @@ def connect_v2(base: ModeAgent, transport: Any, *, listening: bool = False) -> A
     without the per-message lock of the SDK's ``AgentProtocolRouter``.
 
     Args:
-        base: the v1 agent whose engine, log and restore source the v2 face shares.
+        base: the v1 agent whose engine, log and restore source the v2 face shares, or a
+            function of the SDK's v2 connection that returns the :class:`ModeAgentV2`.
         transport: a message transport (``receive``, ``send``, ``close``).
         listening: start reading at once (else the caller awaits ``listen()``).
 
@@ -510,7 +513,7 @@ def connect_v2(base: ModeAgent, transport: Any, *, listening: bool = False) -> A
     agents: list[ModeAgentV2] = []
 
     def make(conn: Any) -> ModeAgentV2:
-        agents.append(ModeAgentV2(base, conn))
+        agents.append(ModeAgentV2(base, conn) if isinstance(base, ModeAgent) else base(conn))
         return agents[0]
 
     _v2conn, router = AgentSideConnection.attach(make, connection)

@@ -4,6 +4,14 @@
 ``acp.http.asgi.create_asgi_app`` does (``POST``/``GET``/``DELETE`` streamable HTTP, and a
 WebSocket on the same path, one agent per connection), with what the SDK leaves out:
 
+- each connection negotiates ACP v1 or v2 with the stdio code
+  (:mod:`modefsm.protocol._negotiate`): an ``initialize`` below the versions served gets
+  ``400`` with the ``-32022`` error and makes no connection (a WebSocket client may
+  initialize again); a v2 client's agent is a :class:`~modefsm.protocol.ModeAgentV2` over
+  the factory's agent, behind the same raw-param checks as on stdio;
+- agents built on one :class:`~modefsm.protocol.SharedEngine` share their sessions: the
+  transport tells the engine which connection holds which session (``session/new``,
+  ``load``, ``resume``, ``close``) and runs each connection in its own context;
 - every ``POST`` body is read with a bound (:data:`MAX_BODY_BYTES`; more: ``413``, nothing
   reaches the agent) and checked as a JSON-RPC frame by :func:`~modefsm.protocol.check_frame`
   (bad JSON, ``NaN``, a scalar, an array, a wrong envelope: ``400`` whose body is the JSON-RPC
@@ -38,23 +46,19 @@ import signal
 import socket
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from acp.agent.connection import AgentSideConnection
-
 from modefsm.errors import FrameError
-from modefsm.protocol._transport import (
-    _ANSWERED_KEPT,
-    _NOTIFICATIONS,
-    MAX_OPEN,
-    PermissionRequest,
-    _encode,
-    _permission_request,
-    _unencodable,
-    check_frame,
+from modefsm.protocol._negotiate import (
+    SUPPORTED_PROTOCOLS,
+    _first_frame,
+    chosen_version,
+    negotiated_connection,
+    unsupported,
 )
+from modefsm.protocol._shared import Peer, SharedEngine, connection_context, use_peer
+from modefsm.protocol._transport import MAX_OPEN, _encode, _Ledger, check_frame
 
 if TYPE_CHECKING:
     from starlette.responses import Response
@@ -83,77 +87,51 @@ AgentFactory = Callable[[Any], Any]
 
 
 class _Checked:
-    """A message transport wrapping the SDK's HTTP or WebSocket one with modefsm's checks."""
+    """A message transport wrapping the SDK's HTTP or WebSocket one with modefsm's checks.
 
-    def __init__(self, inner: Any) -> None:
+    The bookkeeping is stdio's (:class:`~modefsm.protocol.CheckedTransport`'s ledger):
+    the same frames reach the SDK, the same answers go out.
+    """
+
+    def __init__(self, inner: Any, peer: Peer) -> None:
         self.inner = inner
-        self.stray: Callable[[PermissionRequest, dict[str, Any]], None] | None = None
-        self.late: Callable[[PermissionRequest, dict[str, Any]], None] | None = None
-        self.open = 0
-        self.unrouted = 0
-        self._awaiting: dict[int, PermissionRequest | None] = {}
-        self._answered: OrderedDict[int, PermissionRequest] = OrderedDict()
+        self.peer = peer
+        self.engine: SharedEngine | None = None
+        self.ledger = _Ledger()
 
     def bind(self, agent: Any) -> None:
-        self.stray = getattr(agent, "stray_answer", None)
-        self.late = getattr(agent, "late_answer", None)
+        self.ledger.stray = getattr(agent, "stray_answer", None)
+        self.ledger.late = getattr(agent, "late_answer", None)
+        base = getattr(agent, "base", agent)  # a v2 agent serves its v1 agent's engine
+        engine = getattr(base, "engine", None)
+        self.engine = engine if isinstance(engine, SharedEngine) else None
 
     async def receive(self) -> dict[str, Any] | None:
         while True:
             frame = await self.inner.receive()
             if frame is None:
                 return None
-            if not self._admit(frame):
+            if not self.ledger.admit(frame):
                 continue
-            if "id" in frame and "method" in frame:
-                self.open += 1
+            if self.engine is not None and "id" in frame and "method" in frame:
+                self.engine.request_seen(self.peer, frame)
             return frame  # type: ignore[no-any-return]
 
-    def _admit(self, frame: dict[str, Any]) -> bool:
-        if "method" not in frame:
-            return self._is_expected(frame)
-        if "id" in frame:
-            return True
-        method = frame["method"]
-        if method in _NOTIFICATIONS or method.startswith(("_", "$/")):
-            return True
-        self.unrouted += 1
-        return False
-
-    def _is_expected(self, response: dict[str, Any]) -> bool:
-        request_id = response.get("id")
-        if type(request_id) is not int:
-            return False
-        if request_id in self._awaiting:
-            request = self._awaiting.pop(request_id)
-            if request is not None:
-                self._answered[request_id] = request
-                while len(self._answered) > _ANSWERED_KEPT:
-                    self._answered.popitem(last=False)
-                if self.late is not None:
-                    self.late(request, response)
-            return True
-        request = self._answered.get(request_id)
-        if request is not None and self.stray is not None:
-            self.stray(request, response)
-        return False
-
     async def send(self, message: dict[str, Any]) -> None:
-        response = "method" not in message
-        try:
-            _encode(message)
-        except (ValueError, TypeError, RecursionError):
-            if not response or "id" not in message:
-                raise
-            message = _unencodable(message)
-        if not response and type(message.get("id")) is int:
-            self._awaiting[message["id"]] = _permission_request(message)
+        message, _line = self.ledger.outgoing(message)
+        if self.engine is not None and "method" not in message:
+            self.engine.answer_sent(self.peer, message)
         await self.inner.send(message)
-        if response and self.open:
-            self.open -= 1
+        self.ledger.answered(message)
 
     async def close(self) -> None:
+        self.release()
         await self.inner.close()
+
+    def release(self) -> None:
+        if self.engine is not None:
+            self.engine.release(self.peer)
+        self.peer.closed = True
 
 
 class _WebSocketMessages:
@@ -216,8 +194,9 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
     max_body_bytes: int = MAX_BODY_BYTES,
     max_connections: int = MAX_CONNECTIONS,
     idle_seconds: float = IDLE_SECONDS,
+    protocols: tuple[int, ...] = SUPPORTED_PROTOCOLS,
 ) -> Any:
-    """An ASGI application serving ACP v1 over streamable HTTP and WebSocket at *path*.
+    """An ASGI application serving ACP v1 and v2 over streamable HTTP and WebSocket at *path*.
 
     Args:
         agent_factory: called once per connection with the SDK's ``AgentSideConnection``;
@@ -228,6 +207,10 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
         max_connections: connections served at once (``503`` beyond).
         idle_seconds: an HTTP connection idle that long (no request, no open stream) is
             closed.
+        protocols: the ACP versions served, ``(1, 2)``, ``(1,)`` or ``(2,)``; each
+            connection's first ``initialize`` chooses, as on stdio
+            (:func:`~modefsm.protocol.serve_negotiated`): a v2 client's agent is a
+            :class:`~modefsm.protocol.ModeAgentV2` over the factory's agent.
 
     Returns:
         A Starlette application (its lifespan closes every connection on shutdown).
@@ -250,24 +233,44 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
     streams: dict[str, int] = {}  # connection id -> open SSE streams
     sockets = 0
 
-    def build(wrapper: _Checked) -> Callable[[Any], Any]:
-        def factory(conn: Any) -> Any:
+    def connect(wrapper: _Checked, version: int, first: dict[str, Any] | None = None) -> Any:
+        """The SDK connection of *wrapper* for *version*; in the peer's context."""
+
+        def v1_agent(conn: Any) -> Any:
             agent = agent_factory(conn)
             wrapper.bind(agent)
             return agent
 
-        return factory
+        def v2_agent(conn: Any) -> Any:
+            from modefsm.protocol._agent_v2 import ModeAgentV2  # noqa: PLC0415 - v2 only
+
+            agent = ModeAgentV2(agent_factory(conn), conn)
+            wrapper.bind(agent)
+            return agent
+
+        return negotiated_connection(
+            wrapper, version, v1_agent, v2_agent, first=first, listening=first is None
+        )
 
     class _Server(AcpServer):
+        version = 1
+
+        async def _handle_initialize(self, message: dict[str, Any]) -> Response:
+            self.version = chosen_version(message, protocols)
+            return await super()._handle_initialize(message)
+
         def _connect(self, transport: Any) -> Any:
-            wrapper = _Checked(transport)
+            peer = Peer()
+            wrapper = _Checked(transport, peer)
             checked[id(transport)] = wrapper
-            return AgentSideConnection(build(wrapper), wrapper)
+            return connection_context(peer).run(connect, wrapper, self.version)
 
         async def handle_delete(self, *, connection_id: str | None) -> Response:
             entry = self._connections.get(connection_id) if connection_id else None
             if entry is not None:
-                checked.pop(id(entry[1]), None)
+                wrapper = checked.pop(id(entry[1]), None)
+                if wrapper is not None:
+                    wrapper.release()
             if connection_id is not None:
                 seen.pop(connection_id, None)
             return await super().handle_delete(connection_id=connection_id)
@@ -292,7 +295,7 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
                     return _error(413, -32600, too_big, limit="bytes", max=max_body_bytes)
         return bytes(body)
 
-    async def post(request: Request) -> Response:
+    async def post(request: Request) -> Response:  # noqa: PLR0911 - one answer per check
         content_type = request.headers.get("content-type")
         if content_type is None or not content_type.lower().startswith("application/json"):
             return JSONResponse({"error": "Content-Type must be application/json"}, 415)
@@ -306,6 +309,9 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
         connection_id = request.headers.get(CONNECTION_ID_HEADER)
         is_request = "id" in frame and "method" in frame
         if is_initialize_request(frame):
+            refused = unsupported(frame, protocols)
+            if refused is not None:
+                return JSONResponse(refused, status_code=400)
             if connections() >= max_connections:
                 details = f"at most {max_connections} connections are served at once"
                 return _error(
@@ -314,7 +320,7 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
         elif connection_id is not None and connection_id in server._connections:  # noqa: SLF001
             seen[connection_id] = time.monotonic()
             wrapper = checked.get(id(server._connections[connection_id][1]))  # noqa: SLF001
-            if is_request and wrapper is not None and wrapper.open >= MAX_OPEN:
+            if is_request and wrapper is not None and wrapper.ledger.open >= MAX_OPEN:
                 details = f"at most {MAX_OPEN} requests of a connection are answered at once"
                 return _error(429, -32600, details, frame["id"], limit="open", max=MAX_OPEN)
         response = await server.handle_post(
@@ -371,12 +377,18 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
             await ws.accept(
                 headers=[(CONNECTION_ID_HEADER.lower().encode(), uuid.uuid4().hex.encode())]
             )
-            wrapper = _Checked(_WebSocketMessages(ws))
-            conn = AgentSideConnection(build(wrapper), wrapper, listening=False)
-            try:
-                await conn.listen()
-            finally:
-                await conn.close()
+            peer = Peer()
+            wrapper = _Checked(_WebSocketMessages(ws), peer)
+            with use_peer(peer):
+                first, version = await _first_frame(wrapper, protocols)
+                if first is None:
+                    return
+                conn = connect(wrapper, version, first)
+                try:
+                    await conn.listen()
+                finally:
+                    wrapper.release()
+                    await conn.close()
         finally:
             sockets -= 1
 
@@ -421,6 +433,7 @@ async def serve_http(
     max_body_bytes: int = MAX_BODY_BYTES,
     max_connections: int = MAX_CONNECTIONS,
     idle_seconds: float = IDLE_SECONDS,
+    protocols: tuple[int, ...] = SUPPORTED_PROTOCOLS,
 ) -> None:
     """Serve :func:`create_app` on uvicorn at *host*:*port* until SIGINT or SIGTERM.
 
@@ -433,6 +446,7 @@ async def serve_http(
         max_body_bytes: see :func:`create_app`; also the largest WebSocket message.
         max_connections: see :func:`create_app`.
         idle_seconds: see :func:`create_app`.
+        protocols: see :func:`create_app`.
 
     Raises:
         OSError: the address cannot be bound.
@@ -444,6 +458,7 @@ async def serve_http(
         max_body_bytes=max_body_bytes,
         max_connections=max_connections,
         idle_seconds=idle_seconds,
+        protocols=protocols,
     )
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.create_server((host, port), family=family, reuse_port=False)

@@ -97,11 +97,13 @@ class _Gate:
     async def receive(self) -> dict[str, Any] | None:
         if self.first is not None:
             first, self.first = self.first, None
-            return first
+            return _as_v2(first) if self.v2 else first
         while True:
             frame = await self.inner.receive()
             if frame is None or not self.v2 or "id" not in frame or "method" not in frame:
                 return frame
+            if frame["method"] == "initialize":
+                return _as_v2(frame)
             answer = _v2_params_error(frame)
             if answer is None:
                 return frame
@@ -114,21 +116,68 @@ class _Gate:
         await self.inner.close()
 
 
-async def _first_frame(transport: CheckedTransport, protocols: tuple[int, ...]) -> Any:
+def unsupported(frame: dict[str, Any], protocols: tuple[int, ...]) -> dict[str, Any] | None:
+    """The ``-32022`` answer to an ``initialize`` request asking for a version below *protocols*."""
+    params = frame.get("params")
+    version = params.get("protocolVersion") if isinstance(params, dict) else None
+    if type(version) is int and 0 <= version < min(protocols):
+        text = f"protocolVersion: {version} is not supported"
+        data = {"requested": version, "supported": list(protocols)}
+        return _error(frame["id"], UNSUPPORTED_PROTOCOL, text, data)
+    return None
+
+
+def chosen_version(frame: dict[str, Any], protocols: tuple[int, ...]) -> int:
+    """The version served to the client whose first request is *frame* (an ``initialize``)."""
+    params = frame.get("params") if frame.get("method") == "initialize" else None
+    version = params.get("protocolVersion") if isinstance(params, dict) else None
+    if type(version) is int and version >= 2 and 2 in protocols:  # noqa: PLR2004
+        return 2
+    return 1 if 1 in protocols else 2
+
+
+async def _first_frame(transport: Any, protocols: tuple[int, ...]) -> Any:
     """The first frame the agent gets, and its version; ``-32022`` answered meanwhile."""
     while True:
         frame = await transport.receive()
         if frame is None or frame.get("method") != "initialize" or "id" not in frame:
             return frame, 1 if 1 in protocols else 2
-        params = frame.get("params")
-        version = params.get("protocolVersion") if isinstance(params, dict) else None
-        if type(version) is int and 0 <= version < min(protocols):
-            text = f"protocolVersion: {version} is not supported"
-            data = {"requested": version, "supported": list(protocols)}
-            await transport.send(_error(frame["id"], UNSUPPORTED_PROTOCOL, text, data))
-            continue
-        wanted = 2 if type(version) is int and version >= 2 and 2 in protocols else 1  # noqa: PLR2004
-        return frame, wanted
+        answer = unsupported(frame, protocols)
+        if answer is None:
+            return frame, chosen_version(frame, protocols)
+        await transport.send(answer)
+
+
+def negotiated_connection(
+    transport: Any,
+    version: int,
+    v1_agent: Any,
+    v2_agent: Any,
+    *,
+    first: dict[str, Any] | None = None,
+    listening: bool = False,
+) -> Any:
+    """The SDK connection serving *transport* to a client of ACP *version*.
+
+    Args:
+        transport: a message transport (``receive``/``send``/``close``) whose frames are
+            already checked.
+        version: ``1``: the v1 agent on the SDK's ``AgentSideConnection``; ``2``: the
+            SDK's v2 ``AgentSideConnection`` with *v2_agent*
+            (:func:`~modefsm.protocol._agent_v2.connect_v2`), behind the v2 raw-param
+            checks, its ``initialize`` asking for ``protocolVersion`` 2.
+        v1_agent: the v1 agent, or a factory called with the SDK's connection.
+        v2_agent: called with the SDK's v2 connection; returns the v2 agent.
+        first: a frame already read, given to the connection first.
+        listening: start reading at once (the HTTP transport) rather than on ``listen()``.
+    """
+    gate = _Gate(transport, first)
+    if version == 2:  # noqa: PLR2004
+        from modefsm.protocol._agent_v2 import connect_v2  # noqa: PLC0415 - v2 only when asked
+
+        gate.v2 = True
+        return connect_v2(v2_agent, gate, listening=listening)
+    return AgentSideConnection(v1_agent, gate, listening=listening, use_unstable_protocol=True)
 
 
 async def serve_negotiated(
@@ -168,16 +217,13 @@ async def serve_negotiated(
     first, version = first_task.result()
     if first is None:
         return transport
-    gate = _Gate(transport, first)
-    conn: Any
-    if version == 2:  # noqa: PLR2004
-        from modefsm.protocol._agent_v2 import connect_v2  # noqa: PLC0415 - v2 only when asked
 
-        gate.v2 = True
-        gate.first = _as_v2(first)
-        conn = connect_v2(agent, gate)
-        holder["agent"] = conn.agent
-    else:
-        conn = AgentSideConnection(agent, gate, listening=False, use_unstable_protocol=True)
+    def v2_agent(connection: Any) -> Any:
+        from modefsm.protocol._agent_v2 import ModeAgentV2  # noqa: PLC0415 - v2 only when asked
+
+        holder["agent"] = ModeAgentV2(agent, connection)
+        return holder["agent"]
+
+    conn = negotiated_connection(transport, version, agent, v2_agent, first=first)
     await _serve_connection(conn, transport, output.closed)
     return transport

@@ -568,6 +568,106 @@ class _Output(asyncio.BaseProtocol):
         return self.closed
 
 
+class _Ledger:
+    """The frame bookkeeping both transports share (stdio here, HTTP and WebSocket in _http).
+
+    Which checked frames reach the SDK (:meth:`admit`), the requests read and not answered
+    (:attr:`open`), the agent's own requests awaiting an answer, and what each frame
+    written is on the wire (:meth:`outgoing`).
+
+    Attributes:
+        stray: called with a second answer to a ``session/request_permission``.
+        late: called with the first answer to a ``session/request_permission``.
+        open: requests admitted and not answered yet.
+        unrouted: notifications of methods the SDK does not route, dropped.
+        awaiting: the agent's requests (by id) the client has not answered.
+    """
+
+    def __init__(
+        self,
+        stray: StrayAnswer | None = None,
+        late: StrayAnswer | None = None,
+        changed: Callable[[], None] | None = None,
+    ) -> None:
+        """Start empty; *changed* is called whenever a request opens or closes."""
+        self.stray = stray
+        self.late = late
+        self._changed = changed or (lambda: None)
+        self.open = 0
+        self.unrouted = 0
+        self.awaiting: dict[int, PermissionRequest | None] = {}
+        self._answered: OrderedDict[int, PermissionRequest] = OrderedDict()
+
+    def admit(self, frame: dict[str, Any]) -> bool:
+        """Whether the SDK gets *frame*: requests, routed notifications, awaited responses.
+
+        An admitted request counts as open until :meth:`outgoing` sees its answer.
+        """
+        if "method" not in frame:
+            return self._is_expected(frame)
+        if "id" in frame:
+            self.open += 1
+            self._changed()
+            return True
+        method = frame["method"]
+        if method in _NOTIFICATIONS or method.startswith("_"):
+            return True
+        self.unrouted += 1  # JSON-RPC: a notification is never answered
+        return False
+
+    def _is_expected(self, response: dict[str, Any]) -> bool:
+        """Whether *response* answers a request the agent is still waiting for."""
+        request_id = response["id"]
+        if type(request_id) is not int:
+            return False  # the agent's requests have integer ids
+        if request_id in self.awaiting:
+            request = self.awaiting.pop(request_id)
+            self._changed()
+            if request is not None:
+                self._answered[request_id] = request
+                while len(self._answered) > _ANSWERED_KEPT:
+                    self._answered.popitem(last=False)
+                if self.late is not None:
+                    self.late(request, response)
+            return True
+        request = self._answered.get(request_id)
+        if request is not None and self.stray is not None:
+            self.stray(request, response)
+        return False
+
+    def outgoing(self, message: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        """*message* as it goes out, and its line of standard JSON.
+
+        A response that cannot be encoded becomes an error answer for the same id; an
+        error answer longer than ``_ERROR_BYTES`` has its strings cut to
+        :data:`MAX_ECHO_CHARS` characters. A request of the agent's is then awaited.
+
+        Raises:
+            ValueError, TypeError: a request or notification that cannot be encoded.
+        """
+        response = "method" not in message
+        try:
+            data = _encode(message)
+        except (ValueError, TypeError, RecursionError):
+            if not response or "id" not in message:
+                raise
+            message = _unencodable(message)
+            data = _encode(message)
+        if response and len(data) > _ERROR_BYTES and "error" in message:
+            message = {**message, "error": _cut(message["error"])}
+            data = _encode(message)
+        if not response and type(message.get("id")) is int:
+            self.awaiting[message["id"]] = _permission_request(message)
+            self._changed()
+        return message, data
+
+    def answered(self, message: dict[str, Any]) -> None:
+        """*message* was written: if it is an answer, one request less is open."""
+        if "method" not in message and self.open:
+            self.open -= 1
+            self._changed()
+
+
 class CheckedTransport:
     """A message transport over newline-delimited JSON that checks every frame both ways.
 
@@ -594,22 +694,27 @@ class CheckedTransport:
         """Read frames from *reader* and write them to *writer*."""
         self._reader = reader
         self._writer = writer
-        self._stray = stray
-        self._late = late
         self._lock = asyncio.Lock()
-        self._awaiting: dict[int, PermissionRequest | None] = {}
-        self._answered: OrderedDict[int, PermissionRequest] = OrderedDict()
-        self._open = 0
         self._changed = asyncio.Event()
-        self.unrouted = 0
+        self._ledger = _Ledger(stray, late, self._changed.set)
 
     @property
     def open_requests(self) -> int:
         """Requests read and not answered yet."""
-        return self._open
+        return self._ledger.open
+
+    @property
+    def unrouted(self) -> int:
+        """Notifications of methods the SDK does not route, dropped unanswered."""
+        return self._ledger.unrouted
+
+    def _settled_but_awaiting(self) -> bool:
+        """Every request read is answered, or waits for the client's answer to the agent."""
+        return self._ledger.open <= len(self._ledger.awaiting)
 
     def _busy(self) -> bool:
-        return self._open >= MAX_OPEN or self._open - len(self._awaiting) >= MAX_IN_FLIGHT
+        ledger = self._ledger
+        return ledger.open >= MAX_OPEN or ledger.open - len(ledger.awaiting) >= MAX_IN_FLIGHT
 
     async def _until(self, ready: Callable[[], bool], limit: float | None = None) -> bool:
         """Wait until *ready()* (re-checked whenever requests open or close); whether it is."""
@@ -628,7 +733,7 @@ class CheckedTransport:
 
     async def settle(self, limit: float) -> bool:
         """Wait up to *limit* seconds until every request read is answered; whether it is."""
-        return await self._until(lambda: self._open == 0, limit)
+        return await self._until(lambda: self._ledger.open == 0, limit)
 
     async def receive(self) -> dict[str, Any] | None:
         """The next good frame; bad ones are answered (requests) or dropped, and skipped.
@@ -646,16 +751,15 @@ class CheckedTransport:
                 await self._writer.drain()
             line = await self._read_line()
             if line is None:
-                await self._until(lambda: self._open <= len(self._awaiting), EOF_GRACE)
+                await self._until(self._settled_but_awaiting, EOF_GRACE)
                 return None
             frame = await self._checked(line)
-            if frame is None or not self._admit(frame):
+            if frame is None:
                 continue
-            if "id" in frame and "method" in frame:
-                if self._busy():
-                    await self._until(lambda: not self._busy())
-                self._open += 1
-            return frame
+            if "id" in frame and "method" in frame and self._busy():
+                await self._until(lambda: not self._busy())
+            if self._ledger.admit(frame):
+                return frame
 
     async def _checked(self, line: bytes | FrameError) -> dict[str, Any] | None:
         """The frame in *line*; ``None`` for a blank or bad one (answered if a request)."""
@@ -670,38 +774,6 @@ class CheckedTransport:
                 await self._write(_encode(bad.to_response()))
             return None
 
-    def _admit(self, frame: dict[str, Any]) -> bool:
-        """Whether the SDK gets *frame*: requests, routed notifications, awaited responses."""
-        if "method" not in frame:
-            return self._is_expected(frame)
-        if "id" in frame:
-            return True
-        method = frame["method"]
-        if method in _NOTIFICATIONS or method.startswith("_"):
-            return True
-        self.unrouted += 1  # JSON-RPC: a notification is never answered
-        return False
-
-    def _is_expected(self, response: dict[str, Any]) -> bool:
-        """Whether *response* answers a request the agent is still waiting for."""
-        request_id = response["id"]
-        if type(request_id) is not int:
-            return False  # the agent's requests have integer ids
-        if request_id in self._awaiting:
-            request = self._awaiting.pop(request_id)
-            self._changed.set()
-            if request is not None:
-                self._answered[request_id] = request
-                while len(self._answered) > _ANSWERED_KEPT:
-                    self._answered.popitem(last=False)
-                if self._late is not None:
-                    self._late(request, response)
-            return True
-        request = self._answered.get(request_id)
-        if request is not None and self._stray is not None:
-            self._stray(request, response)
-        return False
-
     async def send(self, message: dict[str, Any]) -> None:
         """Write *message* as one line; a response that is not JSON-encodable becomes an error.
 
@@ -712,27 +784,14 @@ class CheckedTransport:
             ValueError, TypeError: a request or notification that cannot be encoded.
             OutputClosedError: stdout is closed.
         """
-        response = "method" not in message
-        try:
-            data = _encode(message)
-        except (ValueError, TypeError, RecursionError):
-            if not response or "id" not in message:
-                raise
-            data = _encode(_unencodable(message))
-        if response and len(data) > _ERROR_BYTES and "error" in message:
-            data = _encode({**message, "error": _cut(message["error"])})
-        if not response and type(message.get("id")) is int:
-            self._awaiting[message["id"]] = _permission_request(message)
-            self._changed.set()
+        message, data = self._ledger.outgoing(message)
         await self._write(data)
-        if response and self._open:
-            self._open -= 1
-            self._changed.set()
+        self._ledger.answered(message)
 
     async def _write(self, data: bytes) -> None:
         async with self._lock:
             if self._writer.transport.is_closing():
-                raise OutputClosedError(self._open)
+                raise OutputClosedError(self._ledger.open)
             self._writer.write(data)
             await self._writer.drain()
 

@@ -23,6 +23,7 @@ from modefsm import (
     RestorePoint,
     Session,
     SessionStore,
+    SharedEngine,
     SwitchResult,
     TransitionLog,
     Violation,
@@ -106,12 +107,13 @@ def share_a_store() -> None:
 
 
 def serve_over_http() -> None:
-    """**Transports.** One agent per connection, over streamable HTTP and WebSocket."""
+    """**Transports.** One agent per connection, one engine for all of them."""
     index = RestoreIndex("modes.index")
     log = TransitionLog.to_file("modes.jsonl", index=index, close_index=True)
+    engine = SharedEngine(preset("seed"), log=log)
 
-    def factory(conn: Any) -> ModeAgent:  # one agent per connection
-        agent = ModeAgent(preset("seed"), log=log, restore=index)
+    def factory(conn: Any) -> ModeAgent:  # one agent per connection, one engine
+        agent = ModeAgent(preset("seed"), engine=engine, restore=index)
         agent.on_connect(conn)
         return agent
 

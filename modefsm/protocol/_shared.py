@@ -1,0 +1,264 @@
+"""One engine for every connection of a server: sessions shared, notifications routed.
+
+A :class:`SharedEngine` is a :class:`~modefsm.engine.ModeEngine` that several client
+connections use at once (``modefsm serve --http``: every HTTP and WebSocket connection of
+the process). A session created on one connection can be loaded or resumed on another and
+changed there; its records form one chained history, as with one connection.
+
+Each connection runs in its own :class:`Peer` context (:func:`connection_context`). The
+connection's agent sets the engine's ``sink`` and ``protocol`` as it would on an engine of
+its own; a shared engine keeps both per connection. Then:
+
+- a record of a change says the ACP protocol version of the connection that made it;
+- a ``session/update`` of a session goes to every connection holding the session, in
+  commit order, each rendered by its own agent (a v1 connection never gets a v2-only
+  update such as ``state_update``). A connection holds a session once its
+  ``session/new`` answer names it, or from its ``session/load``/``session/resume``
+  request on (dropped again if that fails), until its ``session/close`` succeeds or the
+  connection closes;
+- what a ``session/load``/``session/resume`` sends while it runs (the replayed
+  conversation, v2's ``state_update``) goes to the loading connection only; mode changes
+  committed meanwhile (a restore fallback, a change made on another connection) go to
+  every holder;
+- a connection that has not taken an update within :data:`SEND_WAIT` seconds (an HTTP
+  client that stopped reading its stream) stops holding the session, so it never holds
+  the others up; the failure is logged as ``modefsm.notify_failed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from modefsm.engine._engine import ModeEngine
+
+__all__ = ["SEND_WAIT", "SharedEngine"]
+
+SEND_WAIT = 10.0
+"""Seconds a connection may take to accept one ``session/update`` before it is dropped."""
+
+Sink = Callable[[str, Any], Awaitable[None]]
+
+
+@dataclass(eq=False)
+class Peer:
+    """One client connection of a :class:`SharedEngine`.
+
+    Attributes:
+        protocol: the ACP version its agent set (``None``: v1, not written in records).
+        sink: its agent's ``session/update`` sender.
+        attaching: ``{request id: sessionId}`` of its ``session/load``/``session/resume``
+            requests not answered yet.
+        sessions: the sessions it holds.
+        closed: the connection is closed; it gets nothing more.
+    """
+
+    protocol: int | None = None
+    sink: Sink | None = None
+    attaching: dict[Any, str] = field(default_factory=dict)
+    sessions: set[str] = field(default_factory=set)
+    closed: bool = False
+    _asked: dict[Any, tuple[str, str | None, bool]] = field(default_factory=dict)
+
+
+_CURRENT: contextvars.ContextVar[Peer | None] = contextvars.ContextVar("modefsm_peer", default=None)
+
+
+def connection_context(peer: Peer) -> contextvars.Context:
+    """A context to run a connection in: the tasks started in it belong to *peer*."""
+    context = contextvars.copy_context()
+    context.run(_CURRENT.set, peer)
+    return context
+
+
+@contextlib.contextmanager
+def use_peer(peer: Peer) -> Iterator[None]:
+    """Run the block (and the tasks it starts) as *peer*'s."""
+    token = _CURRENT.set(peer)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
+@dataclass(frozen=True, slots=True)
+class _Targeted:
+    """An update for one connection only (sent while it loads or resumes the session)."""
+
+    update: Any
+    peer: Peer
+
+    @property
+    def session_update(self) -> Any:
+        return getattr(self.update, "session_update", None)
+
+
+_ATTACHING = frozenset({"session/load", "session/resume"})
+_TRACKED = frozenset({"session/new", "session/close", *_ATTACHING})
+
+
+def _is_v2(update: Any) -> bool:
+    return type(update).__module__.startswith("acp.experimental.v2")
+
+
+class SharedEngine(ModeEngine):
+    """A :class:`~modefsm.engine.ModeEngine` for several connections at once (see module).
+
+    Takes the arguments of :class:`~modefsm.engine.ModeEngine` but ``sink``: each
+    connection's agent sets its own (``engine.sink = ...`` inside the connection's
+    context). Outside any connection context, ``sink`` and ``protocol`` behave as on a
+    plain engine.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Build the engine; the holders of each session start empty."""
+        self._own_sink: Sink | None = None
+        self._own_protocol: int | None = None
+        self._holders: dict[str, list[Peer]] = {}
+        super().__init__(*args, **kwargs)
+
+    # -- per connection ------------------------------------------------------------------
+
+    @property
+    def sink(self) -> Sink:
+        """The fan-out to the holders (what :meth:`flush` sends through)."""
+        return self._fan_out
+
+    @sink.setter
+    def sink(self, value: Sink | None) -> None:
+        peer = _CURRENT.get()
+        if peer is None:
+            self._own_sink = value
+        else:
+            peer.sink = value
+
+    @property
+    def protocol(self) -> int | None:
+        """The ACP version of the connection making the change (records carry it)."""
+        peer = _CURRENT.get()
+        return self._own_protocol if peer is None else peer.protocol
+
+    @protocol.setter
+    def protocol(self, value: int | None) -> None:
+        peer = _CURRENT.get()
+        if peer is None:
+            self._own_protocol = value
+        else:
+            peer.protocol = value
+
+    # -- holders -------------------------------------------------------------------------
+
+    def attach(self, session_id: str, peer: Peer) -> bool:
+        """Make *peer* a holder of *session_id*; whether it was not one already."""
+        if peer.closed or session_id in peer.sessions:
+            return False
+        self._holders.setdefault(session_id, []).append(peer)
+        peer.sessions.add(session_id)
+        return True
+
+    def detach(self, session_id: str, peer: Peer) -> None:
+        """*peer* no longer holds *session_id*."""
+        if session_id not in peer.sessions:
+            return
+        peer.sessions.discard(session_id)
+        holders = self._holders[session_id]
+        holders.remove(peer)
+        if not holders:
+            del self._holders[session_id]
+
+    def release(self, peer: Peer) -> None:
+        """*peer*'s connection closed: it holds nothing and gets nothing more."""
+        peer.closed = True
+        for session_id in list(peer.sessions):
+            self.detach(session_id, peer)
+        peer.attaching.clear()
+        peer._asked.clear()  # noqa: SLF001 - the peer's bookkeeping is the engine's
+
+    def holders(self, session_id: str) -> list[Peer]:
+        """The connections holding *session_id*, oldest first."""
+        return list(self._holders.get(session_id, ()))
+
+    def request_seen(self, peer: Peer, frame: dict[str, Any]) -> None:
+        """A request *peer*'s client sent: ``session/new``, ``load``, ``resume``, ``close``."""
+        method = frame.get("method")
+        if method not in _TRACKED or peer.closed:
+            return
+        params = frame.get("params")
+        session_id = params.get("sessionId") if isinstance(params, dict) else None
+        if not isinstance(session_id, str):
+            session_id = None
+        request_id = frame["id"]
+        new = False
+        if method in _ATTACHING and session_id is not None:
+            peer.attaching[request_id] = session_id
+            new = self.attach(session_id, peer)
+        peer._asked[request_id] = (method, session_id, new)  # noqa: SLF001
+
+    def answer_sent(self, peer: Peer, message: dict[str, Any]) -> None:
+        """The answer to a request of *peer*: hold or let go of the session it names."""
+        asked = peer._asked.pop(message.get("id"), None)  # noqa: SLF001
+        if asked is None:
+            return
+        method, session_id, new = asked
+        peer.attaching.pop(message.get("id"), None)
+        result = message.get("result")
+        if method == "session/new":
+            created = result.get("sessionId") if isinstance(result, dict) else None
+            if isinstance(created, str):
+                self.attach(created, peer)
+        elif session_id is None:
+            return
+        elif method == "session/close":
+            if "result" in message:
+                self.detach(session_id, peer)
+        elif "result" not in message and new:
+            self.detach(session_id, peer)
+
+    def close_session(self, session_id: str) -> None:
+        """As :meth:`ModeEngine.close_session`; the session then has no holders."""
+        super().close_session(session_id)
+        for peer in self._holders.pop(session_id, ()):
+            peer.sessions.discard(session_id)
+
+    # -- routing -------------------------------------------------------------------------
+
+    def _route(self, session_id: str, update: Any) -> Any:
+        peer = _CURRENT.get()
+        if peer is not None and session_id in peer.attaching.values():
+            return _Targeted(update, peer)
+        return update
+
+    async def notify(self, session_id: str, update: Any) -> None:
+        """As :meth:`ModeEngine.notify`; during a load or resume, to the loader only."""
+        await super().notify(session_id, self._route(session_id, update))
+
+    def enqueue(self, session_id: str, update: Any) -> None:
+        """As :meth:`ModeEngine.enqueue`; during a load or resume, to the loader only."""
+        super().enqueue(session_id, self._route(session_id, update))
+
+    async def _fan_out(self, session_id: str, update: Any) -> None:
+        if isinstance(update, _Targeted):
+            peers = [update.peer] if not update.peer.closed else []
+            update = update.update
+        else:
+            peers = self.holders(session_id)
+        if not peers and self._own_sink is not None:  # a session of no connection
+            await self._own_sink(session_id, update)
+            return
+        v2_only = _is_v2(update)
+        for peer in peers:
+            if peer.sink is None or (v2_only and peer.protocol != 2):  # noqa: PLR2004
+                continue
+            try:
+                await asyncio.wait_for(peer.sink(session_id, update), SEND_WAIT)
+            except (TimeoutError, ConnectionError) as exc:
+                self.detach(session_id, peer)
+                kind = getattr(update, "session_update", None)
+                self._log_failure("modefsm.notify_failed", session_id, exc, update=kind)
+            except Exception as exc:  # noqa: BLE001 - one bad connection must not stop the rest
+                kind = getattr(update, "session_update", None)
+                self._log_failure("modefsm.notify_failed", session_id, exc, update=kind)

@@ -1,0 +1,165 @@
+"""Helpers of the HTTP end-to-end tests: a real `modefsm serve --http` and the SDK's clients."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.client
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import acp
+
+from modefsm import preset
+from tests.acp_client import TestClient
+from tests.conftest import mode_option
+
+SEED = preset("seed")
+TIMEOUT = 30
+
+
+@contextlib.contextmanager
+def http_server(log: Path, *args: str) -> Iterator[str]:
+    """`modefsm serve --http 127.0.0.1:0 --log LOG ARGS`; yields its URL; SIGTERM at the end."""
+    command = [sys.executable, "-m", "modefsm", "serve", "--http", "127.0.0.1:0"]
+    process = subprocess.Popen(
+        [*command, "--log", str(log), *args], stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
+    )
+    assert process.stderr is not None
+    try:
+        line = process.stderr.readline().decode()
+        found = re.fullmatch(r"modefsm serve: listening on (http://127\.0\.0\.1:\d+/acp)\n", line)
+        assert found, line
+        yield found.group(1)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(15)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.stderr.close()
+    assert process.returncode == 0
+
+
+async def transport_to(url: str, kind: str) -> Any:
+    """The SDK's client transport: streamable HTTP (``http``) or WebSocket (``ws``)."""
+    from acp.http import create_http_stream
+    from acp.ws import create_websocket_stream
+
+    if kind == "http":
+        return create_http_stream(url)
+    return await create_websocket_stream(url.replace("http://", "ws://"))
+
+
+@contextlib.asynccontextmanager
+async def v1_client(url: str, kind: str) -> AsyncIterator[tuple[Any, TestClient]]:
+    """The SDK's v1 client, initialized, recording every frame."""
+    client = TestClient()
+    transport = await transport_to(url, kind)
+    conn = acp.connect_to_agent(cast("Any", client), transport, observers=[client.observe])
+    try:
+        await asyncio.wait_for(conn.initialize(protocol_version=acp.PROTOCOL_VERSION), TIMEOUT)
+        yield conn, client
+    finally:
+        await conn.close()
+
+
+def modes(current: str) -> dict[str, Any]:
+    """The v1 ``modes`` of the seed preset in mode *current*."""
+    available = []
+    for mode in SEED.modes:
+        entry: dict[str, Any] = {"id": mode.id, "name": mode.name}
+        if mode.description is not None:
+            entry["description"] = mode.description
+        available.append(entry)
+    return {"currentModeId": current, "availableModes": available}
+
+
+def mode_updates(session_id: str, mode: str) -> list[dict[str, Any]]:
+    """The two v1 notifications of a change to *mode* (frames without ``jsonrpc``)."""
+    return [
+        {
+            "method": "session/update",
+            "params": {
+                "sessionId": session_id,
+                "update": {"sessionUpdate": "current_mode_update", "currentModeId": mode},
+            },
+        },
+        {
+            "method": "session/update",
+            "params": {
+                "sessionId": session_id,
+                "update": {
+                    "sessionUpdate": "config_option_update",
+                    "configOptions": [mode_option(SEED, mode)],
+                },
+            },
+        },
+    ]
+
+
+async def until(check: Any, what: str) -> None:
+    """Wait (event loop free) until ``check()`` is true."""
+    deadline = time.monotonic() + TIMEOUT
+    while not check():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.02)
+
+
+def post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    """One raw POST; the status and the JSON body (``None`` when empty)."""
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=TIMEOUT)
+    try:
+        connection.request(
+            "POST", parts.path, body, {"Content-Type": "application/json", **(headers or {})}
+        )
+        response = connection.getresponse()
+        data = response.read()
+        return response.status, json.loads(data) if data else None
+    finally:
+        connection.close()
+
+
+def session_records(log: Path, session_id: str) -> list[dict[str, Any]]:
+    """The records of *log* about *session_id*, in order."""
+    lines = (json.loads(line) for line in log.read_bytes().splitlines())
+    return [record for record in lines if record.get("session_id") == session_id]
+
+
+def chain(log: Path, session_id: str) -> list[tuple[str, int, str | None]]:
+    """``(event, seq, to_mode)`` of every record of *log* about *session_id*."""
+    return [
+        (r["event"].removeprefix("modefsm."), r["seq"], r.get("to_mode"))
+        for r in session_records(log, session_id)
+    ]
+
+
+@contextlib.contextmanager
+def shared_server(factory: Any, name: str) -> Iterator[tuple[str, Path]]:
+    """One server for a module's tests (*factory*: pytest's ``tmp_path_factory``)."""
+    log = factory.mktemp(name) / "modes.jsonl"
+    with http_server(log) as url:
+        yield url, log
+
+
+def verify(log: Path) -> str:
+    """`modefsm replay LOG --verify`'s last line (``RESULT  clean`` for a sound chain)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "modefsm", "replay", str(log), "--verify"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return next(line for line in result.stdout.splitlines() if line.startswith("RESULT"))

@@ -1,0 +1,136 @@
+"""SharedEngine in process: holders, per-connection versions, a stuck connection let go."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from acp.experimental.v2 import schema as v2
+from acp.schema import AgentMessageChunk, TextContentBlock
+
+from modefsm import preset
+from modefsm.log import TransitionLog
+from modefsm.protocol import _shared
+from modefsm.protocol._shared import Peer, SharedEngine, use_peer
+from tests.conftest import read_log
+
+SEED = preset("seed")
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.got: list[tuple[str, Any]] = []
+
+    async def __call__(self, session_id: str, update: Any) -> None:
+        self.got.append((session_id, update))
+
+
+def kinds(recorder: Recorder) -> list[str]:
+    return [update.session_update for _session_id, update in recorder.got]
+
+
+def connected(engine: SharedEngine, protocol: int | None = None) -> tuple[Peer, Recorder]:
+    peer = Peer()
+    recorder = Recorder()
+    with use_peer(peer):
+        engine.sink = recorder
+        engine.protocol = protocol
+    return peer, recorder
+
+
+async def test_updates_go_to_the_holders_each_in_its_version(log_path):
+    log = TransitionLog.to_file(log_path)
+    engine = SharedEngine(SEED, log=log)
+    a, got_a = connected(engine)
+    b, got_b = connected(engine, 2)
+    _c, got_c = connected(engine)
+    with use_peer(a):
+        session = engine.new_session()
+    engine.attach(session.session_id, a)
+    engine.attach(session.session_id, b)
+    with use_peer(b):
+        await engine.set_mode(session.session_id, "code")
+        await engine.notify(session.session_id, v2.RunningSessionStateUpdate())
+    with use_peer(a):
+        await engine.set_mode(session.session_id, "ask")
+    log.close()
+    assert kinds(got_a) == ["current_mode_update", "config_option_update"] * 2
+    assert kinds(got_b) == [
+        "current_mode_update",
+        "config_option_update",
+        "state_update",
+        "current_mode_update",
+        "config_option_update",
+    ]
+    assert got_c.got == []  # holds nothing
+    assert [(r["to_mode"], r.get("protocol")) for r in read_log(log_path)] == [
+        ("ask", None),
+        ("code", 2),
+        ("ask", None),
+    ]
+
+
+async def test_a_load_in_progress_sends_to_the_loader_only():
+    engine = SharedEngine(SEED)
+    a, got_a = connected(engine)
+    b, got_b = connected(engine)
+    with use_peer(a):
+        session_id = engine.new_session().session_id
+    engine.attach(session_id, a)
+    engine.request_seen(b, {"id": 7, "method": "session/load", "params": {"sessionId": session_id}})
+    with use_peer(b):
+        replayed = AgentMessageChunk(
+            session_update="agent_message_chunk",
+            content=TextContentBlock(type="text", text="from the journal"),
+        )
+        await engine.notify(session_id, replayed)  # what a load replays
+    engine.answer_sent(b, {"id": 7, "error": {"code": -32603, "message": "x"}})
+    with use_peer(a):
+        await engine.set_mode(session_id, "code")
+    assert kinds(got_b) == ["agent_message_chunk"]  # and nothing after the failed load
+    assert kinds(got_a) == ["current_mode_update", "config_option_update"]
+
+
+async def test_a_stuck_connection_is_let_go_and_the_others_keep_getting_updates(
+    log_path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(_shared, "SEND_WAIT", 0.05)
+    log = TransitionLog.to_file(log_path)
+    engine = SharedEngine(SEED, log=log)
+    stuck = Peer()
+
+    async def never(session_id: str, update: Any) -> None:
+        await asyncio.Event().wait()
+
+    with use_peer(stuck):
+        engine.sink = never
+    a, got_a = connected(engine)
+    session_id = engine.new_session().session_id
+    engine.attach(session_id, stuck)
+    engine.attach(session_id, a)
+    await asyncio.wait_for(engine.set_mode(session_id, "code"), 5)
+    await asyncio.wait_for(engine.set_mode(session_id, "ask"), 5)
+    log.close()
+    assert engine.holders(session_id) == [a]
+    assert kinds(got_a) == ["current_mode_update", "config_option_update"] * 2
+    failed = [r for r in read_log(log_path) if r["event"] == "modefsm.notify_failed"]
+    assert [(r["update"], r["error"]) for r in failed] == [
+        ("current_mode_update", "TimeoutError()")
+    ]
+
+
+async def test_closing_a_session_or_a_connection_drops_its_holders():
+    engine = SharedEngine(SEED)
+    a, _ = connected(engine)
+    b, _ = connected(engine)
+    first = engine.new_session().session_id
+    second = engine.new_session().session_id
+    for peer in (a, b):
+        engine.attach(first, peer)
+        engine.attach(second, peer)
+    engine.close_session(first)
+    assert (engine.holders(first), a.sessions, b.sessions) == ([], {second}, {second})
+    engine.release(a)
+    assert (engine.holders(second), a.sessions, a.closed) == ([b], set(), True)
+    assert engine.attach(second, a) is False  # a closed connection holds nothing again
