@@ -70,6 +70,8 @@ class V2Client:
     def __init__(self) -> None:
         self.frames: list[tuple[str, dict[str, Any]]] = []
         self.answer: dict[str, Any] | None = None  # the raw outcome; None: cancelled
+        self.asked = asyncio.Event()  # set when a permission request arrives
+        self.release: asyncio.Event | None = None  # when set: answer only once it is set
 
     def observe(self, event: Any) -> None:
         self.frames.append((event.direction.value, event.message))
@@ -82,6 +84,9 @@ class V2Client:
     ) -> Any:
         from acp.experimental.v2 import schema as s2
 
+        self.asked.set()
+        if self.release is not None:
+            await self.release.wait()
         outcome = self.answer or {"outcome": "cancelled"}
         return s2.RequestPermissionResponse.model_validate({"outcome": outcome})
 
@@ -268,6 +273,70 @@ class TestV2Client:
             ("change_rejected", None, "switch_mode", "option_not_offered", 2),
             ("mode_changed", "code", "switch_mode", None, 2),
         ]
+
+
+@pytest.mark.parametrize("kind", ["http", "ws"])
+async def test_a_change_and_a_cancel_while_the_permission_is_pending(server, kind):
+    """A client change while the user decides, then the approval: the option's target lands.
+    A session/cancel while the user decides: the switch fails, the mode stays."""
+    url, log_path = server
+    async with v2_client(url, kind) as (conn, client):
+        session_id = (await conn.new_session(cwd="/")).session_id
+        await conn.set_config_option(
+            config_id="mode", session_id=session_id, value="architect", type="id"
+        )
+        client.release = asyncio.Event()
+        turn = asyncio.ensure_future(conn.prompt(session_id=session_id, prompt=prompt_text("go")))
+        await asyncio.wait_for(client.asked.wait(), TIMEOUT)
+        mark = client.mark()
+        changed = await conn.set_config_option(
+            config_id="mode", session_id=session_id, value="ask", type="id"
+        )
+        during = client.since(mark)
+        client.answer = {"outcome": "selected", "optionId": "code"}
+        client.release.set()
+        mark = client.mark()
+        approved = await asyncio.wait_for(turn, TIMEOUT)
+        after_approval = client.since(mark)
+
+        await conn.set_config_option(
+            config_id="mode", session_id=session_id, value="architect", type="id"
+        )
+        client.asked.clear()
+        client.release = asyncio.Event()  # never set: the user does not decide
+        turn = asyncio.ensure_future(conn.prompt(session_id=session_id, prompt=prompt_text("go")))
+        await asyncio.wait_for(client.asked.wait(), TIMEOUT)
+        mark = client.mark()
+        await conn.cancel_session(session_id=session_id)
+        cancelled = await asyncio.wait_for(turn, TIMEOUT)
+        after_cancel = client.since(mark)
+        resumed = await conn.resume_session(session_id=session_id, cwd="/")
+    assert [o.current_value for o in changed.config_options] == ["ask"]
+    assert during == [
+        options_update(session_id, "ask"),
+        {"id": during[-1]["id"], "result": {"configOptions": [option_v2("ask")]}},
+    ]
+    assert options_update(session_id, "code") in after_approval
+    assert after_approval[-2:] == [
+        state(session_id, "idle", stopReason="end_turn"),
+        {"id": after_approval[-1]["id"], "result": {"messageId": approved.message_id}},
+    ]
+    assert all(
+        f.get("params", {}).get("update", {}).get("sessionUpdate") != "config_option_update"
+        for f in after_cancel
+    )
+    assert after_cancel[-2:] == [
+        state(session_id, "idle", stopReason="cancelled"),
+        {"id": after_cancel[-1]["id"], "result": {"messageId": cancelled.message_id}},
+    ]
+    assert resumed.config_options[0].current_value == "architect"
+    assert records(log_path, session_id)[1:] == [
+        ("mode_changed", "architect", "set_config_option", None, 2),
+        ("mode_changed", "ask", "set_config_option", None, 2),
+        ("mode_changed", "code", "switch_mode", None, 2),
+        ("mode_changed", "architect", "set_config_option", None, 2),
+        ("change_rejected", None, "switch_mode", "cancelled", 2),
+    ]
 
 
 async def test_restart_and_resume_restores_the_mode(log_path):
