@@ -339,6 +339,59 @@ async def test_a_change_and_a_cancel_while_the_permission_is_pending(server, kin
     ]
 
 
+@pytest.mark.parametrize("kind", ["http", "ws"])
+async def test_v1_a_change_and_a_cancel_while_the_permission_is_pending(server, kind):
+    """The same two paths for the SDK's v1 client: set_mode while the user decides, then
+    the approval; session/cancel while the user decides."""
+    from tests.acp_client import select, text_block
+
+    url, log_path = server
+    decided = asyncio.Event()
+
+    async def when_decided(options: list[Any], tool_call: Any) -> Any:
+        await decided.wait()
+        return select("code")
+
+    async with v1_client(url, kind) as (conn, client):
+        session_id = (await conn.new_session(cwd="/")).session_id
+        await conn.set_session_mode(session_id=session_id, mode_id="architect")
+        client.answer = when_decided
+        turn = asyncio.ensure_future(conn.prompt(session_id=session_id, prompt=[text_block("go")]))
+        await asyncio.wait_for(client.pending.wait(), TIMEOUT)
+        mark = client.mark()
+        await conn.set_session_mode(session_id=session_id, mode_id="ask")
+        during = client.since(mark)
+        decided.set()
+        mark = client.mark()
+        approved = await asyncio.wait_for(turn, TIMEOUT)
+        after_approval = client.since(mark)
+
+        await conn.set_session_mode(session_id=session_id, mode_id="architect")
+        client.pending.clear()
+        decided = asyncio.Event()  # never set: the user does not decide
+        turn = asyncio.ensure_future(conn.prompt(session_id=session_id, prompt=[text_block("go")]))
+        await asyncio.wait_for(client.pending.wait(), TIMEOUT)
+        mark = client.mark()
+        await conn.cancel(session_id=session_id)
+        cancelled = await asyncio.wait_for(turn, TIMEOUT)
+        after_cancel = client.since(mark)
+    assert during == [*mode_updates(session_id, "ask"), {"id": during[-1]["id"], "result": {}}]
+    assert all(u in after_approval for u in mode_updates(session_id, "code"))
+    assert approved.stop_reason == "end_turn"
+    assert cancelled.stop_reason == "cancelled"
+    assert not any(
+        f.get("params", {}).get("update", {}).get("sessionUpdate") == "current_mode_update"
+        for f in after_cancel
+    )
+    assert records(log_path, session_id)[1:] == [
+        ("mode_changed", "architect", "set_mode", None, None),
+        ("mode_changed", "ask", "set_mode", None, None),
+        ("mode_changed", "code", "switch_mode", None, None),
+        ("mode_changed", "architect", "set_mode", None, None),
+        ("change_rejected", None, "switch_mode", "cancelled", None),
+    ]
+
+
 async def test_restart_and_resume_restores_the_mode(log_path):
     """Sessions made over HTTP and over WebSocket, resumed after a restart over the other."""
     made = {}
