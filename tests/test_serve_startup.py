@@ -8,11 +8,14 @@ read from its stderr. structlog renders the records, so it is loaded with the fi
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
 
 import orjson
+
+from modefsm.cli import main
 
 INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize"}
 INITIALIZE["params"] = {"protocolVersion": 1, "clientCapabilities": {}}
@@ -72,3 +75,44 @@ def test_the_first_record_loads_structlog_and_is_written_on_stderr():
         ("modefsm.session_created", 1, "ask", "info")
     ]
     assert list(records[0])[-3:] == ["digest", "event", "level"]
+
+
+class TestCollector:
+    """serve builds its start-up objects with the collector off, then freezes them."""
+
+    def test_a_spec_that_fails_leaves_the_collector_as_it_was(self, tmp_path, capsys):
+        path = tmp_path / "bad.toml"
+        path.write_text("not = [toml\n", encoding="utf-8")
+        assert (gc.isenabled(), gc.get_freeze_count()) == (True, 0)
+        assert main(["serve", "--spec", str(path)]) == 2
+        assert (gc.isenabled(), gc.get_freeze_count()) == (True, 0)
+        assert capsys.readouterr().err.startswith(f"modefsm serve: {path}: ")
+
+    def test_a_serve_that_ends_unfreezes_and_keeps_a_disabled_collector_off(
+        self, tmp_path, monkeypatch, capsys
+    ):
+        with (tmp_path / "requests.jsonl").open("w+", encoding="utf-8") as regular:
+            monkeypatch.setattr(sys, "stdin", regular)  # a regular file: serve refuses it
+            gc.disable()
+            try:
+                assert main(["serve"]) == 2
+                assert (gc.isenabled(), gc.get_freeze_count()) == (False, 0)
+            finally:
+                gc.enable()
+        assert "modefsm serve: stdin must be a pipe" in capsys.readouterr().err
+
+    def test_the_serving_process_holds_its_start_up_objects_frozen(self):
+        code = (
+            "import gc, sys\n"
+            "from modefsm.cli import _serve\n"
+            "def report(*args, **kwargs):\n"
+            "    print(gc.isenabled(), gc.get_freeze_count() > 10_000, flush=True)\n"
+            "    return 0\n"
+            "_serve.serve = report\n"
+            "from modefsm.cli import main\n"
+            "sys.exit(main(['serve']))\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
+        )
+        assert (done.returncode, done.stdout, done.stderr) == (0, "True True\n", "")
