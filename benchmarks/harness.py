@@ -58,10 +58,15 @@ def child_env() -> dict[str, str]:
     another interpreter (a system Python 3.11.2) left in the source tree made
     ``modefsm serve`` 20-30% slower for its whole life under 3.11.7, and the same code in
     another directory looked 0.7x or 1.05x the baseline. Each run compiles its own.
+
+    ``PYTHONDONTWRITEBYTECODE`` is left out: with it, no child would write the bytecode it
+    compiles, and every sample would compile every module it imports (the SDK's schema
+    among them) from source, which no installed copy does.
     """
     path = os.environ.get("PYTHONPATH")
+    inherited = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     return {
-        **os.environ,
+        **inherited,
         "PYTHONPATH": str(ROOT) if not path else f"{ROOT}{os.pathsep}{path}",
         "PYTHONPYCACHEPREFIX": _pycache_prefix(),
     }

@@ -5,6 +5,9 @@
   dependencies, imported and nothing done).
 - ``modefsm serve``: from spawn to the ``initialize`` response on its stdout (the request
   written at once), against :mod:`benchmarks.minimal_agent` (the SDK and nothing else).
+  Each of those processes also reports the CPU time (user + system) it used in all, its
+  input closed after the response: on a loaded machine the wall times wait for a core,
+  the CPU times much less so.
 
 Every sample is a fresh process; the commands alternate, so that the machine's noise falls
 on all alike, and each runs once untimed first (its bytecode compiled, the files cached).
@@ -12,6 +15,7 @@ on all alike, and each runs once untimed first (its bytecode compiled, the files
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -23,6 +27,7 @@ __all__ = ["run"]
 TITLE = "9. start-up"
 HELP = "modefsm --help wall time"
 SERVE = "spawn to initialize response"
+SERVE_CPU = "CPU time of a process answering initialize"
 
 INITIALIZE = (
     b'{"jsonrpc":"2.0","id":0,"method":"initialize",'
@@ -62,8 +67,10 @@ def _wall(args: tuple[str, ...]) -> float:
     return (time.perf_counter() - start) * 1000
 
 
-def _to_initialized(args: tuple[str, ...]) -> float:
-    """Milliseconds from spawn of the agent ``python ARGS`` to its ``initialize`` response."""
+def _to_initialized(args: tuple[str, ...]) -> tuple[float, float]:
+    """Milliseconds from spawn of the agent ``python ARGS`` to its ``initialize`` response,
+    and the milliseconds of CPU time (user + system) the process used until it ended (its
+    input closed after the response)."""
     start = time.perf_counter()
     with subprocess.Popen(
         [sys.executable, *args],
@@ -81,17 +88,19 @@ def _to_initialized(args: tuple[str, ...]) -> float:
         line = stdout.readline()
         elapsed = (time.perf_counter() - start) * 1000
         stdin.close()
-        process.wait(timeout=30)
+        stdout.read()
+        _pid, _status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(_status)
     if b'"id":0' not in line or b'"result"' not in line:
         msg = f"python {' '.join(args)}: no initialize response, got {line[:200]!r}"
         raise RuntimeError(msg)
-    return elapsed
+    return elapsed, (usage.ru_utime + usage.ru_stime) * 1000
 
 
-def sample(key: str) -> float:
-    """One sample of command *key*, in milliseconds."""
+def sample(key: str) -> tuple[float, float | None]:
+    """One sample of command *key*: milliseconds, and CPU milliseconds for an agent."""
     metric, _name, args, _baseline = COMMANDS[key]
-    return _wall(args) if metric == HELP else _to_initialized(args)
+    return (_wall(args), None) if metric == HELP else _to_initialized(args)
 
 
 @benchmark("startup", TITLE)
@@ -99,6 +108,7 @@ def run(size: Size) -> Result:
     """Each command ``3 x size.repeat`` times (once at the tiny size), alternated."""
     samples = 1 if size.name == "tiny" else 3 * size.repeat
     times: dict[str, list[float]] = {key: [] for key in COMMANDS}
+    cpu: dict[str, list[float]] = {key: [] for key in COMMANDS}
     for key in COMMANDS if size.name != "tiny" else ():  # warm-up: bytecode compiled
         sample(key)
     for index in range(samples):
@@ -106,10 +116,16 @@ def run(size: Size) -> Result:
         if index % 2:
             keys.reverse()
         for key in keys:
-            times[key].append(sample(key))
+            wall, used = sample(key)
+            times[key].append(wall)
+            if used is not None:
+                cpu[key].append(used)
     result = Result("startup", TITLE)
     for key, (metric, name, _args, baseline) in COMMANDS.items():
         result.add(Row(metric, name, "ms", times[key], baseline))
+    for key, (_metric, name, _args, baseline) in COMMANDS.items():
+        if cpu[key]:
+            result.add(Row(SERVE_CPU, name, "ms", cpu[key], baseline))
     for key, limit in (("help", 1.5), ("serve", 1.1)):
         row = result.row(COMMANDS[key][0], COMMANDS[key][1])
         ratio = result.ratio(row) or 0.0

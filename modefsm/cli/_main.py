@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -153,8 +154,6 @@ def _address(text: str) -> tuple[str, int]:
 
 
 def _run_serve(args: argparse.Namespace) -> int:
-    from modefsm.cli._serve import serve  # noqa: PLC0415 - keep `modefsm --help` fast
-
     if args.fsync and args.log is None and args.store is None:
         msg = "--fsync needs --log FILE (the log on stderr is not synced)"
         raise ModefsmError(msg)
@@ -165,14 +164,30 @@ def _run_serve(args: argparse.Namespace) -> int:
         if args.log is not None and not postgres:
             raise ModefsmError("--store and --log name the same thing for a file store: give one")
     protocols = {"1": (1,), "2": (2,), "both": (1, 2)}[args.protocol]
-    return serve(
-        _spec_from(args),
-        args.log,
-        fsync=args.fsync,
-        store=args.store,
-        protocols=protocols,
-        http=args.http,
-    )
+    # Start-up builds objects that live as long as the process (the SDK's schema, modefsm's
+    # modules, the spec): the collector is off while they are built, then they are frozen
+    # (gc.freeze), so that no collection walks them, at start-up or later while serving.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        from modefsm.cli._serve import serve  # noqa: PLC0415 - keep `modefsm --help` fast
+
+        spec = _spec_from(args)
+        gc.freeze()
+    finally:
+        if collecting:
+            gc.enable()
+    try:
+        return serve(
+            spec,
+            args.log,
+            fsync=args.fsync,
+            store=args.store,
+            protocols=protocols,
+            http=args.http,
+        )
+    finally:
+        gc.unfreeze()  # for a caller that goes on after main() (a test, an embedding host)
 
 
 def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -1,40 +1,49 @@
-"""modefsm.log: see the README's Architecture section."""
+"""modefsm.log: see the README's Architecture section.
 
-from modefsm.log._conversation import (
-    CONVERSATION_MAX_BYTES,
-    CONVERSATION_MAX_ENTRIES,
-    CONVERSATION_SESSIONS_CACHED,
-    EVENT_CONVERSATION,
-    ConversationItem,
-    ConversationStore,
-    Part,
-)
-from modefsm.log._reader import (
-    MAX_LINE,
-    Location,
-    LogEntry,
-    LogProblem,
-    ProblemKind,
-    Take,
-    read_log,
-)
-from modefsm.log._records import (
-    EVENT_CHANGED,
-    EVENT_CREATED,
-    EVENT_REJECTED,
-    EVENT_REPAIRED,
-    RECORD_EVENTS,
-    SEQ_MAX,
-    Origin,
-    RejectReason,
-    TransitionRecord,
-    canonical_record,
-    covered_digest,
-    previous_of,
-    record_digest,
-    utc_timestamp,
-)
-from modefsm.log._writer import LogIndex, TransitionLog, ignore_file_size_signal
+Each name loads its module on first use, so that writing records (the record format and
+the writer) loads neither the reader nor the conversation journal.
+"""
+
+from typing import TYPE_CHECKING
+
+from modefsm._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from modefsm.log._conversation import (
+        CONVERSATION_MAX_BYTES,
+        CONVERSATION_MAX_ENTRIES,
+        CONVERSATION_SESSIONS_CACHED,
+        EVENT_CONVERSATION,
+        ConversationItem,
+        ConversationStore,
+        Part,
+    )
+    from modefsm.log._reader import (
+        MAX_LINE,
+        Location,
+        LogEntry,
+        LogProblem,
+        ProblemKind,
+        Take,
+        read_log,
+    )
+    from modefsm.log._records import (
+        EVENT_CHANGED,
+        EVENT_CREATED,
+        EVENT_REJECTED,
+        EVENT_REPAIRED,
+        RECORD_EVENTS,
+        SEQ_MAX,
+        Origin,
+        RejectReason,
+        TransitionRecord,
+        canonical_record,
+        covered_digest,
+        previous_of,
+        record_digest,
+        utc_timestamp,
+    )
+    from modefsm.log._writer import LogIndex, TransitionLog, ignore_file_size_signal
 
 __all__ = [
     "CONVERSATION_MAX_BYTES",
@@ -69,3 +78,46 @@ __all__ = [
     "record_digest",
     "utc_timestamp",
 ]
+
+_MODULES = {
+    "modefsm.log._conversation": (
+        "CONVERSATION_MAX_BYTES",
+        "CONVERSATION_MAX_ENTRIES",
+        "CONVERSATION_SESSIONS_CACHED",
+        "EVENT_CONVERSATION",
+        "ConversationItem",
+        "ConversationStore",
+        "Part",
+    ),
+    "modefsm.log._reader": (
+        "Location",
+        "LogEntry",
+        "LogProblem",
+        "ProblemKind",
+        "Take",
+        "read_log",
+    ),
+    "modefsm.log._records": (
+        "EVENT_CHANGED",
+        "EVENT_CREATED",
+        "EVENT_REJECTED",
+        "EVENT_REPAIRED",
+        "MAX_LINE",
+        "RECORD_EVENTS",
+        "SEQ_MAX",
+        "Origin",
+        "RejectReason",
+        "TransitionRecord",
+        "canonical_record",
+        "covered_digest",
+        "previous_of",
+        "record_digest",
+        "utc_timestamp",
+    ),
+    "modefsm.log._writer": ("LogIndex", "TransitionLog", "ignore_file_size_signal"),
+}
+
+__getattr__ = lazy_exports(
+    __name__, {name: module for module, names in _MODULES.items() for name in names}
+)
+"""Import the module's names on first use of one of them."""

@@ -149,7 +149,7 @@ class TransitionRecord(BaseModel):
         digest: :func:`record_digest` of this record: 64 hex digits.
     """
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     event: Literal["modefsm.session_created", "modefsm.mode_changed", "modefsm.change_rejected"]
     timestamp: str

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol, overload
 
 import orjson
-import structlog
 
 from modefsm.errors import LogError
 from modefsm.log._records import (
@@ -169,6 +168,8 @@ class _AppendFile:
 
 
 def _processors() -> list[Callable[..., Any]]:
+    import structlog  # noqa: PLC0415 - on the first line written, not at start-up
+
     return [structlog.processors.JSONRenderer(serializer=orjson.dumps)]
 
 
@@ -186,17 +187,22 @@ class _JSONLines:
     """
 
     def __init__(self, stream: BinaryIO) -> None:
-        self._processors = tuple(_processors())
+        self._processors: tuple[Callable[..., Any], ...] = ()  # loaded by the first write
         self._write = stream.write
         self._flush = stream.flush
 
     def write(self, method: str, event: str, fields: dict[str, Any]) -> None:
         """Render ``fields``, ``event`` and ``level`` through the processors; write one line."""
         rendered: Any = {**fields, "event": event, "level": method}
-        for processor in self._processors:
+        processors = self._processors or self._load()
+        for processor in processors:
             rendered = processor(self, method, rendered)
         self._write(rendered + b"\n")
         self._flush()
+
+    def _load(self) -> tuple[Callable[..., Any], ...]:
+        self._processors = tuple(_processors())
+        return self._processors
 
     def info(self, event: str, **kw: Any) -> None:
         """The structlog logger method, for callers that hold the logger."""
