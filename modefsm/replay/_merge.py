@@ -12,7 +12,10 @@ from __future__ import annotations
 import gzip
 import heapq
 import itertools
+import stat
+import zlib
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Literal
 
 import orjson
@@ -35,7 +38,7 @@ def file_kind(path: str, *, workers: bool = True) -> FileKind:
     """
     if path == "-" or _first_event(path) == EXPORT_EVENT:
         return "plain" if path == "-" else "export"
-    if workers:
+    if workers and _regular(path):  # a FIFO's lines are read once, by the replay
         for item in itertools.islice(read_log([path]), _PEEK):
             if isinstance(item, LogEntry) and item.record.event != EVENT_REJECTED:
                 return "worker" if item.gseq is not None else "plain"
@@ -43,7 +46,12 @@ def file_kind(path: str, *, workers: bool = True) -> FileKind:
 
 
 def _first_event(path: str) -> object:
-    """The ``event`` of the first line of *path* (a gzip file's too), if it has one."""
+    """The ``event`` of the first line of *path* (a gzip file's too), if it has one.
+
+    Only a regular file is looked into: a FIFO's lines are read once, by the replay.
+    """
+    if not _regular(path):
+        return None
     try:
         with open(path, "rb") as file:  # noqa: PTH123 - a path as the user gave it
             first = file.readline(MAX_LINE)
@@ -51,9 +59,16 @@ def _first_event(path: str) -> object:
             with gzip.open(path, "rb") as file:
                 first = file.readline(MAX_LINE)
         data = orjson.loads(first)
-    except (OSError, EOFError, orjson.JSONDecodeError):
+    except (OSError, EOFError, zlib.error, orjson.JSONDecodeError):
         return None
     return data.get("event") if isinstance(data, dict) else None
+
+
+def _regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(Path(path).stat().st_mode)
+    except (OSError, ValueError):
+        return False
 
 
 _PEEK = 1000
