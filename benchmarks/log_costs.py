@@ -16,7 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from modefsm import ModeEngine, TransitionLog, preset
-from modefsm.log._records import EVENT_CHANGED, _bind, record_digest
+from modefsm.log._records import EVENT_CHANGED, record_digest
+from modefsm.log._writer import _bind
 from modefsm.restore import RestoreIndex
 
 FIELDS = {

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
         UnknownSessionError,
     )
     from modefsm.log._conversation import ConversationStore
-    from modefsm.log._records import TransitionLog, TransitionRecord
+    from modefsm.log._records import TransitionRecord
+    from modefsm.log._writer import TransitionLog
     from modefsm.protocol import ModeAgent, RestoreSource, SwitchResult, run_agent
     from modefsm.protocol._agent_v2 import ModeAgentV2
     from modefsm.protocol._http import serve_http
@@ -96,7 +97,7 @@ _EXPORTS = {
     "SwitchOffer": "modefsm.engine",
     "SwitchOption": "modefsm.spec",
     "SwitchResult": "modefsm.protocol",
-    "TransitionLog": "modefsm.log._records",
+    "TransitionLog": "modefsm.log._writer",
     "TransitionNotAllowedError": "modefsm.errors",
     "TransitionRecord": "modefsm.log._records",
     "UnknownConfigOptionError": "modefsm.errors",

@@ -66,11 +66,11 @@ from modefsm.log._records import (
     EVENT_CHANGED,
     EVENT_CREATED,
     EVENT_REJECTED,
-    TransitionLog,
     previous_of,
     record_digest,
     utc_timestamp,
 )
+from modefsm.log._writer import TransitionLog, _line_ending_at
 
 __all__ = [
     "EVENT_INDEX_MISMATCH",
@@ -79,6 +79,7 @@ __all__ = [
     "LogRestore",
     "RestoreIndex",
     "RestorePoint",
+    "check_index_path",
     "is_index",
     "last_points",
 ]
@@ -539,7 +540,7 @@ class RestoreIndex:
             return False
         if self._offset == 0 or self.head is None:
             return True
-        data = _line_ending_at(path, self._offset)
+        data = _object_ending_at(path, self._offset)
         return data is not None and data.get("digest") == self.head
 
     def _forget_offsets(self) -> None:
@@ -670,18 +671,36 @@ def _check_target(target: Path, logs: list[Path]) -> None:
             if target.resolve() == log.resolve() or target.samefile(log):
                 msg = "is one of the logs read: the restore index needs a file of its own"
                 raise LogError(msg, str(target))
+    check_index_path(target, doing="rebuild")
+
+
+def check_index_path(path: Path, *, doing: str = "open") -> None:
+    """Refuse *path* as a restore index unless it is missing, empty or a restore index.
+
+    Nothing is written: a file that holds something else is never overwritten. Only a
+    regular file is opened (read-only, by :func:`is_index`).
+
+    Args:
+        path: the restore index file.
+        doing: the verb for the message when *path* cannot be looked at (``open``,
+            ``rebuild``).
+
+    Raises:
+        LogError: *path* cannot be looked at, is a directory or another file that is not
+            a regular one, or exists, is not empty and is not a restore index.
+    """
     try:
-        status = target.stat()
+        status = path.stat()
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise LogError(f"cannot rebuild the restore index: {exc.strerror}", str(target)) from None
+        raise LogError(f"cannot {doing} the restore index: {exc.strerror}", str(path)) from None
     if stat.S_ISDIR(status.st_mode):
-        raise LogError("is a directory: give the restore index file's path", str(target))
+        raise LogError("is a directory: give the restore index file's path", str(path))
     if not stat.S_ISREG(status.st_mode):
-        raise LogError("not a regular file: the restore index must be one", str(target))
-    if status.st_size and not is_index(target):
-        raise LogError("exists and is not a restore index: not overwritten", str(target))
+        raise LogError("not a regular file: the restore index must be one", str(path))
+    if status.st_size and not is_index(path):
+        raise LogError("exists and is not a restore index: not overwritten", str(path))
 
 
 def is_index(path: Path) -> bool:
@@ -711,19 +730,22 @@ def is_index(path: Path) -> bool:
     return True
 
 
-def _line_ending_at(path: Path, offset: int) -> dict[str, Any] | None:
+def _object_ending_at(path: Path, offset: int) -> dict[str, Any] | None:
     """The JSON object on the line of *path* that ends at byte *offset*, if there is one."""
-    step = min(offset, 64 * 1024)
     try:
-        with path.open("rb") as file:
-            file.seek(offset - step)
-            tail = file.read(step)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return None
-    if len(tail) != step or not tail.endswith(b"\n"):
+    try:
+        line = _line_ending_at(fd, offset)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if line is None:
         return None
     try:
-        data = orjson.loads(tail[:-1].rsplit(b"\n", 1)[-1])
+        data = orjson.loads(line)
     except orjson.JSONDecodeError:
         return None
     return data if isinstance(data, dict) else None
@@ -735,7 +757,7 @@ def _disagreement(  # noqa: PLR0911 - one check after another, each with its sen
     """Why the index row *point* is not the log's record it names, or ``None`` if it is."""
     if digest is None or offset is None or offset <= 0:
         return "the row names no record of the log the index follows"
-    data = _line_ending_at(log, offset)
+    data = _object_ending_at(log, offset)
     if data is None or data.get("digest") != digest:
         return f"the log has no record with the row's digest at byte {offset}"
     if record_digest(data) != digest:

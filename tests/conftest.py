@@ -40,6 +40,12 @@ def read_log(path: Path) -> list[dict[str, Any]]:
     return lines
 
 
+def spec_with(ids: list[str], **extra: Any) -> ModeSpec:
+    return ModeSpec(
+        name="t", initial=ids[0], modes=[{"id": i, "name": i.upper() or "X"} for i in ids], **extra
+    )
+
+
 def mode_option(spec: ModeSpec, current: str) -> dict[str, Any]:
     """The complete mode config option, as a hand-written wire dict."""
     options = []

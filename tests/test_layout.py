@@ -24,10 +24,11 @@ import modefsm
 
 PACKAGE = Path(modefsm.__file__).resolve().parent
 
-LAYERS: dict[str, int] = {
+LAYERS: dict[str, float] = {
     "modefsm.errors": 0,
     "modefsm._lazy": 0,  # the lazy attributes of the package __init__ files
     "modefsm.spec": 1,
+    "modefsm.log._records": 1.5,  # the record format: a leaf below the writer and reader
     "modefsm.log": 2,
     "modefsm.restore": 3,
     "modefsm.store": 3,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-GOLDEN_CLEAN = Path(__file__).resolve().parent / "golden" / "clean.jsonl"
+GOLDEN_CLEAN = Path(__file__).resolve().parent / "replay" / "golden" / "clean.jsonl"
 
 
 def imported(*args: str) -> tuple[set[str], subprocess.CompletedProcess[str]]:

@@ -33,7 +33,7 @@ from acp.schema import (
 )
 
 from modefsm.cli._serve import check_log_path
-from modefsm.log._records import TransitionLog
+from modefsm.log._writer import TransitionLog
 
 __all__ = ["DemoClient", "DemoFailedError", "run_demo"]
 

@@ -34,7 +34,7 @@ from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock, User
 
 from modefsm.errors import LogError, ModefsmError
 from modefsm.log._conversation import ConversationStore
-from modefsm.log._records import TransitionLog, ignore_file_size_signal
+from modefsm.log._writer import TransitionLog, ignore_file_size_signal
 from modefsm.protocol._agent import ModeAgent
 from modefsm.protocol._negotiate import SUPPORTED_PROTOCOLS, serve_negotiated
 from modefsm.protocol._transport import BoundedPipeWriter, Diagnostics, OutputClosedError
@@ -141,6 +141,8 @@ def check_log_path(path: Path, *, index: bool = True) -> None:
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
+        if index:
+            _check_index(index_path(path))
         return
     except OSError as exc:
         raise LogError(f"cannot read the transition log: {exc.strerror}", str(path)) from None
@@ -164,18 +166,9 @@ def check_log_path(path: Path, *, index: bool = True) -> None:
 
 def _check_index(path: Path) -> None:
     """Refuse a restore index path that holds something else (it is never overwritten)."""
-    from modefsm.restore import is_index  # noqa: PLC0415 - sqlite3 only when serving
+    from modefsm.restore import check_index_path  # noqa: PLC0415 - sqlite3 only when serving
 
-    try:
-        status = path.stat()
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise LogError(f"cannot read the restore index: {exc.strerror}", str(path)) from None
-    if not stat.S_ISREG(status.st_mode):
-        raise LogError("not a regular file: the restore index must be one", str(path))
-    if status.st_size and not is_index(path):
-        raise LogError("exists and is not a restore index: not overwritten", str(path))
+    check_index_path(path, doing="read")
 
 
 def _is_log_start(head: bytes) -> bool:

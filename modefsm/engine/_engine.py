@@ -59,9 +59,9 @@ from modefsm.log._records import (
     EVENT_REJECTED,
     Origin,
     RejectReason,
-    TransitionLog,
     utc_timestamp,
 )
+from modefsm.log._writer import TransitionLog
 from modefsm.restore import RestorePoint
 from modefsm.spec import PREVIOUS, ModeSpec, PermissionOptionKind, SwitchOption
 from modefsm.spec._table import ORIGIN_KINDS, TriggerKind

@@ -25,18 +25,16 @@ from modefsm.log._records import (
     EVENT_REPAIRED,
     RECORD_EVENTS,
     SEQ_MAX,
-    LogIndex,
     Origin,
     RejectReason,
-    TransitionLog,
     TransitionRecord,
     canonical_record,
     covered_digest,
-    ignore_file_size_signal,
     previous_of,
     record_digest,
     utc_timestamp,
 )
+from modefsm.log._writer import LogIndex, TransitionLog, ignore_file_size_signal
 
 __all__ = [
     "CONVERSATION_MAX_BYTES",

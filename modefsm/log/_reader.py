@@ -48,12 +48,16 @@ from typing import Any, BinaryIO, Literal
 import orjson
 from pydantic import ValidationError
 
-from modefsm.log._records import EVENT_REPAIRED, RECORD_EVENTS, TransitionRecord, record_digest
+from modefsm.log._records import (
+    EVENT_REPAIRED,
+    MAX_LINE,
+    RECORD_EVENTS,
+    TransitionRecord,
+    record_digest,
+)
 
 __all__ = ["MAX_LINE", "Location", "LogEntry", "LogProblem", "ProblemKind", "Take", "read_log"]
 
-MAX_LINE = 1 << 20
-"""The longest line read, in bytes (1 MiB); a longer line is skipped as ``too_long``."""
 
 ProblemKind = Literal[
     "torn", "not_json", "not_a_record", "binary", "too_long", "empty", "no_records",

@@ -59,7 +59,7 @@ from acp.schema import (
 from modefsm.engine._engine import ModeEngine, Session
 from modefsm.errors import HookError, InvalidParamsError, LogError, UnknownSessionError
 from modefsm.log._conversation import ConversationStore, Part
-from modefsm.log._records import TransitionLog
+from modefsm.log._writer import TransitionLog
 from modefsm.protocol._switch import SwitchResult, propose_switch
 from modefsm.protocol._transport import PermissionRequest
 from modefsm.restore import RestorePoint

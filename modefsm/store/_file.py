@@ -46,15 +46,8 @@ import orjson
 
 from modefsm.errors import LogError
 from modefsm.log._reader import LogEntry, read_log
-from modefsm.log._records import (
-    EVENT_CHANGED,
-    EVENT_CREATED,
-    RECORD_EVENTS,
-    TransitionLog,
-    TransitionRecord,
-    _check_regular,
-    _end_torn_line,
-)
+from modefsm.log._records import EVENT_CHANGED, EVENT_CREATED, RECORD_EVENTS, TransitionRecord
+from modefsm.log._writer import TransitionLog, _check_regular, _end_torn_line
 from modefsm.restore import RestoreIndex, RestorePoint, is_index
 from modefsm.store._interface import SessionMoved, StoreBusy
 

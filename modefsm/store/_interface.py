@@ -22,7 +22,8 @@ from typing import Any, BinaryIO, Protocol
 import orjson
 
 from modefsm.errors import LogError, ModefsmError
-from modefsm.log._records import TransitionLog, TransitionRecord
+from modefsm.log._records import TransitionRecord
+from modefsm.log._writer import TransitionLog
 from modefsm.restore import RestorePoint
 
 __all__ = ["SessionMoved", "SessionStore", "StoreBusy", "open_store"]

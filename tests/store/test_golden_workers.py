@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tests.golden_workers import CASES, FILES, GOLDEN_WORKERS, clean_files, render
+from tests.replay.golden_workers import CASES, FILES, GOLDEN_WORKERS, clean_files, render
 
 pytest.importorskip("psycopg", reason="psycopg is not installed (.[postgresql])")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.golden_workers import clean_files
+from tests.replay.golden_workers import clean_files
 
 pytest.importorskip("psycopg", reason="psycopg is not installed (.[postgresql])")
 

@@ -1,0 +1,589 @@
+"""The transition log writer: one JSON line per record, written through structlog.
+
+:class:`TransitionLog` writes :class:`~modefsm.log.TransitionRecord` lines, each chained
+to the one before by ``prev`` and ``digest`` (:func:`~modefsm.log.record_digest`),
+write-ahead: a record is in the file before the change it describes becomes visible. It
+builds its own logger over a file or binary stream, or wraps a logger the host passes in.
+
+modefsm never calls ``structlog.configure()``: unconfigured structlog prints to stdout,
+which would corrupt an ACP stdio stream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import signal
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol, overload
+
+import orjson
+import structlog
+
+from modefsm.errors import LogError
+from modefsm.log._records import (
+    EVENT_CHANGED,
+    EVENT_CREATED,
+    EVENT_REJECTED,
+    EVENT_REPAIRED,
+    MAX_LINE,
+    RECORD_EVENTS,
+    previous_of,
+    record_digest,
+    utc_timestamp,
+)
+
+__all__ = ["LogIndex", "TransitionLog", "ignore_file_size_signal"]
+
+
+def ignore_file_size_signal() -> None:
+    """Make a write past the file size limit (``RLIMIT_FSIZE``) fail instead of killing.
+
+    By default ``SIGXFSZ`` ends the process when a write reaches the limit; ignored, the
+    write fails with ``EFBIG``, which :class:`TransitionLog` turns into a :class:`LogError`
+    (the change is not made). A no-op where the signal does not exist, or outside the main
+    thread (where handlers cannot be set).
+    """
+    if hasattr(signal, "SIGXFSZ"):
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+class LogIndex(Protocol):
+    """What a :class:`TransitionLog` keeps current as it writes: a restore index.
+
+    :class:`~modefsm.restore.RestoreIndex` is the one modefsm ships; the log only calls
+    these members (the index module reads the log, the log does not import it).
+    """
+
+    head: str | None
+    """The ``digest`` of the last record indexed."""
+    report: Callable[[str, dict[str, Any]], None] | None
+    """Where the index reports a row that disagrees with the log (the log's ``write``)."""
+
+    def catch_up(self, log: str | Path) -> int:
+        """Apply the records of *log* not indexed yet; return how many."""
+        ...  # pragma: no cover
+
+    def update(  # noqa: PLR0917 - a record's fields, in order
+        self,
+        session_id: str,
+        mode: str,
+        seq: int,
+        offset: int | None,
+        head: str | None,
+        previous: tuple[str | None, bool] = (None, False),
+    ) -> None:
+        """Note a committed record (after its line is written); never raises."""
+        ...  # pragma: no cover
+
+    def advance(self, offset: int | None, head: str | None) -> None:
+        """Note a record that moves no session (a rejection)."""
+        ...  # pragma: no cover
+
+    def restore_point(self, session_id: str) -> Any:
+        """The session's last committed point (a :class:`~modefsm.restore.RestorePoint`)."""
+        ...  # pragma: no cover
+
+    def commit(self) -> None:
+        """Write what is noted so far."""
+        ...  # pragma: no cover
+
+    def close(self) -> None:
+        """Commit and close."""
+        ...  # pragma: no cover
+
+
+class _Logger(Protocol):
+    def info(self, event: str, **kw: Any) -> Any: ...  # pragma: no cover
+    def warning(self, event: str, **kw: Any) -> Any: ...  # pragma: no cover
+
+
+class _AppendFile:
+    """A raw append-only file that takes a record whole or not at all.
+
+    :meth:`write` writes every byte (looping on a short ``write``), with ``fsync=True``
+    syncs them, and on any error (``ENOSPC``, ``EFBIG``, ``EIO``, a failed ``fsync``)
+    truncates the file back to where the record began before raising, so a record that
+    failed leaves no bytes behind and the next one starts on a line of its own. When that
+    truncation fails too, the file keeps a torn line: every later :meth:`write` is refused
+    (the process must restart, and opening the log then ends the torn line with a
+    ``modefsm.log_repaired`` line).
+    """
+
+    def __init__(self, fd: int, *, fsync: bool) -> None:
+        self._fd = fd
+        self._fsync = fsync
+        self.torn: str | None = None
+        """Why a failed record could not be removed (every write is then refused)."""
+
+    def write(self, data: bytes) -> int:
+        """Append all of *data* or nothing; return its length.
+
+        Raises:
+            OSError: nothing of *data* stays in the file, or (:attr:`torn` set) the file
+                could not be cut back and keeps a torn line.
+        """
+        if self.torn is not None:
+            raise OSError(errno.EIO, f"{self.torn}; restart to repair the log")
+        fd = self._fd
+        written = 0
+        try:
+            written = os.write(fd, data)
+            while written < len(data):  # a short write: the disk or the size limit is full
+                step = os.write(fd, memoryview(data)[written:])
+                if step <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # noqa: TRY301
+                written += step
+            if self._fsync:
+                os.fsync(fd)
+        except OSError:
+            if written:
+                self._undo(written)
+            raise
+        return written
+
+    def _undo(self, written: int) -> None:
+        """Cut the *written* bytes of a failed record off the end of the file."""
+        fd = self._fd
+        try:
+            end = os.lseek(fd, 0, os.SEEK_CUR)  # O_APPEND: just past our last byte
+            if os.fstat(fd).st_size != end:  # another writer appended after our bytes
+                self.torn = "a failed record could not be removed: another writer followed it"
+                return
+            os.ftruncate(fd, end - written)
+            if self._fsync:
+                os.fsync(fd)
+        except OSError as exc:
+            self.torn = f"a failed record could not be removed: {exc.strerror}"
+
+    def flush(self) -> None:
+        """Nothing to flush: :meth:`write` wrote through."""
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def _processors() -> list[Callable[..., Any]]:
+    return [structlog.processors.JSONRenderer(serializer=orjson.dumps)]
+
+
+class _JSONLines:
+    """structlog's renderer writing one JSON line per record to a binary stream.
+
+    A record is its fields, then ``event``, then ``level`` (the method name, as structlog's
+    ``add_log_level`` sets it), rendered by structlog's ``JSONRenderer`` with ``orjson``
+    (:func:`_processors`): the same bytes as a ``structlog.BytesLogger`` behind a bound
+    logger with ``add_log_level`` and that renderer. Each line is written with a single
+    ``write``, then ``flush``. It leaves out the bound logger's per-call work (keyword
+    packing, context copy, method dispatch, the ``BytesLogger`` lock), which cost more
+    than rendering and writing the line together, and the ``add_log_level`` call (the
+    level is one key); :meth:`TransitionLog.write` hands it the record's dict directly.
+    """
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._processors = tuple(_processors())
+        self._write = stream.write
+        self._flush = stream.flush
+
+    def write(self, method: str, event: str, fields: dict[str, Any]) -> None:
+        """Render ``fields``, ``event`` and ``level`` through the processors; write one line."""
+        rendered: Any = {**fields, "event": event, "level": method}
+        for processor in self._processors:
+            rendered = processor(self, method, rendered)
+        self._write(rendered + b"\n")
+        self._flush()
+
+    def info(self, event: str, **kw: Any) -> None:
+        """The structlog logger method, for callers that hold the logger."""
+        self.write("info", event, kw)
+
+    def warning(self, event: str, **kw: Any) -> None:
+        """The structlog logger method, for callers that hold the logger."""
+        self.write("warning", event, kw)
+
+
+_TAIL_CHUNK = 64 * 1024
+_SCAN_CHUNK = 1 << 20
+
+
+def _last_record(fd: int, size: int) -> tuple[bool, str | None]:
+    """Whether the file behind *fd* holds a record, and the ``digest`` of its last one.
+
+    Reads backwards from the end in chunks, so a restart costs a read of the tail, not of
+    the whole file; host lines after the last record are skipped. Time is linear in the
+    bytes read and memory bounded, whatever the length of the lines (a line longer than
+    :data:`MAX_LINE` is skipped unread, as readers skip it).
+    """
+    pos = size
+    pieces: list[bytes] = []  # the line that ends where the last chunk began, in reverse
+    length = 0  # its length so far; past MAX_LINE its pieces are dropped
+    step = _TAIL_CHUNK
+    while pos > 0:
+        step = min(step, pos)
+        pos -= step
+        chunk = os.pread(fd, step, pos)
+        step = _SCAN_CHUNK
+        end = len(chunk)
+        while (newline := chunk.rfind(b"\n", 0, end)) >= 0:
+            found = _record_head(chunk[newline + 1 : end], pieces, length)
+            if found is not None:
+                return True, found[0]
+            pieces, length, end = [], 0, newline
+        length += end
+        pieces = [*pieces, chunk[:end]] if length <= MAX_LINE else []
+    found = _record_head(b"", pieces, length)
+    return (True, found[0]) if found is not None else (False, None)
+
+
+def _record_head(start: bytes, pieces: list[bytes], length: int) -> tuple[str | None] | None:
+    """``(digest,)`` if *start* + the reversed *pieces* is a record line, else ``None``."""
+    if length + len(start) > MAX_LINE:
+        return None
+    line = start + b"".join(reversed(pieces)) if pieces else start
+    if b'"modefsm.' not in line:
+        return None
+    try:
+        data = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(data, dict) and data.get("event") in RECORD_EVENTS:
+        digest = data.get("digest")
+        return (digest if isinstance(digest, str) else None,)
+    return None
+
+
+@overload
+def _line_start(fd: int, end: int) -> int: ...
+@overload
+def _line_start(fd: int, end: int, *, limit: int) -> int | None: ...
+def _line_start(fd: int, end: int, *, limit: int | None = None) -> int | None:
+    """Where the line that runs up to offset *end* begins, in the file behind *fd*.
+
+    That is just past the last newline among the bytes before *end* (0 if there is none;
+    *end* itself if the byte before it is a newline). Reads backwards in chunks; with
+    *limit*, at most about *limit* bytes before *end*: ``None`` if the line begins further
+    back than *limit* bytes. A line of up to 64 KiB costs one ``pread``.
+    """
+    start, step = end, _TAIL_CHUNK
+    while start > 0:
+        if limit is not None and end - start > limit:
+            return None
+        step = min(step, start)
+        chunk = os.pread(fd, step, start - step)
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            start = start - len(chunk) + newline + 1
+            break
+        start -= len(chunk)
+        step = _SCAN_CHUNK
+    return None if limit is not None and end - start > limit else start
+
+
+def _line_ending_at(fd: int, end: int) -> bytes | None:
+    """The line of the file behind *fd* whose newline is the byte before offset *end*.
+
+    Returns its bytes without the newline; ``None`` when that byte is not a newline (or
+    does not exist), or when the line is longer than :data:`~modefsm.log.MAX_LINE`.
+    """
+    if end <= 0 or os.pread(fd, 1, end - 1) != b"\n":
+        return None
+    start = _line_start(fd, end - 1, limit=MAX_LINE)
+    return None if start is None else os.pread(fd, end - 1 - start, start)
+
+
+def _end_torn_line(fd: int, size: int) -> int:
+    """End a torn last line (a write cut short by a crash) and say so; return bytes written.
+
+    One ``write`` appends a newline, so the torn bytes stay alone on their line (readers
+    report that line and skip it), and a ``modefsm.log_repaired`` line giving its length
+    (``torn_bytes``), so a line torn by a crash can be told from a damaged log. Nothing is
+    truncated: another writer's record is never cut.
+    """
+    repair = {
+        "timestamp": utc_timestamp(),
+        "event": EVENT_REPAIRED,
+        "torn_bytes": size - _line_start(fd, size),
+        "level": "warning",
+    }
+    return _AppendFile(fd, fsync=False).write(b"\n" + orjson.dumps(repair) + b"\n")
+
+
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _check_regular(mode: int, path: Path) -> None:
+    """Refuse anything but a regular file: appends, offsets and truncation need one."""
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+    msg = f"{kind}, not a regular file: the transition log must be a regular file"
+    raise LogError(msg, str(path))
+
+
+class _LogFile:
+    """An append-only log file: its descriptor, its writer, and the chain head it ends with."""
+
+    def __init__(self, path: Path, *, fsync: bool) -> None:
+        try:
+            _check_regular(path.stat().st_mode, path)  # before opening: a FIFO would block
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise LogError(f"cannot open the transition log: {exc.strerror}", str(path)) from None
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+        except OSError as exc:
+            raise LogError(f"cannot open the transition log: {exc.strerror}", str(path)) from None
+        try:
+            stat = os.fstat(fd)
+            _check_regular(stat.st_mode, path)
+            size = stat.st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                size += _end_torn_line(fd, size)
+            self.has_records, self.head = _last_record(fd, size) if size else (False, None)
+        except OSError as exc:
+            os.close(fd)
+            raise LogError(f"cannot read the transition log: {exc.strerror}", str(path)) from None
+        except LogError:
+            os.close(fd)
+            raise
+        self.fd = fd
+        self.file = _AppendFile(fd, fsync=fsync)
+
+
+class TransitionLog:
+    """Where the engine writes its records.
+
+    Build one with :meth:`to_file` or :meth:`to_stream`, or pass a host's structlog
+    logger to the constructor. Writes are synchronous: a record is in the file (flushed to
+    the operating system, or synced to disk with ``fsync=True``) before the change it
+    describes becomes visible, so no acknowledged change can be lost with the process.
+
+    Each record gets ``prev`` and ``digest`` (see the module docstring). Through a host
+    logger, records verify only if the host's processors leave modefsm's keys as they are
+    (a ``TimeStamper`` writing ``timestamp`` would change them: give it another key).
+
+    Args:
+        logger: any object with structlog's ``info(event, **kw)`` and ``warning(...)``.
+        path: the file behind the logger, if any, for messages.
+        head: the ``digest`` of the last record already in the log this one continues
+            (``None``: a fresh chain).
+
+    Attributes:
+        index: the :class:`LogIndex` (a :class:`~modefsm.restore.RestoreIndex`) kept
+            current by :meth:`write`,
+            if the log was opened with one.
+    """
+
+    def __init__(self, logger: Any, path: str | None = None, *, head: str | None = None) -> None:
+        """Wrap *logger* (a structlog bound logger or anything with ``info``/``warning``).
+
+        Raises:
+            LogError: *logger* drops ``info`` events (a structlog filtering logger set
+                above INFO): committed changes would silently go unrecorded.
+        """
+        enabled = getattr(logger, "is_enabled_for", None)
+        if enabled is not None and not enabled(logging.INFO):
+            msg = "the host logger drops INFO events; modefsm's change records would be lost"
+            raise LogError(msg, path)
+        self._logger: _Logger = logger
+        self._lines = logger if isinstance(logger, _JSONLines) else None
+        self.path = path
+        self.index: LogIndex | None = None
+        self._head = head
+        self._file: _LogFile | None = None
+        self._fsync = False
+        self._owns_index = False
+
+    @property
+    def head(self) -> str | None:
+        """The ``digest`` of the last record written (or found when the file was opened)."""
+        return self._head
+
+    def follow(self, head: str | None) -> None:
+        """Continue the chain from *head*: the ``digest`` of a record another writer appended.
+
+        For writers that share one file under a lock (:class:`~modefsm.store.FileStore`):
+        the next record's ``prev`` is *head*, so the file stays one chain.
+        """
+        self._head = head
+
+    @classmethod
+    def to_file(
+        cls,
+        path: str | Path,
+        *,
+        fsync: bool = False,
+        index: LogIndex | None = None,
+        close_index: bool = False,
+    ) -> TransitionLog:
+        """Append JSON lines to *path*, one unbuffered ``write`` per record.
+
+        Each record is written with a single ``write`` on a file opened with ``O_APPEND``,
+        so lines from several writers never interleave within a line. An existing file is
+        continued: a torn last line (a crash mid-write) is ended with a newline, and the
+        chain continues from the file's last record (read backwards from the end; with an
+        *index* and a file holding no record yet, from the head the index kept, which is
+        how a rotated log continues its predecessor's chain).
+
+        Args:
+            path: the log file; created if missing, never truncated.
+            fsync: also ``fsync`` after each record (survives power loss; costs a disk flush).
+            index: a :class:`LogIndex` (a :class:`~modefsm.restore.RestoreIndex`; open
+                both from paths with :meth:`RestoreIndex.open_log
+                <modefsm.restore.RestoreIndex.open_log>`) to keep current as records are
+                written. It is first caught up with the records the log holds beyond what
+                it indexed (a crash between the log write and the index commit loses
+                nothing).
+            close_index: :meth:`close` closes *index* too.
+
+        Raises:
+            LogError: the file cannot be opened or read, is not a regular file (a FIFO, a
+                directory, a device: refused before it is opened), or the index cannot be
+                opened.
+        """
+        path = Path(path)
+        log = cls(None, path=str(path))
+        log._fsync = fsync
+        if index is not None:
+            log._owns_index = close_index
+            log.index = index
+            index.report = log.write  # a row that disagrees with the log is logged
+        log._open()
+        return log
+
+    def _open(self) -> None:
+        assert self.path is not None  # noqa: S101 - only file logs open
+        path = Path(self.path)
+        log_file = _LogFile(path, fsync=self._fsync)
+        self._file = log_file
+        self._logger = self._lines = _bind(log_file.file)
+        self._head = log_file.head
+        if self.index is not None:
+            self.index.catch_up(path)
+            if not log_file.has_records:
+                self._head = self.index.head
+
+    @classmethod
+    def to_stream(
+        cls, stream: BinaryIO, *, path: str | None = None, head: str | None = None
+    ) -> TransitionLog:
+        """Write JSON lines to the binary *stream* (flushed after each record).
+
+        Args:
+            stream: where the lines go.
+            path: its name, for messages.
+            head: the ``digest`` of the last record of the log this stream continues.
+        """
+        return cls(_bind(stream), path=path, head=head)
+
+    def write(self, event: str, fields: dict[str, Any]) -> None:
+        """Write one record.
+
+        Records (:data:`RECORD_EVENTS`) get ``prev`` and ``digest``; other ``modefsm.*``
+        events (diagnostics) are written as given. The index, if any, learns the new mode
+        of the session after the line is written; an index failure never fails the write
+        (the index keeps the update in memory and commits it later, or catches up from
+        the log: see :meth:`~modefsm.restore.RestoreIndex.update`).
+
+        A record is written whole or not at all: a short write (a full disk, the file size
+        limit) is completed or, failing that, cut off again, so a failed record leaves no
+        bytes behind and the next starts on a line of its own.
+
+        Args:
+            event: one of the ``modefsm.*`` event names.
+            fields: the record's other fields (see :class:`TransitionRecord`).
+
+        Raises:
+            LogError: the write failed (``ENOSPC``, ``EFBIG``, ``EIO``, a failed ``fsync``,
+                or an earlier failed record that could not be cut off: every record is then
+                refused until the log is reopened); the caller must not commit the change.
+        """
+        digest = None
+        if event in RECORD_EVENTS:
+            fields = {**fields, "event": event, "prev": self._head}
+            digest = record_digest(fields)
+            del fields["event"]
+            fields["digest"] = digest
+        try:
+            if self._lines is not None:  # modefsm's own writer takes the dict as it is
+                info = event in (EVENT_CHANGED, EVENT_CREATED)
+                self._lines.write("info" if info else "warning", event, fields)
+            elif event not in (EVENT_CHANGED, EVENT_CREATED):
+                self._logger.warning(event, **fields)
+            else:
+                self._logger.info(event, **fields)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            msg = f"cannot write the transition log: {reason}; the record was not written"
+            raise LogError(msg, self.path) from None
+        if digest is None:
+            return
+        self._head = digest
+        index = self.index
+        if index is not None:
+            offset = os.lseek(self._file.fd, 0, os.SEEK_CUR) if self._file else None
+            if event == EVENT_REJECTED:
+                index.advance(offset, digest)
+            else:
+                index.update(
+                    fields["session_id"],
+                    fields["to_mode"],
+                    fields["seq"],
+                    offset,
+                    digest,
+                    previous_of(fields["origin"], fields["from_mode"]),
+                )
+
+    def reopen(self) -> None:
+        """Reopen the file at :attr:`path` after it was rotated, continuing the chain.
+
+        A rotation tool renames the file and the process reopens its path: the new file
+        is created if missing, and its first record's ``prev`` is the digest of the last
+        record written to the old one, so the two files verify as one stream.
+
+        Raises:
+            LogError: this log was not opened with :meth:`to_file`, or the file cannot be
+                opened.
+        """
+        if self._file is None:
+            raise LogError("only a log opened with to_file can be reopened", self.path)
+        head = self._head
+        if self.index is not None:
+            self.index.commit()
+        self._file.file.close()
+        self._file = None
+        self._open()
+        if not self._file.has_records:  # type: ignore[attr-defined]  # _open set it
+            self._head = head
+            if self.index is not None:
+                self.index.advance(None, head)
+
+    def close(self) -> None:
+        """Close the file this log opened and commit its index (a no-op for streams).
+
+        The index is closed too when :meth:`to_file` was given ``close_index=True``.
+        """
+        if self.index is not None:
+            self.index.commit()
+            if self._owns_index:
+                self.index.close()
+                self.index = None
+        if self._file is not None:
+            self._file.file.close()
+            self._file = None
+
+
+def _bind(stream: Any) -> _JSONLines:
+    return _JSONLines(stream)

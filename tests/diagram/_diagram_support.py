@@ -1,0 +1,172 @@
+"""What the diagram tests share: hard specs, a transition log, and the external tools.
+
+A test that needs ``node`` with ``tests/diagram/js/node_modules`` (``npm ci`` in
+``tests/diagram/js``), Graphviz's ``dot`` (Debian package ``graphviz``) or Chromium
+(Debian package ``chromium``) is skipped with the reason where it is missing, unless the
+environment variable
+``MODEFSM_DIAGRAM_TOOLS`` is ``required`` (``.ci/run`` sets it): then it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
+
+HARD_MODES: tuple[tuple[str, str], ...] = (
+    ("plan-mode", "Plan-mode"),
+    ('say "hi"', "Say \"hi\" 'there'"),
+    ("#1", "#quot; not an entity #35;"),
+    ("<b>x</b>", "<tag> & </tag> &amp;"),
+    ("with space", "Two  words  "),
+    ("multi\nline", "first line\nsecond line"),
+    ("state", "state"),
+    ("café-ünï", "Café ☕ 日本語 Ωmega"),
+    ("a:b", "a:b"),
+    ("%%c", "%% not a comment; [*] --> {x} | end note `tick` $$x$$ \\n \\N"),
+    ("_it_", "*bold* _it_ **x** __init__ snake_case"),
+)
+"""``(id, name)`` of modes whose ids and names have every character diagram tools trip on."""
+
+HARD_SWITCH_TITLE = 'Go "on" <now> #1; a:b'
+HARD_OPTION_NAMES = ("Yes <b>&amp;</b> #quot;", "Back\nto before", "No; stay %% here")
+
+
+def hard_spec() -> ModeSpec:
+    """A valid spec using :data:`HARD_MODES`, with a group, a switch and a restore fallback.
+
+    Every mode but ``#1`` may change to any other; ``#1`` may change only to ``<b>x</b>``.
+    The switch from ``#1`` has an allow option to ``state``, a ``$previous`` option and a
+    reject option. ``%%c`` is not restorable and falls back to ``say "hi"``.
+    """
+    modes: list[dict[str, object]] = [
+        {"id": mode_id, "name": name, "description": f"about {name}"}
+        for mode_id, name in HARD_MODES
+    ]
+    modes[9] |= {"restorable": False, "fallback": HARD_MODES[1][0]}
+    return ModeSpec.from_data(
+        {
+            "name": 'hard "spec" <#1>',
+            "initial": HARD_MODES[0][0],
+            "modes": modes,
+            "client_changes": {"#1": ["<b>x</b>"]},
+            "switches": [
+                {
+                    "source": ["#1"],
+                    "title": HARD_SWITCH_TITLE,
+                    "options": [
+                        {
+                            "option_id": "x:y",
+                            "name": HARD_OPTION_NAMES[0],
+                            "kind": "allow_once",
+                            "target": "state",
+                        },
+                        {
+                            "option_id": "p",
+                            "name": HARD_OPTION_NAMES[1],
+                            "kind": "allow_always",
+                            "target": "$previous",
+                        },
+                        {"option_id": "n", "name": HARD_OPTION_NAMES[2], "kind": "reject_once"},
+                    ],
+                }
+            ],
+        }
+    )
+
+
+def write_permission_log(path: Path) -> None:
+    """Write a transition log of three ``permission`` sessions to *path*.
+
+    ``sess_a``: created; to plan (set_mode); keep planning (rejected option); exit plan to
+    acceptEdits (approved switch); to bypassPermissions (set_config_option); restored on
+    load to default. ``sess_b``: created; to plan; back to default; to acceptEdits.
+    ``sess_c``: created.
+    """
+    log = TransitionLog.to_file(path)
+    engine = ModeEngine(preset("permission"), log=log)
+    for session_id in ("sess_a", "sess_b", "sess_c"):
+        engine.new_session(session_id)
+    engine.change("sess_a", "plan", "set_mode")
+    engine.reject_switch("sess_a", "option_rejected", option_id="keep_planning", tool_call_id="t1")
+    engine.apply_switch(
+        "sess_a",
+        "acceptEdits",
+        tool_call_id="t2",
+        option_id="exit_plan_accept_edits",
+        proposed_in="plan",
+    )
+    engine.change("sess_a", "bypassPermissions", "set_config_option")
+    engine.change("sess_b", "plan", "set_mode")
+    engine.change("sess_b", "default", "set_mode")
+    engine.change("sess_b", "acceptEdits", "set_mode")
+    engine.close_session("sess_a")
+    engine.restore_session("sess_a", "bypassPermissions", 5)
+    log.close()
+
+
+# -- external tools ------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+JS = ROOT / "tests" / "diagram" / "js"
+MERMAID_JS = JS / "node_modules" / "mermaid" / "dist" / "mermaid.min.js"
+TIMEOUT = 180  # seconds, for one external program
+
+
+def need(available: bool, reason: str) -> None:
+    """Skip (or, where the tools are required, fail) unless *available*."""
+    if available:
+        return
+    if os.environ.get("MODEFSM_DIAGRAM_TOOLS") == "required":
+        pytest.fail(f"required tool missing: {reason}")
+    pytest.skip(reason)
+
+
+def need_node() -> None:
+    need(shutil.which("node") is not None, "node is not installed")
+    need(MERMAID_JS.exists(), "run `npm ci` in tests/diagram/js to install mermaid")
+
+
+def need_dot() -> None:
+    need(
+        shutil.which("dot") is not None,
+        "Graphviz's dot is not installed (apt-get install graphviz)",
+    )
+
+
+def chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    need(found is not None, "Chromium is not installed (apt-get install chromium)")
+    assert found is not None
+    return found
+
+
+def run_chromium(url: str, profile: Path) -> str:
+    """Open *url* in headless Chromium and return the DOM once scripts have run."""
+    result = subprocess.run(
+        [
+            chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--no-first-run",
+            "--disable-sync",
+            "--allow-file-access-from-files",
+            f"--user-data-dir={profile}",
+            "--virtual-time-budget=30000",
+            "--dump-dom",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=True,
+    )
+    return result.stdout

@@ -1,0 +1,358 @@
+"""Diagrams checked by the real tools: Mermaid (under Node and in Chromium), Graphviz, Chromium.
+
+Where a tool is missing the test is skipped, or fails in CI (see
+``tests/diagram/_diagram_support``).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import subprocess
+import xml.etree.ElementTree as ET
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from modefsm import ModeSpec, preset, preset_names
+from modefsm.diagram._diagram import (
+    Diagram,
+    DiagramEdge,
+    _per_mode,
+    build_diagram,
+    read_traffic,
+    to_dot,
+    to_mermaid,
+    to_png,
+    to_svg,
+)
+from tests.diagram._diagram_support import (
+    HARD_MODES,
+    HARD_OPTION_NAMES,
+    HARD_SWITCH_TITLE,
+    JS,
+    MERMAID_JS,
+    ROOT,
+    TIMEOUT,
+    hard_spec,
+    need_dot,
+    need_node,
+    run_chromium,
+    write_permission_log,
+)
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+SVG_NS = "{http://www.w3.org/2000/svg}"
+
+
+def mode_label(spec: ModeSpec, mode_id: str) -> str:
+    """The text a mode node shows: its name, its id, and whether load restores it."""
+    mode = spec.mode(mode_id)
+    label = f"{mode.name}\n{mode.id}"
+    if not mode.restorable:
+        label += f"\nnot restored, load gives {spec.mode(spec.restore_target(mode.id)).name}"
+    return label
+
+
+def as_drawn(text: str) -> str:
+    """What a reader sees: a no-break space is a space, a word joiner is nothing."""
+    return text.replace("\xa0", " ").replace("\u2060", "")
+
+
+def expected_mermaid_edges(diagram: Diagram) -> list[tuple[str, str, str]]:
+    edges: list[DiagramEdge] = [part for e in diagram.edges for part in _per_mode(diagram, e)]
+    return [("root_start" if e.kind == "start" else e.source, e.dest, e.label) for e in edges]
+
+
+# -- Mermaid under Node ---------------------------------------------------------------------
+
+
+def mermaid_parse(texts: list[str]) -> Any:
+    need_node()
+    result = subprocess.run(
+        ["node", str(JS / "parse-mermaid.mjs")],
+        input=json.dumps(texts),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=True,
+    )
+    return json.loads(result.stdout)
+
+
+class TestMermaidParser:
+    """The Mermaid text parses with the real parser and keeps every name."""
+
+    def test_every_hard_mode_name_and_id_survives(self):
+        spec = hard_spec()
+
+        [parsed] = mermaid_parse([to_mermaid(build_diagram(spec))])
+
+        assert parsed["ok"], parsed
+        labels = {n["id"]: as_drawn(n["label"]) for n in parsed["nodes"]}
+        assert [mode_label(spec, m) for m in spec.mode_ids] == [
+            labels[f"s{i}"] for i in range(len(HARD_MODES))
+        ]
+
+    def test_every_hard_edge_survives_with_its_label(self):
+        diagram = build_diagram(hard_spec())
+
+        [parsed] = mermaid_parse([to_mermaid(diagram)])
+
+        drawn = [
+            (e["start"], e["end"], as_drawn(e["label"]))
+            for e in parsed["edges"]
+            if "note" not in e["start"] + e["end"]
+        ]
+        assert expected_mermaid_edges(diagram) == drawn
+        assert f"switch_mode: {HARD_SWITCH_TITLE}" in [label for _, _, label in drawn]
+
+    @pytest.mark.parametrize("name", preset_names())
+    def test_preset_parses_as_a_state_diagram(self, name):
+        diagram = build_diagram(preset(name))
+
+        [parsed] = mermaid_parse([to_mermaid(diagram)])
+
+        assert (parsed["ok"], parsed["type"]) == (True, "stateDiagram")
+        drawn = [(e["start"], e["end"], e["label"]) for e in parsed["edges"]]
+        assert expected_mermaid_edges(diagram) == [e for e in drawn if "note" not in e[0] + e[1]]
+
+    def test_diagram_with_a_log_parses(self, tmp_path):
+        log = tmp_path / "modes.jsonl"
+        write_permission_log(log)
+        spec = preset("permission")
+        traffic = read_traffic(spec, [log], session_id="sess_a")
+
+        [parsed] = mermaid_parse([to_mermaid(build_diagram(spec, traffic))])
+
+        assert parsed["ok"], parsed
+
+    def test_broken_text_is_reported_not_accepted(self):
+        [parsed] = mermaid_parse(["stateDiagram-v2\n    s0 --> : x\n    state {\n"])
+
+        assert False is parsed["ok"]
+
+
+# -- Mermaid drawn in Chromium --------------------------------------------------------------
+
+
+def mermaid_in_chromium(texts: list[str], tmp_path: Path) -> Any:
+    """Draw *texts* with mermaid.min.js in Chromium; return each one's node and edge texts."""
+    need_node()
+    page = tmp_path / "mermaid.html"
+    page.write_text(
+        f"""<!doctype html><html><head><meta charset="utf-8"></head><body>
+<pre id="result"></pre>
+<script src="{MERMAID_JS.as_uri()}"></script>
+<script>
+mermaid.initialize({{startOnLoad: false}});
+(async () => {{
+  const out = [];
+  const texts = {json.dumps(texts)};
+  for (const [i, text] of texts.entries()) {{
+    try {{
+      const {{svg}} = await mermaid.render('diagram' + i, text);
+      const holder = document.createElement('div');
+      holder.innerHTML = svg;
+      document.body.appendChild(holder);
+      const text_of = (g) => {{
+        const label = g.querySelector('foreignObject div');
+        return label ? label.innerText : g.textContent;
+      }};
+      const nodes = {{}};
+      for (const g of holder.querySelectorAll('g.node')) {{
+        const id = g.id.match(/-state-(.+)-\\d+$/);
+        if (id) nodes[id[1]] = text_of(g);
+      }}
+      const edges = [...holder.querySelectorAll('g.edgeLabel')].map(text_of);
+      out.push({{ok: true, nodes, edges}});
+      holder.remove();
+    }} catch (error) {{
+      out.push({{ok: false, error: String(error)}});
+    }}
+  }}
+  document.getElementById('result').textContent = JSON.stringify(out);
+}})();
+</script></body></html>""",
+        encoding="utf-8",
+    )
+    dom = run_chromium(page.as_uri(), tmp_path / "profile")
+    found = re.search(r'<pre id="result">(.*?)</pre>', dom, re.DOTALL)
+    assert found is not None, dom[:2000]
+    return json.loads(html.unescape(found.group(1)))
+
+
+class TestMermaidInChromium:
+    """Mermaid draws every name exactly as written (it reads labels as Markdown and KaTeX)."""
+
+    def test_every_hard_name_is_drawn_as_written(self, tmp_path):
+        spec = hard_spec()
+
+        [drawn] = mermaid_in_chromium([to_mermaid(build_diagram(spec))], tmp_path)
+
+        assert drawn["ok"], drawn
+        nodes = drawn["nodes"]
+        assert [mode_label(spec, m) for m in spec.mode_ids] == [
+            as_drawn(nodes[f"s{i}"]) for i in range(len(HARD_MODES))
+        ]
+        edges = [as_drawn(e) for e in drawn["edges"]]
+        assert f"switch_mode: {HARD_SWITCH_TITLE}" in edges
+        assert [
+            f"{HARD_OPTION_NAMES[0]} (allow_once)",
+            f"{HARD_OPTION_NAMES[2]} (reject_once)",
+        ] == [e for e in edges if e.endswith(("(allow_once)", "(reject_once)"))]
+
+    def test_every_preset_is_drawn(self, tmp_path):
+        specs = [preset(name) for name in preset_names()]
+
+        drawn = mermaid_in_chromium([to_mermaid(build_diagram(s)) for s in specs], tmp_path)
+
+        for spec, result in zip(specs, drawn, strict=True):
+            assert result["ok"], result
+            nodes = result["nodes"]
+            assert [mode_label(spec, m) for m in spec.mode_ids] == [
+                nodes[f"s{i}"] for i in range(len(spec.modes))
+            ]
+
+
+# -- Graphviz -------------------------------------------------------------------------------
+
+
+def dot_json(dot: str) -> Any:
+    need_dot()
+    result = subprocess.run(
+        ["dot", "-Tjson"], input=dot, capture_output=True, text=True, timeout=TIMEOUT, check=True
+    )
+    return json.loads(result.stdout)
+
+
+def texts(obj: Any) -> list[str]:
+    """The lines of text Graphviz drew for a node or an edge, in order."""
+    return [op["text"] for op in obj.get("_ldraw_", []) if op["op"] == "T"]
+
+
+def drawn_graph(graph: Any) -> tuple[dict[str, Any], set[tuple[str, str, str]]]:
+    """Nodes by name, and every edge as ``(class, tail, head)`` with group arrows expanded."""
+    objects = graph["objects"]
+    names: dict[int, str] = {o["_gvid"]: o["name"] for o in objects}
+    nodes = {o["name"]: o for o in objects if "nodes" not in o}
+    clusters: dict[str, list[str]] = {
+        o["name"]: [names[n] for n in o["nodes"]]
+        for o in objects
+        if "client_group" in str(o.get("class", ""))
+    }
+    edges: set[tuple[str, str, str]] = set()
+    for members in clusters.values():
+        edges |= {("client_change", a, b) for a in members for b in members if a != b}
+    for edge in graph["edges"]:
+        if "class" not in edge:  # an invisible edge that only orders a group's row
+            continue
+        tails = clusters.get(edge.get("ltail"), [names[edge["tail"]]])
+        heads = clusters.get(edge.get("lhead"), [names[edge["head"]]])
+        edges |= {(edge["class"], t, h) for t in tails for h in heads}
+    return nodes, edges
+
+
+def spec_graph(spec: ModeSpec) -> set[tuple[str, str, str]]:
+    """The spec's transitions as ``(class, tail, head)`` over the diagram's node ids."""
+    ids = {m: f"s{i}" for i, m in enumerate(spec.mode_ids)}
+    edges = {("start", "start", ids[spec.initial])}
+    edges |= {
+        ("client_change", ids[s], ids[d]) for s in spec.mode_ids for d in spec.client_targets(s)
+    }
+    choice = 0
+    for switch in spec.switches:
+        for source in switch.source:
+            edges.add(("switch", ids[source], f"c{choice}"))
+            for option in switch.options:
+                if not option.allows:
+                    edges.add(("reject", f"c{choice}", ids[source]))
+                elif option.target == "$previous":
+                    edges.add(("option", f"c{choice}", "prev"))
+                else:
+                    edges.add(("option", f"c{choice}", ids[option.target or ""]))
+            choice += 1
+    edges |= {
+        ("restore", ids[m], ids[spec.restore_target(m)])
+        for m in spec.mode_ids
+        if spec.restore_target(m) != m
+    }
+    return edges
+
+
+GRAPH_SPECS = {"hard": hard_spec()} | {name: preset(name) for name in preset_names()}
+
+
+class TestDot:
+    """The DOT text parses with Graphviz and holds exactly the spec's modes and transitions."""
+
+    @pytest.mark.parametrize("name", GRAPH_SPECS)
+    def test_nodes_and_edges_are_exactly_the_specs(self, name):
+        spec = GRAPH_SPECS[name]
+
+        nodes, edges = drawn_graph(dot_json(to_dot(build_diagram(spec))))
+
+        modes = sorted(n for n, o in nodes.items() if "mode" in str(o.get("class", "")).split())
+        assert sorted(f"s{i}" for i in range(len(spec.modes))) == modes
+        assert spec_graph(spec) == edges
+
+    def test_every_hard_name_and_id_is_drawn_exactly(self):
+        spec = hard_spec()
+
+        nodes, _ = drawn_graph(dot_json(to_dot(build_diagram(spec))))
+
+        for i, mode in enumerate(spec.modes):
+            lines = [*mode.name.split("\n"), *mode.id.split("\n")]
+            if not mode.restorable:
+                lines.append("not restored on load")
+            assert lines == texts(nodes[f"s{i}"])
+
+    def test_switch_title_and_option_names_are_drawn_exactly(self):
+        graph = dot_json(to_dot(build_diagram(hard_spec())))
+
+        labels = [texts(e) for e in graph["edges"]]
+
+        assert [f"switch_mode: {HARD_SWITCH_TITLE}"] in labels
+        assert [f"{HARD_OPTION_NAMES[0]} (allow_once)"] in labels
+        assert ["Back", "to before (allow_always)"] in labels
+        assert [f"{HARD_OPTION_NAMES[2]} (reject_once)"] in labels
+
+
+class TestSvgAndPng:
+    """SVG and PNG come from Graphviz's dot."""
+
+    def test_png_is_a_png_image(self):
+        need_dot()
+
+        assert to_png(build_diagram(preset("seed"))).startswith(b"\x89PNG\r\n\x1a\n")
+
+    def test_svg_names_graphviz_by_version_only(self):
+        need_dot()
+        svg = to_svg(build_diagram(preset("seed")))
+
+        assert re.search(r"\n<!-- Generated by graphviz version [^ ]+ -->\n", svg)
+        assert svg == to_svg(build_diagram(preset("seed")))
+
+
+# -- SVG in Chromium ------------------------------------------------------------------------
+
+
+class TestSvgInChromium:
+    """Each committed preset SVG opens in a browser and shows every mode name as text."""
+
+    @pytest.mark.parametrize("name", preset_names())
+    def test_preset_svg_shows_every_mode_name(self, name, tmp_path):
+        svg = ROOT / "diagrams" / f"{name}.svg"
+
+        dom = run_chromium(svg.as_uri(), tmp_path / "profile")
+
+        root = ET.fromstring(dom)  # noqa: S314 - the DOM of our own file
+        assert f"{SVG_NS}svg" == root.tag
+        assert [e for e in root.iter() if e.tag.endswith("parsererror")] == []
+        shown = {"".join(t.itertext()) for t in root.iter(f"{SVG_NS}text")}
+        spec = preset(name)
+        assert set() == {m.name for m in spec.modes} - shown
+        assert set() == {m.id for m in spec.modes} - shown

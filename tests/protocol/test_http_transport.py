@@ -1,0 +1,386 @@
+"""`modefsm serve --http`: the official SDK client over streamable HTTP and WebSocket, and
+hostile requests against the same real server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.client
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import acp
+import pytest
+
+from modefsm import preset
+from modefsm.protocol import MAX_BODY_BYTES, MAX_CONNECTIONS, create_app, serve_http
+from tests.acp_client import TestClient, select, text_block
+from tests.conftest import mode_option
+
+from .test_conversation_replay import a_conversation, expected_replay, modes
+
+pytestmark = pytest.mark.e2e
+
+SEED = preset("seed")
+
+
+@contextlib.contextmanager
+def http_server(log: Path, *args: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`modefsm serve --http 127.0.0.1:0 --log LOG`; yields its URL; stops it with SIGTERM."""
+    command = [sys.executable, "-m", "modefsm", "serve", "--http", "127.0.0.1:0"]
+    process = subprocess.Popen(
+        [*command, "--log", str(log), *args], stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
+    )
+    assert process.stderr is not None
+    try:
+        line = process.stderr.readline().decode()
+        found = re.fullmatch(r"modefsm serve: listening on (http://127\.0\.0\.1:\d+/acp)\n", line)
+        assert found, line
+        yield found.group(1), process
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(15)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.stderr.close()
+    assert process.returncode == 0
+
+
+@contextlib.asynccontextmanager
+async def client_over(url: str, kind: str) -> AsyncIterator[tuple[Any, TestClient]]:
+    """The SDK's v1 client connected over `http` (streamable HTTP) or `ws` (WebSocket)."""
+    from acp.http import create_http_stream
+    from acp.ws import create_websocket_stream
+
+    client = TestClient()
+    if kind == "http":
+        transport = create_http_stream(url)
+    else:
+        transport = await create_websocket_stream(url.replace("http://", "ws://"))
+    conn = acp.connect_to_agent(cast("Any", client), transport, observers=[client.observe])
+    try:
+        await asyncio.wait_for(conn.initialize(protocol_version=acp.PROTOCOL_VERSION), 30)
+        yield conn, client
+    finally:
+        await conn.close()
+
+
+def post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    """One raw POST; the status and the JSON body (``None`` when empty)."""
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
+    try:
+        connection.request(
+            "POST", parts.path, body, {"Content-Type": "application/json", **(headers or {})}
+        )
+        response = connection.getresponse()
+        data = response.read()
+        return response.status, json.loads(data) if data else None
+    finally:
+        connection.close()
+
+
+def initialize(request_id: int = 0) -> bytes:
+    frame = {"jsonrpc": "2.0", "id": request_id, "method": "initialize"}
+    return json.dumps({**frame, "params": {"protocolVersion": 1}}).encode()
+
+
+@pytest.mark.parametrize("kind", ["http", "ws"])
+class TestOverTheWire:
+    async def test_set_mode_switch_and_load_after_a_restart(self, log_path, kind):
+        with http_server(log_path) as (url, _process):
+            async with client_over(url, kind) as (conn, client):
+                session_id, rejected, approved = await a_conversation(conn, client)
+                kinds = [u["update"]["sessionUpdate"] for u in client.updates(session_id)]
+        assert kinds == [
+            "current_mode_update",  # set_mode to architect
+            "config_option_update",
+            "tool_call",  # rejected
+            "tool_call_update",
+            "agent_message_chunk",
+            "tool_call",  # approved
+            "current_mode_update",
+            "config_option_update",
+            "tool_call_update",
+            "agent_message_chunk",
+            "agent_message_chunk",  # in code mode
+        ]
+        with http_server(log_path) as (url, _process):
+            async with client_over(url, kind) as (conn, client):
+                mark = client.mark()
+                response = await conn.load_session(cwd=".", session_id=session_id)
+                frames = client.since(mark)
+                set_back = await conn.set_config_option(
+                    config_id="mode", session_id=session_id, value="ask"
+                )
+        assert frames == [
+            *expected_replay(session_id, rejected, approved),
+            {
+                "id": 1,
+                "result": {"modes": modes("code"), "configOptions": [mode_option(SEED, "code")]},
+            },
+        ]
+        assert response.modes.current_mode_id == "code"
+        assert set_back.config_options[0].current_value == "ask"
+
+    async def test_permission_request_round_trip(self, log_path, kind):
+        with http_server(log_path) as (url, _process):
+            async with client_over(url, kind) as (conn, client):
+
+                async def answer(options: Any, tool_call: Any) -> Any:
+                    return select("ask")
+
+                client.answer = answer
+                session_id = (await conn.new_session(cwd=".")).session_id
+                await conn.set_session_mode(session_id=session_id, mode_id="architect")
+                result = await conn.prompt(session_id=session_id, prompt=[text_block("go")])
+                requests = [
+                    m for m in client.received() if m.get("method") == "session/request_permission"
+                ]
+                last = client.updates(session_id)[-2]["update"]
+        assert result.stop_reason == "end_turn"
+        assert [r["params"]["toolCall"]["kind"] for r in requests] == ["switch_mode"]
+        assert last["status"] == "completed"
+        assert last["content"] == [
+            {"type": "content", "content": {"type": "text", "text": "Switched to ask mode."}}
+        ]
+
+
+@pytest.fixture(scope="module")
+def one_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("http") / "modes.jsonl"
+    with http_server(log) as (url, _process):
+        yield url
+
+
+class TestHostileRequests:
+    """Each gets its exact error; the server keeps serving."""
+
+    def test_an_oversized_body_is_refused_before_it_is_read(self, one_server):
+        body = b" " * (MAX_BODY_BYTES + 1)
+        assert post(one_server, body) == (
+            413,
+            {
+                "jsonrpc": "2.0",
+                "id": None,
+                "error": {
+                    "code": -32600,
+                    "message": "Invalid request",
+                    "data": {
+                        "details": f"a request body is at most {MAX_BODY_BYTES} bytes, "
+                        f"not {MAX_BODY_BYTES + 1}",
+                        "limit": "bytes",
+                        "max": MAX_BODY_BYTES,
+                    },
+                },
+            },
+        )
+
+    def test_bad_json_gets_a_parse_error(self, one_server):
+        assert post(one_server, b"{bad") == (
+            400,
+            {
+                "jsonrpc": "2.0",
+                "id": None,
+                "error": {
+                    "code": -32700,
+                    "message": "Parse error",
+                    "data": {
+                        "details": "Expecting property name enclosed in double quotes: "
+                        "line 1 column 2 (char 1)"
+                    },
+                },
+            },
+        )
+
+    def test_nan_and_scalars_and_batches_are_refused(self, one_server):
+        status, body = post(one_server, b'{"jsonrpc":"2.0","id":NaN,"method":"initialize"}')
+        assert (status, body["error"]["code"]) == (400, -32700)
+        assert post(one_server, b"5")[1]["error"]["data"] == {
+            "details": "a frame is an object, not a scalar"
+        }
+        assert post(one_server, b"[]")[1]["error"]["data"] == {
+            "details": "a frame is an object, not an array (ACP has no batches)"
+        }
+
+    def test_a_bad_envelope_is_answered_with_its_id(self, one_server):
+        frame = b'{"jsonrpc":"2.0","id":7,"method":null}'
+        assert post(one_server, frame) == (
+            400,
+            {
+                "jsonrpc": "2.0",
+                "id": 7,
+                "error": {
+                    "code": -32600,
+                    "message": "Invalid request",
+                    "data": {"details": "method: a string"},
+                },
+            },
+        )
+
+    def test_an_unknown_connection_id(self, one_server):
+        frame = b'{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"."}}'
+        headers = {"Acp-Connection-Id": "0" * 32}
+        assert post(one_server, frame, headers) == (404, {"error": "Unknown connection id"})
+
+    def test_a_wrong_content_type(self, one_server):
+        status, body = post(one_server, initialize(), {"Content-Type": "text/plain"})
+        assert (status, body) == (415, {"error": "Content-Type must be application/json"})
+
+    async def test_the_server_still_serves_after_all_of_them(self, one_server):
+        async with client_over(one_server, "http") as (conn, _client):
+            session = await conn.new_session(cwd=".")
+            await conn.set_session_mode(session_id=session.session_id, mode_id="code")
+
+
+class TestLimits:
+    def test_one_connection_more_than_the_cap_gets_503(self, log_path):
+        with http_server(log_path) as (url, _process):
+            for n in range(MAX_CONNECTIONS):
+                status, _body = post(url, initialize(n))
+                assert status == 200, n
+            assert post(url, initialize(99)) == (
+                503,
+                {
+                    "jsonrpc": "2.0",
+                    "id": 99,
+                    "error": {
+                        "code": -32600,
+                        "message": "Invalid request",
+                        "data": {
+                            "details": f"at most {MAX_CONNECTIONS} connections are served at once",
+                            "limit": "connections",
+                            "max": MAX_CONNECTIONS,
+                        },
+                    },
+                },
+            )
+
+    async def test_an_idle_connection_expires_and_frees_its_place(self, tmp_path):
+        from modefsm.protocol import ModeAgent
+
+        def factory(conn: Any) -> ModeAgent:
+            agent = ModeAgent(SEED)
+            agent.on_connect(conn)
+            return agent
+
+        ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        server = asyncio.ensure_future(
+            serve_http(
+                factory,
+                "127.0.0.1",
+                0,
+                ready=ready.set_result,
+                max_connections=1,
+                idle_seconds=0.5,
+            )
+        )
+        try:
+            url = await asyncio.wait_for(ready, 30)
+            status, _ = await asyncio.to_thread(post, url, initialize())
+            assert status == 200
+            full = await asyncio.to_thread(post, url, initialize(1))
+            assert full[0] == 503
+            deadline = time.monotonic() + 10
+            while (await asyncio.to_thread(post, url, initialize(2)))[0] != 200:
+                assert time.monotonic() < deadline, "the idle connection never expired"
+                await asyncio.sleep(0.2)
+        finally:
+            server.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await server
+
+    def test_create_app_is_an_asgi_app(self):
+        app = create_app(lambda conn: None)
+        assert callable(app)
+
+
+class TestWebSocketFrames:
+    async def test_bad_frames_are_answered_on_the_socket_and_it_keeps_serving(self, one_server):
+        import websockets
+
+        url = one_server.replace("http://", "ws://")
+        async with websockets.connect(url) as socket:
+            await socket.send("{bad")
+            parse_error = json.loads(await asyncio.wait_for(socket.recv(), 10))
+            await socket.send('{"jsonrpc":"2.0","id":3,"method":7}')
+            invalid = json.loads(await asyncio.wait_for(socket.recv(), 10))
+            await socket.send(initialize(4).decode())
+            answer = json.loads(await asyncio.wait_for(socket.recv(), 10))
+        assert parse_error == {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {
+                "code": -32700,
+                "message": "Parse error",
+                "data": {
+                    "details": "Expecting property name enclosed in double quotes: "
+                    "line 1 column 2 (char 1)"
+                },
+            },
+        }
+        assert invalid == {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "error": {
+                "code": -32600,
+                "message": "Invalid request",
+                "data": {"details": "method: a string"},
+            },
+        }
+        assert (answer["id"], answer["result"]["protocolVersion"]) == (4, 1)
+
+    async def test_an_oversized_message_closes_only_its_socket(self, one_server):
+        import websockets
+
+        url = one_server.replace("http://", "ws://")
+        async with websockets.connect(url, max_size=None) as socket:
+            await socket.send("x" * (MAX_BODY_BYTES + 1))
+            with pytest.raises(websockets.ConnectionClosed) as info:
+                await asyncio.wait_for(socket.recv(), 10)
+        assert info.value.rcvd is not None
+        assert info.value.rcvd.code == 1009  # message too big
+        async with client_over(one_server, "ws") as (conn, _client):
+            await conn.new_session(cwd=".")
+
+
+class TestCommandLine:
+    @pytest.mark.parametrize("address", ["8000", "localhost:", ":80", "127.0.0.1:99999"])
+    def test_a_bad_address_is_one_line_on_stderr(self, address):
+        result = subprocess.run(
+            [sys.executable, "-m", "modefsm", "serve", "--http", address],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        assert result.returncode == 2
+        assert result.stderr.splitlines()[-1] == (
+            f"modefsm serve: error: argument --http: not HOST:PORT (e.g. 127.0.0.1:8000): "
+            f"{address!r}"
+        )
+
+    def test_an_address_in_use_is_one_line_on_stderr(self, log_path, tmp_path):
+        with http_server(log_path) as (url, _process):
+            port = urllib.parse.urlsplit(url).port
+            result = subprocess.run(
+                [sys.executable, "-m", "modefsm", "serve", "--http", f"127.0.0.1:{port}"],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=60,
+            )
+        assert result.returncode == 2
+        assert result.stderr == (
+            f"modefsm serve: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+        )

@@ -1,0 +1,149 @@
+"""The restore index is checked against the log record each row names (seq and digest)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import orjson
+import pytest
+
+from modefsm import ModeEngine, preset
+from modefsm.errors import LogError
+from modefsm.restore import EVENT_INDEX_MISMATCH, RestoreIndex, RestorePoint
+from tests.conftest import read_log
+
+
+@pytest.fixture
+def paths(tmp_path):
+    return tmp_path / "modes.jsonl", tmp_path / "modes.index"
+
+
+def write(paths, *steps):
+    log = RestoreIndex.open_log(paths[0], paths[1])
+    engine = ModeEngine(preset("seed"), log=log)
+    for session_id, mode in steps:
+        if session_id in engine:
+            engine.change(session_id, mode, "set_mode")
+        else:
+            engine.new_session(session_id)
+    log.close()
+
+
+def tamper(paths, sql, *args):
+    with sqlite3.connect(paths[1]) as db:
+        db.execute(sql, args)
+    db.close()
+
+
+def lookup(paths, session_id):
+    log = RestoreIndex.open_log(paths[0], paths[1])
+    try:
+        assert log.index is not None
+        return log.index.restore_point(session_id)
+    finally:
+        log.close()
+
+
+def mismatches(paths):
+    return [
+        (r["session_id"], r["problem"], r["log_mode"], r["log_seq"])
+        for r in read_log(paths[0])
+        if r["event"] == EVENT_INDEX_MISMATCH
+    ]
+
+
+def test_rows_that_agree_with_the_log_are_answered_without_a_report(paths):
+    write(paths, ("s1", None), ("s1", "code"), ("s2", None))
+    assert lookup(paths, "s1") == RestorePoint("s1", "code", 2, "ask")
+    assert lookup(paths, "s2") == RestorePoint("s2", "ask", 1)
+    assert mismatches(paths) == []
+
+
+def test_a_row_with_another_digest_falls_back_to_the_log(paths):
+    write(paths, ("s1", None), ("s1", "code"))
+    tamper(paths, "UPDATE sessions SET digest = ? WHERE session_id = 's1'", "0" * 64)
+    size = paths[0].stat().st_size
+    assert lookup(paths, "s1") == RestorePoint("s1", "code", 2, "ask")
+    assert mismatches(paths) == [
+        ("s1", f"the log has no record with the row's digest at byte {size}", "code", 2)
+    ]
+
+
+def test_a_forged_previous_mode_falls_back_to_the_log(paths):
+    write(paths, ("s1", None), ("s1", "code"))
+    tamper(paths, "UPDATE sessions SET previous = 'architect' WHERE session_id = 's1'")
+    assert lookup(paths, "s1") == RestorePoint("s1", "code", 2, "ask")
+    assert mismatches(paths) == [
+        ("s1", "the row's previous mode 'architect' is not the log's 'ask'", "code", 2)
+    ]
+
+
+def test_an_edited_log_record_is_not_believed(paths):
+    write(paths, ("s1", None), ("s1", "code"))
+    lines = paths[0].read_bytes().splitlines(keepends=True)
+    lines[-1] = lines[-1].replace(b'"to_mode":"code"', b'"to_mode":"xode"')
+    paths[0].write_bytes(b"".join(lines))  # same length, same inode: no catch-up
+    size = paths[0].stat().st_size
+    assert lookup(paths, "s1") == RestorePoint("s1", "xode", 2, "ask")  # the log's own word
+    assert mismatches(paths) == [
+        ("s1", f"the log's record at byte {size} was changed after it was written", "xode", 2)
+    ]
+
+
+def test_an_index_of_the_previous_layout_is_checked_by_a_scan(paths):
+    write(paths, ("s1", None), ("s1", "architect"))
+    with sqlite3.connect(paths[1]) as db:
+        db.execute("ALTER TABLE sessions DROP COLUMN digest")
+        db.execute("ALTER TABLE sessions DROP COLUMN offset")
+        db.execute("INSERT INTO sessions VALUES ('ghost', 'code', 5, NULL)")
+    db.close()
+    assert lookup(paths, "ghost") is None
+    assert lookup(paths, "s1") == RestorePoint("s1", "architect", 2, "ask")
+    problem = "the row names no record of the log the index follows"
+    assert mismatches(paths) == [("ghost", problem, None, None), ("s1", problem, "architect", 2)]
+
+
+def test_after_a_rotation_a_session_only_in_the_earlier_file_is_not_vouched_for(paths):
+    log = RestoreIndex.open_log(paths[0], paths[1])
+    engine = ModeEngine(preset("seed"), log=log)
+    engine.new_session("old")
+    engine.new_session("both")
+    paths[0].rename(paths[0].with_name("modes.jsonl.1"))
+    log.reopen()
+    engine.change("both", "code", "set_mode")
+    assert log.index is not None
+    assert (log.index.restore_point("old"), log.index.restore_point("both")) == (
+        None,
+        RestorePoint("both", "code", 2, "ask"),
+    )
+    log.close()
+    assert [orjson.loads(line)["event"] for line in paths[0].read_bytes().splitlines()] == [
+        "modefsm.mode_changed",
+        EVENT_INDEX_MISMATCH,
+    ]
+
+
+def test_an_index_that_follows_no_log_answers_as_stored(paths):
+    write(paths, ("s1", None))
+    tamper(paths, "UPDATE sessions SET mode = 'code' WHERE session_id = 's1'")
+    index = RestoreIndex(paths[1])
+    try:
+        assert index.restore_point("s1") == RestorePoint("s1", "code", 1)
+    finally:
+        index.close()
+
+
+def test_a_report_that_cannot_be_written_does_not_fail_the_lookup(paths):
+    write(paths, ("s1", None), ("s1", "code"))
+    tamper(paths, "UPDATE sessions SET seq = 5 WHERE session_id = 's1'")
+    log = RestoreIndex.open_log(paths[0], paths[1])
+    try:
+        assert log.index is not None
+
+        def full_disk(event, fields):
+            raise LogError("cannot write the transition log: No space left on device")
+
+        log.index.report = full_disk
+        assert log.index.restore_point("s1") == RestorePoint("s1", "code", 2, "ask")
+    finally:
+        log.close()
