@@ -25,6 +25,7 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -32,7 +33,7 @@ import acp
 
 from benchmarks.harness import ROOT, Result, Row, Size, benchmark, child_env, run_child
 
-__all__ = ["run"]
+__all__ = ["alternate", "compare", "run"]
 
 TITLE = "5. over the wire"
 METRIC = "set_mode round trips/s"
@@ -85,15 +86,8 @@ def run(size: Size) -> Result:
         what="round-trip client",
     )
     result = Result("roundtrip", TITLE)
-    for key, (name, _command, note) in AGENTS.items():
-        result.add(Row(METRIC, name, "round trips/s", rates[key], key == "baseline", note))
-    ratio = (
-        result.row(METRIC, AGENTS["modefsm"][0]).median
-        / result.row(METRIC, AGENTS["baseline"][0]).median
-    )
-    result.target(
-        "modefsm >= 0.8x the dict agent's rate", met=ratio >= 0.8, measured=f"{ratio:.2f}x"
-    )
+    rows = {key: (name, note) for key, (name, _command, note) in AGENTS.items()}
+    compare(result, METRIC, rows, rates, "modefsm >= 0.8x the dict agent's rate")
     result.notes.append(
         f"one session per agent, {size.round_trips:,} sequential round trips per repetition, "
         f"{size.repeat} repetitions, each with fresh agent processes; client pinned to CPU 0, "
@@ -102,10 +96,63 @@ def run(size: Size) -> Result:
     return result
 
 
+def compare(
+    result: Result,
+    metric: str,
+    rows: dict[str, tuple[str, str]],
+    rates: dict[str, list[float]],
+    target: str,
+) -> None:
+    """Add a row of *rates* per agent key (*rows*: key -> name, note; ``baseline`` is the
+    baseline) and the target *target*: modefsm's median rate >= 0.8x the baseline's."""
+    for key, (name, note) in rows.items():
+        result.add(Row(metric, name, "round trips/s", rates[key], key == "baseline", note))
+    ratio = (
+        result.row(metric, rows["modefsm"][0]).median
+        / result.row(metric, rows["baseline"][0]).median
+    )
+    result.target(target, met=ratio >= 0.8, measured=f"{ratio:.2f}x")
+
+
 def _pin(pid: int, cpu: int) -> None:
     """Run process *pid* (0: this one) on CPU *cpu* only, where the system allows it."""
     if hasattr(os, "sched_setaffinity") and cpu in os.sched_getaffinity(0):
         os.sched_setaffinity(pid, {cpu})
+
+
+Session = tuple[Any, str, _Client]
+"""An agent's connection, its session's id and the client that counts its updates."""
+
+
+async def alternate(
+    keys: list[str],
+    start: Callable[[contextlib.AsyncExitStack[Any], str], Awaitable[Session]],
+    round_trips: int,
+    repeat: int,
+) -> dict[str, list[float]]:
+    """Round trips per second of the agent of every key, *repeat* times each.
+
+    Each repetition starts every agent afresh with *start* (which registers its clean-up
+    on the stack), in alternating order, warms each up, then measures each. modefsm and the
+    baseline must have sent the same number of updates.
+    """
+    rates: dict[str, list[float]] = {key: [] for key in keys}
+    updates: dict[str, int] = dict.fromkeys(keys, 0)
+    for index in range(repeat):
+        order = list(reversed(keys)) if index % 2 else list(keys)
+        async with contextlib.AsyncExitStack() as stack:
+            sessions: dict[str, Session] = {}
+            for key in order:
+                sessions[key] = await start(stack, key)
+            for conn, session_id, _client in sessions.values():
+                await _rate(conn, session_id, max(10, round_trips // 5))
+            for key, (conn, session_id, client) in sessions.items():
+                before = client.updates
+                rates[key].append(await _rate(conn, session_id, round_trips))
+                updates[key] += client.updates - before
+    if updates["modefsm"] != updates["baseline"]:
+        raise AssertionError(f"modefsm and the baseline sent different updates: {updates}")
+    return rates
 
 
 async def measure(round_trips: int, repeat: int) -> dict[str, list[float]]:
@@ -119,31 +166,18 @@ async def measure(round_trips: int, repeat: int) -> dict[str, list[float]]:
     """
     _pin(0, 0)
     rng = random.Random()  # a new layout for every process of every run
-    rates: dict[str, list[float]] = {key: [] for key in AGENTS}
-    updates: dict[str, int] = dict.fromkeys(AGENTS, 0)
     with tempfile.TemporaryDirectory() as tmp:
-        for index in range(repeat):
-            keys = list(AGENTS)
-            if index % 2:
-                keys.reverse()
-            async with contextlib.AsyncExitStack() as stack:
-                sessions: dict[str, tuple[Any, str, _Client]] = {}
-                for key in keys:
-                    sessions[key] = await _start(stack, key, Path(tmp), rng)
-                for conn, session_id, _client in sessions.values():
-                    await _rate(conn, session_id, max(10, round_trips // 5))
-                for key, (conn, session_id, client) in sessions.items():
-                    before = client.updates
-                    rates[key].append(await _rate(conn, session_id, round_trips))
-                    updates[key] += client.updates - before
-    if updates["modefsm"] != updates["baseline"]:
-        raise AssertionError(f"modefsm and the baseline sent different updates: {updates}")
-    return rates
+        return await alternate(
+            list(AGENTS),
+            lambda stack, key: _start(stack, key, Path(tmp), rng),
+            round_trips,
+            repeat,
+        )
 
 
 async def _start(
     stack: contextlib.AsyncExitStack[Any], key: str, tmp: Path, rng: random.Random
-) -> tuple[Any, str, _Client]:
+) -> Session:
     """Spawn agent *key*, initialize it and open a session; the stack closes it.
 
     The agent starts through :mod:`benchmarks.launch` with a random seed (its heap laid

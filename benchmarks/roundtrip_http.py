@@ -19,15 +19,14 @@ import json
 import re
 import sys
 import tempfile
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
 import acp
 
-from benchmarks.harness import ROOT, Result, Row, Size, benchmark, child_env, run_child
-from benchmarks.roundtrip import _Client, _pin
+from benchmarks.harness import ROOT, Result, Size, benchmark, child_env, run_child
+from benchmarks.roundtrip import Session, _Client, _pin, alternate, compare
 
 __all__ = ["run"]
 
@@ -56,17 +55,8 @@ def run(size: Size) -> Result:
         what="HTTP round-trip client",
     )
     result = Result("roundtrip_http", TITLE)
-    for key, (name, _command) in AGENTS.items():
-        result.add(Row(METRIC, name, "round trips/s", rates[key], key == "baseline", ""))
-    ratio = (
-        result.row(METRIC, AGENTS["modefsm"][0]).median
-        / result.row(METRIC, AGENTS["baseline"][0]).median
-    )
-    result.target(
-        "modefsm >= 0.8x the SDK dict agent's rate over HTTP",
-        met=ratio >= 0.8,
-        measured=f"{ratio:.2f}x",
-    )
+    rows = {key: (name, "") for key, (name, _command) in AGENTS.items()}
+    compare(result, METRIC, rows, rates, "modefsm >= 0.8x the SDK dict agent's rate over HTTP")
     result.notes.append(
         f"one session per agent, {size.round_trips:,} sequential round trips per repetition, "
         f"{size.repeat} repetitions, fresh servers each; uvicorn, HTTP/1.1 + SSE on 127.0.0.1"
@@ -104,46 +94,22 @@ async def _server(key: str, tmp: Path) -> AsyncIterator[str]:
             await process.wait()
 
 
-async def _rate(conn: Any, session_id: str, count: int) -> float:
-    modes = ["architect", "code", "ask"]
-    start = time.perf_counter()
-    for i in range(count):
-        await conn.set_session_mode(session_id=session_id, mode_id=modes[i % len(modes)])
-    return count / (time.perf_counter() - start)
-
-
 async def measure(round_trips: int, repeat: int) -> dict[str, list[float]]:
     """Round trips per second of both HTTP agents, *repeat* times each."""
     from acp.http import create_http_stream  # noqa: PLC0415 - the http extra
 
+    async def start(stack: contextlib.AsyncExitStack[Any], key: str) -> Session:
+        url = await stack.enter_async_context(_server(key, Path(tmp)))
+        client = _Client()
+        conn = acp.connect_to_agent(cast("Any", client), create_http_stream(url))
+        stack.push_async_callback(conn.close)
+        await asyncio.wait_for(conn.initialize(protocol_version=1), 60)
+        session = await conn.new_session(cwd=tmp)
+        return conn, session.session_id, client
+
     _pin(0, 0)
-    rates: dict[str, list[float]] = {key: [] for key in AGENTS}
-    updates: dict[str, int] = dict.fromkeys(AGENTS, 0)
     with tempfile.TemporaryDirectory() as tmp:
-        for index in range(repeat):
-            keys = list(AGENTS)
-            if index % 2:
-                keys.reverse()
-            async with contextlib.AsyncExitStack() as stack:
-                sessions: dict[str, tuple[Any, str, _Client]] = {}
-                for key in keys:
-                    url = await stack.enter_async_context(_server(key, Path(tmp)))
-                    client = _Client()
-                    conn = acp.connect_to_agent(cast("Any", client), create_http_stream(url))
-                    stack.push_async_callback(conn.close)
-                    await asyncio.wait_for(conn.initialize(protocol_version=1), 60)
-                    session = await conn.new_session(cwd=tmp)
-                    sessions[key] = (conn, session.session_id, client)
-                for conn, session_id, _client in sessions.values():
-                    await _rate(conn, session_id, max(10, round_trips // 5))
-                for key in keys:
-                    conn, session_id, client = sessions[key]
-                    before = client.updates
-                    rates[key].append(await _rate(conn, session_id, round_trips))
-                    updates[key] += client.updates - before
-    if updates["modefsm"] != updates["baseline"]:
-        raise AssertionError(f"modefsm and the baseline sent different updates: {updates}")
-    return rates
+        return await alternate(list(AGENTS), start, round_trips, repeat)
 
 
 if __name__ == "__main__":

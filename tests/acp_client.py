@@ -83,6 +83,54 @@ class TestClient:
         ]
 
 
+TIMEOUT = 30.0
+"""Seconds a spawned agent may take to answer ``initialize`` or ``session/load``."""
+
+
+async def start_serve(log: Path, *args: str, **options: Any) -> asyncio.subprocess.Process:
+    """Start ``python -m modefsm serve --log LOG ARGS...`` with its stdin and stdout piped,
+    for a client that writes and reads raw frames; *options* go to
+    :func:`asyncio.create_subprocess_exec` (``stderr``, ``limit``)."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "modefsm",
+        "serve",
+        "--log",
+        str(log),
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        **options,
+    )
+
+
+@contextlib.asynccontextmanager
+async def spawn(
+    log: Path,
+    *args: str,
+    client: TestClient | None = None,
+    option: str = "--log",
+    prefix: tuple[str, ...] = (),
+) -> AsyncIterator[tuple[Any, asyncio.subprocess.Process, TestClient]]:
+    """Spawn ``[PREFIX...] python -m modefsm serve OPTION LOG ARGS...`` under the SDK client.
+
+    Yields the initialized connection, the agent process and the client. *prefix* runs the
+    agent under another command (``prlimit --fsize=N``); *option* is ``--log`` or ``--store``.
+    """
+    client = client or TestClient()
+    command = (*prefix, sys.executable, "-m", "modefsm", "serve", option, str(log), *args)
+    async with acp.spawn_agent_process(
+        cast("Any", client),
+        *command,
+        transport_kwargs={"stderr": None},
+        observers=[client.observe],
+        use_unstable_protocol=True,
+    ) as (conn, process):
+        await asyncio.wait_for(conn.initialize(protocol_version=acp.PROTOCOL_VERSION), TIMEOUT)
+        yield conn, process, client
+
+
 @contextlib.asynccontextmanager
 async def serve(
     log: Path,
@@ -90,14 +138,12 @@ async def serve(
     client: TestClient | None = None,
 ) -> AsyncIterator[tuple[Any, TestClient]]:
     """Spawn `python -m modefsm serve --log LOG ARGS...` and connect the SDK client to it."""
-    client = client or TestClient()
-    command = (sys.executable, "-m", "modefsm", "serve", "--log", str(log), *args)
-    async with acp.spawn_agent_process(
-        cast("Any", client),
-        *command,
-        transport_kwargs={"stderr": None},
-        observers=[client.observe],
-        use_unstable_protocol=True,
-    ) as (conn, _process):
-        await asyncio.wait_for(conn.initialize(protocol_version=acp.PROTOCOL_VERSION), 30)
-        yield conn, client
+    async with spawn(log, *args, client=client) as (conn, _process, connected):
+        yield conn, connected
+
+
+async def loaded_mode(conn: Any, session_id: str) -> str:
+    """The ``currentModeId`` that ``session/load`` of *session_id* answers."""
+    loaded = await asyncio.wait_for(conn.load_session(cwd=".", session_id=session_id), TIMEOUT)
+    mode: str = loaded.modes.current_mode_id
+    return mode

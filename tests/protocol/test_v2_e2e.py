@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from modefsm import preset
+from tests.acp_client import start_serve
 from tests.conftest import mode_option, read_log
 
 pytestmark = pytest.mark.e2e
@@ -108,17 +109,7 @@ class Wire:
 @contextlib.asynccontextmanager
 async def serve(log: Path, *args: str, version: int | None = 2) -> AsyncIterator[Wire]:
     """`modefsm serve --log LOG`, initialized with *version* (``None``: not initialized)."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "modefsm",
-        "serve",
-        "--log",
-        str(log),
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-    )
+    process = await start_serve(log, *args)
     wire = Wire(process)
     try:
         if version == 2:
@@ -559,16 +550,7 @@ class TestOfficialClients:
         from tests.acp_client import serve as serve_v1
 
         client = _V2Client("code")
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "modefsm",
-            "serve",
-            "--log",
-            str(log_path),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-        )
+        process = await start_serve(log_path)
         assert process.stdin is not None
         assert process.stdout is not None
         conn = v2.connect_to_agent(client, process.stdin, process.stdout)

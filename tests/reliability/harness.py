@@ -13,11 +13,14 @@ import contextlib
 import json
 import math
 import os
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tests.acp_client import start_serve
 
 TIMEOUT = 30.0
 """Seconds any single request may take before the test calls it a hang."""
@@ -140,6 +143,26 @@ def verify_log_after_crash(path: Path) -> LogContents:
     log = read_log(path)
     assert_sequences(log)
     return log
+
+
+def assert_replay_clean(path: Path, records: int | None = None) -> None:
+    """``modefsm replay PATH --verify`` finds *records* records (default: every
+    ``modefsm.*`` record in the file), all chained, and calls the log clean."""
+    if records is None:
+        records = sum(
+            1 for r in read_log(path).records if r.get("event", "").startswith("modefsm.")
+        )
+    done = subprocess.run(
+        [sys.executable, "-m", "modefsm", "replay", str(path), "--verify", "--summary"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=TIMEOUT,
+    )
+    lines = done.stdout.splitlines()
+    assert (done.returncode, done.stderr, lines[-1]) == (0, "", "RESULT  clean"), done.stdout
+    chain = f"CHAIN  {records} records verified, 0 without a digest; head "
+    assert lines[-2].startswith(chain), done.stdout
 
 
 # -- a raw JSON-RPC peer over a real stdio pipe ------------------------------------------
@@ -266,19 +289,7 @@ async def raw_serve(log: Path, *args: str, stderr: Path | None = None) -> AsyncI
     On exit, stdin is closed and the agent must exit 0 on its own.
     """
     err = stderr.open("wb") if stderr is not None else None
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "modefsm",
-        "serve",
-        "--log",
-        str(log),
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=err if err is not None else None,
-        limit=2**26,
-    )
+    process = await start_serve(log, *args, stderr=err, limit=2**26)
     peer = RawPeer(process)
     reader = asyncio.create_task(peer.read_forever())
     try:

@@ -16,18 +16,17 @@ import contextlib
 import os
 import random
 import signal
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import acp
 import pytest
 
 from modefsm import preset
 from modefsm.replay import last_points
-from tests.acp_client import TestClient, select, text_block
+from tests.acp_client import TestClient, select, spawn, text_block
 
 from .harness import TIMEOUT, raw_serve, reproduce, seeds, verify_log_after_crash
 
@@ -58,17 +57,9 @@ class CrashClient(TestClient):
 async def agent(log: Path, client: TestClient, *args: str) -> AsyncIterator[tuple[Any, Any]]:
     """Spawn ``modefsm serve`` with the SDK client; a SIGKILLed agent may leave the
     client's pipe broken, which closing the connection then reports: that is expected."""
-    command = (sys.executable, "-m", "modefsm", "serve", "--log", str(log), *args)
     killed = False
     try:
-        async with acp.spawn_agent_process(
-            cast("Any", client),
-            *command,
-            transport_kwargs={"stderr": None},
-            observers=[client.observe],
-            use_unstable_protocol=True,
-        ) as (conn, process):
-            await asyncio.wait_for(conn.initialize(protocol_version=acp.PROTOCOL_VERSION), TIMEOUT)
+        async with spawn(log, *args, client=client) as (conn, process, _client):
             yield conn, process
             killed = process.returncode == -signal.SIGKILL
     except ConnectionError:

@@ -18,9 +18,9 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import acp
 import pytest
@@ -29,9 +29,9 @@ from modefsm import ModeEngine, TransitionLog, preset
 from modefsm.errors import LogError
 from modefsm.replay import replay
 from modefsm.restore import RestoreIndex
-from tests.acp_client import TestClient
+from tests.acp_client import loaded_mode, spawn
 
-from .harness import TIMEOUT, raw_serve, read_log
+from .harness import TIMEOUT, assert_replay_clean, raw_serve, read_log
 
 pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
 
@@ -73,39 +73,6 @@ def fill(folder: Path) -> Path:
     return filler
 
 
-def assert_clean(log: Path, records: int) -> None:
-    """``modefsm replay LOG --verify`` finds *records* records, chained, and calls it clean."""
-    done = subprocess.run(
-        [sys.executable, "-m", "modefsm", "replay", str(log), "--verify", "--summary"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=TIMEOUT,
-    )
-    lines = done.stdout.splitlines()
-    assert (done.returncode, done.stderr, lines[-1]) == (0, "", "RESULT  clean"), done.stdout
-    chain = f"CHAIN  {records} records verified, 0 without a digest; head "
-    assert lines[-2].startswith(chain), done.stdout
-
-
-@contextlib.asynccontextmanager
-async def sdk_serve(
-    log: Path, *extra: str, prefix: tuple[str, ...] = ()
-) -> AsyncIterator[tuple[Any, asyncio.subprocess.Process]]:
-    """``[PREFIX...] python -m modefsm serve --log LOG [EXTRA...]`` under the SDK client."""
-    client = TestClient()
-    command = (*prefix, sys.executable, "-m", "modefsm", "serve", "--log", str(log), *extra)
-    async with acp.spawn_agent_process(
-        cast("Any", client),
-        *command,
-        transport_kwargs={"stderr": None},
-        observers=[client.observe],
-        use_unstable_protocol=True,
-    ) as (conn, process):
-        await asyncio.wait_for(conn.initialize(protocol_version=acp.PROTOCOL_VERSION), TIMEOUT)
-        yield conn, process
-
-
 async def change(conn: Any, sid: str, mode: str) -> str | None:
     """``session/set_mode``; ``None`` on success, else the error's message (code -32603)."""
     failure: acp.RequestError | None = None
@@ -117,12 +84,6 @@ async def change(conn: Any, sid: str, mode: str) -> str | None:
         return None
     assert failure.code == -32603, failure
     return str(failure)
-
-
-async def mode_of(conn: Any, sid: str) -> str:
-    loaded = await asyncio.wait_for(conn.load_session(cwd=".", session_id=sid), TIMEOUT)
-    mode: str = loaded.modes.current_mode_id
-    return mode
 
 
 def following(acked: list[str]) -> str:
@@ -177,7 +138,7 @@ class TestServeOnAFullDisk:
             log = fs / "log.jsonl"
             acked: list[str] = []
             failed = 0
-            async with sdk_serve(log) as (conn, _process):
+            async with spawn(log) as (conn, _process, _client):
                 sid = (await conn.new_session(cwd=".")).session_id
                 acked.append("ask")
                 for mode in CYCLE:
@@ -194,7 +155,7 @@ class TestServeOnAFullDisk:
                     else:
                         failed += 1
                         assert "No space left on device" in error, error
-                        assert await mode_of(conn, sid) == acked[-1]  # unchanged
+                        assert await loaded_mode(conn, sid) == acked[-1]  # unchanged
                 # the page the log ends in had room for a few more records, then none
                 assert outcomes == [True] * (24 - failed) + [False] * failed
                 assert failed >= 10
@@ -205,9 +166,9 @@ class TestServeOnAFullDisk:
                     acked.append(mode)
             expected = [(seq, mode) for seq, mode in enumerate(acked, 1)]
             assert logged_modes(log, sid) == expected
-            async with sdk_serve(log) as (conn, _process):
-                assert await mode_of(conn, sid) == acked[-1]
-            assert_clean(log, len(acked))
+            async with spawn(log) as (conn, _process, _client):
+                assert await loaded_mode(conn, sid) == acked[-1]
+            assert_replay_clean(log, len(acked))
 
 
 class TestServeUnderAFileSizeLimit:
@@ -230,8 +191,8 @@ class TestServeUnderAFileSizeLimit:
             limit = log.stat().st_size + 1000  # room for two records and part of a third
             extra = ("--fsync",) if fsync else ()
             prefix = ("prlimit", f"--fsize={limit}:unlimited")  # soft: hard
-            async with sdk_serve(log, *extra, prefix=prefix) as (conn, process):
-                assert await mode_of(conn, sid) == acked[-1]
+            async with spawn(log, *extra, prefix=prefix) as (conn, process, _client):
+                assert await loaded_mode(conn, sid) == acked[-1]
                 errors = []
                 for _ in range(8):
                     mode = following(acked)
@@ -240,7 +201,7 @@ class TestServeUnderAFileSizeLimit:
                         acked.append(mode)
                     else:
                         errors.append(error)
-                        assert await mode_of(conn, sid) == acked[-1]
+                        assert await loaded_mode(conn, sid) == acked[-1]
                 assert len(errors) >= 5
                 assert all("File too large; the record was not written" in e for e in errors)
                 assert log.stat().st_size <= limit
@@ -254,9 +215,9 @@ class TestServeUnderAFileSizeLimit:
                     assert await change(conn, sid, mode) is None
                     acked.append(mode)
             assert logged_modes(log, sid) == [(seq, mode) for seq, mode in enumerate(acked, 1)]
-        async with sdk_serve(log) as (conn, _process):
-            assert await mode_of(conn, sid) == acked[-1]
-        assert_clean(log, len(acked))
+        async with spawn(log) as (conn, _process, _client):
+            assert await loaded_mode(conn, sid) == acked[-1]
+        assert_replay_clean(log, len(acked))
 
 
 def test_enospc_is_the_errno_a_full_tmpfs_gives(tmp_path: Path):
@@ -338,13 +299,13 @@ class TestALockedRestoreIndex:
         log = tmp_path / "log.jsonl"
         index = tmp_path / "log.jsonl.index"
         expected: dict[str, str] = {}
-        async with sdk_serve(log) as (conn, _process):
+        async with spawn(log) as (conn, _process, _client):
             for _ in range(2):
                 sid = (await conn.new_session(cwd=".")).session_id
                 assert await change(conn, sid, "code") is None
                 expected[sid] = "code"
         old = list(expected)
-        async with sdk_serve(log) as (conn, _process):
+        async with spawn(log) as (conn, _process, _client):
             locker = await asyncio.create_subprocess_exec(
                 sys.executable, "-c", LOCKER, str(index), "2", stdout=asyncio.subprocess.PIPE
             )
@@ -359,21 +320,21 @@ class TestALockedRestoreIndex:
                 mode = following([expected[live]])
                 assert await change(conn, live, mode) is None
                 expected[live] = mode
-                assert await mode_of(conn, old[0]) == expected[old[0]]  # not live: restored
+                assert await loaded_mode(conn, old[0]) == expected[old[0]]  # not live: restored
                 slowest = max(slowest, time.monotonic() - sent)
             assert slowest < 1.0  # the first write used to wait 5 s for the lock
             await conn.close_session(session_id=live)  # its mode now lives in the index only
-            assert await mode_of(conn, live) == expected[live]
+            assert await loaded_mode(conn, live) == expected[live]
             assert await asyncio.wait_for(locker.wait(), TIMEOUT) == 0
             for sid in old:  # after the lock: still restoring, still writing
-                assert await mode_of(conn, sid) == expected[sid]
+                assert await loaded_mode(conn, sid) == expected[sid]
                 assert await change(conn, sid, "architect") is None
                 expected[sid] = "architect"
             assert await change(conn, live, following([expected[live]])) is None
             expected[live] = following([expected[live]])
-        async with sdk_serve(log) as (conn, _process):
+        async with spawn(log) as (conn, _process, _client):
             for sid, mode in expected.items():
-                assert await mode_of(conn, sid) == mode, sid
+                assert await loaded_mode(conn, sid) == mode, sid
 
 
 async def run_tool(*command: str) -> tuple[int, str]:
@@ -406,8 +367,8 @@ class TestACutThatFails:
         try:
             limit = log.stat().st_size + 500  # one record and part of the next
             prefix = ("prlimit", f"--fsize={limit}:unlimited")
-            async with sdk_serve(log, prefix=prefix) as (conn, process):
-                assert await mode_of(conn, "s1") == acked[-1]
+            async with spawn(log, prefix=prefix) as (conn, process, _client):
+                assert await loaded_mode(conn, "s1") == acked[-1]
                 assert await change(conn, "s1", following(acked)) is None
                 acked.append(following(acked))
                 torn = await change(conn, "s1", following(acked))
@@ -422,9 +383,9 @@ class TestACutThatFails:
                     "Operation not permitted; restart to repair the log; "
                     "the record was not written"
                 ), refused
-                assert await mode_of(conn, "s1") == acked[-1]
-            async with sdk_serve(log) as (conn, _process):
-                assert await mode_of(conn, "s1") == acked[-1]
+                assert await loaded_mode(conn, "s1") == acked[-1]
+            async with spawn(log) as (conn, _process, _client):
+                assert await loaded_mode(conn, "s1") == acked[-1]
                 assert await change(conn, "s1", following(acked)) is None
                 acked.append(following(acked))
         finally:

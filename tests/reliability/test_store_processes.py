@@ -22,18 +22,17 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import acp
 import pytest
 
 from modefsm.log import canonical_record
-from tests.acp_client import TestClient
+from tests.acp_client import loaded_mode, spawn
 from tests.store.schedule import Schedule, run_schedule
 
-from .harness import TIMEOUT, read_log, reproduce, seeds, soak_factor
+from .harness import TIMEOUT, assert_replay_clean, read_log, reproduce, seeds, soak_factor
 
 pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
 
@@ -42,49 +41,8 @@ MODES = ("ask", "architect", "code")
 COMMITTED = ("modefsm.session_created", "modefsm.mode_changed")
 
 
-@contextlib.asynccontextmanager
-async def serve(
-    log: Path, option: str = "--log"
-) -> AsyncIterator[tuple[Any, asyncio.subprocess.Process, TestClient]]:
-    """``python -m modefsm serve --log LOG`` under the SDK client, initialized."""
-    client = TestClient()
-    command = (sys.executable, "-m", "modefsm", "serve", option, str(log))
-    async with acp.spawn_agent_process(
-        cast("Any", client),
-        *command,
-        transport_kwargs={"stderr": None},
-        observers=[client.observe],
-        use_unstable_protocol=True,
-    ) as (conn, process):
-        await asyncio.wait_for(conn.initialize(protocol_version=acp.PROTOCOL_VERSION), TIMEOUT)
-        yield conn, process, client
-
-
 async def set_mode(conn: Any, sid: str, mode: str) -> None:
     await asyncio.wait_for(conn.set_session_mode(session_id=sid, mode_id=mode), TIMEOUT)
-
-
-async def load(conn: Any, sid: str) -> str:
-    loaded = await asyncio.wait_for(conn.load_session(cwd=".", session_id=sid), TIMEOUT)
-    mode: str = loaded.modes.current_mode_id
-    return mode
-
-
-def verify(log: Path) -> None:
-    """``modefsm replay LOG --verify`` calls the log clean, every record chained."""
-    records = sum(1 for r in read_log(log).records if r.get("event", "").startswith("modefsm."))
-    done = subprocess.run(
-        [sys.executable, "-m", "modefsm", "replay", str(log), "--verify", "--summary"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=TIMEOUT,
-    )
-    lines = done.stdout.splitlines()
-    assert (done.returncode, done.stderr, lines[-1]) == (0, "", "RESULT  clean"), done.stdout
-    assert lines[-2].startswith(f"CHAIN  {records} records verified, 0 without a digest"), (
-        done.stdout
-    )
 
 
 def session_chains(log: Path) -> dict[str, list[str]]:
@@ -107,34 +65,37 @@ def session_chains(log: Path) -> dict[str, list[str]]:
 class TestTheIssuesTwoFailures:
     async def test_a_second_process_answers_after_the_first_changed_a_mode(self, tmp_path: Path):
         log = tmp_path / "modes.jsonl"
-        async with serve(log) as (first, _p1, _c1):
+        async with spawn(log) as (first, _p1, _c1):
             one = (await first.new_session(cwd=".")).session_id
             await set_mode(first, one, "code")
             began = time.monotonic()
-            async with serve(log) as (second, p2, _c2):  # used to exit 2: database is locked
+            async with spawn(log) as (second, p2, _c2):  # used to exit 2: database is locked
                 assert time.monotonic() - began < 15
                 assert p2.returncode is None
                 two = (await second.new_session(cwd=".")).session_id
                 await set_mode(second, two, "architect")
-                assert await load(second, one) == "code"
+                assert await loaded_mode(second, one) == "code"
             await set_mode(first, one, "ask")
-        async with serve(log) as (third, _p3, _c3):
-            assert (await load(third, one), await load(third, two)) == ("ask", "architect")
+        async with spawn(log) as (third, _p3, _c3):
+            assert (await loaded_mode(third, one), await loaded_mode(third, two)) == (
+                "ask",
+                "architect",
+            )
         assert session_chains(log) == {one: ["ask", "code", "ask"], two: ["ask", "architect"]}
-        verify(log)
+        assert_replay_clean(log)
 
     async def test_sessions_of_two_processes_started_together_load_in_a_third(self, tmp_path: Path):
         log = tmp_path / "modes.jsonl"
-        async with serve(log) as (a, _pa, _ca), serve(log) as (b, _pb, _cb):
+        async with spawn(log) as (a, _pa, _ca), spawn(log) as (b, _pb, _cb):
             ids = []
             for conn, mode in ((a, "code"), (b, "architect"), (a, "architect"), (b, "code")):
                 sid = (await conn.new_session(cwd=".")).session_id
                 await set_mode(conn, sid, mode)
                 ids.append((sid, mode))
-        async with serve(log) as (third, _p3, _c3):
+        async with spawn(log) as (third, _p3, _c3):
             for sid, mode in ids:  # used to answer -32002 for the second process's sessions
-                assert await load(third, sid) == mode
-        verify(log)  # used to report a new chain in the middle of the file
+                assert await loaded_mode(third, sid) == mode
+        assert_replay_clean(log)  # used to report a new chain in the middle of the file
 
 
 class TestOneSessionInTwoProcesses:
@@ -142,10 +103,10 @@ class TestOneSessionInTwoProcesses:
         self, tmp_path: Path
     ):
         log = tmp_path / "modes.jsonl"
-        async with serve(log) as (a, _pa, client_a), serve(log) as (b, _pb, _cb):
+        async with spawn(log) as (a, _pa, client_a), spawn(log) as (b, _pb, _cb):
             sid = (await a.new_session(cwd=".")).session_id
             await set_mode(a, sid, "code")
-            assert await load(b, sid) == "code"
+            assert await loaded_mode(b, sid) == "code"
             await set_mode(b, sid, "architect")
             before = len(client_a.frames)
             await set_mode(a, sid, "ask")  # a still believes "code": it learns "architect"
@@ -163,22 +124,22 @@ class TestOneSessionInTwoProcesses:
                 "current_mode_update",
                 "config_option_update",
             ]
-            assert await load(b, sid) == "ask"  # a live session is refreshed on load
+            assert await loaded_mode(b, sid) == "ask"  # a live session is refreshed on load
         assert session_chains(log) == {sid: ["ask", "code", "architect", "ask"]}
         contents = read_log(log)
         assert [r["from_mode"] for r in contents.commits(sid)] == [None, "ask", "code", "architect"]
-        verify(log)
+        assert_replay_clean(log)
 
 
 class TestTheStoreOption:
     async def test_store_takes_the_log_path_as_log_does(self, tmp_path: Path):
         log = tmp_path / "modes.jsonl"
-        async with serve(log, "--store") as (conn, _p, _c):
+        async with spawn(log, option="--store") as (conn, _p, _c):
             sid = (await conn.new_session(cwd=".")).session_id
             await set_mode(conn, sid, "code")
-        async with serve(log) as (conn, _p, _c):
-            assert await load(conn, sid) == "code"
-        verify(log)
+        async with spawn(log) as (conn, _p, _c):
+            assert await loaded_mode(conn, sid) == "code"
+        assert_replay_clean(log)
 
     def test_store_and_log_naming_two_files_is_refused(self, tmp_path: Path):
         done = subprocess.run(
@@ -208,7 +169,7 @@ time.sleep(float(sys.argv[2]))
 class TestLocks:
     async def test_a_held_log_lock_fails_that_request_only_within_the_bound(self, tmp_path: Path):
         log = tmp_path / "modes.jsonl"
-        async with serve(log) as (conn, process, _c):
+        async with spawn(log) as (conn, process, _c):
             sid = (await conn.new_session(cwd=".")).session_id
             holder = await asyncio.create_subprocess_exec(
                 sys.executable, "-c", LOCK_HOLDER, str(log), "4", stdout=asyncio.subprocess.PIPE
@@ -226,14 +187,14 @@ class TestLocks:
             await asyncio.wait_for(holder.wait(), TIMEOUT)
             await set_mode(conn, sid, "code")  # the lock is gone: served again
         assert session_chains(log) == {sid: ["ask", "code"]}
-        verify(log)
+        assert_replay_clean(log)
 
     @pytest.mark.parametrize("kind", ["foreign", "corrupt"])
     async def test_a_foreign_or_corrupt_index_is_refused_for_restore_only(
         self, tmp_path: Path, kind: str
     ):
         log = tmp_path / "modes.jsonl"
-        async with serve(log) as (conn, _p, _c):
+        async with spawn(log) as (conn, _p, _c):
             old = (await conn.new_session(cwd=".")).session_id
         index = tmp_path / "modes.jsonl.index"
         index.unlink()
@@ -244,11 +205,11 @@ class TestLocks:
                 db.execute("CREATE TABLE other (x)")
                 db.commit()
         content = index.read_bytes()
-        async with serve(log) as (conn, process, _c):
+        async with spawn(log) as (conn, process, _c):
             sid = (await conn.new_session(cwd=".")).session_id
             await set_mode(conn, sid, "code")
             with pytest.raises(acp.RequestError) as failed:
-                await load(conn, old)
+                await loaded_mode(conn, old)
             assert failed.value.code == -32603
             assert "--rebuild-index" in str(failed.value.data)
             assert process.returncode is None
@@ -259,7 +220,7 @@ class TestLocks:
         self, tmp_path: Path
     ):
         log = tmp_path / "modes.jsonl"
-        async with serve(log) as (conn, _p, _c):
+        async with spawn(log) as (conn, _p, _c):
             sid = (await conn.new_session(cwd=".")).session_id
             fd = os.open(log, os.O_WRONLY | os.O_APPEND)
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -280,8 +241,8 @@ class FileBackend:
     def __init__(self, log: Path) -> None:
         self.log = log
 
-    def command(self, slot: int) -> tuple[str, ...]:
-        return ("--log", str(self.log))
+    def command(self, slot: int) -> tuple[Path, tuple[str, ...]]:
+        return self.log, ()
 
     def committed(self, session_id: str) -> list[str]:
         return session_chains(self.log).get(session_id, [])
@@ -292,7 +253,7 @@ async def run_file_schedule(log: Path, processes: int, seed: int, steps: int, ki
     await run_schedule(schedule, steps, kills)
     assert session_chains(log) == schedule.truth
     assert sum(schedule.switches.values()) >= 1
-    verify(log)
+    assert_replay_clean(log)
     return schedule.kills
 
 

@@ -7,7 +7,8 @@ client and its v2 zod schemas (``session/resume`` after a restart).
 set_mode, the mode config option, an approved switch, a rejected one, an unknown mode,
 load), validating every frame the agent writes with the SDK's own zod schemas. The SDK
 is pinned in ``tests/ts/package.json`` and ``package-lock.json``; ``.ci/run`` installs it
-with ``npm ci``.
+with ``npm ci``. Both scenarios spawn the agent and check its frames through
+``tests/ts/agent_wire.mjs``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,13 +37,13 @@ pytestmark = [
 ]
 
 
-def test_the_typescript_sdk_runs_the_seed_scenario(tmp_path: Path):
+def run_scenario(script: str, log: Path) -> dict[str, Any]:
+    """Run ``node SCRIPT python -m modefsm serve --log LOG`` in tests/ts; its summary line."""
     node = shutil.which("node")
     assert node is not None, "tests/ts/node_modules exists but node is not on PATH"
-    log = tmp_path / "log.jsonl"
     command = [sys.executable, "-m", "modefsm", "serve", "--log", str(log)]
     result = subprocess.run(
-        [node, "seed_scenario.mjs", *command],
+        [node, script, *command],
         cwd=TS,
         capture_output=True,
         text=True,
@@ -49,7 +51,13 @@ def test_the_typescript_sdk_runs_the_seed_scenario(tmp_path: Path):
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    summary = json.loads(result.stdout.splitlines()[-1])
+    summary: dict[str, Any] = json.loads(result.stdout.splitlines()[-1])
+    return summary
+
+
+def test_the_typescript_sdk_runs_the_seed_scenario(tmp_path: Path):
+    log = tmp_path / "log.jsonl"
+    summary = run_scenario("seed_scenario.mjs", log)
     assert summary["steps"] == [
         "initialize",
         "session/new",
@@ -76,20 +84,8 @@ def test_the_typescript_sdk_runs_the_seed_scenario(tmp_path: Path):
 
 
 def test_the_typescript_sdk_v2_client_runs_the_seed_story(tmp_path: Path):
-    node = shutil.which("node")
-    assert node is not None, "tests/ts/node_modules exists but node is not on PATH"
     log = tmp_path / "log.jsonl"
-    command = [sys.executable, "-m", "modefsm", "serve", "--log", str(log)]
-    result = subprocess.run(
-        [node, "seed_scenario_v2.mjs", *command],
-        cwd=TS,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    summary = json.loads(result.stdout.splitlines()[-1])
+    summary = run_scenario("seed_scenario_v2.mjs", log)
     assert summary["steps"] == [
         "initialize",
         "session/new",

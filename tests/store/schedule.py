@@ -22,14 +22,12 @@ import contextlib
 import os
 import random
 import signal
-import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from pathlib import Path
+from typing import Any, Protocol
 
-import acp
-
-from tests.acp_client import TestClient, select, text_block
+from tests.acp_client import TestClient, select, spawn, text_block
 
 TIMEOUT = 30.0
 """Seconds any single request may take before the test calls it a hang."""
@@ -59,32 +57,13 @@ def reproduce(test: str, seed: int) -> str:
 class Backend(Protocol):
     """The store the processes share."""
 
-    def command(self, slot: int) -> tuple[str, ...]:
-        """The arguments after ``modefsm serve`` for process *slot*."""
+    def command(self, slot: int) -> tuple[Path, tuple[str, ...]]:
+        """Process *slot*'s ``--log`` file and its other arguments to ``modefsm serve``."""
         ...  # pragma: no cover
 
     def committed(self, session_id: str) -> list[str]:
         """The session's committed modes, ``seq`` 1 to n, as the store holds them now."""
         ...  # pragma: no cover
-
-
-@contextlib.asynccontextmanager
-async def serve(args: tuple[str, ...]) -> AsyncIterator[tuple[Any, Any, TestClient]]:
-    """``python -m modefsm serve ARGS`` under the SDK client, initialized."""
-    client = TestClient()
-    async with acp.spawn_agent_process(
-        cast("Any", client),
-        sys.executable,
-        "-m",
-        "modefsm",
-        "serve",
-        *args,
-        transport_kwargs={"stderr": None},
-        observers=[client.observe],
-        use_unstable_protocol=True,
-    ) as (conn, process):
-        await asyncio.wait_for(conn.initialize(protocol_version=acp.PROTOCOL_VERSION), TIMEOUT)
-        yield conn, process, client
 
 
 async def set_mode(conn: Any, sid: str, mode: str) -> None:
@@ -111,9 +90,10 @@ class Slot:
     task: asyncio.Task[None] | None = None
 
 
-async def _run_slot(slot: Slot, args: tuple[str, ...]) -> None:
+async def _run_slot(slot: Slot, command: tuple[Path, tuple[str, ...]]) -> None:
+    log, args = command
     with contextlib.suppress(Exception):
-        async with serve(args) as (conn, process, client):
+        async with spawn(log, *args) as (conn, process, client):
             slot.conn, slot.process, slot.client = conn, process, client
             slot.ready.set()
             await slot.done.wait()

@@ -43,8 +43,8 @@ class PgBackend:
     def file(self, slot: int) -> Path:
         return self.folder / f"w{slot + 1}.jsonl"
 
-    def command(self, slot: int) -> tuple[str, ...]:
-        return ("--store", self.url, "--log", str(self.file(slot)))
+    def command(self, slot: int) -> tuple[Path, tuple[str, ...]]:
+        return self.file(slot), ("--store", self.url)
 
     def committed(self, session_id: str) -> list[str]:
         records = list(self.store.history(session_id))

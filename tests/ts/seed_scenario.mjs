@@ -8,122 +8,39 @@
 // Prints one JSON summary line on success; exits 1 with the reason otherwise.
 
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { Readable } from "node:stream";
 
 import * as acp from "@agentclientprotocol/sdk";
 // The generated zod schemas the SDK validates with (not exported by name, so by path).
 import * as z from "./node_modules/@agentclientprotocol/sdk/dist/v1/schema/zod.gen.js";
+import { agentCommand, FrameChecker, spawnTapped } from "./agent_wire.mjs";
 
-const [command, ...args] = process.argv.slice(2);
-if (!command) {
-  console.error("usage: node seed_scenario.mjs COMMAND [ARGS...]");
-  process.exit(2);
-}
+const [command, args] = agentCommand("seed_scenario.mjs");
 
-const RESPONSE_SCHEMAS = {
-  initialize: z.zInitializeResponse,
-  "session/new": z.zNewSessionResponse,
-  "session/load": z.zLoadSessionResponse,
-  "session/set_mode": z.zSetSessionModeResponse,
-  "session/set_config_option": z.zSetSessionConfigOptionResponse,
-  "session/prompt": z.zPromptResponse,
-};
-const REQUEST_SCHEMAS = { "session/request_permission": z.zRequestPermissionRequest };
-const NOTIFICATION_SCHEMAS = { "session/update": z.zSessionNotification };
+const checker = new FrameChecker({
+  responses: {
+    initialize: z.zInitializeResponse,
+    "session/new": z.zNewSessionResponse,
+    "session/load": z.zLoadSessionResponse,
+    "session/set_mode": z.zSetSessionModeResponse,
+    "session/set_config_option": z.zSetSessionConfigOptionResponse,
+    "session/prompt": z.zPromptResponse,
+  },
+  requests: { "session/request_permission": z.zRequestPermissionRequest },
+  notifications: { "session/update": z.zSessionNotification },
+  error: z.zError,
+});
 
 // -- what went over the wire, both ways, in order -----------------------------------------
 const frames = []; // {dir: "in" | "out", message}
-const sentMethods = new Map(); // our request id -> method
-const problems = [];
-let validated = 0;
-
-// Whether `parsed` keeps everything in `raw`: the same scalars, every key, every list item.
-// The schemas may add defaults (absent capabilities become false); they must not drop
-// anything (a list item they could not read, a key they do not know).
-function keeps(parsed, raw) {
-  if (Array.isArray(raw)) {
-    return Array.isArray(parsed) && parsed.length === raw.length && raw.every((item, i) => keeps(parsed[i], item));
-  }
-  if (raw && typeof raw === "object") {
-    return (
-      parsed !== null &&
-      typeof parsed === "object" &&
-      Object.keys(raw).every((key) => key in parsed && keeps(parsed[key], raw[key]))
-    );
-  }
-  return Object.is(parsed, raw);
-}
-
-function validate(schema, value, what) {
-  const parsed = schema.safeParse(value);
-  if (!parsed.success) {
-    problems.push(`${what}: rejected by the SDK schema: ${parsed.error.message}`);
-    return;
-  }
-  if (!keeps(parsed.data, value)) {
-    problems.push(`${what}: changed by the SDK schema (a dropped item or unknown key): ${JSON.stringify(value)}`);
-    return;
-  }
-  validated += 1;
-}
-
-function check(message) {
-  if (message.jsonrpc !== "2.0") problems.push(`not JSON-RPC 2.0: ${JSON.stringify(message)}`);
-  if ("method" in message) {
-    const schemas = "id" in message ? REQUEST_SCHEMAS : NOTIFICATION_SCHEMAS;
-    const schema = schemas[message.method];
-    if (!schema) problems.push(`unexpected ${message.method} from the agent`);
-    else validate(schema, message.params, message.method);
-  } else if ("error" in message) {
-    validate(z.zError, message.error, `error answering ${sentMethods.get(message.id)}`);
-  } else {
-    const method = sentMethods.get(message.id);
-    const schema = RESPONSE_SCHEMAS[method];
-    if (!schema) problems.push(`a response to an unknown request: ${JSON.stringify(message)}`);
-    else validate(schema, message.result, `${method} result`);
-  }
-}
-
-function lineSplitter(onLine) {
-  const decoder = new TextDecoder();
-  let pending = "";
-  return (chunk) => {
-    pending += decoder.decode(chunk, { stream: true });
-    let newline;
-    while ((newline = pending.indexOf("\n")) >= 0) {
-      const line = pending.slice(0, newline).trim();
-      pending = pending.slice(newline + 1);
-      if (line) onLine(JSON.parse(line));
-    }
-  };
-}
 
 // -- the agent process, with both pipes tapped ---------------------------------------------
-const child = spawn(command, args, { stdio: ["pipe", "pipe", "inherit"] });
-const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve({ code, signal })));
-
-const tapOut = lineSplitter((message) => {
-  frames.push({ dir: "out", message });
-  if ("method" in message && "id" in message) sentMethods.set(message.id, message.method);
-});
-const output = new WritableStream({
-  write(chunk) {
-    tapOut(chunk);
-    return new Promise((resolve, reject) => child.stdin.write(chunk, (e) => (e ? reject(e) : resolve())));
-  },
-  close() {
-    child.stdin.end();
+const { child, exited, output, input, tapped, sentMethods } = spawnTapped(command, args, {
+  onOut: (message) => frames.push({ dir: "out", message }),
+  onIn: (message, sent) => {
+    frames.push({ dir: "in", message });
+    checker.check(message, sent);
   },
 });
-const [forSdk, forCheck] = Readable.toWeb(child.stdout).tee();
-const tapIn = lineSplitter((message) => {
-  frames.push({ dir: "in", message });
-  check(message);
-});
-const tapped = (async () => {
-  for await (const chunk of forCheck) tapIn(chunk);
-})();
 
 // -- the client ------------------------------------------------------------------------------
 const updates = []; // session/update params, in the order the SDK delivered them
@@ -164,7 +81,7 @@ function assertAnnouncedBeforeResponse(method, mode) {
 
 const steps = [];
 try {
-  await app.connectWith(acp.ndJsonStream(output, forSdk), async (ctx) => {
+  await app.connectWith(acp.ndJsonStream(output, input), async (ctx) => {
     const init = await ctx.request(acp.methods.agent.initialize, {
       protocolVersion: acp.PROTOCOL_VERSION,
       clientCapabilities: {},
@@ -252,12 +169,13 @@ try {
   const { code } = await exited;
   await tapped;
   assert.equal(code, 0, "modefsm serve exits 0 when the client closes stdin");
-  assert.deepEqual(problems, []);
+  assert.deepEqual(checker.problems, []);
   const received = frames.filter((f) => f.dir === "in").length;
-  assert.equal(validated, received, "every frame the agent wrote was validated");
+  assert.equal(checker.validated, received, "every frame the agent wrote was validated");
+  const { validated } = checker;
   console.log(JSON.stringify({ ok: true, steps, received, validated, sdk: "@agentclientprotocol/sdk" }));
 } catch (error) {
   child.kill();
-  console.log(JSON.stringify({ ok: false, steps, problems, error: String(error?.stack ?? error) }));
+  console.log(JSON.stringify({ ok: false, steps, problems: checker.problems, error: String(error?.stack ?? error) }));
   process.exit(1);
 }

@@ -8,113 +8,34 @@
 // Prints one JSON summary line on success; exits 1 with the reason otherwise.
 
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { Readable } from "node:stream";
 
 import * as acp from "@agentclientprotocol/sdk/experimental/v2";
 import * as z from "./node_modules/@agentclientprotocol/sdk/dist/v2/schema/zod.gen.js";
+import { agentCommand, FrameChecker, spawnTapped } from "./agent_wire.mjs";
 
-const [command, ...args] = process.argv.slice(2);
-if (!command) {
-  console.error("usage: node seed_scenario_v2.mjs COMMAND [ARGS...]");
-  process.exit(2);
-}
+const [command, args] = agentCommand("seed_scenario_v2.mjs");
 
-const RESPONSE_SCHEMAS = {
-  initialize: z.zInitializeResponse,
-  "session/new": z.zNewSessionResponse,
-  "session/resume": z.zResumeSessionResponse,
-  "session/set_config_option": z.zSetSessionConfigOptionResponse,
-  "session/prompt": z.zPromptResponse,
-};
-const REQUEST_SCHEMAS = { "session/request_permission": z.zRequestPermissionRequest };
-const NOTIFICATION_SCHEMAS = { "session/update": z.zUpdateSessionNotification };
-
-const problems = [];
-let validated = 0;
-let received = 0;
-
-function keeps(parsed, raw) {
-  if (Array.isArray(raw)) {
-    return Array.isArray(parsed) && parsed.length === raw.length && raw.every((item, i) => keeps(parsed[i], item));
-  }
-  if (raw && typeof raw === "object") {
-    return (
-      parsed !== null &&
-      typeof parsed === "object" &&
-      Object.keys(raw).every((key) => key in parsed && keeps(parsed[key], raw[key]))
-    );
-  }
-  return Object.is(parsed, raw);
-}
-
-function validate(schema, value, what) {
-  const parsed = schema.safeParse(value);
-  if (!parsed.success) {
-    problems.push(`${what}: rejected by the SDK schema: ${parsed.error.message}`);
-    return;
-  }
-  if (!keeps(parsed.data, value)) {
-    problems.push(`${what}: changed by the SDK schema: ${JSON.stringify(value)}`);
-    return;
-  }
-  validated += 1;
-}
-
-function lineSplitter(onLine) {
-  const decoder = new TextDecoder();
-  let pending = "";
-  return (chunk) => {
-    pending += decoder.decode(chunk, { stream: true });
-    let newline;
-    while ((newline = pending.indexOf("\n")) >= 0) {
-      const line = pending.slice(0, newline).trim();
-      pending = pending.slice(newline + 1);
-      if (line) onLine(JSON.parse(line));
-    }
-  };
-}
+const checker = new FrameChecker({
+  responses: {
+    initialize: z.zInitializeResponse,
+    "session/new": z.zNewSessionResponse,
+    "session/resume": z.zResumeSessionResponse,
+    "session/set_config_option": z.zSetSessionConfigOptionResponse,
+    "session/prompt": z.zPromptResponse,
+  },
+  requests: { "session/request_permission": z.zRequestPermissionRequest },
+  notifications: { "session/update": z.zUpdateSessionNotification },
+  error: z.zError,
+});
 
 const updates = [];
 const asked = [];
 let answer = "code";
 
 async function run(story) {
-  const sentMethods = new Map();
-  const child = spawn(command, args, { stdio: ["pipe", "pipe", "inherit"] });
-  const exited = new Promise((resolve) => child.on("exit", (code) => resolve(code)));
-  const tapOut = lineSplitter((message) => {
-    if ("method" in message && "id" in message) sentMethods.set(message.id, message.method);
+  const { child, exited, output, input, tapped } = spawnTapped(command, args, {
+    onIn: (message, sentMethods) => checker.check(message, sentMethods),
   });
-  const output = new WritableStream({
-    write(chunk) {
-      tapOut(chunk);
-      return new Promise((resolve, reject) => child.stdin.write(chunk, (e) => (e ? reject(e) : resolve())));
-    },
-    close() {
-      child.stdin.end();
-    },
-  });
-  const [forSdk, forCheck] = Readable.toWeb(child.stdout).tee();
-  const tapIn = lineSplitter((message) => {
-    received += 1;
-    if (message.jsonrpc !== "2.0") problems.push(`not JSON-RPC 2.0: ${JSON.stringify(message)}`);
-    if ("method" in message) {
-      const schema = ("id" in message ? REQUEST_SCHEMAS : NOTIFICATION_SCHEMAS)[message.method];
-      if (!schema) problems.push(`unexpected ${message.method} from the agent`);
-      else validate(schema, message.params, message.method);
-    } else if ("error" in message) {
-      validate(z.zError, message.error, `error answering ${sentMethods.get(message.id)}`);
-    } else {
-      const method = sentMethods.get(message.id);
-      const schema = RESPONSE_SCHEMAS[method];
-      if (!schema) problems.push(`a response to an unknown request: ${JSON.stringify(message)}`);
-      else validate(schema, message.result, `${method} result`);
-    }
-  });
-  const tapped = (async () => {
-    for await (const chunk of forCheck) tapIn(chunk);
-  })();
   const app = acp
     .client({ name: "modefsm-ts-v2" })
     .onNotification("session/update", ({ params }) => {
@@ -124,13 +45,13 @@ async function run(story) {
       asked.push(params);
       return { outcome: { outcome: "selected", optionId: answer } };
     });
-  await app.connectWith(acp.ndJsonStream(output, forSdk), async (cx) => {
+  await app.connectWith(acp.ndJsonStream(output, input), async (cx) => {
     const init = await cx.request("initialize", { protocolVersion: 2, info: { name: "ts-v2", version: "0" } });
     assert.equal(init.protocolVersion, 2);
     await story(cx);
   });
   child.stdin.end(); // the connection is closed; the agent ends with its input
-  const code = await exited;
+  const { code } = await exited;
   await tapped;
   assert.equal(code, 0, "modefsm serve exits 0 when the client closes stdin");
 }
@@ -181,11 +102,12 @@ try {
     steps.push("session/resume reports architect");
   });
 } catch (error) {
-  problems.push(`the story failed: ${error.stack || error}`);
+  checker.problems.push(`the story failed: ${error.stack || error}`);
 }
-if (problems.length) {
-  console.error(problems.join("\n"));
+if (checker.problems.length) {
+  console.error(checker.problems.join("\n"));
   process.exit(1);
 }
+const { validated, received } = checker;
 assert.equal(validated, received, "every frame the agent wrote was validated");
 console.log(JSON.stringify({ steps, validated, received }));
