@@ -228,7 +228,7 @@ def _sorted_all(names: list[str]) -> list[str]:
 class TestExports:
     @pytest.mark.parametrize("package", PACKAGES)
     def test_package_all_is_sorted_and_the_union_of_its_modules(self, package: str):
-        """A package re-exports exactly its private modules' ``__all__``.
+        """A package re-exports exactly its private modules' and subpackages' ``__all__``.
 
         Two exceptions: ``modefsm.spec.presets`` holds data only, and ``modefsm.cli``
         exports only ``main`` (each command's module is imported when it runs, so that
@@ -241,6 +241,9 @@ class TestExports:
         union: set[str] = set()
         for path in sorted(folder.glob("_*.py")):
             if path.name != "__init__.py":
+                union |= set(importlib.import_module(module_name(path)).__all__)
+        for path in sorted(folder.glob("[!_]*/__init__.py")):  # subpackages: their exports
+            if path.parent.name != "presets":  # data only
                 union |= set(importlib.import_module(module_name(path)).__all__)
         if package == "modefsm.cli":
             union &= {"main"}

@@ -59,7 +59,7 @@ def test_help_loads_no_sdk():
     assert _sdk(modules) == []
     # the models, the log and the diagram load when a command runs, not for its help
     assert "pydantic" not in modules
-    assert "modefsm.diagram._diagram" not in modules
+    assert "modefsm.diagram._model" not in modules
 
 
 def test_replay_loads_neither_the_sdk_nor_transitions():
@@ -77,7 +77,7 @@ def test_diagram_loads_neither_the_sdk_nor_transitions(tmp_path: Path):
     )
     assert result.returncode == 0, result.stdout + result.stderr[-2000:]
     assert out.read_text(encoding="utf-8").startswith("# Modes of seed")
-    assert "modefsm.diagram._diagram" in modules
+    assert "modefsm.diagram._files" in modules
     assert _sdk(modules) == []
     assert _fsm(modules) == []
 

@@ -428,7 +428,7 @@ def _run_diagram(args: argparse.Namespace) -> int:
     if fmt == "png" and args.output is None:
         msg = "png output is binary: give -o FILE"
         raise DiagramError(msg)
-    from modefsm.diagram._diagram import render  # noqa: PLC0415 - keep other commands' start fast
+    from modefsm.diagram._files import render  # noqa: PLC0415 - keep other commands' start fast
 
     data = render(spec, fmt, logs=args.log, session_id=args.session)
     if args.output is None:

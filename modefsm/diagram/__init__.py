@@ -1,4 +1,9 @@
-"""modefsm.diagram: see the README's Architecture section."""
+"""modefsm.diagram: see the README's Architecture section.
+
+The data flows one way: the model (``_model``), built from a spec (``_build``) and the
+logs (``_traffic``), then one renderer per format (``renderers``), then the files
+(``_files``).
+"""
 
 from typing import TYPE_CHECKING
 
@@ -6,12 +11,9 @@ from modefsm._lazy import lazy_exports
 from modefsm.diagram._formats import FORMATS, Format
 
 if TYPE_CHECKING:
-    from modefsm.diagram._diagram import (
-        DRAWN_MAX,
-        GROUP_STEPS_MAX,
-        RENDER_TIMEOUT,
-        RENDERED_ARROWS_MAX,
-        RENDERED_NODES_MAX,
+    from modefsm.diagram._build import DRAWN_MAX, GROUP_STEPS_MAX, build_diagram, option_reach
+    from modefsm.diagram._files import render, write_preset_diagrams
+    from modefsm.diagram._model import (
         Diagram,
         DiagramEdge,
         DiagramGroup,
@@ -20,18 +22,50 @@ if TYPE_CHECKING:
         LegendEntry,
         LegendKind,
         NodeKind,
+        OptionReach,
         Traffic,
         TransitionKey,
-        build_diagram,
-        read_traffic,
-        render,
+    )
+    from modefsm.diagram._traffic import read_traffic
+    from modefsm.diagram.renderers import (
+        RENDER_TIMEOUT,
+        RENDERED_ARROWS_MAX,
+        RENDERED_NODES_MAX,
         to_dot,
         to_markdown,
         to_mermaid,
         to_png,
         to_svg,
-        write_preset_diagrams,
     )
+
+_MODULES = {
+    "modefsm.diagram._build": ("DRAWN_MAX", "GROUP_STEPS_MAX", "build_diagram", "option_reach"),
+    "modefsm.diagram._files": ("render", "write_preset_diagrams"),
+    "modefsm.diagram._model": (
+        "Diagram",
+        "DiagramEdge",
+        "DiagramGroup",
+        "DiagramNode",
+        "EdgeKind",
+        "LegendEntry",
+        "LegendKind",
+        "NodeKind",
+        "OptionReach",
+        "Traffic",
+        "TransitionKey",
+    ),
+    "modefsm.diagram._traffic": ("read_traffic",),
+    "modefsm.diagram.renderers": (
+        "RENDERED_ARROWS_MAX",
+        "RENDERED_NODES_MAX",
+        "RENDER_TIMEOUT",
+        "to_dot",
+        "to_markdown",
+        "to_mermaid",
+        "to_png",
+        "to_svg",
+    ),
+}
 
 __all__ = [
     "DRAWN_MAX",
@@ -49,9 +83,11 @@ __all__ = [
     "LegendEntry",
     "LegendKind",
     "NodeKind",
+    "OptionReach",
     "Traffic",
     "TransitionKey",
     "build_diagram",
+    "option_reach",
     "read_traffic",
     "render",
     "to_dot",
@@ -63,6 +99,6 @@ __all__ = [
 ]
 
 __getattr__ = lazy_exports(
-    __name__, dict.fromkeys(set(__all__) - globals().keys(), "modefsm.diagram._diagram")
+    __name__, {name: module for module, names in _MODULES.items() for name in names}
 )
-"""Import the drawing module's names on first use of one of them (``FORMATS`` is at hand)."""
+"""Import each name from its module on first use (``FORMATS`` is at hand)."""

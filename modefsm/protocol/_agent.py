@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import uuid
 from collections import OrderedDict
@@ -136,6 +137,9 @@ class ModeAgent:
         engine: the engine; its sink is this connection's ``session/update``.
         conn: the SDK connection to the client, set by ``on_connect``.
         conversation: the :class:`~modefsm.log.ConversationStore`.
+        message_ids: ``sessionId`` -> ``(user messageId, agent messageId)`` of the turn
+            running (set by a v2 connection); :meth:`record` gives a user or agent
+            message chunk without a ``messageId`` the turn's, so a replay keeps it.
         replay_on_load: whether ``session/load`` replays the whole kept conversation
             before it answers (``False``: a host replays its own conversation, taking the
             mode's part from :meth:`switch_history`).
@@ -157,6 +161,7 @@ class ModeAgent:
         """Build the engine for *spec*; the connection arrives with :meth:`on_connect`."""
         self.engine = ModeEngine(spec, log=log, sink=self._send, **engine_kwargs)
         self.conversation = conversation if conversation is not None else ConversationStore()
+        self.message_ids: dict[str, tuple[str, str]] = {}
         self.restore = restore
         self.unstable = unstable
         self.conn: Any = None
@@ -292,6 +297,13 @@ class ModeAgent:
             RequestError: ``-32603`` when the journal cannot be written (nothing kept).
         """
         data = update.model_dump(mode="json", by_alias=True, exclude_none=True)
+        ids = self.message_ids.get(session_id)
+        if ids is not None and "messageId" not in data:
+            kind = data.get("sessionUpdate")
+            if kind == "user_message_chunk":
+                data["messageId"] = ids[0]
+            elif kind == "agent_message_chunk":
+                data["messageId"] = ids[1]
         with acp_errors():
             self.conversation.append(session_id, data, part)
 
@@ -526,6 +538,7 @@ def _copy(options: list[Any]) -> list[Any]:
     return [option.model_copy(deep=True) for option in options]
 
 
+@functools.cache
 def _version() -> str:
     try:
         return metadata.version("modefsm")

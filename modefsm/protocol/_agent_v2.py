@@ -17,7 +17,10 @@ frame from the SDK's v2 models (``acp.experimental.v2.schema``):
   ``session/prompt`` response is ``{messageId}``;
 - ``session/resume`` restores the mode (from the log after a restart, whichever version
   made the session) and sends a current ``state_update`` before its answer; an unknown
-  session is ``-32002`` with ``data: {"sessionId": ...}``.
+  session is ``-32002`` with ``data: {"sessionId": ...}``. With ``replayFrom`` it first
+  replays the kept conversation (see :func:`replay_cursor` and :func:`replay_updates`);
+  the current mode is then reported once, by the response (and a restore fallback's
+  ``config_option_update``), never by historical mode updates.
 
 The switch flow is :func:`modefsm.protocol.propose_switch` itself: the v1 permission call
 it makes is carried out as the v2 request by a per-connection port. Records of changes made
@@ -28,16 +31,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import uuid
+from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
+import orjson
 from acp import RequestError
 from acp import schema as v1
 from acp.experimental.v2 import schema as v2
 
+from modefsm.log._conversation import ConversationItem
 from modefsm.protocol._agent import ModeAgent, _finish, _version, acp_errors
 
 __all__ = ["V2_PROTOCOL_VERSION", "ModeAgentV2"]
+# Also for the other transports of this package (not re-exported): REPLAY_FROM_MESSAGE,
+# replay_cursor, replay_updates, connect_v2.
 
 V2_PROTOCOL_VERSION = 2
 """The ACP protocol version :class:`ModeAgentV2` speaks."""
@@ -80,6 +90,150 @@ def v2_options(options: list[Any]) -> list[Any]:
             _converted[id(option)] = (option, converted)
         out.append(converted)
     return out
+
+
+REPLAY_FROM_MESSAGE = "_modefsm/message"
+"""The ``replayFrom.type`` of modefsm's cursor naming a message: ``{"type":
+"_modefsm/message", "messageId": ...}`` (an implementation-specific cursor: the v2 schema
+reserves types beginning with ``_`` for those)."""
+
+_INVALID_PARAMS = -32602
+_CURSOR_KEYS = {"start": {"type", "_meta"}, REPLAY_FROM_MESSAGE: {"type", "messageId", "_meta"}}
+_VALID_CURSORS = [{"type": "start"}, {"type": REPLAY_FROM_MESSAGE, "messageId": "<messageId>"}]
+
+
+def replay_cursor(value: Any) -> str | None:
+    """Check a ``session/resume`` ``replayFrom`` (its JSON value, present and not ``null``).
+
+    Args:
+        value: ``{"type": "start"}`` (replay the whole kept conversation) or
+            ``{"type": "_modefsm/message", "messageId": ID}`` (replay from the message
+            *ID*, inclusive); either may carry a ``_meta`` object.
+
+    Returns:
+        ``None`` for ``start``, else the ``messageId`` replay starts at.
+
+    Raises:
+        RequestError: ``-32602`` with ``data: {"field": "replayFrom", "valid": [...]}`` for
+            any other value (an unknown ``type`` -- ACP's future ones included -- a
+            missing or empty ``messageId``, another member).
+    """
+    kind = value.get("type") if isinstance(value, dict) else None
+    keys = _CURSOR_KEYS.get(kind) if isinstance(kind, str) else None
+    meta = value.get("_meta") if isinstance(value, dict) else None
+    message_id = value.get("messageId") if isinstance(value, dict) else None
+    if (
+        keys is None
+        or not set(value) <= keys
+        or not isinstance(meta, dict | None)
+        or (kind == REPLAY_FROM_MESSAGE and not (isinstance(message_id, str) and message_id))
+    ):
+        shown = repr(kind) if isinstance(kind, str) else "a cursor without a string type"
+        text = (
+            f"replayFrom: {shown} is not a replay cursor this agent serves "
+            f"(valid: {{'type': 'start'}}, {{'type': '{REPLAY_FROM_MESSAGE}', 'messageId': ...}})"
+        )
+        raise RequestError(
+            _INVALID_PARAMS,
+            text,
+            {"field": "replayFrom", "valid": _VALID_CURSORS, "message": text},
+        )
+    return message_id if kind == REPLAY_FROM_MESSAGE else None
+
+
+def _minted_id(session_id: str, kind: str, blocks: list[Any], seen: Counter[bytes]) -> str:
+    """A stable ``messageId`` for a message kept without one (a v1 turn's)."""
+    key = orjson.dumps([session_id, kind, blocks], option=orjson.OPT_SORT_KEYS)
+    seen[key] += 1
+    digest = hashlib.sha256(key + b"#" + str(seen[key]).encode()).hexdigest()
+    return f"msg_{digest[:32]}"
+
+
+_CHUNKS = {"user_message_chunk", "agent_message_chunk", "agent_thought_chunk"}
+_TOOL_CALLS = {"tool_call", "tool_call_update"}
+
+
+def _runs(items: Iterable[ConversationItem]) -> Iterable[tuple[str, Any, list[dict[str, Any]]]]:
+    """Tool calls one by one; chunks in runs of one kind and one kept ``messageId``."""
+    run: list[dict[str, Any]] = []
+    key: tuple[str, Any] = ("", None)
+    for item in items:
+        update = item.update
+        kind = update.get("sessionUpdate")
+        if kind in _TOOL_CALLS:
+            if run:
+                yield key[0], key[1], run
+                run = []
+            yield kind, None, [update]
+        elif kind in _CHUNKS:
+            this = (kind, update.get("messageId"))
+            if run and this != key:
+                yield key[0], key[1], run
+                run = []
+            key = this
+            run.append(update)
+        # anything else has no v2 shape (a plan) or is a mode update: never replayed
+    if run:
+        yield key[0], key[1], run
+
+
+def replay_updates(session_id: str, items: Iterable[ConversationItem]) -> list[tuple[Any, Any]]:
+    """The kept conversation (ACP v1 updates) as the v2 updates a replay sends, in order.
+
+    Args:
+        session_id: ACP ``sessionId`` (ids minted for messages kept without one use it).
+        items: the session's :class:`~modefsm.log.ConversationItem` s, oldest first.
+
+    Returns:
+        ``(messageId, update)`` pairs (``messageId`` ``None`` for tool calls), *update*
+        an SDK v2 model: a user's chunks become one ``user_message`` with all its
+        blocks (as a v2 prompt echoes it); an agent's chunks stay
+        ``agent_message_chunk`` s (``agent_thought_chunk`` s); ``tool_call`` and
+        ``tool_call_update`` become ``tool_call_update`` (the first one creates the tool
+        call). A message kept with a ``messageId`` keeps it; one kept without (a v1
+        turn's) gets ``msg_`` and 32 hex digits derived from the session, its content
+        and how many identical messages precede it. Items with no v2 shape (a ``plan``)
+        and mode updates are left out.
+    """
+    out: list[tuple[Any, Any]] = []
+    seen: Counter[bytes] = Counter()
+    for kind, kept_id, run in _runs(items):
+        if kind in _TOOL_CALLS:
+            data = {**run[0], "sessionUpdate": "tool_call_update"}
+            out.append((None, v2.SessionToolCallUpdate.model_validate(data)))
+            continue
+        blocks = [update.get("content") for update in run]
+        message_id = kept_id if isinstance(kept_id, str) else None
+        message_id = message_id or _minted_id(session_id, kind, blocks, seen)
+        if kind == "user_message_chunk":
+            body = {"sessionUpdate": "user_message", "messageId": message_id, "content": blocks}
+            out.append((message_id, v2.UserMessageUpdate.model_validate(body)))
+            continue
+        model = v2.AgentMessageChunk if kind == "agent_message_chunk" else v2.AgentThoughtChunk
+        out.extend(
+            (
+                message_id,
+                model.model_validate(
+                    {"sessionUpdate": kind, "messageId": message_id, "content": block}
+                ),
+            )
+            for block in blocks
+        )
+    return out
+
+
+_updates: dict[int, tuple[Any, Any]] = {}
+
+
+def _v2_options_update(update: v1.ConfigOptionUpdate) -> v2.ConfigOptionUpdate:
+    """The v2 ``config_option_update`` for a v1 one; the engine's per-mode ones are cached."""
+    cached = _updates.get(id(update))
+    if cached is not None and cached[0] is update:
+        return cached[1]  # type: ignore[no-any-return]
+    converted = v2.ConfigOptionUpdate(config_options=v2_options(update.config_options))
+    if len(_updates) < _CACHE_LIMIT:
+        _updates[id(update)] = (update, converted)
+    return converted
 
 
 class _PermissionPort:
@@ -130,7 +284,6 @@ class ModeAgentV2:
         """Attach *base*'s engine to this v2 connection (notifications rendered as v2)."""
         self.base = base
         self.conn = conn
-        self._message_ids: dict[str, str] = {}
         base.engine.protocol = V2_PROTOCOL_VERSION
         base.engine.sink = self._send
         base.conn = _PermissionPort(self)
@@ -140,7 +293,7 @@ class ModeAgentV2:
         if isinstance(update, v1.CurrentModeUpdate):
             return  # v2 has no current_mode_update: the config_option_update says it
         if isinstance(update, v1.ConfigOptionUpdate):
-            update = v2.ConfigOptionUpdate(config_options=v2_options(update.config_options))
+            update = _v2_options_update(update)
         elif isinstance(update, v1.ToolCallStart | v1.ToolCallProgress):
             data = update.model_dump(mode="json", by_alias=True, exclude_none=True)
             data["sessionUpdate"] = "tool_call_update"
@@ -150,11 +303,15 @@ class ModeAgentV2:
             update = v2.AgentMessageChunk.model_validate(
                 {
                     "sessionUpdate": "agent_message_chunk",
-                    "messageId": self._message_ids.get(session_id) or _message_id(),
+                    "messageId": update.message_id or self._agent_message_id(session_id),
                     "content": content,
                 }
             )
         await self.conn.session_update(session_id=session_id, update=update)
+
+    def _agent_message_id(self, session_id: str) -> str:
+        ids = self.base.message_ids.get(session_id)
+        return ids[1] if ids is not None else _message_id()
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -179,18 +336,66 @@ class ModeAgentV2:
         )
 
     async def resume_session(
-        self, session_id: str, cwd: str, **kwargs: Any
+        self, session_id: str, cwd: str, replay_from: Any = None, **kwargs: Any
     ) -> v2.ResumeSessionResponse:
-        """``session/resume``: the session's mode (restored after a restart), then ``idle``.
+        """``session/resume``: replay (with ``replayFrom``), the mode, ``idle``, the answer.
+
+        With ``replayFrom`` the kept conversation is sent first, as :func:`replay_updates`
+        gives it, from the start or from the message the cursor names (inclusive; see
+        :func:`replay_cursor`). Then the session's mode is restored (after a restart, from
+        the log, whichever version made the session; a fallback is announced), a current
+        ``state_update`` is sent, and the answer carries the complete ``configOptions``.
+        Without ``replayFrom`` nothing is replayed. A failed request sends nothing. A
+        ``$/cancel_request`` during the replay ends it (``-32800``, nothing restored);
+        once the restore has begun, the resume runs to its end and answers.
 
         Raises:
-            RequestError: ``-32002`` with ``data: {"sessionId": ...}`` for an unknown session.
+            RequestError: ``-32002`` with ``data: {"sessionId": ...}`` for an unknown
+                session; ``-32602`` naming ``replayFrom`` (a cursor not served) or
+                ``replayFrom.messageId`` (no such message in the kept conversation).
         """
-        del kwargs
+        del cwd, kwargs
+        base = self.base
+        with _V2_ERRORS, acp_errors():
+            point = None if session_id in base.engine else base._restore_point(session_id)  # noqa: SLF001
+        if replay_from is not None:
+            cursor = replay_from
+            if not isinstance(cursor, dict):
+                cursor = replay_from.model_dump(mode="json", by_alias=True, exclude_none=True)
+            for update in await self.replay_from(session_id, replay_cursor(cursor)):
+                await base.engine.notify(session_id, update)
+        # from here on the resume runs to its end: a fallback it applies is logged and
+        # announced, so a $/cancel_request must not turn its answer into a failure
+        return await _finish(self._restore_and_report(session_id, point))
+
+    async def _restore_and_report(self, session_id: str, point: Any) -> v2.ResumeSessionResponse:
+        base = self.base
         with _V2_ERRORS:
-            response = await self.base.resume_session(cwd=cwd, session_id=session_id)
-        await self.base.engine.notify(session_id, v2.IdleSessionStateUpdate())
-        return v2.ResumeSessionResponse(config_options=v2_options(response.config_options or []))
+            await base._restore(session_id, point)  # noqa: SLF001
+        await base.engine.notify(session_id, v2.IdleSessionStateUpdate())
+        return v2.ResumeSessionResponse(
+            config_options=v2_options(base.engine.config_options(session_id))
+        )
+
+    async def replay_from(self, session_id: str, message_id: str | None = None) -> list[Any]:
+        """The v2 updates a replay sends: all kept ones, or from *message_id* (inclusive).
+
+        Raises:
+            RequestError: ``-32602`` naming ``replayFrom.messageId`` when *message_id* is
+                not a message of the kept conversation; ``-32603`` when the journal
+                cannot be read.
+        """
+        with acp_errors():
+            items = await self.base.conversation.history(session_id)
+        pairs = replay_updates(session_id, items)
+        if message_id is None:
+            return [update for _id, update in pairs]
+        for index, (kept, _update) in enumerate(pairs):
+            if kept == message_id:
+                return [update for _id, update in pairs[index:]]
+        text = f"replayFrom.messageId: {message_id!r} is not in the session's kept conversation"
+        data = {"field": "replayFrom.messageId", "value": message_id, "message": text}
+        raise RequestError(_INVALID_PARAMS, text, data)
 
     async def close_session(self, session_id: str, **kwargs: Any) -> v2.CloseSessionResponse:
         """``session/close``: forget the session; an unknown one succeeds too (v2)."""
@@ -240,7 +445,7 @@ class ModeAgentV2:
         )
         await engine.notify(session_id, v2.RunningSessionStateUpdate())
         stop_reason = "end_turn"
-        self._message_ids[session_id] = _message_id()
+        ids = self.base.message_ids[session_id] = (message_id, _message_id())
         try:
             turn = getattr(self.base, "prompt", None)
             if turn is not None:
@@ -253,7 +458,8 @@ class ModeAgentV2:
             stop_reason = "cancelled"
             raise
         finally:
-            self._message_ids.pop(session_id, None)
+            if self.base.message_ids.get(session_id) is ids:
+                del self.base.message_ids[session_id]
             if session_id in engine:
                 engine.enqueue(session_id, v2.IdleSessionStateUpdate(stop_reason=stop_reason))
                 await asyncio.shield(engine.flush())
@@ -272,6 +478,46 @@ class ModeAgentV2:
     def stray_answer(self, request: Any, response: dict[str, Any]) -> None:
         """See :meth:`ModeAgent.stray_answer <modefsm.protocol.ModeAgent.stray_answer>`."""
         self.base.stray_answer(request, response)
+
+
+def connect_v2(base: ModeAgent, transport: Any, *, listening: bool = False) -> Any:
+    """The SDK's v2 agent connection on *transport*, serving ``ModeAgentV2(base, ...)``.
+
+    For a connection whose version is already chosen (its ``initialize`` asks for
+    ``protocolVersion`` 2; a higher one must be rewritten to 2 first): the SDK's
+    ``AgentSideConnection`` of ``acp.experimental.v2`` with its initialization checks,
+    without the per-message lock of the SDK's ``AgentProtocolRouter``.
+
+    Args:
+        base: the v1 agent whose engine, log and restore source the v2 face shares.
+        transport: a message transport (``receive``, ``send``, ``close``).
+        listening: start reading at once (else the caller awaits ``listen()``).
+
+    Returns:
+        An ``acp.experimental.AgentProtocolConnection`` (``listen()``, ``close()``); the
+        :class:`ModeAgentV2` is ``connection.agent``.
+    """
+    from acp.connection import Connection  # noqa: PLC0415 - the v2 path only
+    from acp.experimental import AgentProtocolConnection  # noqa: PLC0415
+    from acp.experimental.v2 import AgentSideConnection  # noqa: PLC0415
+
+    handlers: list[Any] = []
+
+    async def handle(method: str, params: Any, is_notification: bool) -> Any:  # noqa: FBT001
+        return await handlers[0](method, params, is_notification)
+
+    connection = Connection(handle, transport, listening=listening)
+    agents: list[ModeAgentV2] = []
+
+    def make(conn: Any) -> ModeAgentV2:
+        agents.append(ModeAgentV2(base, conn))
+        return agents[0]
+
+    _v2conn, router = AgentSideConnection.attach(make, connection)
+    handlers.append(router)
+    connected = AgentProtocolConnection(connection)
+    connected.agent = agents[0]  # type: ignore[attr-defined]
+    return connected
 
 
 _NOT_FOUND = -32002

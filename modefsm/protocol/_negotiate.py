@@ -3,9 +3,10 @@
 :func:`serve_negotiated` reads frames through :class:`~modefsm.protocol.CheckedTransport`
 (every frame check applies to both versions) and looks at the first ``initialize``:
 
-- ``protocolVersion`` 2 or more (and v2 served): the SDK's ``AgentProtocolRouter``
-  takes the connection, with :class:`~modefsm.protocol.ModeAgentV2` as its v2 agent; the
-  v2 schema is imported only then;
+- ``protocolVersion`` 2 or more (and v2 served): the SDK's v2 agent connection takes it
+  (:func:`~modefsm.protocol._agent_v2.connect_v2`), with
+  :class:`~modefsm.protocol.ModeAgentV2` as its agent, the ``initialize`` asking for 2;
+  the v2 schema is imported only then;
 - anything else: the v1 agent, exactly as :func:`~modefsm.protocol.run_agent` serves it;
 - an integer below 1: ``-32022`` with ``data: {"requested": N, "supported": [1, 2]}``
   (the router would answer ``-32600``), and the client may initialize again.
@@ -13,9 +14,9 @@
 On a v2 connection two checks the SDK's models skip are made on the raw params, before
 the agent sees the request (which then changes nothing): ``session/set_config_option``
 must carry ``"type": "id"`` (``-32602``, ``data.field`` ``"type"``; the model defaults a
-missing one), and ``session/resume``'s ``replayFrom``, when present, must be ``{"type":
-"start"}`` (``-32602`` naming ``replayFrom``; the model turns a malformed one into
-``null``).
+missing one), and ``session/resume``'s ``replayFrom``, when present, must be a cursor
+:func:`~modefsm.protocol._agent_v2.replay_cursor` serves (``-32602`` naming
+``replayFrom``; the model turns a malformed one into ``null``).
 """
 
 from __future__ import annotations
@@ -63,12 +64,26 @@ def _v2_params_error(frame: dict[str, Any]) -> dict[str, Any] | None:
             data = {"field": "type", "value": shown, "valid": ["id"], "message": text}
             return _error(frame["id"], -32602, text, data)
     elif method == "session/resume" and params.get("replayFrom") is not None:
-        replay = params["replayFrom"]
-        if replay != {"type": "start"}:
-            text = "replayFrom: only {'type': 'start'} is supported"
-            shape: dict[str, Any] = {"field": "replayFrom", "valid": [{"type": "start"}]}
-            return _error(frame["id"], -32602, text, {**shape, "message": text})
+        from acp import RequestError  # noqa: PLC0415 - a v2 connection has imported it
+
+        from modefsm.protocol._agent_v2 import replay_cursor  # noqa: PLC0415
+
+        try:
+            replay_cursor(params["replayFrom"])
+        except RequestError as error:
+            return _error(frame["id"], error.code, str(error), dict(error.data or {}))
     return None
+
+
+def _as_v2(first: dict[str, Any]) -> dict[str, Any]:
+    """The first ``initialize`` as the v2 connection takes it: ``protocolVersion`` 2.
+
+    (A client asking for a higher version gets 2, the highest served.)
+    """
+    params = first.get("params")
+    if first.get("method") != "initialize" or not isinstance(params, dict):
+        return first
+    return {**first, "params": {**params, "protocolVersion": 2}}
 
 
 class _Gate:
@@ -76,12 +91,12 @@ class _Gate:
 
     def __init__(self, inner: CheckedTransport, first: dict[str, Any] | None) -> None:
         self.inner = inner
-        self._first = first
+        self.first = first
         self.v2 = False
 
     async def receive(self) -> dict[str, Any] | None:
-        if self._first is not None:
-            first, self._first = self._first, None
+        if self.first is not None:
+            first, self.first = self.first, None
             return first
         while True:
             frame = await self.inner.receive()
@@ -156,17 +171,12 @@ async def serve_negotiated(
     gate = _Gate(transport, first)
     conn: Any
     if version == 2:  # noqa: PLR2004
-        from acp.experimental import AgentProtocolRouter  # noqa: PLC0415 - v2 only when asked
-
-        from modefsm.protocol._agent_v2 import ModeAgentV2  # noqa: PLC0415
-
-        def v2_agent(connection: Any) -> ModeAgentV2:
-            holder["agent"] = ModeAgentV2(agent, connection)
-            return holder["agent"]  # type: ignore[no-any-return]
+        from modefsm.protocol._agent_v2 import connect_v2  # noqa: PLC0415 - v2 only when asked
 
         gate.v2 = True
-        router = AgentProtocolRouter(v1=lambda _conn: agent, v2=v2_agent)
-        conn = router.connect(gate, listening=False)
+        gate.first = _as_v2(first)
+        conn = connect_v2(agent, gate)
+        holder["agent"] = conn.agent
     else:
         conn = AgentSideConnection(agent, gate, listening=False, use_unstable_protocol=True)
     await _serve_connection(conn, transport, output.closed)

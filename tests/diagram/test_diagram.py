@@ -14,15 +14,10 @@ from hypothesis import strategies as st
 
 from modefsm import ModeSpec, preset, preset_names
 from modefsm.cli._main import main
-from modefsm.diagram._diagram import (
+from modefsm.diagram import (
     Diagram,
     Traffic,
     TransitionKey,
-    _html,
-    _md,
-    _mermaid_text,
-    _quoted,
-    _visible,
     build_diagram,
     read_traffic,
     render,
@@ -30,6 +25,10 @@ from modefsm.diagram._diagram import (
     to_markdown,
     to_mermaid,
 )
+from modefsm.diagram.renderers._dot import _html, _quoted
+from modefsm.diagram.renderers._markdown import _md
+from modefsm.diagram.renderers._mermaid import _mermaid_text
+from modefsm.diagram.renderers._text import _visible
 from modefsm.errors import DiagramError, LogError
 from tests.diagram._diagram_support import hard_spec, write_permission_log
 

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from modefsm.diagram._diagram import write_preset_diagrams
+from modefsm.diagram import write_preset_diagrams
 from modefsm.spec._model import preset_names
 from tests.diagram._diagram_support import need_dot
 
 DIAGRAMS = Path(__file__).resolve().parents[2] / "diagrams"
 REGENERATE = (
-    'regenerate with: python -c "from modefsm.diagram._diagram import write_preset_diagrams; '
+    'regenerate with: python -c "from modefsm.diagram import write_preset_diagrams; '
     "write_preset_diagrams('diagrams')\""
 )
 

@@ -1,7 +1,8 @@
 """Interop: the official TypeScript SDK (``@agentclientprotocol/sdk`` 2.x) drives ``modefsm serve``.
 
 ``tests/ts/seed_scenario_v2.mjs`` does the same over ACP v2 with the SDK's ``experimental/v2``
-client and its v2 zod schemas (``session/resume`` after a restart).
+client and its v2 zod schemas (``session/resume`` after a restart, without ``replayFrom``,
+from the start and from a message: the replay equals the conversation sent live).
 
 ``tests/ts/seed_scenario.mjs`` spawns the agent and runs the seed scenario (new session,
 set_mode, the mode config option, an approved switch, a rejected one, an unknown mode,
@@ -94,8 +95,12 @@ def test_the_typescript_sdk_v2_client_runs_the_seed_story(tmp_path: Path):
         "rejected switch stays in architect",
         "unknown mode is -32602",
         "session/resume reports architect",
+        "session/resume replayFrom start replays the conversation",
+        "session/resume replayFrom a message replays from it",
     ]
-    assert summary["validated"] == summary["received"] == 31
+    # 31 frames of the story; replayFrom start: its 8 conversation frames, idle, the answer;
+    # replayFrom the second prompt's message: its 4, idle, the answer
+    assert summary["validated"] == summary["received"] == 47
     records = read_log(log).records
     assert [
         (r["event"], r["to_mode"], r["origin"], r.get("reason"), r.get("protocol")) for r in records

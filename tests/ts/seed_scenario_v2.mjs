@@ -1,6 +1,8 @@
 // The official ACP TypeScript SDK (2.4, experimental/v2) spawns `modefsm serve` and runs the
 // seed story over ACP v2: a new session, set_config_option (type "id"), an approved switch, a
-// rejected one, an unknown mode, then a restart and session/resume. Every frame the agent
+// rejected one, an unknown mode, then a restart and session/resume: without replayFrom
+// (nothing replayed), from the start and from a message (the conversation replayed exactly
+// as it was sent live, then the current state once). Every frame the agent
 // writes is validated with the SDK's v2 zod schemas and must keep every key and item
 // through them (the schemas drop bad list items and unknown keys silently).
 //
@@ -57,6 +59,19 @@ async function run(story) {
 }
 
 const mode = (options) => options.find((o) => o.category === "mode").currentValue;
+const conversation = (list) =>
+  list.filter((u) => !["state_update", "config_option_update"].includes(u.update.sessionUpdate));
+async function until(condition, what) {
+  const deadline = Date.now() + 10_000; // the SDK delivers updates asynchronously
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+const idleAfter = (mark) => () =>
+  updates.length > mark && updates.at(-1).update.sessionUpdate === "state_update" && updates.at(-1).update.state === "idle";
+let rejectedMessageId;
+let live;
 const states = () => updates.filter((u) => u.update.sessionUpdate === "state_update").map((u) => u.update.state);
 const steps = [];
 let sessionId;
@@ -84,7 +99,8 @@ try {
     answer = "reject";
     await new Promise((resolve) => setTimeout(resolve, 200));
     const before = updates.filter((u) => u.update.sessionUpdate === "config_option_update").length;
-    await cx.request("session/prompt", { sessionId, prompt: [{ type: "text", text: "start" }] });
+    const rejected = await cx.request("session/prompt", { sessionId, prompt: [{ type: "text", text: "start" }] });
+    rejectedMessageId = rejected.messageId;
     await new Promise((resolve) => setTimeout(resolve, 200));
     assert.equal(updates.filter((u) => u.update.sessionUpdate === "config_option_update").length, before);
     steps.push("rejected switch stays in architect");
@@ -93,6 +109,7 @@ try {
       (e) => e.code === -32602,
     );
     steps.push("unknown mode is -32602");
+    live = conversation(updates);
   });
   await run(async (cx) => {
     const r = await cx.request("session/resume", { sessionId, cwd: "/" });
@@ -100,6 +117,21 @@ try {
     await new Promise((resolve) => setTimeout(resolve, 200));
     assert.equal(updates.at(-1).update.sessionUpdate, "state_update");
     steps.push("session/resume reports architect");
+    let mark = updates.length;
+    const all = await cx.request("session/resume", { sessionId, cwd: "/", replayFrom: { type: "start" } });
+    assert.equal(mode(all.configOptions), "architect");
+    await until(idleAfter(mark), "the idle state after the replay");
+    assert.deepEqual(updates.slice(mark, -1), live);
+    assert.equal(live.length, 8);
+    steps.push("session/resume replayFrom start replays the conversation");
+    mark = updates.length;
+    const from = { type: "_modefsm/message", messageId: rejectedMessageId };
+    await cx.request("session/resume", { sessionId, cwd: "/", replayFrom: from });
+    await until(idleAfter(mark), "the idle state after the replay");
+    const start = live.findIndex((u) => u.update.messageId === rejectedMessageId);
+    assert.equal(live[start].update.sessionUpdate, "user_message");
+    assert.deepEqual(updates.slice(mark, -1), live.slice(start));
+    steps.push("session/resume replayFrom a message replays from it");
   });
 } catch (error) {
   checker.problems.push(`the story failed: ${error.stack || error}`);
