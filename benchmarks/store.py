@@ -1,10 +1,12 @@
-"""Benchmark 8: the PostgreSQL session store, against today's single-process file log.
+"""Benchmark 8: the session stores, against today's single-process file log.
 
 - changes/s: P processes (1, 2, 4, 8; forked, each on its own sessions, started together)
-  append ``mode_changed`` records through :class:`~modefsm.store._postgres.PgStore`, each
-  also writing its JSON line to its own file; the baseline is one process writing the same
-  records with ``TransitionLog.to_file`` (today's path, no restore index). Throughput is
-  all changes over the wall time from the first start to the last end.
+  append ``mode_changed`` records through the embedded :class:`~modefsm.store.FileStore`
+  (one shared file, each append under its ``flock``) and through
+  :class:`~modefsm.store._postgres.PgStore` (each also writing its JSON line to its own
+  file); the baseline is one process writing the same records with
+  ``TransitionLog.to_file`` (today's path, no restore index). Throughput is all changes
+  over the wall time from the first start to the last end.
 - ``restore_point``: the median time of one call (a psycopg round trip included) on a
   database bulk-loaded with ``COPY`` (two records per session), at 100k and 1M sessions
   (1M in the full size only): size-independent when the primary key serves it.
@@ -36,7 +38,7 @@ from modefsm.log import EVENT_CHANGED, EVENT_CREATED, TransitionLog
 
 __all__ = ["run"]
 
-TITLE = "8. PostgreSQL store"
+TITLE = "8. Session stores (embedded file, PostgreSQL)"
 PROCESSES = {"full": (1, 2, 4, 8), "quick": (1, 2, 4, 8), "tiny": (1, 2)}
 CHANGES = {"full": 3_000, "quick": 1_000, "tiny": 20}
 """Changes per process."""
@@ -109,10 +111,15 @@ def database(url: str) -> Iterator[str]:
 def _writer(  # noqa: PLR0917 - a multiprocessing target takes positional arguments
     kind: str, url: str, index: int, changes: int, folder: str, go: Any, out: Any
 ) -> None:
+    from modefsm.store import FileStore  # noqa: PLC0415
     from modefsm.store._postgres import PgStore  # noqa: PLC0415
 
     log = TransitionLog.to_file(Path(folder) / f"{kind}{index}.jsonl")
-    store = PgStore(url, log=log) if kind == "pg" else None
+    store: Any = None
+    if kind == "pg":
+        store = PgStore(url, log=log)
+    elif kind == "fs":  # url: the shared file; a generous wait, to measure, not to fail
+        store = FileStore(url, lock_timeout=60.0)
     heads: dict[str, tuple[str, int, str | None]] = {}
     for i in range(OWN_SESSIONS):
         sid = f"p{index}-s{i}"
@@ -237,7 +244,7 @@ def _restore_ms(url: str, sessions: int, lookups: int) -> list[float]:
 
 @benchmark("store", TITLE)
 def run(size: Size) -> Result:
-    """Changes/s with 1-8 processes on PostgreSQL vs the file log; ``restore_point`` time."""
+    """Changes/s with 1-8 processes on each store vs the file log; ``restore_point`` time."""
     result = Result("store", TITLE)
     try:
         import psycopg  # noqa: F401, PLC0415
@@ -251,14 +258,30 @@ def run(size: Size) -> Result:
                 Row("changes/s", "file log today, 1 proc", "changes/s", [], baseline=True)
             )
             note = "each process on its own sessions; server fsync=off"
+            shared = "one shared file, each append under its flock; no fsync"
+            files = {
+                processes: result.add(
+                    Row(
+                        "changes/s",
+                        f"embedded file store, {processes} proc",
+                        "changes/s",
+                        [],
+                        note=shared,
+                    )
+                )
+                for processes in PROCESSES[size.name]
+            }
             rows = {
                 processes: result.add(
                     Row("changes/s", f"PostgreSQL, {processes} proc", "changes/s", [], note=note)
                 )
                 for processes in PROCESSES[size.name]
             }
-            for _ in range(ROUNDS[size.name]):  # rounds interleave the configurations
+            for turn in range(ROUNDS[size.name]):  # rounds interleave the configurations
                 base.samples.append(_throughput("file", url, 1, changes, folder))
+                for processes, row in files.items():
+                    path = str(Path(folder) / f"shared-{turn}-{processes}.jsonl")
+                    row.samples.append(_throughput("fs", path, processes, changes, folder))
                 for processes, row in rows.items():
                     with database(url) as db:
                         row.samples.append(_throughput("pg", db, processes, changes, folder))

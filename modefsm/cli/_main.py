@@ -1,4 +1,4 @@
-"""The ``modefsm`` command line: ``demo``, ``serve``, ``diagram``, ``replay``.
+"""The ``modefsm`` command line: ``demo``, ``serve``, ``diagram``, ``replay``, ``store``.
 
 Each command has an ``_add_<command>`` function that declares its arguments and a
 ``_run_<command>`` function that runs it. A user mistake prints one line on stderr and
@@ -338,6 +338,52 @@ def _progress_bar(paths: Sequence[str]) -> Callable[[int], None] | None:
 
 
 _COMMANDS.append(_add_replay)
+
+
+# -- store ---------------------------------------------------------------------------------
+
+
+def _add_store(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "store",
+        help="work with a shared session store: export a PostgreSQL store's records",
+        description="Export every record of a PostgreSQL session store as JSON lines, in "
+        "commit order (gseq), after a first line naming the export; `modefsm replay "
+        "--verify` checks the export as one history per session.",
+    )
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    export = actions.add_parser("export", help="write every record of the store as JSON lines")
+    export.add_argument("url", metavar="URL", help="the store: postgresql://...")
+    export.add_argument(
+        "--output", "-o", type=Path, help="write to this file (default: standard output)"
+    )
+    parser.set_defaults(run=_run_store)
+
+
+def _run_store(args: argparse.Namespace) -> int:
+    from modefsm.store._interface import export_store  # noqa: PLC0415 - psycopg only when asked
+
+    if args.output is None:
+        count = export_store(args.url, sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+    else:
+        try:
+            with args.output.open("xb") as out:
+                try:
+                    count = export_store(args.url, out)
+                except ModefsmError:
+                    args.output.unlink()  # no partial export left behind
+                    raise
+        except FileExistsError:
+            raise LogError("exists already; give a new file", str(args.output)) from None
+        except OSError as exc:
+            raise LogError(f"cannot write: {exc.strerror or exc}", str(args.output)) from None
+    noun = "record" if count == 1 else "records"
+    print(f"exported {count} {noun}", file=sys.stderr)
+    return 0
+
+
+_COMMANDS.append(_add_store)
 
 
 # -- diagram -------------------------------------------------------------------------------

@@ -110,12 +110,15 @@ class LogEntry:
         end: the byte offset just past its line, in the (decompressed) file.
         intact: whether its ``digest`` matches its content; ``None`` when digests were not
             checked or the record has none.
+        gseq: the ``gseq`` a PostgreSQL worker's line carries (the database's commit
+            number, not covered by the digest), when it is an integer.
     """
 
     location: Location
     record: TransitionRecord
     end: int
     intact: bool | None = None
+    gseq: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,7 +385,8 @@ class _FileReader:
         intact = None
         if self.check_digests and record.digest is not None:
             intact = record_digest(data) == record.digest
-        return LogEntry(location, record, end, intact)
+        gseq = data.get("gseq")
+        return LogEntry(location, record, end, intact, gseq if type(gseq) is int else None)
 
 
 _REPAIRED = f'"{EVENT_REPAIRED}"'.encode()

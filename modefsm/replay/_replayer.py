@@ -51,6 +51,7 @@ from modefsm.log._records import (
     covered_digest,
     previous_of,
 )
+from modefsm.replay._merge import file_kind, merge_by_gseq
 from modefsm.restore import LogRestore, RestorePoint, last_points
 from modefsm.spec._model import ModeSpec, preset
 from modefsm.spec._presets import preset_names
@@ -74,6 +75,7 @@ __all__ = [
 ViolationKind = Literal[
     "bad_record", "gap", "repeat", "out_of_order", "from_mode", "creation", "illegal",
     "switch", "unknown_spec", "spec_changed", "tampered", "chain", "no_digest", "torn",
+    "session_chain", "duplicate", "gseq",
 ]  # fmt: skip
 """What a :class:`Violation` is about.
 
@@ -87,7 +89,15 @@ unchecked). ``tampered``: the digest does not match the record. ``chain``: the r
 not continue the chain. ``no_digest``: records that cannot be verified. ``torn``: a record
 cut short with more of the log after it (a torn *last* line is a note, what a crash
 leaves); its message says whether the next record proves its change was never
-acknowledged, or may have been."""
+acknowledged, or may have been.
+
+Only when the files of several PostgreSQL workers are read together (merged by ``gseq``):
+``session_chain``: the record's ``session_prev`` is not the digest of its session's
+previous record (that record was replaced, or two writers forked the session).
+``duplicate``: a ``gseq`` read before (a record copied into a second file, or an edited
+``gseq``). ``gseq``: a committed record without ``gseq``, or one whose ``gseq`` is not
+above the one before it in its file (a record moved within the file, or its ``gseq``
+edited)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,11 +193,15 @@ class ChainSummary:
         verified: records whose digest matched and that continued the chain.
         unverifiable: records without a digest.
         head: the ``digest`` of the last record read (keep it elsewhere to detect a cut tail).
+        heads: with several workers' files merged by ``gseq``: each file and the digest of
+            its last record (``None`` for a database export, whose records chain by
+            session only); ``head`` is then ``None``.
     """
 
     verified: int
     unverifiable: int
     head: str | None
+    heads: tuple[tuple[str, str | None], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +258,7 @@ class _Track:
     records: int = 0
     rejections: int = 0
     changes: list[TransitionRecord] = field(default_factory=list)
+    digest: str | None = None  # of its last committed record (merged replays only)
 
     def commit(  # noqa: PLR0917 - a record's fields, without building the record
         self,
@@ -412,6 +427,12 @@ class Replayer:
         session_id: replay only this session (the chain is still followed over all).
         keep_timeline: keep every session's committed records
             (:attr:`SessionHistory.changes`); memory then grows with the log.
+        exports: with ``merged``, the files that are database exports (their records
+            chain by session only: no file chain is followed in them).
+        merged: the entries are the files of several PostgreSQL workers merged by
+            ``gseq`` (:func:`merge_by_gseq`): each file's chain is followed on its own,
+            each session's by ``session_prev``, and ``gseq`` is checked (see
+            :data:`ViolationKind`). :meth:`take` is not used then.
     """
 
     def __init__(
@@ -421,6 +442,8 @@ class Replayer:
         verify: bool = False,
         session_id: str | None = None,
         keep_timeline: bool = False,
+        merged: bool = False,
+        exports: Iterable[str] = (),
     ) -> None:
         """Prepare each spec's :class:`~modefsm.spec.TransitionTable`."""
         self.explicit_specs = specs is not None
@@ -438,6 +461,12 @@ class Replayer:
         self._notes: list[Note] = []
         self._errors: list[Note] = []
         self._records = 0
+        self._merged = merged
+        self._exports = frozenset(exports)
+        self._chains: dict[str, _Chain] = {}  # merged: each file's own chain
+        self._file_gseq: dict[str, tuple[int, _At]] = {}  # merged: each file's last gseq
+        self._gseqs: dict[int, tuple[_At, str | None]] = {}  # merged: recent gseqs read
+        self._intact = 0  # merged: export records whose digest matched
 
     def feed(self, item: LogEntry | LogProblem) -> bool:
         """Take the next item of :func:`~modefsm.log.read_log`.
@@ -450,9 +479,12 @@ class Replayer:
             return False
         self._records += 1
         record = item.record
-        if self._chain is not None:
-            for kind, message in self._chain.check(item):
+        chain = self._chain if not self._merged else self._file_chain(item)
+        if chain is not None:
+            for kind, message in chain.check(item):
                 self._violation(item, kind, message)
+        if self._merged and record.event != EVENT_REJECTED and not self._placed(item):
+            return False  # the same record again: applied once
         if self._session_id is not None and record.session_id != self._session_id:
             return False
         spec = self._spec(item)
@@ -460,6 +492,56 @@ class Replayer:
             self._rejected(item)
         else:
             self._committed(item, spec)
+        return True
+
+    def _file_chain(self, entry: LogEntry) -> _Chain | None:
+        """Merged: the chain of *entry*'s file (``None`` for an export, or without verify)."""
+        if not self._verify:
+            return None
+        path = entry.location.path
+        if path in self._exports:  # chained by session only; the digest is still checked
+            if entry.intact is False:
+                self._violation(entry, "tampered", _TAMPERED)
+            else:
+                self._intact += entry.intact is True
+            return None
+        chain = self._chains.get(path)
+        if chain is None:
+            chain = self._chains[path] = _Chain()
+        return chain
+
+    def _placed(self, entry: LogEntry) -> bool:
+        """Merged: check a committed record's ``gseq``; ``False`` for a repeated record."""
+        gseq, location = entry.gseq, entry.location
+        if gseq is None:
+            self._violation(
+                entry,
+                "gseq",
+                "a committed record without a gseq: its place among the other files is "
+                "unknown (taken in its file's order)",
+            )
+            return True
+        at, digest = (location.path, location.line), entry.record.digest
+        seen = self._gseqs.get(gseq)
+        if seen is not None:
+            same = seen[1] == digest
+            what = "the same record (ignored)" if same else "another record (its gseq edited)"
+            message = f"gseq {gseq} again: {_where(seen[0])} has it already, {what}"
+            self._violation(entry, "duplicate", message)
+            if same:
+                return False
+        last = self._file_gseq.get(location.path)
+        if last is not None and gseq <= last[0]:
+            self._violation(
+                entry,
+                "gseq",
+                f"gseq {gseq} comes after gseq {last[0]} ({_where(last[1])}) in the same "
+                "file: a record was moved, or its gseq edited",
+            )
+        self._file_gseq[location.path] = (gseq, at)
+        self._gseqs[gseq] = (at, digest)
+        if len(self._gseqs) > _MAX_RECENT:
+            del self._gseqs[next(iter(self._gseqs))]
         return True
 
     def take(self, path: str, line: int, data: dict[str, Any]) -> bool:  # noqa: C901, PLR0911, PLR0912
@@ -603,6 +685,8 @@ class Replayer:
             violations.append(self._unknown_spec(spec_hash, count, entry))
         if self._chain is not None:
             violations.extend(self._chain.violations())
+        for file_chain in self._chains.values():
+            violations.extend(file_chain.violations())
         notes, errors = list(self._notes), list(self._errors)
         if self._records == 0 and not errors:
             errors.append(Note(_INPUT, "no_records", "the input holds no modefsm record"))
@@ -625,6 +709,16 @@ class Replayer:
             for sid, t in self._tracks.items()
         )
         chain = self._chain.summary() if self._chain is not None else None
+        if self._merged and self._verify:
+            summaries = {path: c.summary() for path, c in self._chains.items()}
+            heads = [(path, summaries[path].head) for path in self._chains]
+            heads += [(path, None) for path in sorted(self._exports)]
+            chain = ChainSummary(
+                sum(c.verified for c in summaries.values()) + self._intact,
+                sum(c.unverifiable for c in summaries.values()),
+                None,
+                tuple(heads),
+            )
         return ReplayReport(
             sessions, tuple(violations), tuple(notes), tuple(errors), self._records, chain
         )
@@ -669,7 +763,9 @@ class Replayer:
         track = self._track(entry)
         track.rejections += 1
         track.last = (entry.location.path, entry.location.line)
-        if track.mode is not None and record.from_mode not in (None, track.mode):
+        # merged: a worker rejects from its own view of the session, which may be stale
+        stale = self._merged
+        if not stale and track.mode is not None and record.from_mode not in (None, track.mode):
             self._violation(
                 entry,
                 "from_mode",
@@ -701,13 +797,8 @@ class Replayer:
                         "earlier records are in a log not given",
                     )
                 )
-        elif record.from_mode != track.mode:
-            self._violation(
-                entry,
-                "from_mode",
-                f"from_mode {record.from_mode!r}, but seq {track.seq} ({_where(track.at)}) left "
-                f"the session in {track.mode!r}",
-            )
+        else:
+            self._follows(entry, track, seq)
         if spec is not None and record.event != EVENT_CREATED:
             for kind, message in _legality(record, track, *spec):
                 self._violation(entry, kind, message)
@@ -715,8 +806,27 @@ class Replayer:
         track.commit(
             at, seq, record.origin, record.from_mode, to_mode, record.spec, record.spec_hash
         )
+        track.digest = record.digest
         if self._keep:
             track.changes.append(record)
+
+    def _follows(self, entry: LogEntry, track: _Track, seq: int) -> None:
+        """Check a change against its session's last committed record."""
+        record = entry.record
+        if self._merged and seq == track.seq + 1 and record.session_prev != track.digest:
+            self._violation(
+                entry,
+                "session_chain",
+                f"its session_prev is not the digest of seq {track.seq} ({_where(track.at)}): "
+                "that record was replaced, or two writers forked the session",
+            )
+        if record.from_mode != track.mode:
+            self._violation(
+                entry,
+                "from_mode",
+                f"from_mode {record.from_mode!r}, but seq {track.seq} ({_where(track.at)}) left "
+                f"the session in {track.mode!r}",
+            )
 
     def _in_order(self, entry: LogEntry, track: _Track, seq: int) -> bool:
         if track.mode is None or seq == track.seq + 1:
@@ -983,16 +1093,37 @@ def replay(
         progress: called now and then with the number of bytes read so far.
         stdin: what ``-`` reads (default: ``sys.stdin.buffer``).
 
+    Several files of PostgreSQL workers (each committed record with a ``gseq``), or a
+    database export, are read as one history: merged by ``gseq`` (their order in *paths*
+    does not matter), each file's chain followed on its own and each session's by
+    ``session_prev`` (see :class:`Replayer`'s ``merged``).
+
     Returns:
         The :class:`ReplayReport`; nothing is raised for bad input, it is all reported.
     """
+    files = [str(path) for path in paths]
+    kinds = [file_kind(path, workers=len(files) > 1) for path in files]
+    if "plain" not in kinds and (len(files) > 1 or kinds == ["export"]):
+        exports = [path for path, kind in zip(files, kinds, strict=True) if kind == "export"]
+        merged = Replayer(
+            specs,
+            verify=verify,
+            session_id=session_id,
+            keep_timeline=keep_timeline,
+            merged=True,
+            exports=exports,
+        )
+        for item in merge_by_gseq(files, check_digests=verify):
+            if merged.feed(item) and on_entry is not None:
+                on_entry(item)  # type: ignore[arg-type]  # feed() is True only for entries
+        return merged.report()
     replayer = Replayer(specs, verify=verify, session_id=session_id, keep_timeline=keep_timeline)
     # take() cannot apply a record that must reach on_entry or a kept timeline: then it
     # only serves the sessions not replayed, if there are any
     take: Take | None = replayer.take
     if on_entry is not None or keep_timeline:
         take = replayer.take_others if session_id is not None else None
-    for item in read_log(paths, check_digests=verify, progress=progress, stdin=stdin, take=take):
+    for item in read_log(files, check_digests=verify, progress=progress, stdin=stdin, take=take):
         if replayer.feed(item) and on_entry is not None:
             on_entry(item)  # type: ignore[arg-type]  # feed() is True only for entries
     return replayer.report()

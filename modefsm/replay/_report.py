@@ -91,10 +91,13 @@ class TableReport:
                 write(f"  {n}\n")
         if report.chain is not None:
             c = report.chain
-            write(
-                f"CHAIN  {c.verified} records verified, {c.unverifiable} without a digest; "
-                f"head {c.head or '-'}\n"
-            )
+            counts = f"CHAIN  {c.verified} records verified, {c.unverifiable} without a digest"
+            if not c.heads:
+                write(f"{counts}; head {c.head or '-'}\n")
+            else:  # several workers' files, merged by gseq
+                write(f"{counts}; {len(c.heads)} files merged by gseq\n")
+                for path, head in c.heads:
+                    write(f"  {path}  head {head or '- (an export: chained by session)'}\n")
         write(f"RESULT  {verdict(report)}\n")
 
 
@@ -158,6 +161,7 @@ class JsonReport:
                 "verified": report.chain.verified,
                 "unverifiable": report.chain.unverifiable,
                 "head": report.chain.head,
+                **({"heads": dict(report.chain.heads)} if report.chain.heads else {}),
             },
             "records": report.records,
             "result": verdict(report),

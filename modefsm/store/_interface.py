@@ -14,9 +14,12 @@ of one machine, the ``--log`` path) and ``modefsm.store._postgres.PgStore``
 from __future__ import annotations
 
 import importlib
+import io
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
+
+import orjson
 
 from modefsm.errors import LogError, ModefsmError
 from modefsm.log._records import TransitionRecord
@@ -24,6 +27,10 @@ from modefsm.log._writer import TransitionLog
 from modefsm.restore import RestorePoint
 
 __all__ = ["SessionMoved", "SessionStore", "StoreBusy", "open_store"]
+
+EXPORT_EVENT = "modefsm.store_export"
+"""The event of an export's first line (not a record): ``{"event": ..., "store": ...,
+"schema": N}``."""
 
 
 class SessionMoved(ModefsmError):  # noqa: N818 - the shared interface names it
@@ -129,3 +136,35 @@ def open_store(
     from modefsm.store._file import FileStore  # noqa: PLC0415 - no circle: _file imports this
 
     return FileStore(target, fsync=fsync, lock_timeout=lock_timeout)
+
+
+def export_store(url: str, out: BinaryIO) -> int:
+    """Write every record of the PostgreSQL store at *url* to *out*; return how many.
+
+    The first line names the export (:data:`EXPORT_EVENT`, the store's host, port and
+    database, its schema version); then one JSON line per committed record, in commit
+    order, each with its ``gseq``. ``modefsm replay --verify`` reads it as one history
+    per session. The store's tables are created if missing (then the export is empty).
+
+    Raises:
+        LogError: *url* is not a ``postgresql://`` URL, ``psycopg`` is missing, or the
+            database cannot be read (the message names it).
+    """
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise LogError("not a postgresql:// URL", url)
+    try:
+        postgres = importlib.import_module("modefsm.store._postgres")
+    except ImportError:
+        msg = "the PostgreSQL store needs psycopg: pip install 'modefsm[postgresql]'"
+        raise LogError(msg) from None
+    store = postgres.PgStore(url, log=TransitionLog.to_stream(io.BytesIO()))
+    try:
+        header = {"event": EXPORT_EVENT, "store": store.where, "schema": postgres.SCHEMA_VERSION}
+        out.write(orjson.dumps(header) + b"\n")
+        count = 0
+        for record in store.export():
+            out.write(orjson.dumps(record) + b"\n")
+            count += 1
+    finally:
+        store.close()
+    return count

@@ -60,6 +60,7 @@ HEAD_QUERY = (
     "WHERE session_id = %s ORDER BY seq DESC LIMIT 1"
 )
 """The one query :meth:`PgStore.restore_point` runs (a backward scan of the primary key)."""
+_GSEQ = "SELECT gseq FROM modefsm_records WHERE session_id = %s AND seq = %s"
 _PAGE = 1000
 
 
@@ -81,6 +82,9 @@ class PgStore:
         lock_timeout: seconds any statement may wait or run (also the connect timeout,
             rounded up, at least 2 s).
 
+    Attributes:
+        where: the database as messages name it (``host:port/dbname``, no password).
+
     Raises:
         LogError: the database cannot be reached or holds another schema version.
     """
@@ -93,7 +97,7 @@ class PgStore:
         self.lock_timeout = lock_timeout
         self.log = log if log is not None else TransitionLog.to_stream(sys.stderr.buffer)
         self.mirror_error: LogError | None = None
-        self._where = _display(url)
+        self.where = _display(url)
         self._conn: psycopg.Connection[Any] | None = None
         self._resent = False
         self._connect()
@@ -111,7 +115,7 @@ class PgStore:
                 application_name="modefsm",
             )
         except psycopg.Error as exc:
-            msg = f"cannot connect to the session store {self._where}: {_first_line(exc)}"
+            msg = f"cannot connect to the session store {self.where}: {_first_line(exc)}"
             raise LogError(msg) from None
         try:
             with conn.transaction():
@@ -121,12 +125,12 @@ class PgStore:
             versions = [row[0] for row in conn.execute("SELECT version FROM modefsm_schema")]
         except psycopg.Error as exc:
             conn.close()
-            msg = f"cannot set up the session store {self._where}: {_first_line(exc)}"
+            msg = f"cannot set up the session store {self.where}: {_first_line(exc)}"
             raise LogError(msg) from None
         if versions != [SCHEMA_VERSION]:
             conn.close()
             msg = (
-                f"the session store {self._where} has schema version "
+                f"the session store {self.where} has schema version "
                 f"{', '.join(map(str, versions)) or 'none'}; this modefsm uses {SCHEMA_VERSION}"
             )
             raise LogError(msg)
@@ -148,7 +152,7 @@ class PgStore:
                 raise
             except (pgerrors.LockNotAvailable, pgerrors.QueryCanceled) as exc:
                 msg = (
-                    f"the session store {self._where} did not answer within "
+                    f"the session store {self.where} did not answer within "
                     f"{self.lock_timeout:g} s ({_first_line(exc)}); nothing was written"
                 )
                 raise StoreBusy(msg) from None
@@ -170,7 +174,7 @@ class PgStore:
             self._conn = None
 
     def _fail(self, exc: psycopg.Error) -> NoReturn:
-        msg = f"the session store {self._where} failed: {_first_line(exc)}"
+        msg = f"the session store {self.where} failed: {_first_line(exc)}"
         raise LogError(msg) from None
 
     # -- SessionStore -------------------------------------------------------------------
@@ -223,10 +227,12 @@ class PgStore:
             current = self.restore_point(session_id)
             if current is None:
                 msg = f"sessionId {session_id} has no record to follow with seq {seq}"
-                raise LogError(msg, self._where)
+                raise LogError(msg, self.where)
             if not (resent and current.digest == digest):
                 raise SessionMoved(current)
-            gseq = None  # the first try committed before the connection was lost
+            # the first try committed before the connection was lost: its gseq
+            found = self._run(_GSEQ, (session_id, seq))
+            gseq = found[0][0] if found else None
         self._mirror(event, {**fields, "session_prev": session_prev, "gseq": gseq})
         return digest
 

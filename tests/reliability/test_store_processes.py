@@ -1,5 +1,8 @@
 """Several `modefsm serve` processes on one --log: one history (issue 13, embedded store).
 
+The random schedules (new/load/resume/set_mode/set_config_option/switch approvals/close,
+SIGKILLs) are tests/store/schedule.py's, shared with the PostgreSQL workers' suite.
+
 Real processes, each driven by the official SDK client, sharing one JSON-lines file and its
 restore index. What is under test (README, "Session store"): no process fails to start or
 to answer because another holds a lock; every process restores every session any process
@@ -15,13 +18,10 @@ import fcntl
 import hashlib
 import json
 import os
-import random
-import signal
 import sqlite3
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ import pytest
 
 from modefsm.log import canonical_record
 from tests.acp_client import loaded_mode, spawn
+from tests.store.schedule import Schedule, run_schedule
 
 from .harness import TIMEOUT, assert_replay_clean, read_log, reproduce, seeds, soak_factor
 
@@ -231,162 +232,27 @@ class TestLocks:
         assert session_chains(log) == {sid: ["ask", "code"]}
 
 
-# -- many processes, random schedules, SIGKILL ----------------------------------------------
+# -- many processes, random schedules (switch approvals included), SIGKILL --------------------
 
 
-@dataclass
-class Slot:
-    """One `modefsm serve` process and what the test knows of it."""
+class FileBackend:
+    """The embedded store: every process serves with ``--log LOG``."""
 
-    conn: Any = None
-    process: asyncio.subprocess.Process | None = None
-    live: set[str] = field(default_factory=set)
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
-
-
-async def run_slot(slot: Slot, log: Path) -> None:
-    with contextlib.suppress(Exception):
-        async with spawn(log) as (conn, process, _client):
-            slot.conn, slot.process = conn, process
-            slot.ready.set()
-            await slot.done.wait()
-
-
-def start(slot: Slot, log: Path) -> None:
-    slot.live.clear()
-    slot.conn = slot.process = None
-    slot.done, slot.ready = asyncio.Event(), asyncio.Event()
-    slot.task = asyncio.create_task(run_slot(slot, log))
-
-
-class Schedule:
-    """A seeded random schedule over N processes, with a model of every session's history."""
-
-    def __init__(self, log: Path, processes: int, seed: int) -> None:
+    def __init__(self, log: Path) -> None:
         self.log = log
-        self.rng = random.Random(seed)
-        self.slots = [Slot() for _ in range(processes)]
-        self.truth: dict[str, list[str]] = {}  # every session's acknowledged modes
-        self.kills = 0
 
-    async def open(self) -> None:
-        for slot in self.slots:
-            start(slot, self.log)
-        for slot in self.slots:
-            await asyncio.wait_for(slot.ready.wait(), TIMEOUT * 2)
+    def command(self, slot: int) -> tuple[Path, tuple[str, ...]]:
+        return self.log, ()
 
-    async def ready_slot(self) -> Slot:
-        ready = [s for s in self.slots if s.ready.is_set()]
-        if not ready:
-            done, _ = await asyncio.wait(
-                [asyncio.create_task(s.ready.wait()) for s in self.slots],
-                timeout=TIMEOUT * 2,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-            assert done, "no process came up"
-            ready = [s for s in self.slots if s.ready.is_set()]
-        return self.rng.choice(ready)
-
-    async def ensure_live(self, slot: Slot, sid: str) -> None:
-        if sid not in slot.live:
-            if self.rng.random() < 0.5:
-                mode = await loaded_mode(slot.conn, sid)
-            else:
-                resumed = await asyncio.wait_for(
-                    slot.conn.resume_session(cwd=".", session_id=sid), TIMEOUT
-                )
-                mode = resumed.modes.current_mode_id
-            assert mode == self.truth[sid][-1], (sid, mode, self.truth[sid])
-            slot.live.add(sid)
-
-    async def step(self) -> None:
-        slot = await self.ready_slot()
-        roll = self.rng.random()
-        if not self.truth or roll < 0.1:
-            sid = (await asyncio.wait_for(slot.conn.new_session(cwd="."), TIMEOUT)).session_id
-            self.truth[sid] = ["ask"]
-            slot.live.add(sid)
-            return
-        sid = self.rng.choice(sorted(self.truth))
-        if roll < 0.2:
-            await self.ensure_live(slot, sid)
-            return
-        if roll < 0.25 and sid in slot.live:
-            await asyncio.wait_for(slot.conn.close_session(session_id=sid), TIMEOUT)
-            slot.live.discard(sid)
-            return
-        await self.ensure_live(slot, sid)
-        target = self.rng.choice(MODES)
-        if roll < 0.6:
-            await set_mode(slot.conn, sid, target)
-        else:
-            await asyncio.wait_for(
-                slot.conn.set_config_option(config_id="mode", session_id=sid, value=target),
-                TIMEOUT,
-            )
-        if target != self.truth[sid][-1]:
-            self.truth[sid].append(target)
-
-    async def kill_one(self) -> None:
-        """SIGKILL a process in the middle of a change; settle what the log says of it."""
-        slot = await self.ready_slot()
-        if not slot.live:
-            await self.step()
-            return
-        sid = self.rng.choice(sorted(slot.live))
-        target = self.rng.choice([m for m in MODES if m != self.truth[sid][-1]])
-        request = asyncio.create_task(set_mode(slot.conn, sid, target))
-        await asyncio.sleep(self.rng.uniform(0, 0.01))
-        assert slot.process is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(slot.process.pid, signal.SIGKILL)
-        acknowledged = False
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(request, TIMEOUT)
-            acknowledged = True
-        logged = [r["to_mode"] for r in read_log(self.log).commits(sid)]
-        if acknowledged:
-            assert logged == [*self.truth[sid], target], sid
-        else:  # written ahead before the kill, or not written at all
-            assert logged in (self.truth[sid], [*self.truth[sid], target]), sid
-        self.truth[sid] = logged
-        self.kills += 1
-        slot.done.set()
-        if slot.task is not None:
-            await asyncio.wait_for(slot.task, TIMEOUT)
-        start(slot, self.log)
-
-    async def check(self) -> None:
-        for slot in self.slots:
-            await asyncio.wait_for(slot.ready.wait(), TIMEOUT * 2)
-            for sid, modes in self.truth.items():
-                assert await loaded_mode(slot.conn, sid) == modes[-1], sid
-
-    async def close(self) -> None:
-        for slot in self.slots:
-            slot.done.set()
-        for slot in self.slots:
-            if slot.task is not None:
-                await asyncio.wait_for(slot.task, TIMEOUT)
+    def committed(self, session_id: str) -> list[str]:
+        return session_chains(self.log).get(session_id, [])
 
 
-async def run_schedule(log: Path, processes: int, seed: int, steps: int, kills: int) -> int:
-    schedule = Schedule(log, processes, seed)
-    await schedule.open()
-    try:
-        every = max(1, steps // max(1, kills))
-        for number in range(steps):
-            await schedule.step()
-            if kills and number % every == every - 1 and schedule.kills < kills:
-                await schedule.kill_one()
-        while schedule.kills < kills:
-            await schedule.kill_one()
-        await schedule.check()
-    finally:
-        await schedule.close()
+async def run_file_schedule(log: Path, processes: int, seed: int, steps: int, kills: int) -> int:
+    schedule = Schedule(FileBackend(log), processes, seed)
+    await run_schedule(schedule, steps, kills)
     assert session_chains(log) == schedule.truth
+    assert sum(schedule.switches.values()) >= 1
     assert_replay_clean(log)
     return schedule.kills
 
@@ -397,7 +263,7 @@ async def test_processes_share_one_history(tmp_path: Path, processes: int, seed:
     log = tmp_path / "modes.jsonl"
     test = f"{THIS}::test_processes_share_one_history[{seed}-{processes}]"
     try:
-        await run_schedule(log, processes, seed, steps=24 * soak_factor(), kills=0)
+        await run_file_schedule(log, processes, seed, steps=24 * soak_factor(), kills=0)
     except AssertionError as exc:
         raise AssertionError(reproduce(test, seed)) from exc
 
@@ -408,7 +274,7 @@ async def test_sigkill_of_random_processes_loses_nothing_acknowledged(tmp_path: 
     kills = 20 * soak_factor()
     test = f"{THIS}::test_sigkill_of_random_processes_loses_nothing_acknowledged"
     try:
-        done = await run_schedule(log, 3, seed + 100, steps=kills, kills=kills)
+        done = await run_file_schedule(log, 3, seed + 100, steps=kills, kills=kills)
     except AssertionError as exc:
         raise AssertionError(reproduce(test, seed)) from exc
     assert done == kills

@@ -1,0 +1,104 @@
+"""The files of several PostgreSQL workers, read as one history: a k-way merge by ``gseq``.
+
+Each worker of a :class:`~modefsm.store._postgres.PgStore` writes the records it committed
+to its own JSON-lines file, each with ``gseq`` (the database's commit number) and
+``session_prev`` (the digest of its session's previous record, wherever that is). A
+database export (``modefsm store export``) is one such file holding every worker's
+records, with a first line naming it (:data:`EXPORT_EVENT`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import heapq
+import itertools
+import stat
+import zlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Literal
+
+import orjson
+
+from modefsm.log._reader import MAX_LINE, LogEntry, LogProblem, read_log
+from modefsm.log._records import EVENT_REJECTED
+from modefsm.store._interface import EXPORT_EVENT
+
+__all__: list[str] = []  # used by replay() only
+
+FileKind = Literal["export", "worker", "plain"]
+
+
+def file_kind(path: str, *, workers: bool = True) -> FileKind:
+    """What *path* holds: a database export, a PostgreSQL worker's file, or a plain log.
+
+    A worker's file is one whose first committed record (among its first
+    :data:`_PEEK` records) carries an integer ``gseq``; with *workers* false only an
+    export is told apart. An unreadable file is ``plain`` (the replay reports it).
+    """
+    if path == "-" or _first_event(path) == EXPORT_EVENT:
+        return "plain" if path == "-" else "export"
+    if workers and _regular(path):  # a FIFO's lines are read once, by the replay
+        for item in itertools.islice(read_log([path]), _PEEK):
+            if isinstance(item, LogEntry) and item.record.event != EVENT_REJECTED:
+                return "worker" if item.gseq is not None else "plain"
+    return "plain"
+
+
+def _first_event(path: str) -> object:
+    """The ``event`` of the first line of *path* (a gzip file's too), if it has one.
+
+    Only a regular file is looked into: a FIFO's lines are read once, by the replay.
+    """
+    if not _regular(path):
+        return None
+    try:
+        with open(path, "rb") as file:  # noqa: PTH123 - a path as the user gave it
+            first = file.readline(MAX_LINE)
+        if first[:2] == b"\x1f\x8b":
+            with gzip.open(path, "rb") as file:
+                first = file.readline(MAX_LINE)
+        data = orjson.loads(first)
+    except (OSError, EOFError, zlib.error, orjson.JSONDecodeError):
+        return None
+    return data.get("event") if isinstance(data, dict) else None
+
+
+def _regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(Path(path).stat().st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+_PEEK = 1000
+
+
+def merge_by_gseq(
+    paths: Sequence[str], *, check_digests: bool = False
+) -> Iterator[LogEntry | LogProblem]:
+    """The items of :func:`~modefsm.log.read_log` of every file in *paths*, merged by ``gseq``.
+
+    Streaming: one item per file is held at a time. Each file's items come in their file
+    order; an item without ``gseq`` (a rejection, a problem) keeps the place of the record
+    before it in its file; equal ``gseq`` are taken in the order of *paths*.
+    """
+    readers = [read_log([path], check_digests=check_digests) for path in paths]
+    keys = [0] * len(readers)  # the gseq of each file's last record, for items without one
+    order = itertools.count()
+    heap: list[tuple[int, int, int, LogEntry | LogProblem]] = []
+
+    def push(number: int) -> None:
+        item = next(readers[number], None)
+        if item is None:
+            return
+        if isinstance(item, LogEntry) and item.gseq is not None:
+            keys[number] = item.gseq
+        heapq.heappush(heap, (keys[number], number, next(order), item))
+
+    for number in range(len(readers)):
+        push(number)
+    while heap:
+        _, number, _, item = heapq.heappop(heap)
+        yield item
+        push(number)

@@ -1,0 +1,142 @@
+"""Golden files of three PostgreSQL workers: written by real engines on a real database.
+
+:func:`clean_files` runs three :class:`~modefsm.ModeEngine` objects, each with its own
+``PgStore`` on one fresh database and its own JSON-lines file, with a fixed clock: a
+session created in one worker and changed in the other two (one of them stale, so it
+adopts and retries), an approved switch, a stale rejection. Each fault is an edit of
+those files, done here so that it is reviewable. ``tests/replay/golden_workers/<case>/``
+holds ``w1.jsonl``, ``w2.jsonl``, ``w3.jsonl`` and ``expected.txt`` (the report of
+``modefsm replay w1.jsonl w2.jsonl w3.jsonl --verify``). Written again with
+``MODEFSM_REGEN_GOLDEN=1 pytest tests/store/test_golden_workers.py
+tests/replay/test_golden_workers.py`` (the first needs PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+
+from modefsm import ModeEngine, TransitionLog, preset
+from modefsm.errors import ModefsmError
+from tests.replay.golden_logs import fixed_clock, rechain
+
+GOLDEN_WORKERS = Path(__file__).parent / "golden_workers"
+FILES = ("w1.jsonl", "w2.jsonl", "w3.jsonl")
+
+Files = dict[str, list[bytes]]
+
+
+def clean_files(url: str) -> Files:
+    """Three workers' files, from a fresh database.
+
+    gseq: 1 w1 a created, 2 w2 b created, 3 w1 a ask->architect, 4 w3 a switch ->code,
+    5 w2 b ->code, 6 none (w1's insert from its stale view of a, refused: w1 adopts code),
+    7 w1 a ->ask, then w3 rejects a change of a from its stale view (code), 8 w3 c
+    created, 9 w2 c ->architect.
+    """
+    from modefsm.store._postgres import PgStore
+
+    buffers = [io.BytesIO() for _ in FILES]
+    stores = [PgStore(url, log=TransitionLog.to_stream(b)) for b in buffers]
+    try:
+        with fixed_clock():
+            w1, w2, w3 = (ModeEngine(preset("seed"), store=s) for s in stores)
+
+            def load(engine: ModeEngine, store: PgStore, session_id: str) -> None:
+                point = store.restore_point(session_id)
+                assert point is not None
+                engine.restore_session(
+                    session_id, point.mode, point.seq, previous=point.previous,
+                    digest=point.digest,
+                )  # fmt: skip
+
+            w1.new_session("sess_a", request_id=0)
+            w2.new_session("sess_b", request_id=0)
+            w1.change("sess_a", "architect", "set_mode", request_id=1)
+            load(w3, stores[2], "sess_a")
+            w3.apply_switch(
+                "sess_a", "code", tool_call_id="call_1", option_id="code", proposed_in="architect"
+            )
+            w2.change("sess_b", "code", "set_config_option", request_id=1)
+            w1.change("sess_a", "ask", "set_mode", request_id=2)
+            with contextlib.suppress(ModefsmError):
+                w3.change("sess_a", "debug", "set_mode", request_id=1)
+            w3.new_session("sess_c", request_id=2)
+            load(w2, stores[1], "sess_c")
+            w2.change("sess_c", "architect", "set_mode", request_id=2)
+    finally:
+        for store in stores:
+            store.close()
+    return {name: b.getvalue().splitlines() for name, b in zip(FILES, buffers, strict=True)}
+
+
+def _gseq(line: bytes) -> int | None:
+    value = orjson.loads(line).get("gseq")
+    return value if isinstance(value, int) else None
+
+
+def _at(lines: list[bytes], gseq: int) -> int:
+    return next(i for i, line in enumerate(lines) if _gseq(line) == gseq)
+
+
+def deleted(files: Files) -> Files:
+    """w1's gseq 3 (sess_a seq 2, ask -> architect) is gone."""
+    w1 = files["w1.jsonl"]
+    del w1[_at(w1, 3)]
+    return files
+
+
+def duplicated(files: Files) -> Files:
+    """w2's gseq 5 (sess_b seq 2) was copied into w3's file, after its gseq 4."""
+    w3 = files["w3.jsonl"]
+    w3.insert(_at(w3, 4) + 1, files["w2.jsonl"][_at(files["w2.jsonl"], 5)])
+    return files
+
+
+def reordered(files: Files) -> Files:
+    """In w1's file, gseq 3 and gseq 7 (sess_a seq 2 and seq 4) are swapped."""
+    w1 = files["w1.jsonl"]
+    i, j = _at(w1, 3), _at(w1, 7)
+    w1[i], w1[j] = w1[j], w1[i]
+    return files
+
+
+def edited(files: Files) -> Files:
+    """w3's approved switch (gseq 4, sess_a seq 3) was edited to say -> ask, not -> code."""
+    w3 = files["w3.jsonl"]
+    i = _at(w3, 4)
+    data = orjson.loads(w3[i])
+    data["to_mode"] = "ask"
+    w3[i] = orjson.dumps(data)
+    return files
+
+
+def rechained(files: Files) -> Files:
+    """w1's gseq 3 edited to ask -> code, w1's chain recomputed (a forger with w1 only)."""
+    w1 = files["w1.jsonl"]
+    i = _at(w1, 3)
+    data = orjson.loads(w1[i])
+    data["to_mode"] = "code"
+    w1[i] = orjson.dumps(data)
+    files["w1.jsonl"] = rechain(w1)
+    return files
+
+
+CASES: dict[str, Callable[[Files], Files]] = {
+    "clean": lambda files: files,
+    "deleted": deleted,
+    "duplicated": duplicated,
+    "reordered": reordered,
+    "edited": edited,
+    "rechained": rechained,
+}
+"""Each case's name and its edit of the clean files."""
+
+
+def render(files: Files) -> dict[str, bytes]:
+    """Each file's bytes: its lines, each ended by a newline."""
+    return {name: b"".join(line + b"\n" for line in lines) for name, lines in files.items()}

@@ -1,0 +1,106 @@
+"""`modefsm store export URL`: the database's records, replayed as one history per session."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.replay.golden_workers import clean_files
+
+pytest.importorskip("psycopg", reason="psycopg is not installed (.[postgresql])")
+
+MODEFSM = (sys.executable, "-m", "modefsm")
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*MODEFSM, *args], capture_output=True, text=True, check=False, cwd=cwd, timeout=60
+    )
+
+
+def replay_summary(cwd: Path, name: str) -> tuple[int, list[str]]:
+    done = run("replay", name, "--verify", "--summary", cwd=cwd)
+    assert done.stderr == ""
+    return done.returncode, done.stdout.splitlines()
+
+
+def test_an_export_replays_clean_as_the_workers_files_do(postgres_url: str, tmp_path: Path):
+    clean_files(postgres_url)  # three workers, eight committed records (and a rejection)
+    done = run("store", "export", postgres_url, "-o", "all.jsonl", cwd=tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "exported 8 records\n")
+    lines = (tmp_path / "all.jsonl").read_bytes().splitlines()
+    header = orjson.loads(lines[0])
+    assert header["event"] == "modefsm.store_export"
+    assert header["schema"] == 1
+    assert [orjson.loads(line)["gseq"] for line in lines[1:]] == [1, 2, 3, 4, 5, 7, 8, 9]
+    status, report = replay_summary(tmp_path, "all.jsonl")
+    assert status == 0
+    assert report == [
+        "SESSIONS (3)",
+        "  sess_a  ask  (seq 4, spec seed, 4 records)",
+        "  sess_b  code  (seq 2, spec seed, 2 records)",
+        "  sess_c  architect  (seq 2, spec seed, 2 records)",
+        "CHAIN  8 records verified, 0 without a digest; 1 files merged by gseq",
+        "  all.jsonl  head - (an export: chained by session)",
+        "RESULT  clean",
+    ]
+    # standard output: the same bytes
+    again = subprocess.run(
+        [*MODEFSM, "store", "export", postgres_url], capture_output=True, check=False, timeout=60
+    )
+    assert again.stdout == (tmp_path / "all.jsonl").read_bytes()
+
+
+def test_an_edited_or_deleted_record_of_an_export_is_found(postgres_url: str, tmp_path: Path):
+    clean_files(postgres_url)
+    assert run("store", "export", postgres_url, "-o", "all.jsonl", cwd=tmp_path).returncode == 0
+    lines = (tmp_path / "all.jsonl").read_bytes().splitlines()
+    edited = orjson.loads(lines[3])  # gseq 3: sess_a seq 2, ask -> architect
+    edited["to_mode"] = "code"
+    (tmp_path / "edited.jsonl").write_bytes(
+        b"\n".join([*lines[:3], orjson.dumps(edited), *lines[4:]]) + b"\n"
+    )
+    status, report = replay_summary(tmp_path, "edited.jsonl")
+    assert status == 1
+    assert report[4:7] == [
+        "VIOLATIONS (2)",
+        (
+            "  edited.jsonl:4: session 'sess_a' seq 2: tampered: the record was changed after it "
+            "was written: its digest does not match"
+        ),
+        (
+            "  edited.jsonl:5: session 'sess_a' seq 3: from_mode: from_mode 'architect', but seq 2 "
+            "(edited.jsonl:4) left the session in 'code'"
+        ),
+    ]
+    (tmp_path / "deleted.jsonl").write_bytes(b"\n".join([*lines[:3], *lines[4:]]) + b"\n")
+    status, report = replay_summary(tmp_path, "deleted.jsonl")
+    assert status == 1
+    assert report[4:6] == [
+        "VIOLATIONS (2)",
+        (
+            "  deleted.jsonl:4: session 'sess_a' seq 3: gap: seq 3 follows seq 1 "
+            "(deleted.jsonl:2): 1 record is missing"
+        ),
+    ]
+
+
+def test_export_refuses_other_urls_and_an_existing_file(tmp_path: Path):
+    done = run("store", "export", "mysql://x", cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "modefsm store: mysql://x: not a postgresql:// URL\n"
+    (tmp_path / "old.jsonl").write_text("keep\n")
+    done = run("store", "export", "postgresql://nobody@127.0.0.1:1/x", "-o", "old.jsonl",
+               cwd=tmp_path)  # fmt: skip
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "modefsm store: old.jsonl: exists already; give a new file\n"
+    assert (tmp_path / "old.jsonl").read_text() == "keep\n"
+    done = run("store", "export", "postgresql://nobody@127.0.0.1:1/x", "-o", "new.jsonl",
+               cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith("modefsm store: cannot connect to the session store 127.0.0.1:1/")
+    assert not (tmp_path / "new.jsonl").exists()
