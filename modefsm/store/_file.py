@@ -14,13 +14,6 @@ record (``session_prev``).
 A torn last line (a writer killed inside its write) is ended under the lock before the
 next record, with a ``modefsm.log_repaired`` line.
 
-With ``fsync``, the disk flush comes after the lock is released: other processes append
-while one flushes, and one ``fsync`` of the file covers every record before it, whoever
-wrote it. Nothing is answered before its flush: :meth:`FileStore.append` returns (the
-change is acknowledged) only after an ``fsync`` that followed its line, and a process that
-read records of others (a restore, a lost race) flushes before it uses them, so no client
-is told of a record that is not on disk yet.
-
 The restore index beside the file (``<path>.index``, SQLite in WAL mode) is a shared
 cache of the file: :meth:`FileStore.restore_point` catches it up from where this process
 last read, under the file's lock, and commits at once; no process keeps a write
@@ -63,9 +56,7 @@ class FileStore:
     Args:
         path: the transition log; created if missing, never truncated; must be a regular
             file on a local filesystem.
-        fsync: sync each record to disk before :meth:`append` returns (and records of
-            other processes before they are used here); the flush runs after the file's
-            lock is released.
+        fsync: sync each record to disk before :meth:`append` returns.
         lock_timeout: the longest wait for another process's lock, in seconds.
         index: the restore index file (default: *path* plus ``.index``).
 
@@ -85,8 +76,6 @@ class FileStore:
         """Open the file, ending a torn last line under the lock."""
         self.path = Path(path)
         self.lock_timeout = lock_timeout
-        self._fsync = fsync
-        self._unsynced = False  # lines read or written here since the last flush
         self.index_path = Path(index) if index is not None else _index_path(self.path)
         try:
             _check_regular(self.path.stat().st_mode, self.path)  # a FIFO would block open
@@ -107,7 +96,7 @@ class FileStore:
             _check_regular(os.fstat(self._fd).st_mode, self.path)
             self._lock()
             try:  # the writer ends a torn line and finds the chain head: under the lock
-                self._log = TransitionLog.to_file(self.path)  # synced by _durable
+                self._log = TransitionLog.to_file(self.path, fsync=fsync)
                 self._seen = os.lseek(self._fd, 0, os.SEEK_END)
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
@@ -158,7 +147,6 @@ class FileStore:
         size = os.lseek(fd, 0, os.SEEK_END)
         if size == self._seen:
             return  # nobody else wrote: the hot path
-        self._unsynced = True
         if os.pread(fd, 1, size - 1) != b"\n":  # a writer died inside its write
             size += _end_torn_line(fd, size)
         heads = self._heads
@@ -198,7 +186,6 @@ class FileStore:
         seq = fields["seq"]
         if seq != 1 and session_id not in self._heads:
             self._adopt(session_id, head)
-        moved = None
         self._lock()
         try:
             self._sync_tail()
@@ -206,42 +193,17 @@ class FileStore:
             if seq != (held.seq if held is not None else 0) + 1:
                 if held is None:  # pragma: no cover - a seq-1 record always fits
                     held = RestorePoint(session_id, fields["to_mode"], seq - 1)
-                moved = held
-            else:
-                fields["session_prev"] = held.digest if held is not None else None
-                self._log.write(event, fields)
-                self._unsynced = True
-                self._seen = os.lseek(self._fd, 0, os.SEEK_END)
+                raise SessionMoved(held)
+            fields["session_prev"] = held.digest if held is not None else None
+            self._log.write(event, fields)
+            self._seen = os.lseek(self._fd, 0, os.SEEK_END)
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
-        if moved is not None:
-            self._durable()  # the caller takes up (and reports) the other process's record
-            raise SessionMoved(moved)
         digest = self._log.head
         assert digest is not None  # noqa: S101 - a record was just written
         fields["digest"] = digest
         self._heads[session_id] = _after(held, fields)
-        self._durable()
         return digest
-
-    def _durable(self) -> None:
-        """With ``fsync``: flush what this process wrote or read, the lock released.
-
-        Raises:
-            LogError: the flush failed (an I/O error of the disk); the lines are in the
-                file, but whether they survive a power loss is unknown.
-        """
-        if not (self._fsync and self._unsynced):
-            return
-        try:
-            os.fsync(self._fd)
-        except OSError as exc:
-            msg = (
-                f"cannot sync the transition log to disk: {exc.strerror or exc}; the "
-                "record is in the file but may not survive a power loss"
-            )
-            raise LogError(msg, str(self.path)) from None
-        self._unsynced = False
 
     def _adopt(self, session_id: str, head: RestorePoint | None) -> None:
         """Hold a session this process did not create or restore (the index says where)."""
@@ -255,11 +217,9 @@ class FileStore:
         try:
             self._sync_tail()
             self._log.write(event, fields)
-            self._unsynced = True
             self._seen = os.lseek(self._fd, 0, os.SEEK_END)
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
-        self._durable()
 
     def restore_point(self, session_id: str) -> RestorePoint | None:
         """The session's latest point: the index caught up with the file first.
@@ -278,7 +238,6 @@ class FileStore:
             point = index.lookup(session_id)
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
-        self._durable()  # the point may be another process's record, not flushed yet
         if point is not None:
             held = self._heads.get(session_id)
             if held is None or held.seq <= point.seq:
@@ -305,7 +264,6 @@ class FileStore:
     def _report(self, event: str, fields: dict[str, Any]) -> None:
         """Write a diagnostic while the lock is held (the index reports a mismatch)."""
         self._log.write(event, fields)
-        self._unsynced = True
         self._seen = os.lseek(self._fd, 0, os.SEEK_END)
 
     def release(self, session_id: str) -> None:

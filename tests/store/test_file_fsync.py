@@ -1,4 +1,4 @@
-"""The embedded store with fsync: flushed after the lock is released, one chain still.
+"""The embedded store with fsync: several processes, one chain still.
 
 Four real processes append to one file through ``FileStore(fsync=True)``, each on its own
 sessions and all on one contested session (lost races: ``SessionMoved``, taken up and
