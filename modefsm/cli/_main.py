@@ -125,12 +125,16 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "2 answers a v1 initialize with -32022)",
     )
     parser.add_argument(
-        "--log", type=Path, help="the JSON-lines transition log (read back on load)"
+        "--log",
+        type=Path,
+        help="the JSON-lines transition log (read back on load); with a postgresql:// "
+        "--store, this worker's own file of its records (default: stderr)",
     )
     parser.add_argument(
         "--store",
         metavar="TARGET",
-        help="the shared session store: a log file path (as --log) or a postgresql:// URL",
+        help="the shared session store: a log file path (the same as --log; give one) "
+        "or a postgresql:// URL",
     )
     parser.add_argument("--fsync", action="store_true", help="sync each record to disk")
     parser.add_argument(
@@ -352,10 +356,19 @@ def _add_store(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--verify` checks the export as one history per session.",
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    export = actions.add_parser("export", help="write every record of the store as JSON lines")
+    export = actions.add_parser(
+        "export",
+        help="write every record of the store as JSON lines",
+        description="Write every record of a PostgreSQL session store as JSON lines, in "
+        "commit order (gseq), after a first line naming the export.",
+    )
     export.add_argument("url", metavar="URL", help="the store: postgresql://...")
     export.add_argument(
-        "--output", "-o", type=Path, help="write to this file (default: standard output)"
+        "--output",
+        "-o",
+        type=Path,
+        metavar="FILE",
+        help="write to this file (default: standard output)",
     )
     parser.set_defaults(run=_run_store)
 
