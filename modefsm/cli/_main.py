@@ -127,6 +127,7 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--log",
         type=Path,
+        metavar="FILE",
         help="the JSON-lines transition log (read back on load); with a postgresql:// "
         "--store, this worker's own file of its records (default: stderr)",
     )
@@ -199,15 +200,22 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "demo",
         help="run the ACP Session Modes story against `modefsm serve`",
         description="Spawn `modefsm serve` and drive it with the official ACP client "
-        "through the Session Modes story, printing every JSON-RPC frame.",
+        "through the Session Modes story, printing every JSON-RPC frame (abridged; --json "
+        "prints them whole). Exit status 0 only if every step behaved as ACP says.",
     )
-    parser.add_argument("--log", type=Path, help="the transition log (default: a new temp dir)")
+    parser.add_argument(
+        "--log",
+        type=Path,
+        metavar="FILE",
+        help="the transition log (default: transitions.jsonl in a new temporary directory)",
+    )
     parser.add_argument("--json", action="store_true", help="print the raw JSON-RPC frames")
     parser.add_argument(
         "--protocol",
         choices=("1", "2"),
         default="1",
-        help="the ACP version the client speaks (2: ACP v2, the mode as a config option)",
+        help="the ACP version the client speaks (default: 1; 2: ACP v2, the mode as a "
+        "config option)",
     )
     parser.set_defaults(run=_run_demo)
 
@@ -220,8 +228,10 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 def _add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--spec", type=Path, help="a spec file (.toml or .json)")
-    group.add_argument("--preset", help=f"a shipped spec: {', '.join(preset_names())}")
+    group.add_argument("--spec", type=Path, metavar="FILE", help="a spec file (.toml or .json)")
+    group.add_argument(
+        "--preset", metavar="NAME", help=f"a shipped spec: {', '.join(preset_names())}"
+    )
 
 
 def _spec_from(args: argparse.Namespace) -> ModeSpec:
