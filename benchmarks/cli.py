@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks import (  # noqa: F401 - they register
+from benchmarks.cases import (  # noqa: F401 - they register
     changes,
     log_size,
     replay,

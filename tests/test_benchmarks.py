@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -13,10 +15,11 @@ import pytest
 from acp.agent.connection import AgentSideConnection
 
 from benchmarks import cli
-from benchmarks.changes import make_plan, session_ids
-from benchmarks.handlers import HANDLERS, statechart_available
+from benchmarks.baselines.handlers import HANDLERS, statechart_available
+from benchmarks.baselines.wire import NullWire, notification_bytes
+from benchmarks.cases import roundtrip, roundtrip_http, startup
+from benchmarks.cases.changes import make_plan, session_ids
 from benchmarks.harness import BENCHMARKS, TINY
-from benchmarks.wire import NullWire, notification_bytes
 from modefsm import ModeEngine, preset
 from modefsm.log._records import record_digest
 
@@ -131,3 +134,37 @@ def test_notification_bytes_are_one_json_rpc_line():
 def test_results_directory_is_ignored_by_git():
     ignore = (Path(__file__).resolve().parent.parent / ".gitignore").read_text(encoding="utf-8")
     assert "benchmarks/results/" in ignore
+
+
+class TestLayout:
+    """Cases live apart from the baselines they measure against, and name modules that exist."""
+
+    BENCHMARKS_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
+
+    @pytest.mark.parametrize(
+        "path",
+        sorted((BENCHMARKS_DIR / "baselines").glob("*.py")),
+        ids=lambda path: path.name,
+    )
+    def test_a_baseline_imports_no_case(self, path):
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module is not None:
+                imported.add(node.module)
+        assert sorted(m for m in imported if m.startswith("benchmarks.cases")) == []
+
+    def test_every_spawned_agent_module_exists(self):
+        modules = {args[0] for _name, args, _note in roundtrip.AGENTS.values()}
+        modules |= {args[0] for _name, args, _note in roundtrip.V2_AGENTS.values()}
+        modules |= {args[0] for _name, args in roundtrip_http.AGENTS.values()}
+        modules |= {a[1] for _m, _i, a, _b in startup.COMMANDS.values() if a[0] == "-m"}
+        assert sorted(modules) == [
+            "benchmarks.baselines.dict_agent",
+            "benchmarks.baselines.dict_agent_v2",
+            "benchmarks.baselines.dict_agent_v2_http",
+            "benchmarks.baselines.minimal_agent",
+            "modefsm",
+        ]
+        assert all(importlib.util.find_spec(module) is not None for module in modules)

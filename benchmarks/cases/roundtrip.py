@@ -5,7 +5,7 @@ The official SDK client drives five agents, each in its own process, one request
 ACP v1 (``acp.spawn_agent_process``, ``session/set_mode``):
 
 - ``modefsm serve --log FILE`` (the engine, its log, both notifications);
-- the minimal dict agent (:mod:`benchmarks.dict_agent`) sending the same notifications and
+- the minimal dict agent (:mod:`benchmarks.baselines.dict_agent`) sending the same notifications and
   writing the same log line: the baseline;
 - the minimal dict agent sending no notification and writing no log (the bare wire).
 
@@ -13,12 +13,12 @@ ACP v2 (the SDK's v2 client, ``acp.experimental.v2.connect_to_agent``,
 ``session/set_config_option`` with ``type: "id"``):
 
 - ``modefsm serve --log FILE`` negotiating v2 (the engine, its log, ``config_option_update``);
-- the minimal SDK v2 agent (:mod:`benchmarks.dict_agent_v2`) keeping the mode in a dict,
+- the minimal SDK v2 agent (:mod:`benchmarks.baselines.dict_agent_v2`) keeping the mode in a dict,
   sending the same notification and writing the same log line: the v2 baseline.
 
 Each repetition starts the three agents afresh and measures each in turn (the order
 alternates), so that noise, and the luck of where a process lands, fall on all alike. The
-client runs in a fresh child process of its own (``python -m benchmarks.roundtrip``), so
+client runs in a fresh child process of its own (``python -m benchmarks.cases.roundtrip``), so
 that what earlier benchmarks left in the parent's heap does not slow it down.
 """
 
@@ -65,12 +65,12 @@ AGENTS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "modefsm": ("modefsm serve", ("modefsm", "serve", "--log", "{log}"), ""),
     "baseline": (
         "baseline: dict agent, same notifications and log",
-        ("benchmarks.dict_agent", "--notify", "--log", "{log}"),
+        ("benchmarks.baselines.dict_agent", "--notify", "--log", "{log}"),
         "",
     ),
     "bare": (
         "dict agent, no notification, no log",
-        ("benchmarks.dict_agent",),
+        ("benchmarks.baselines.dict_agent",),
         "1 message back per request instead of 3",
     ),
 }
@@ -79,7 +79,7 @@ V2_AGENTS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "modefsm_v2": ("modefsm serve, v2 client", ("modefsm", "serve", "--log", "{log}"), ""),
     "baseline_v2": (
         "baseline: minimal SDK v2 agent, dict, same notification and log",
-        ("benchmarks.dict_agent_v2", "--log", "{log}"),
+        ("benchmarks.baselines.dict_agent_v2", "--log", "{log}"),
         "",
     ),
 }
@@ -103,7 +103,7 @@ async def _rate(conn: Any, session_id: str, count: int) -> float:
 def run(size: Size) -> Result:
     """Round trips per second of each agent, repetitions alternated (client in a child)."""
     rates: dict[str, list[float]] = run_child(
-        "benchmarks.roundtrip",
+        "benchmarks.cases.roundtrip",
         str(size.round_trips),
         str(size.repeat),
         what="round-trip client",

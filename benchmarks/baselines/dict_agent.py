@@ -1,6 +1,6 @@
 """A minimal ACP agent for benchmark 5: the mode of each session in a dict, over the SDK.
 
-``python -m benchmarks.dict_agent [--notify] [--log FILE]`` serves the seed spec's modes
+``python -m benchmarks.baselines.dict_agent [--notify] [--log FILE]`` serves the seed spec's modes
 over stdio with the official SDK, as ``modefsm serve`` does, but with no state machine: a
 ``session/set_mode`` checks the mode id, stores it in a dict and answers. With
 ``--notify`` it first sends the same two notifications modefsm sends
@@ -24,7 +24,7 @@ from acp.schema import (
     SetSessionModeResponse,
 )
 
-from benchmarks.handlers import DictHandler
+from benchmarks.baselines.handlers import DictHandler
 from modefsm import preset
 from modefsm.engine._views import build_views
 
@@ -79,7 +79,7 @@ class DictAgent:
 
 def main(argv: list[str] | None = None) -> int:
     """Serve the dict agent over stdio until stdin closes."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.dict_agent")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.baselines.dict_agent")
     parser.add_argument("--notify", action="store_true", help="send both mode notifications")
     parser.add_argument("--log", type=Path, help="append one JSON line per change")
     parser.add_argument(

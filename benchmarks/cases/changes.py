@@ -4,7 +4,7 @@ Every implementation follows the same plan: random live sessions, each moved to 
 mode its current mode allows (``session/set_mode``), computed once so that all of them
 do exactly the same changes in the same order. The full-pipeline rows write each change's
 record to a real file and serialize both notifications as the SDK sends them
-(:class:`~benchmarks.wire.NullWire`). The baseline and modefsm alternate repetitions, so
+(:class:`~benchmarks.baselines.wire.NullWire`). The baseline and modefsm alternate repetitions, so
 that machine noise falls on both alike.
 """
 
@@ -20,15 +20,15 @@ from typing import Any
 
 from transitions import Machine
 
-from benchmarks.handlers import (
+from benchmarks.baselines.handlers import (
     DictHandler,
     MachinePerSession,
     ModefsmHandler,
     StatechartPerSession,
     statechart_available,
 )
+from benchmarks.baselines.wire import NullWire
 from benchmarks.harness import Result, Row, Size, benchmark
-from benchmarks.wire import NullWire
 from modefsm import ModeEngine, ModeSpec, preset
 
 __all__ = ["make_plan", "run", "session_ids"]

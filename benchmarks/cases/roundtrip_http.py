@@ -1,6 +1,6 @@
 """Benchmark 5b: mode round trips per second over streamable HTTP, ACP v1 and v2.
 
-As :mod:`benchmarks.roundtrip`, but each agent serves HTTP on 127.0.0.1 and the official
+As :mod:`benchmarks.cases.roundtrip`, but each agent serves HTTP on 127.0.0.1 and the official
 SDK client connects with ``acp.http.create_http_stream``:
 
 - ``modefsm serve --http 127.0.0.1:0 --log FILE`` (modefsm's ASGI app on uvicorn: frame
@@ -9,8 +9,8 @@ SDK client connects with ``acp.http.create_http_stream``:
   (``session/set_config_option``, one ``config_option_update`` each);
 - the baselines: for v1 the minimal dict agent served by the SDK's own ASGI app
   (``acp.http.asgi.create_asgi_app``), for v2 the same dict agent's v2 face behind the
-  SDK's ``AgentProtocolRouter`` on that app (``python -m benchmarks.roundtrip_http
-  serve-v2``); each sends the same notifications and writes the same log line.
+  SDK's ``AgentProtocolRouter`` on that app (:mod:`benchmarks.baselines.dict_agent_v2_http`);
+  each sends the same notifications and writes the same log line.
 
 Each repetition starts every server afresh and measures each in turn (the order alternates).
 """
@@ -23,15 +23,14 @@ import json
 import re
 import sys
 import tempfile
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
 import acp
 
+from benchmarks.cases.roundtrip import Session, _Client, _pin, alternate, compare
 from benchmarks.harness import ROOT, Result, Size, benchmark, child_env, run_child
-from benchmarks.roundtrip import Session, _Client, _pin, alternate, compare
 
 __all__ = ["run"]
 
@@ -46,7 +45,7 @@ AGENTS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "baseline": (
         "baseline: dict agent on the SDK's ASGI app, same notifications and log",
-        ("benchmarks.dict_agent", "--notify", "--log", "{log}", "--http", "127.0.0.1:0"),
+        ("benchmarks.baselines.dict_agent", "--notify", "--log", "{log}", "--http", "127.0.0.1:0"),
     ),
     "modefsm_v2": (
         "modefsm serve --http, v2 client",
@@ -54,7 +53,7 @@ AGENTS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "baseline_v2": (
         "baseline: v2 dict agent on the SDK's ASGI app and router, same notification and log",
-        ("benchmarks.roundtrip_http", "serve-v2", "{log}"),
+        ("benchmarks.baselines.dict_agent_v2_http", "{log}"),
     ),
 }
 PAIRS = (("modefsm", "baseline", METRIC), ("modefsm_v2", "baseline_v2", METRIC_V2))
@@ -64,7 +63,7 @@ PAIRS = (("modefsm", "baseline", METRIC), ("modefsm_v2", "baseline_v2", METRIC_V
 def run(size: Size) -> Result:
     """Round trips per second of each HTTP agent, repetitions alternated (client in a child)."""
     rates: dict[str, list[float]] = run_child(
-        "benchmarks.roundtrip_http",
+        "benchmarks.cases.roundtrip_http",
         str(size.round_trips),
         str(size.repeat),
         what="HTTP round-trip client",
@@ -145,97 +144,5 @@ async def measure(round_trips: int, repeat: int) -> dict[str, list[float]]:
         return await alternate(list(AGENTS), start, round_trips, repeat, pairs=pairs)
 
 
-class _V2DictAgent:
-    """The v1 dict agent's handler behind v2 frames: one ``config_option_update`` a change."""
-
-    def __init__(self, conn: Any, log: Path) -> None:
-        from acp.experimental.v2 import schema as v2  # noqa: PLC0415
-
-        from benchmarks.handlers import DictHandler  # noqa: PLC0415
-        from modefsm import preset  # noqa: PLC0415
-        from modefsm.engine._views import build_views  # noqa: PLC0415
-        from modefsm.protocol._agent_v2 import v2_options  # noqa: PLC0415
-
-        self.v2 = v2
-        self.conn = conn
-        self.spec = preset("seed")
-        views = build_views(self.spec)
-        self.options = {m: v2_options(view.config_options) for m, view in views.items()}
-        self.announced = {m: v2.ConfigOptionUpdate(config_options=self.options[m]) for m in views}
-        self.handler = DictHandler(self.spec, log, self._send)
-
-    async def _send(self, session_id: str, update: Any) -> None:
-        if update.session_update == "config_option_update":  # no current_mode_update in v2
-            mode = update.config_options[0].current_value
-            await self.conn.session_update(session_id=session_id, update=self.announced[mode])
-
-    async def initialize(self, protocol_version: int, **kwargs: Any) -> Any:
-        del protocol_version, kwargs
-        info = self.v2.Implementation(name="dict", version="0")
-        return self.v2.InitializeResponse(
-            protocol_version=2, capabilities=self.v2.AgentCapabilities(), info=info
-        )
-
-    async def new_session(self, cwd: str, **kwargs: Any) -> Any:
-        del cwd, kwargs
-        session_id = f"sess_{time.monotonic_ns()}"
-        self.handler.new_session(session_id)
-        options = self.options[self.spec.initial]
-        return self.v2.NewSessionResponse(session_id=session_id, config_options=options)
-
-    async def set_config_option(
-        self, config_id: str, session_id: str, value: Any, **kwargs: Any
-    ) -> Any:
-        del config_id, kwargs
-        await self.handler.set_mode(session_id, value)
-        options = self.options[self.handler.mode(session_id)]
-        return self.v2.SetSessionConfigOptionResponse(config_options=options)
-
-
-def serve_v2_baseline(log: Path) -> None:
-    """The v2 baseline: the dict agent's v2 face on the SDK's ASGI app behind its router.
-
-    Prints ``listening on URL`` on stderr once it listens; serves until terminated.
-    """
-    import socket  # noqa: PLC0415
-
-    import uvicorn  # noqa: PLC0415
-    from acp.experimental import AgentProtocolRouter  # noqa: PLC0415
-    from acp.http.asgi import create_asgi_app  # noqa: PLC0415
-
-    handlers: list[Any] = []
-
-    def agent(conn: Any) -> _V2DictAgent:
-        made = _V2DictAgent(conn, log)
-        handlers.append(made.handler)
-        return made
-
-    app = create_asgi_app(AgentProtocolRouter(v2=agent))
-    sock = socket.create_server(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-
-    async def announce() -> None:
-        while not server.started:  # noqa: ASYNC110 - uvicorn offers only this flag
-            await asyncio.sleep(0.01)
-        url = f"http://127.0.0.1:{sock.getsockname()[1]}/acp"
-        print(f"v2 dict agent: listening on {url}", file=sys.stderr, flush=True)
-
-    async def run() -> None:
-        waiter = asyncio.ensure_future(announce())
-        try:
-            await server.serve(sockets=[sock])
-        finally:
-            waiter.cancel()
-
-    try:
-        asyncio.run(run())
-    finally:
-        for handler in handlers:
-            handler.shutdown()
-
-
 if __name__ == "__main__":
-    if sys.argv[1] == "serve-v2":
-        serve_v2_baseline(Path(sys.argv[2]))
-    else:
-        print(json.dumps(asyncio.run(measure(int(sys.argv[1]), int(sys.argv[2])))))
+    print(json.dumps(asyncio.run(measure(int(sys.argv[1]), int(sys.argv[2])))))

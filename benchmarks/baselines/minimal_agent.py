@@ -1,6 +1,6 @@
 """The minimal agent the start-up benchmark compares ``modefsm serve`` with.
 
-``python -m benchmarks.minimal_agent`` serves ACP over stdio with the official SDK and
+``python -m benchmarks.baselines.minimal_agent`` serves ACP over stdio with the official SDK and
 nothing else: it imports ``acp`` (and so pydantic), answers ``initialize`` and
 ``session/new``, and imports no part of modefsm.
 """

@@ -1,6 +1,6 @@
 """Benchmark 2: many sessions: create, change each once, close; time, memory, GC pause.
 
-Each implementation runs in a fresh child process (``python -m benchmarks.sessions``), so
+Each implementation runs in a fresh child process (``python -m benchmarks.cases.sessions``), so
 that its peak RSS and its garbage collector's work are its own. In the child, with the
 transition log written to a real file and notifications discarded:
 
@@ -27,7 +27,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from benchmarks.handlers import HANDLERS, discard, statechart_available
+from benchmarks.baselines.handlers import HANDLERS, discard, statechart_available
 from benchmarks.harness import Result, Row, Size, benchmark, run_child
 from modefsm import preset
 
@@ -131,7 +131,7 @@ def child(key: str, count: int, traced: int, log_dir: Path, gc_runs: int = 5) ->
 def _spawn(key: str, count: int, traced: int, gc_runs: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         figures: dict[str, Any] = run_child(
-            "benchmarks.sessions",
+            "benchmarks.cases.sessions",
             *(key, str(count), str(traced), tmp, str(gc_runs)),
             what=f"sessions child {key}",
         )

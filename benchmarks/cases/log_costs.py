@@ -1,6 +1,6 @@
 """Per-record costs of the transition log: digest chain, restore index, and restore lookups.
 
-Run: python benchmarks/log_costs.py [--records N] [--sessions N]
+Run: python benchmarks/cases/log_costs.py [--records N] [--sessions N]
 
 Prints medians of several timeit runs, in microseconds per record (µs) or per lookup.
 """

@@ -1,10 +1,10 @@
 """The minimal ACP v2 agent for benchmark 5's v2 row: the mode of each session in a dict.
 
-``python -m benchmarks.dict_agent_v2 [--log FILE]`` serves the seed spec's mode over stdio
+``python -m benchmarks.baselines.dict_agent_v2 [--log FILE]`` serves the seed spec's mode over stdio
 with the official SDK's v2 agent side (``acp.experimental.v2.run_agent``), as
 ``modefsm serve`` serves a v2 client, but with no state machine: a
 ``session/set_config_option`` checks the ``configId`` and the value, stores the mode in a
-dict (:class:`benchmarks.handlers.DictHandler`, which also writes the same JSON line per
+dict (:class:`benchmarks.baselines.handlers.DictHandler`, which also writes the same JSON line per
 change with ``--log``), sends the one notification v2 has for it (``config_option_update``
 with the complete list, an SDK v2 model built once per mode) and answers the complete list.
 """
@@ -21,7 +21,7 @@ from acp import RequestError
 from acp.experimental import v2
 from acp.experimental.v2 import schema as s2
 
-from benchmarks.handlers import DictHandler
+from benchmarks.baselines.handlers import DictHandler
 from modefsm import preset
 from modefsm.engine._views import build_views
 
@@ -98,7 +98,7 @@ class DictAgentV2:
 
 def main(argv: list[str] | None = None) -> int:
     """Serve the v2 dict agent over stdio until stdin closes."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.dict_agent_v2")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.baselines.dict_agent_v2")
     parser.add_argument("--log", type=Path, help="append one JSON line per change")
     args = parser.parse_args(argv)
     agent = DictAgentV2(log=args.log)

@@ -113,7 +113,7 @@ def child(task: str, path: Path) -> dict[str, Any]:
 
 def _spawn(task: str, path: Path) -> dict[str, Any]:
     figures: dict[str, Any] = run_child(
-        "benchmarks.replay", task, str(path), what=f"replay child {task}"
+        "benchmarks.cases.replay", task, str(path), what=f"replay child {task}"
     )
     return figures
 

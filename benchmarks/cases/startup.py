@@ -4,7 +4,7 @@
   ``python -c "import pydantic, structlog, transitions, orjson"`` (modefsm's own
   dependencies, imported and nothing done).
 - ``modefsm serve``: from spawn to the ``initialize`` response on its stdout (the request
-  written at once), against :mod:`benchmarks.minimal_agent` (the SDK and nothing else).
+  written at once), against :mod:`benchmarks.baselines.minimal_agent` (the SDK and nothing else).
   Each of those processes also reports the CPU time (user + system) it used in all, its
   input closed after the response: on a loaded machine the wall times wait for a core,
   the CPU times much less so.
@@ -46,7 +46,7 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
     "minimal": (
         SERVE,
         "baseline: minimal SDK agent",
-        ("-m", "benchmarks.minimal_agent"),
+        ("-m", "benchmarks.baselines.minimal_agent"),
         True,
     ),
 }

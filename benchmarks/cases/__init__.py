@@ -1,0 +1,1 @@
+"""The benchmarks themselves, one module per benchmark; each registers with the harness."""
