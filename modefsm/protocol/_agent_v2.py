@@ -99,6 +99,13 @@ reserves types beginning with ``_`` for those)."""
 
 _INVALID_PARAMS = -32602
 _CURSOR_KEYS = {"start": {"type", "_meta"}, REPLAY_FROM_MESSAGE: {"type", "messageId", "_meta"}}
+_JSON_TYPES = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+}
 _VALID_CURSORS = [{"type": "start"}, {"type": REPLAY_FROM_MESSAGE, "messageId": "<messageId>"}]
 
 
@@ -122,16 +129,21 @@ def replay_cursor(value: Any) -> str | None:
     keys = _CURSOR_KEYS.get(kind) if isinstance(kind, str) else None
     meta = value.get("_meta") if isinstance(value, dict) else None
     message_id = value.get("messageId") if isinstance(value, dict) else None
-    if (
-        keys is None
-        or not set(value) <= keys
-        or not isinstance(meta, dict | None)
-        or (kind == REPLAY_FROM_MESSAGE and not (isinstance(message_id, str) and message_id))
-    ):
+    problem = None
+    if keys is None:
         shown = repr(kind) if isinstance(kind, str) else "a cursor without a string type"
+        problem = f"replayFrom: {shown} is not a replay cursor this agent serves"
+    elif not set(value) <= keys:
+        problem = f"replayFrom: a {kind!r} cursor has no member {min(set(value) - keys)!r}"
+    elif not isinstance(meta, dict | None):
+        shown = _JSON_TYPES.get(type(meta), type(meta).__name__)
+        problem = f"replayFrom._meta: an object, not {shown}"
+    elif kind == REPLAY_FROM_MESSAGE and not (isinstance(message_id, str) and message_id):
+        problem = f"replayFrom.messageId: a {kind!r} cursor needs a non-empty string"
+    if problem is not None:
         text = (
-            f"replayFrom: {shown} is not a replay cursor this agent serves "
-            f"(valid: {{'type': 'start'}}, {{'type': '{REPLAY_FROM_MESSAGE}', 'messageId': ...}})"
+            f"{problem} (valid: {{'type': 'start'}}, "
+            f"{{'type': '{REPLAY_FROM_MESSAGE}', 'messageId': ...}})"
         )
         raise RequestError(
             _INVALID_PARAMS,

@@ -21,8 +21,9 @@ its own; a shared engine keeps both per connection. Then:
   committed meanwhile (a restore fallback, a change made on another connection) go to
   every holder;
 - a connection that has not taken an update within :data:`SEND_WAIT` seconds (an HTTP
-  client that stopped reading its stream) stops holding the session, so it never holds
-  the others up; the failure is logged as ``modefsm.notify_failed``.
+  client that stopped reading its stream) stops holding every session it holds (a later
+  ``session/load``/``session/resume`` holds one again), so it holds the others up once,
+  not once per session; the failure is logged as ``modefsm.notify_failed``.
 """
 
 from __future__ import annotations
@@ -256,7 +257,8 @@ class SharedEngine(ModeEngine):
             try:
                 await asyncio.wait_for(peer.sink(session_id, update), SEND_WAIT)
             except (TimeoutError, ConnectionError) as exc:
-                self.detach(session_id, peer)
+                for held in list(peer.sessions):  # its stream is stuck for every session
+                    self.detach(held, peer)
                 kind = getattr(update, "session_update", None)
                 self._log_failure("modefsm.notify_failed", session_id, exc, update=kind)
             except Exception as exc:  # noqa: BLE001 - one bad connection must not stop the rest

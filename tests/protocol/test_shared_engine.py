@@ -134,3 +134,37 @@ async def test_closing_a_session_or_a_connection_drops_its_holders():
     engine.release(a)
     assert (engine.holders(second), a.sessions, a.closed) == ([b], set(), True)
     assert engine.attach(second, a) is False  # a closed connection holds nothing again
+
+
+async def test_a_stuck_connection_is_let_go_of_every_session_it_holds_at_once(
+    log_path, monkeypatch: pytest.MonkeyPatch
+):
+    """One timeout, not one per session: a client that stopped reading its stream and
+    holds many sessions would otherwise hold every connection's answers up (one flush at
+    a time) for SEND_WAIT seconds per session."""
+    monkeypatch.setattr(_shared, "SEND_WAIT", 0.05)
+    log = TransitionLog.to_file(log_path)
+    engine = SharedEngine(SEED, log=log)
+    stuck = Peer()
+
+    async def never(session_id: str, update: Any) -> None:
+        await asyncio.Event().wait()
+
+    with use_peer(stuck):
+        engine.sink = never
+    a, got_a = connected(engine)
+    sessions = [engine.new_session().session_id for _ in range(4)]
+    for session_id in sessions:
+        engine.attach(session_id, stuck)
+        engine.attach(session_id, a)
+    for session_id in sessions:
+        await asyncio.wait_for(engine.set_mode(session_id, "code"), 5)
+    log.close()
+    assert [engine.holders(s) for s in sessions] == [[a]] * 4
+    assert (stuck.sessions, stuck.closed) == (set(), False)
+    assert kinds(got_a) == ["current_mode_update", "config_option_update"] * 4
+    failed = [r for r in read_log(log_path) if r["event"] == "modefsm.notify_failed"]
+    assert [(r["session_id"], r["update"]) for r in failed] == [
+        (sessions[0], "current_mode_update")
+    ]
+    assert engine.attach(sessions[0], stuck) is True  # a later load holds it again

@@ -464,3 +464,28 @@ class TestV1SessionOverV2:
             tail = await resume(conn, client, session_id, cursor)
         assert again == [*replayed, *live, idle(session_id), answer(1, "code")]
         assert tail == [*live, idle(session_id), answer(2, "code")]
+
+
+@pytest.mark.parametrize(
+    ("cursor", "message"),
+    [
+        ({"type": "end"}, "replayFrom: 'end' is not a replay cursor this agent serves"),
+        ({"type": 1}, ("replayFrom: a cursor without a string type is not a replay cursor this "
+                      "agent serves")),
+        ({"type": "start", "x": 1}, "replayFrom: a 'start' cursor has no member 'x'"),
+        ({"type": "start", "_meta": []}, "replayFrom._meta: an object, not an array"),
+        ({"type": CURSOR}, f"replayFrom.messageId: a '{CURSOR}' cursor needs a non-empty string"),
+        ({"type": CURSOR, "messageId": ["m"]},
+         f"replayFrom.messageId: a '{CURSOR}' cursor needs a non-empty string"),
+    ],
+)  # fmt: skip
+def test_a_refused_cursor_is_named_for_what_is_wrong(cursor: Any, message: str) -> None:
+    """A cursor of a served type refused for a member says which member, not that the
+    type is not served."""
+    from modefsm.protocol._agent_v2 import replay_cursor
+
+    valid = f"(valid: {{'type': 'start'}}, {{'type': '{CURSOR}', 'messageId': ...}})"
+    with pytest.raises(RequestError) as error:
+        replay_cursor(cursor)
+    assert (error.value.code, error.value.data["field"]) == (-32602, "replayFrom")
+    assert error.value.data["message"] == f"{message} {valid}"
