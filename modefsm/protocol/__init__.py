@@ -11,7 +11,7 @@ from modefsm.protocol._http import (
     serve_http,
 )
 from modefsm.protocol._negotiate import SUPPORTED_PROTOCOLS, UNSUPPORTED_PROTOCOL, serve_negotiated
-from modefsm.protocol._shared import SEND_WAIT, SharedEngine
+from modefsm.protocol._shared import FORGET_AFTER, SEND_WAIT, SharedEngine
 from modefsm.protocol._switch import (
     REQUEST_CANCELLED,
     SwitchResult,
@@ -39,6 +39,7 @@ from modefsm.protocol._transport import (
 __all__ = [
     "ACP_PATH",
     "EOF_GRACE",
+    "FORGET_AFTER",
     "IDLE_SECONDS",
     "MAX_BODY_BYTES",
     "MAX_CONNECTIONS",

@@ -23,7 +23,13 @@ its own; a shared engine keeps both per connection. Then:
 - a connection that has not taken an update within :data:`SEND_WAIT` seconds (an HTTP
   client that stopped reading its stream) stops holding every session it holds (a later
   ``session/load``/``session/resume`` holds one again), so it holds the others up once,
-  not once per session; the failure is logged as ``modefsm.notify_failed``.
+  not once per session; the failure is logged as ``modefsm.notify_failed``;
+- a session whose last holder's connection closed (or was let go) is forgotten from memory
+  :data:`FORGET_AFTER` seconds later if no connection holds it again by then (no record:
+  as at the end of a stdio agent's process); a later ``session/load``/``session/resume``
+  restores it from the log as after a restart (a mode the spec marks not restorable comes
+  back as its fallback). Memory thus holds the sessions of live connections, not every
+  session the server ever served.
 """
 
 from __future__ import annotations
@@ -37,7 +43,10 @@ from typing import Any
 
 from modefsm.engine._engine import ModeEngine
 
-__all__ = ["SEND_WAIT", "SharedEngine"]
+__all__ = ["FORGET_AFTER", "SEND_WAIT", "SharedEngine"]
+
+FORGET_AFTER = 60.0
+"""Seconds a session with no connection left stays live before it is forgotten."""
 
 SEND_WAIT = 10.0
 """Seconds a connection may take to accept one ``session/update`` before it is dropped."""
@@ -112,14 +121,16 @@ class SharedEngine(ModeEngine):
     Takes the arguments of :class:`~modefsm.engine.ModeEngine` but ``sink``: each
     connection's agent sets its own (``engine.sink = ...`` inside the connection's
     context). Outside any connection context, ``sink`` and ``protocol`` behave as on a
-    plain engine.
+    plain engine. ``forget_after`` (seconds, default :data:`FORGET_AFTER`): how long a
+    session whose last connection closed stays live.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, forget_after: float = FORGET_AFTER, **kwargs: Any) -> None:
         """Build the engine; the holders of each session start empty."""
         self._own_sink: Sink | None = None
         self._own_protocol: int | None = None
         self._holders: dict[str, list[Peer]] = {}
+        self.forget_after = forget_after
         super().__init__(*args, **kwargs)
 
     # -- per connection ------------------------------------------------------------------
@@ -172,12 +183,37 @@ class SharedEngine(ModeEngine):
             del self._holders[session_id]
 
     def release(self, peer: Peer) -> None:
-        """*peer*'s connection closed: it holds nothing and gets nothing more."""
+        """*peer*'s connection closed: it holds nothing and gets nothing more.
+
+        Each session it was the last holder of is forgotten ``forget_after`` seconds later
+        unless a connection holds it again by then.
+        """
         peer.closed = True
-        for session_id in list(peer.sessions):
-            self.detach(session_id, peer)
+        self._let_go(peer)
         peer.attaching.clear()
         peer._asked.clear()  # noqa: SLF001 - the peer's bookkeeping is the engine's
+
+    def _let_go(self, peer: Peer) -> None:
+        """*peer* holds nothing; the sessions it held last are forgotten later."""
+        orphans = []
+        for session_id in list(peer.sessions):
+            self.detach(session_id, peer)
+            if session_id not in self._holders:
+                orphans.append(session_id)
+        if not orphans:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop: nothing can hold them again
+            self._forget(orphans)
+        else:
+            loop.call_later(self.forget_after, self._forget, orphans)
+
+    def _forget(self, session_ids: list[str]) -> None:
+        """Forget the sessions of *session_ids* that no connection holds (no record)."""
+        for session_id in session_ids:
+            if session_id not in self._holders and session_id in self:
+                ModeEngine.close_session(self, session_id)
 
     def holders(self, session_id: str) -> list[Peer]:
         """The connections holding *session_id*, oldest first."""
@@ -257,8 +293,7 @@ class SharedEngine(ModeEngine):
             try:
                 await asyncio.wait_for(peer.sink(session_id, update), SEND_WAIT)
             except (TimeoutError, ConnectionError) as exc:
-                for held in list(peer.sessions):  # its stream is stuck for every session
-                    self.detach(held, peer)
+                self._let_go(peer)  # its stream is stuck for every session it holds
                 kind = getattr(update, "session_update", None)
                 self._log_failure("modefsm.notify_failed", session_id, exc, update=kind)
             except Exception as exc:  # noqa: BLE001 - one bad connection must not stop the rest

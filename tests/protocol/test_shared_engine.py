@@ -168,3 +168,36 @@ async def test_a_stuck_connection_is_let_go_of_every_session_it_holds_at_once(
         (sessions[0], "current_mode_update")
     ]
     assert engine.attach(sessions[0], stuck) is True  # a later load holds it again
+
+
+async def test_sessions_of_no_live_connection_are_forgotten_after_the_grace(log_path):
+    """Memory holds the sessions of live connections: one a closed connection held last
+    is forgotten (no record) unless a connection holds it again within forget_after; a
+    later load restores it from the log, as after a restart."""
+    permission = preset("permission")
+    log = TransitionLog.to_file(log_path)
+    engine = SharedEngine(permission, log=log, forget_after=0.05)
+    a, _ = connected(engine)
+    b, _ = connected(engine)
+    c, _ = connected(engine)
+    alone, shared, taken_up = (engine.new_session().session_id for _ in range(3))
+    await engine.set_mode(alone, "bypassPermissions")
+    for session_id, peers in [(alone, [a]), (shared, [a, b]), (taken_up, [a])]:
+        for peer in peers:
+            engine.attach(session_id, peer)
+    engine.release(a)
+    engine.attach(taken_up, c)  # within the grace: held again
+    assert (alone in engine, len(engine)) == (True, 3)
+    await asyncio.sleep(0.2)
+    assert (alone in engine, shared in engine, taken_up in engine) == (False, True, True)
+    restored = engine.restore_session(alone, "bypassPermissions", 2)
+    log.close()
+    assert restored.state == "default"  # not restorable: its fallback, as after a restart
+    records = [(r["session_id"], r.get("to_mode"), r["origin"]) for r in read_log(log_path)]
+    assert records == [
+        (alone, "default", "new"),
+        (shared, "default", "new"),
+        (taken_up, "default", "new"),
+        (alone, "bypassPermissions", "set_mode"),
+        (alone, "default", "restore"),
+    ]
