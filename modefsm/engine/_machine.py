@@ -6,9 +6,10 @@ sessions are small objects that are never added to the machine and are fired thr
 session's :data:`MODEL_ATTRIBUTE`, under a name derived from the mode id
 (:func:`state_name`): transitions gives ``*`` and ``=`` special meanings, so a mode id is
 never used as a state name as it is. This is the
-"static machine, unbound models" pattern: 0.2 µs and ~90 bytes to start a session,
-O(1) to drop one, no reference cycles (a ``Machine`` per session costs 240 µs and 15 KB
-each and stalls the garbage collector at 100k sessions).
+"static machine, unbound models" pattern: a session is cheap to start, O(1) to drop and
+has no reference cycles, where a ``Machine`` per session costs far more time and memory
+and stalls the garbage collector at 100k sessions (the README's Performance section
+measures both).
 
 Triggers, one per origin kind and destination (``auto_transitions`` is off, so no
 ``to_<state>`` trigger can bypass the policy):
@@ -94,7 +95,7 @@ class _State(State):
     ``State.enter``/``exit`` walk their callback lists and emit a DEBUG and an INFO log
     record each time, even when the lists are empty, as modefsm's always are (its
     callbacks are the machine's ``before_state_change``/``after_state_change``). Skipping
-    that saves about 1.1 µs of the ~8 µs a change costs in the engine; a state given
+    that work is a measurable part of a change's cost (README, Performance); a state given
     ``on_enter``/``on_exit`` callbacks runs them exactly as ``State`` does.
     """
 

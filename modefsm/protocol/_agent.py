@@ -94,8 +94,8 @@ class _ACPErrors(contextlib.AbstractContextManager[None]):
     """What :func:`acp_errors` returns: one shared, stateless context manager.
 
     A class rather than ``@contextlib.contextmanager``: every ACP request enters it, and a
-    generator-based context manager costs a generator and a wrapper object per use (about
-    6 µs more per request when the caches are cold, as between two requests).
+    generator-based context manager costs a generator and a wrapper object per use (see
+    the README's Performance section).
     """
 
     def __enter__(self) -> None:
