@@ -5,89 +5,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import http.client
 import json
-import re
-import signal
 import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-from typing import Any, cast
+from collections.abc import Iterator
+from typing import Any
 
-import acp
 import pytest
 
 from modefsm import preset
 from modefsm.protocol import MAX_BODY_BYTES, MAX_CONNECTIONS, create_app, serve_http
-from tests.acp_client import TestClient, select, text_block
+from tests.acp_client import select, text_block
 from tests.conftest import mode_option
+from tests.protocol.http_wire import http_server, post, v1_client
 
 from .test_conversation_replay import a_conversation, expected_replay, modes
 
 pytestmark = pytest.mark.e2e
 
 SEED = preset("seed")
-
-
-@contextlib.contextmanager
-def http_server(log: Path, *args: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """`modefsm serve --http 127.0.0.1:0 --log LOG`; yields its URL; stops it with SIGTERM."""
-    command = [sys.executable, "-m", "modefsm", "serve", "--http", "127.0.0.1:0"]
-    process = subprocess.Popen(
-        [*command, "--log", str(log), *args], stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
-    )
-    assert process.stderr is not None
-    try:
-        line = process.stderr.readline().decode()
-        found = re.fullmatch(r"modefsm serve: listening on (http://127\.0\.0\.1:\d+/acp)\n", line)
-        assert found, line
-        yield found.group(1), process
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(15)
-        finally:
-            if process.poll() is None:
-                process.kill()
-            process.stderr.close()
-    assert process.returncode == 0
-
-
-@contextlib.asynccontextmanager
-async def client_over(url: str, kind: str) -> AsyncIterator[tuple[Any, TestClient]]:
-    """The SDK's v1 client connected over `http` (streamable HTTP) or `ws` (WebSocket)."""
-    from acp.http import create_http_stream
-    from acp.ws import create_websocket_stream
-
-    client = TestClient()
-    if kind == "http":
-        transport = create_http_stream(url)
-    else:
-        transport = await create_websocket_stream(url.replace("http://", "ws://"))
-    conn = acp.connect_to_agent(cast("Any", client), transport, observers=[client.observe])
-    try:
-        await asyncio.wait_for(conn.initialize(protocol_version=acp.PROTOCOL_VERSION), 30)
-        yield conn, client
-    finally:
-        await conn.close()
-
-
-def post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, Any]:
-    """One raw POST; the status and the JSON body (``None`` when empty)."""
-    parts = urllib.parse.urlsplit(url)
-    connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
-    try:
-        connection.request(
-            "POST", parts.path, body, {"Content-Type": "application/json", **(headers or {})}
-        )
-        response = connection.getresponse()
-        data = response.read()
-        return response.status, json.loads(data) if data else None
-    finally:
-        connection.close()
 
 
 def initialize(request_id: int = 0) -> bytes:
@@ -98,8 +36,8 @@ def initialize(request_id: int = 0) -> bytes:
 @pytest.mark.parametrize("kind", ["http", "ws"])
 class TestOverTheWire:
     async def test_set_mode_switch_and_load_after_a_restart(self, log_path, kind):
-        with http_server(log_path) as (url, _process):
-            async with client_over(url, kind) as (conn, client):
+        with http_server(log_path) as url:
+            async with v1_client(url, kind) as (conn, client):
                 session_id, rejected, approved = await a_conversation(conn, client)
                 kinds = [u["update"]["sessionUpdate"] for u in client.updates(session_id)]
         assert kinds == [
@@ -115,8 +53,8 @@ class TestOverTheWire:
             "agent_message_chunk",
             "agent_message_chunk",  # in code mode
         ]
-        with http_server(log_path) as (url, _process):
-            async with client_over(url, kind) as (conn, client):
+        with http_server(log_path) as url:
+            async with v1_client(url, kind) as (conn, client):
                 mark = client.mark()
                 response = await conn.load_session(cwd=".", session_id=session_id)
                 frames = client.since(mark)
@@ -134,8 +72,8 @@ class TestOverTheWire:
         assert set_back.config_options[0].current_value == "ask"
 
     async def test_permission_request_round_trip(self, log_path, kind):
-        with http_server(log_path) as (url, _process):
-            async with client_over(url, kind) as (conn, client):
+        with http_server(log_path) as url:
+            async with v1_client(url, kind) as (conn, client):
 
                 async def answer(options: Any, tool_call: Any) -> Any:
                     return select("ask")
@@ -159,7 +97,7 @@ class TestOverTheWire:
 @pytest.fixture(scope="module")
 def one_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = tmp_path_factory.mktemp("http") / "modes.jsonl"
-    with http_server(log) as (url, _process):
+    with http_server(log) as url:
         yield url
 
 
@@ -238,14 +176,14 @@ class TestHostileRequests:
         assert (status, body) == (415, {"error": "Content-Type must be application/json"})
 
     async def test_the_server_still_serves_after_all_of_them(self, one_server):
-        async with client_over(one_server, "http") as (conn, _client):
+        async with v1_client(one_server, "http") as (conn, _client):
             session = await conn.new_session(cwd=".")
             await conn.set_session_mode(session_id=session.session_id, mode_id="code")
 
 
 class TestLimits:
     def test_one_connection_more_than_the_cap_gets_503(self, log_path):
-        with http_server(log_path) as (url, _process):
+        with http_server(log_path) as url:
             for n in range(MAX_CONNECTIONS):
                 status, _body = post(url, initialize(n))
                 assert status == 200, n
@@ -350,7 +288,7 @@ class TestWebSocketFrames:
                 await asyncio.wait_for(socket.recv(), 10)
         assert info.value.rcvd is not None
         assert info.value.rcvd.code == 1009  # message too big
-        async with client_over(one_server, "ws") as (conn, _client):
+        async with v1_client(one_server, "ws") as (conn, _client):
             await conn.new_session(cwd=".")
 
 
@@ -371,7 +309,7 @@ class TestCommandLine:
         )
 
     def test_an_address_in_use_is_one_line_on_stderr(self, log_path, tmp_path):
-        with http_server(log_path) as (url, _process):
+        with http_server(log_path) as url:
             port = urllib.parse.urlsplit(url).port
             result = subprocess.run(
                 [sys.executable, "-m", "modefsm", "serve", "--http", f"127.0.0.1:{port}"],

@@ -17,9 +17,7 @@ from typing import Any
 import acp
 import pytest
 
-from tests.conftest import mode_option
 from tests.protocol.http_wire import (
-    SEED,
     TIMEOUT,
     http_server,
     mode_updates,
@@ -30,38 +28,13 @@ from tests.protocol.http_wire import (
     until,
     v1_client,
 )
+from tests.protocol.v2_frames import V2_OPTIONS, Frames, option_v2, text
 
 pytestmark = pytest.mark.e2e
 
-V2_OPTIONS = [
-    {"optionId": "code", "name": "Yes, and auto-accept all actions", "kind": "allow_always"},
-    {"optionId": "ask", "name": "Yes, and manually accept actions", "kind": "allow_once"},
-    {"optionId": "reject", "name": "No, stay in architect mode", "kind": "reject_once"},
-]
 
-
-def option_v2(current: str) -> dict[str, Any]:
-    option = mode_option(SEED, current)
-    option["configId"] = option.pop("id")
-    return option
-
-
-def update(session_id: str, body: dict[str, Any]) -> dict[str, Any]:
-    return {"method": "session/update", "params": {"sessionId": session_id, "update": body}}
-
-
-def options_update(session_id: str, mode: str) -> dict[str, Any]:
-    return update(
-        session_id, {"sessionUpdate": "config_option_update", "configOptions": [option_v2(mode)]}
-    )
-
-
-def state(session_id: str, name: str, **extra: Any) -> dict[str, Any]:
-    return update(session_id, {"sessionUpdate": "state_update", "state": name, **extra})
-
-
-def text(value: str) -> list[dict[str, Any]]:
-    return [{"type": "content", "content": {"type": "text", "text": value}}]
+FRAMES = Frames(jsonrpc=False)
+update, options_update, state = FRAMES.update, FRAMES.options_update, FRAMES.state
 
 
 class V2Client:

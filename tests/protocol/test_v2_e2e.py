@@ -20,46 +20,17 @@ import pytest
 
 from modefsm import preset
 from tests.acp_client import start_serve
-from tests.conftest import mode_option, read_log
+from tests.conftest import read_log
+from tests.protocol.v2_frames import V2_OPTIONS, Frames, option_v2, text
 
 pytestmark = pytest.mark.e2e
 
 SEED = preset("seed")
 TIMEOUT = 30
-V2_OPTIONS = [
-    {"optionId": "code", "name": "Yes, and auto-accept all actions", "kind": "allow_always"},
-    {"optionId": "ask", "name": "Yes, and manually accept actions", "kind": "allow_once"},
-    {"optionId": "reject", "name": "No, stay in architect mode", "kind": "reject_once"},
-]
 
 
-def option_v2(current: str) -> dict[str, Any]:
-    """The v2 mode config option: v1's with ``configId`` for ``id``."""
-    option = mode_option(SEED, current)
-    option["configId"] = option.pop("id")
-    return option
-
-
-def update(session_id: str, body: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "method": "session/update",
-        "params": {"sessionId": session_id, "update": body},
-    }
-
-
-def options_update(session_id: str, mode: str) -> dict[str, Any]:
-    return update(
-        session_id, {"sessionUpdate": "config_option_update", "configOptions": [option_v2(mode)]}
-    )
-
-
-def state(session_id: str, name: str, **extra: Any) -> dict[str, Any]:
-    return update(session_id, {"sessionUpdate": "state_update", "state": name, **extra})
-
-
-def text(value: str) -> list[dict[str, Any]]:
-    return [{"type": "content", "content": {"type": "text", "text": value}}]
+FRAMES = Frames(jsonrpc=True)
+update, options_update, state = FRAMES.update, FRAMES.options_update, FRAMES.state
 
 
 class Wire:
