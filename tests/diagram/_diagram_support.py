@@ -9,10 +9,12 @@ environment variable
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -170,3 +172,18 @@ def run_chromium(url: str, profile: Path) -> str:
         check=True,
     )
     return result.stdout
+
+
+def mermaid_parse(texts: list[str]) -> Any:
+    """What the real Mermaid parser (``js/parse-mermaid.mjs`` under Node) reads from each
+    of *texts*; skips the test when Node or Mermaid is missing."""
+    need_node()
+    result = subprocess.run(
+        ["node", str(JS / "parse-mermaid.mjs")],
+        input=json.dumps(texts),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=True,
+    )
+    return json.loads(result.stdout)

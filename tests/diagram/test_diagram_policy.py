@@ -30,7 +30,12 @@ from modefsm.diagram import (
     write_preset_diagrams,
 )
 from modefsm.errors import SpecError
-from tests.diagram._diagram_support import JS, TIMEOUT, hard_spec, need_dot, need_node
+from tests.diagram._diagram_support import (
+    TIMEOUT,
+    hard_spec,
+    mermaid_parse,
+    need_dot,
+)
 
 DIAGRAMS = Path(__file__).resolve().parents[2] / "diagrams"
 
@@ -336,19 +341,6 @@ class TestRenderers:
 
 
 # -- with the real tools --------------------------------------------------------------------
-
-
-def mermaid_parse(texts: list[str]) -> Any:
-    need_node()
-    result = subprocess.run(
-        ["node", str(JS / "parse-mermaid.mjs")],
-        input=json.dumps(texts),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=True,
-    )
-    return json.loads(result.stdout)
 
 
 class TestRealTools:

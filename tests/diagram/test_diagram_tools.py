@@ -31,11 +31,11 @@ from tests.diagram._diagram_support import (
     HARD_MODES,
     HARD_OPTION_NAMES,
     HARD_SWITCH_TITLE,
-    JS,
     MERMAID_JS,
     ROOT,
     TIMEOUT,
     hard_spec,
+    mermaid_parse,
     need_dot,
     need_node,
     run_chromium,
@@ -68,19 +68,6 @@ def expected_mermaid_edges(diagram: Diagram) -> list[tuple[str, str, str]]:
 
 
 # -- Mermaid under Node ---------------------------------------------------------------------
-
-
-def mermaid_parse(texts: list[str]) -> Any:
-    need_node()
-    result = subprocess.run(
-        ["node", str(JS / "parse-mermaid.mjs")],
-        input=json.dumps(texts),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=True,
-    )
-    return json.loads(result.stdout)
 
 
 class TestMermaidParser:
