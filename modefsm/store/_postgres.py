@@ -9,6 +9,7 @@ gap, a duplicate or a fork is refused by the server, whichever process sent it.
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections.abc import Iterator
 from typing import Any, NoReturn
@@ -70,7 +71,9 @@ class PgStore:
     The tables (``modefsm_schema``, ``modefsm_records``) are created if missing; a
     database holding another schema version is refused. Every statement runs in its own
     transaction (autocommit) on one connection, bounded by ``lock_timeout`` and
-    ``statement_timeout`` of *lock_timeout* seconds each. After a record commits it is
+    ``statement_timeout`` of *lock_timeout* seconds each; its ``application_name`` is
+    ``modefsm/PID`` (PID: this process's id), so ``pg_stat_activity`` tells the workers
+    apart. After a record commits it is
     also written, with its ``gseq`` (the database's global commit counter), as one JSON
     line to *log*: that file chains this process's records (``prev``) and each record
     links to its session's previous one (``session_prev``), so ``modefsm replay`` can read
@@ -112,7 +115,7 @@ class PgStore:
                 autocommit=True,
                 connect_timeout=max(2, math.ceil(self.lock_timeout)),
                 options=f"-c lock_timeout={millis} -c statement_timeout={millis}",
-                application_name="modefsm",
+                application_name=f"modefsm/{os.getpid()}",
             )
         except psycopg.Error as exc:
             msg = f"cannot connect to the session store {self.where}: {_first_line(exc)}"

@@ -247,6 +247,9 @@ class FileBackend:
     def committed(self, session_id: str) -> list[str]:
         return session_chains(self.log).get(session_id, [])
 
+    def ended(self, pid: int) -> bool:
+        return True  # a record is written by the process itself, whole or cut, before it dies
+
 
 async def run_file_schedule(log: Path, processes: int, seed: int, steps: int, kills: int) -> int:
     schedule = Schedule(FileBackend(log), processes, seed)

@@ -65,6 +65,10 @@ class Backend(Protocol):
         """The session's committed modes, ``seq`` 1 to n, as the store holds them now."""
         ...  # pragma: no cover
 
+    def ended(self, pid: int) -> bool:
+        """Whether nothing the killed process *pid* sent can still change the store."""
+        ...  # pragma: no cover
+
 
 async def set_mode(conn: Any, sid: str, mode: str) -> None:
     await asyncio.wait_for(conn.set_session_mode(session_id=sid, mode_id=mode), TIMEOUT)
@@ -228,17 +232,26 @@ class Schedule:
         request = asyncio.create_task(set_mode(slot.conn, sid, target))
         await asyncio.sleep(self.rng.uniform(0, 0.01))
         assert slot.process is not None
+        pid = slot.process.pid
         with contextlib.suppress(ProcessLookupError):
-            os.kill(slot.process.pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
         acknowledged = False
         with contextlib.suppress(Exception):
             await asyncio.wait_for(request, TIMEOUT)
             acknowledged = True
+        # a statement the process sent before it died may still commit: wait for its end
+        for _ in range(round(TIMEOUT / 0.01)):
+            if self.backend.ended(pid):
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError(f"process {pid} still holds the store {TIMEOUT:g} s after SIGKILL")
         committed = self.backend.committed(sid)
+        expected = (sid, committed, self.truth[sid], target)
         if acknowledged:  # nothing a client was told is lost
-            assert committed == [*self.truth[sid], target], sid
+            assert committed == [*self.truth[sid], target], expected
         else:  # written ahead before the kill, or not written at all
-            assert committed in (self.truth[sid], [*self.truth[sid], target]), sid
+            assert committed in (self.truth[sid], [*self.truth[sid], target]), expected
         self.truth[sid] = committed
         self.kills += 1
         slot.done.set()

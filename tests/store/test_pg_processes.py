@@ -24,6 +24,8 @@ from tests.store.schedule import Schedule, reproduce, run_schedule, seeds, soak_
 
 pytest.importorskip("psycopg", reason="psycopg is not installed (.[postgresql])")
 
+import psycopg
+
 from modefsm import TransitionLog
 from modefsm.store._postgres import PgStore
 
@@ -51,6 +53,14 @@ class PgBackend:
         assert [r.seq for r in records] == list(range(1, len(records) + 1)), session_id
         assert [r.session_prev for r in records] == [None, *(r.digest for r in records[:-1])]
         return [r.to_mode for r in records if r.to_mode is not None]
+
+    def ended(self, pid: int) -> bool:
+        """Whether the database connection of worker *pid* has ended (its last statement
+        sent before a SIGKILL has then committed or rolled back)."""
+        query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            row = conn.execute(query, (f"modefsm/{pid}",)).fetchone()
+        return row is not None and row[0] == 0
 
     def files(self) -> list[Path]:
         return sorted(p for p in self.folder.glob("w*.jsonl") if p.stat().st_size)

@@ -35,7 +35,7 @@ from tests.store.pg_writer import write  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 TERMINATE = (
     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-    "WHERE application_name = 'modefsm' AND datname = %s"
+    "WHERE application_name LIKE 'modefsm/%%' AND datname = %s"
 )
 SPEC_HASH = "sha256:e9ad63e2f0c19cf3"  # preset("seed").content_hash
 
@@ -220,6 +220,56 @@ def test_a_held_table_lock_is_store_busy_then_recovers(postgres_url: str, tmp_pa
     assert change(store, head, "code").seq == 2
     store.close()
     log.close()
+
+
+_BLOCKED_WRITER = """
+import io, sys
+from modefsm.log import TransitionLog
+from modefsm.store._postgres import PgStore
+from tests.store.test_postgres import change
+store = PgStore(sys.argv[1], log=TransitionLog.to_stream(io.BytesIO()), lock_timeout=60)
+head = store.restore_point("s")
+print("ready", flush=True)
+sys.stdin.readline()
+change(store, head, "code")
+"""
+
+
+def test_a_change_sent_before_a_sigkill_commits_after_it(store: PgStore, postgres_url: str) -> None:
+    """What the README's kill row says: a worker's statement can outlive the worker; its
+    ``pg_stat_activity`` row (``modefsm/PID``) shows when the outcome is settled."""
+    head = create(store, "s")
+    activity = "SELECT wait_event_type FROM pg_stat_activity WHERE application_name = %s"
+    with subprocess.Popen(
+        [sys.executable, "-c", _BLOCKED_WRITER, postgres_url],
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    ) as writer:  # fmt: skip
+        assert writer.stdin is not None
+        assert writer.stdout is not None
+        assert writer.stdout.readline() == "ready\n"
+        name = f"modefsm/{writer.pid}"
+        deadline = time.monotonic() + 30
+        with psycopg.connect(postgres_url) as holder, psycopg.connect(postgres_url) as watch:
+            watch.autocommit = True
+            assert watch.execute(activity, (name,)).fetchall() == [("Client",)]  # idle, named
+            holder.execute("LOCK TABLE modefsm_records IN ACCESS EXCLUSIVE MODE")
+            writer.stdin.write("go\n")
+            writer.stdin.flush()
+            while watch.execute(activity, (name,)).fetchall() != [("Lock",)]:
+                assert writer.poll() is None
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            writer.kill()
+            assert writer.wait(10) == -signal.SIGKILL
+            assert watch.execute(activity, (name,)).fetchall() == [("Lock",)]  # still waiting
+            holder.rollback()  # the lock is released: the dead worker's INSERT runs and commits
+            while watch.execute(activity, (name,)).fetchall():
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+    after = store.restore_point("s")
+    assert after is not None
+    assert (after.mode, after.seq, after.previous) == ("code", 2, "ask")
+    assert after.digest != head.digest
 
 
 def test_terminated_connection_reconnects_once_else_clear_error(
