@@ -274,3 +274,56 @@ async def test_a_closing_holders_pending_switch_ends_cancelled_the_others_stays(
         ("change_rejected", None, "switch_mode", "session_closed", 2),
     ]
     assert verify(log_path) == "RESULT  clean"
+
+
+async def test_a_v2_holder_closing_during_its_switch_leaves_a_v1_holder_untouched(server):
+    url, log_path = server
+    async with v2_client(url, "http") as (a, seen_a), v1_client(url, "ws") as (b, seen_b):
+        session_id = (await b.new_session(cwd="/")).session_id  # B: id 1
+        await b.set_session_mode(session_id=session_id, mode_id="architect")  # B: id 2
+        await a.resume_session(session_id=session_id, cwd="/")  # A: id 1
+        seen_a.release = asyncio.Event()  # never set: A's user does not decide
+        turn_a = asyncio.ensure_future(
+            a.prompt(session_id=session_id, prompt=prompt_text("plan A"))  # A: id 2
+        )
+        await asyncio.wait_for(seen_a.asked.wait(), TIMEOUT)
+        call_a = next(
+            f["params"]["update"]["toolCallId"]
+            for f in seen_a.since(0)
+            if f.get("params", {}).get("update", {}).get("sessionUpdate") == "tool_call_update"
+        )
+        await until(lambda: any(call_a in str(f) for f in seen_b.since(0)), "B never saw A's call")
+        mark_a = seen_a.mark()
+        mark_b = seen_b.mark()
+        await a.close_session(session_id=session_id)  # A: id 3
+        answered = await asyncio.wait_for(turn_a, TIMEOUT)
+        failed = FRAMES.update(
+            session_id,
+            {
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": call_a,
+                "status": "failed",
+                "content": text("Cancelled: staying in architect mode."),
+            },
+        )
+        await until(lambda: seen_b.since(mark_b), "B never heard of A's switch")
+        assert seen_b.since(mark_b) == [failed]  # v2's state_updates never reach v1
+        mark_b = seen_b.mark()
+        await b.set_session_mode(session_id=session_id, mode_id="code")  # B: id 3
+        assert seen_b.since(mark_b) == [*mode_updates(session_id, "code"), {"id": 3, "result": {}}]
+        await b.close_session(session_id=session_id)  # B: id 4, the last holder
+        assert sorted(seen_a.since(mark_a), key=json.dumps) == sorted(
+            [
+                {"id": 3, "result": {}},
+                {"id": 2, "result": {"messageId": answered.message_id}},
+                {"method": "$/cancel_request", "params": {"requestId": 0}},
+            ],
+            key=json.dumps,
+        )
+    assert records(log_path, session_id) == [
+        ("session_created", "ask", "new", None, None),
+        ("mode_changed", "architect", "set_mode", None, None),
+        ("change_rejected", None, "switch_mode", "cancelled", 2),
+        ("mode_changed", "code", "set_mode", None, None),
+    ]
+    assert verify(log_path) == "RESULT  clean"
