@@ -61,6 +61,7 @@ from modefsm.engine._engine import ModeEngine, Session
 from modefsm.errors import HookError, InvalidParamsError, LogError, UnknownSessionError
 from modefsm.log._conversation import ConversationStore, Part
 from modefsm.log._writer import TransitionLog
+from modefsm.protocol._shared import SharedEngine
 from modefsm.protocol._switch import SwitchResult, propose_switch
 from modefsm.protocol._transport import PermissionRequest
 from modefsm.restore import RestorePoint
@@ -261,11 +262,25 @@ class ModeAgent:
         )
 
     async def close_session(self, session_id: str, **kwargs: Any) -> None:
-        """``session/close`` (unstable): forget the session; a pending switch changes nothing."""
+        """``session/close`` (unstable): forget the session; a pending switch changes nothing.
+
+        The turns this agent runs on the session are cancelled (as by ``session/cancel``).
+        On a :class:`~modefsm.protocol.SharedEngine` whose session another connection
+        holds too, only this connection's hold ends (:meth:`SharedEngine.leave
+        <modefsm.protocol.SharedEngine.leave>`): the session stays live for the others and
+        this connection's pending switch ends ``cancelled``; a later ``session/load`` or
+        ``session/resume`` here holds it again.
+
+        Raises:
+            RequestError: ``-32002`` for an unknown session.
+        """
         del kwargs
         with acp_errors():
-            self.engine.close_session(session_id)
-        self.conversation.forget(session_id)
+            kept = isinstance(self.engine, SharedEngine) and self.engine.leave(session_id)
+            if not kept:
+                self.engine.close_session(session_id)
+        if not kept:
+            self.conversation.forget(session_id)
         for event in self._cancels.pop(session_id, ()):
             event.set()
 

@@ -410,7 +410,12 @@ class ModeAgentV2:
         raise RequestError(_INVALID_PARAMS, text, data)
 
     async def close_session(self, session_id: str, **kwargs: Any) -> v2.CloseSessionResponse:
-        """``session/close``: forget the session; an unknown one succeeds too (v2)."""
+        """``session/close``: forget the session; an unknown one succeeds too (v2).
+
+        As :meth:`ModeAgent.close_session <modefsm.protocol.ModeAgent.close_session>`: on
+        a shared engine, while another connection holds the session, only this
+        connection's hold ends and its own turns on the session are cancelled.
+        """
         del kwargs
         if session_id in self.base.engine:
             await self.base.close_session(session_id)

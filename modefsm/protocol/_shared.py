@@ -16,6 +16,12 @@ its own; a shared engine keeps both per connection. Then:
   ``session/new`` answer names it, or from its ``session/load``/``session/resume``
   request on (dropped again if that fails), until its ``session/close`` succeeds or the
   connection closes;
+- a ``session/close`` from a connection while another connection holds the session ends
+  only the closing connection's hold (:meth:`SharedEngine.leave`): its agent cancels its
+  own turns on the session, the session stays live and unchanged for the other holders
+  (nothing recorded, nothing sent about the close), and a later ``session/load`` or
+  ``session/resume`` on the closing connection holds it again. The close of the last
+  holder ends the session, as on a plain engine;
 - what a ``session/load``/``session/resume`` sends while it runs (the replayed
   conversation, v2's ``state_update``) goes to the loading connection only; mode changes
   committed meanwhile (a restore fallback, a change made on another connection) go to
@@ -254,6 +260,24 @@ class SharedEngine(ModeEngine):
                 self.detach(session_id, peer)
         elif "result" not in message and new:
             self.detach(session_id, peer)
+
+    def leave(self, session_id: str) -> bool:
+        """The current connection's ``session/close`` of *session_id*, if others hold it.
+
+        When a connection other than the one running this call holds the live session,
+        the calling connection stops holding it (if it did) and ``True`` is returned:
+        the session stays live for the others, nothing is recorded or sent. Otherwise
+        (no other holder, no connection context, or no such live session) nothing
+        changes and ``False`` is returned: the caller closes the session
+        (:meth:`close_session`).
+        """
+        peer = _CURRENT.get()
+        if peer is None or session_id not in self:
+            return False
+        if all(holder is peer for holder in self._holders.get(session_id, ())):
+            return False
+        self.detach(session_id, peer)
+        return True
 
     def close_session(self, session_id: str) -> None:
         """As :meth:`ModeEngine.close_session`; the session then has no holders."""

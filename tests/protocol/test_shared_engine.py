@@ -136,6 +136,30 @@ async def test_closing_a_session_or_a_connection_drops_its_holders():
     assert engine.attach(second, a) is False  # a closed connection holds nothing again
 
 
+async def test_leave_ends_one_connections_hold_while_another_holds_the_session():
+    """What ``session/close`` asks of a shared engine: only the last holder's close (or a
+    close outside any connection) ends the session."""
+    engine = SharedEngine(SEED)
+    a, _ = connected(engine)
+    b, _ = connected(engine)
+    stranger, _ = connected(engine)
+    session_id = engine.new_session().session_id
+    for peer in (a, b):
+        engine.attach(session_id, peer)
+    with use_peer(stranger):  # holds nothing: cannot end the session for A and B
+        assert engine.leave(session_id) is True
+    with use_peer(a):
+        assert engine.leave(session_id) is True
+        assert engine.leave("sess_unknown") is False
+    assert (engine.holders(session_id), a.sessions, session_id in engine) == ([b], set(), True)
+    assert engine.leave(session_id) is False  # no connection: the caller closes it
+    with use_peer(b):
+        assert engine.leave(session_id) is False  # the last holder: the caller closes it
+    assert (engine.holders(session_id), b.sessions) == ([b], {session_id})
+    with use_peer(a):
+        assert engine.attach(session_id, a) is True  # a load holds it again
+
+
 async def test_a_stuck_connection_is_let_go_of_every_session_it_holds_at_once(
     log_path, monkeypatch: pytest.MonkeyPatch
 ):
