@@ -184,6 +184,24 @@ def no_traceback(stderr: str) -> None:
 # -- stderr that nobody reads -----------------------------------------------------------
 
 
+def drain_in_background(fd: int) -> tuple[threading.Thread, list[bytes]]:
+    """Read *fd* to its end in a thread; return (the thread, the chunks read) once the
+    first chunk is read, so that the pipe has room again."""
+    drained: list[bytes] = []
+    reading = threading.Event()
+
+    def drain() -> None:
+        while chunk := os.read(fd, 1 << 16):
+            drained.append(chunk)
+            reading.set()
+        reading.set()
+
+    drainer = threading.Thread(target=drain)
+    drainer.start()
+    assert reading.wait(TIMEOUT)
+    return drainer, drained
+
+
 class TestUnreadStderr:
     """The SDK's default spawn pipes stderr and never reads it."""
 
@@ -223,10 +241,8 @@ class TestUnreadStderr:
         modes = agent.notifications("current_mode_update")
         assert [m["currentModeId"] for m in modes] == acknowledged[1:]
         # once the pipe is read again, changes are made and logged again
-        drained: list[bytes] = []
         assert agent.process.stderr is not None
-        drainer = threading.Thread(target=lambda: drained.append(agent.process.stderr.read()))
-        drainer.start()
+        drainer, drained = drain_in_background(agent.process.stderr.fileno())
         mode = "code" if acknowledged[-1] == "ask" else "ask"
         agent.result(9001, "session/set_mode", {"sessionId": session_id, "modeId": mode})
         acknowledged.append(mode)
@@ -234,8 +250,9 @@ class TestUnreadStderr:
         assert agent.process.wait(TIMEOUT) == 0
         drainer.join(TIMEOUT)
         agent.reader.join(TIMEOUT)
-        lines = drained[0].decode().splitlines()
-        no_traceback(drained[0].decode())
+        text = b"".join(drained).decode()
+        lines = text.splitlines()
+        no_traceback(text)
         records = [json.loads(line) for line in lines if line.startswith("{")]
         changes = [r["to_mode"] for r in records if r["event"] == "modefsm.mode_changed"]
         assert changes == acknowledged[1:]  # every acknowledged change, and nothing else
