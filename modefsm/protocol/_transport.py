@@ -89,7 +89,9 @@ MAX_ID_CHARS = 1024
 """The longest string id served; a longer one is answered ``-32600`` with id ``null``."""
 
 MAX_ECHO_CHARS = 256
-"""In an error response, strings of the bad input are cut to this many characters."""
+"""Every string of an error response (``message``, ``data``'s strings and keys) is cut to
+this many characters, followed by ``...[+N chars]``, so bad input comes back as a bounded
+prefix; ids are not (a string id is at most :data:`MAX_ID_CHARS`)."""
 
 MAX_IN_FLIGHT = 64
 """Requests handled at once, not counting those that wait for the client's answer to a
@@ -108,9 +110,6 @@ answer."""
 
 _READ_LIMIT = 1024 * 1024
 """The input buffer's limit, in bytes: stdin is not read while twice this is buffered."""
-
-_ERROR_BYTES = 4096
-"""An error response longer than this, encoded, has its long strings cut."""
 
 _NOTIFICATIONS = frozenset({AGENT_METHODS["session_cancel"], PROTOCOL_METHODS["cancel_request"]})
 """The notifications the SDK routes to an agent (besides ``_``-prefixed extensions);
@@ -639,8 +638,8 @@ class _Ledger:
         """*message* as it goes out, and its line of standard JSON.
 
         A response that cannot be encoded becomes an error answer for the same id; an
-        error answer longer than ``_ERROR_BYTES`` has its strings cut to
-        :data:`MAX_ECHO_CHARS` characters. A request of the agent's is then awaited.
+        error answer has its strings cut to :data:`MAX_ECHO_CHARS` characters (stdio, HTTP
+        and WebSocket answers all pass here). A request of the agent's is then awaited.
 
         Raises:
             ValueError, TypeError: a request or notification that cannot be encoded.
@@ -653,9 +652,11 @@ class _Ledger:
                 raise
             message = _unencodable(message)
             data = _encode(message)
-        if response and len(data) > _ERROR_BYTES and "error" in message:
-            message = {**message, "error": _cut(message["error"])}
-            data = _encode(message)
+        if response and "error" in message and len(data) > MAX_ECHO_CHARS:
+            error = _cut(message["error"])
+            if error != message["error"]:
+                message = {**message, "error": error}
+                data = _encode(message)
         if not response and type(message.get("id")) is int:
             self.awaiting[message["id"]] = _permission_request(message)
             self._changed()
@@ -777,7 +778,7 @@ class CheckedTransport:
     async def send(self, message: dict[str, Any]) -> None:
         """Write *message* as one line; a response that is not JSON-encodable becomes an error.
 
-        An error response's long strings (a huge method name or value echoed back) are
+        Every string of an error response (a huge method name or value echoed back) is
         cut to :data:`MAX_ECHO_CHARS` characters.
 
         Raises:
