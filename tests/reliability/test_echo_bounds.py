@@ -3,15 +3,16 @@
 Every request that carries a client string (``sessionId`` in each ``session/*`` method,
 ``modeId``, ``configId``, ``value``, v2's ``type`` and ``replayFrom``, the method name,
 params the SDK's models refuse, whose ``input`` echoes them, an ``optionId`` in a
-permission answer, a notification) is sent with a string of 300 and of 100,000
-characters over real transports -- ``modefsm serve`` on stdio, and ``serve --http`` over
-streamable HTTP and WebSocket -- as v1 and as v2 client, in raw frames (the SDK's clients
-would refuse some of them first). Each answer is compared whole with its expected shape:
-every string of an error response cut to 256 characters and ended ``...[+N chars]``. The
-raw text of every frame, HTTP body, log line and stderr line is then searched for a run of
-more than 256 of the string's characters. String ids are the exception JSON-RPC makes:
-an id of 1,024 characters comes back whole, a longer one is answered ``-32600`` with id
-``null``.
+permission answer, a notification) is sent with a string of 300 characters (ending in a
+quote and a newline, which ``repr`` escapes) and one of 100,000 over real transports --
+``modefsm serve`` on stdio, and ``serve --http`` over streamable HTTP and WebSocket -- as
+v1 and as v2 client, in raw frames (the SDK's clients would refuse some of them first).
+Each answer is compared whole with its expected shape: wherever the error echoes the
+string (as sent or as ``repr`` writes it), its first 256 characters and
+``...[+N chars]``, the rest of the message whole. The raw text of every frame, HTTP body,
+log line and stdio agent's stderr is then searched for a run of more than 256 of the
+string's characters. String ids are the exception JSON-RPC makes: an id of 1,024
+characters comes back whole, a longer one is answered ``-32600`` with id ``null``.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
 
 TIMEOUT = 30.0
 ECHO = 256
-LENGTHS = (300, 100_000)
-"""Just over the bound (the whole error stays small) and far over it."""
+STRINGS = ("Z" * 298 + "'\n", "Z" * 100_000)
+"""Client strings just over the bound (the whole answer stays small; ``repr`` escapes it
+differently) and far over it."""
 LONG_RUN = re.compile(f"Z{{{ECHO + 1},}}")
 """More of a client string (all ``Z``) than any answer or record may hold."""
 ID_CHARS = 1024
@@ -48,14 +50,18 @@ def cut(text: str) -> str:
     return text if len(text) <= ECHO else f"{text[:ECHO]}...[+{len(text) - ECHO} chars]"
 
 
-def cut_all(value: Any) -> Any:
-    """*value* with every string (object keys too) cut."""
+def echoes_cut(value: Any, *sent: str) -> Any:
+    """*value* with each string *sent* (the longest first), as given or as ``repr`` writes
+    it, cut in every string and key."""
     if isinstance(value, str):
-        return cut(value)
+        forms = {form for text in sent for form in (text, repr(text)[1:-1])}
+        for form in sorted(forms, key=len, reverse=True):
+            value = value.replace(form, cut(form))
+        return value
     if isinstance(value, dict):
-        return {cut(k): cut_all(v) for k, v in value.items()}
+        return {echoes_cut(k, *sent): echoes_cut(v, *sent) for k, v in value.items()}
     if isinstance(value, list):
-        return [cut_all(v) for v in value]
+        return [echoes_cut(v, *sent) for v in value]
     return value
 
 
@@ -272,7 +278,7 @@ def unknown_session(version: int, s: str) -> dict[str, Any]:
     if version == 1:
         return {
             "code": -32002,
-            "message": f"sessionId: unknown sessionId '{s}'",
+            "message": f"sessionId: unknown sessionId {s!r}",
             "data": {"uri": s},
         }
     return {"code": -32002, "message": f"sessionId: {s}", "data": {"sessionId": s}}
@@ -308,8 +314,8 @@ def cases(version: int, sid: str, s: str) -> list[Case]:
     text = [{"type": "text", "text": "hi"}]
     typed = {"type": "id"} if version == 2 else {}
     unknown = unknown_session(version, s)
-    value_message = f"value: unknown mode '{s}'; available modes: 'ask', 'architect', 'code'"
-    config_message = f"configId: unknown config option '{s}'; config options: 'mode'"
+    value_message = f"value: unknown mode {s!r}; available modes: 'ask', 'architect', 'code'"
+    config_message = f"configId: unknown config option {s!r}; config options: 'mode'"
     both: list[Case] = [
         ("session/resume", {"sessionId": s, "cwd": "/"}, unknown),
         ("session/close", {"sessionId": s}, unknown if version == 1 else {}),
@@ -343,7 +349,7 @@ def cases(version: int, sid: str, s: str) -> list[Case]:
         ("_" + s, {"sessionId": s}, not_found("_" + s)),
     ]
     if version == 1:
-        mode_message = f"modeId: unknown mode '{s}'; available modes: 'ask', 'architect', 'code'"
+        mode_message = f"modeId: unknown mode {s!r}; available modes: 'ask', 'architect', 'code'"
         return [
             *both,
             ("session/load", {"sessionId": s, "cwd": "/", "mcpServers": []}, unknown),
@@ -365,17 +371,17 @@ def cases(version: int, sid: str, s: str) -> list[Case]:
             ),
         ]
     cursor_message = (
-        f"replayFrom: '{s}' is not a replay cursor this agent serves "
+        f"replayFrom: {s!r} is not a replay cursor this agent serves "
         "(valid: {'type': 'start'}, {'type': '_modefsm/message', 'messageId': ...})"
     )
-    kept_message = f"replayFrom.messageId: '{s}' is not in the session's kept conversation"
+    kept_message = f"replayFrom.messageId: {s!r} is not in the session's kept conversation"
     cursors = [{"type": "start"}, {"type": "_modefsm/message", "messageId": "<messageId>"}]
     return [
         *both,
         (
             "session/set_config_option",
             {"sessionId": sid, "configId": "mode", "type": s, "value": "code"},
-            refused("type", s, f"type: '{s}' is not 'id'", valid=["id"]),
+            refused("type", s, f"type: {s!r} is not 'id'", valid=["id"]),
         ),
         (
             "session/resume",
@@ -419,11 +425,10 @@ async def initialize(wire: Wire, version: int) -> str:
 async def every_case(wire: Wire, version: int) -> None:
     """Send every case at every length; compare each answer whole."""
     sid = await initialize(wire, version)
-    for length in LENGTHS:
-        s = "Z" * length
+    for s in STRINGS:
         for method, params, expected in cases(version, sid, s):
             answer = await wire.call(method, params)
-            where = (wire.name, version, length, method[:40], list(params))
+            where = (wire.name, version, len(s), method[:40], list(params))
             assert answer.get("jsonrpc") == "2.0", where
             if expected is RESULT:
                 assert "result" in answer, (where, answer)
@@ -431,7 +436,7 @@ async def every_case(wire: Wire, version: int) -> None:
                 assert answer == {
                     "jsonrpc": "2.0",
                     "id": wire.next_id,
-                    "error": cut_all(expected),
+                    "error": echoes_cut(expected, s, method),
                 }, where
             else:
                 assert answer == {"jsonrpc": "2.0", "id": wire.next_id, "result": expected}, where
@@ -451,7 +456,7 @@ async def ids(wire: Wire, version: int) -> None:
     assert answer == {
         "jsonrpc": "2.0",
         "id": longest,
-        "error": cut_all(unknown_session(version, s)),
+        "error": echoes_cut(unknown_session(version, s), s),
     }
     too_long = {
         "jsonrpc": "2.0",
