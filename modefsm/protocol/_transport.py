@@ -89,7 +89,10 @@ MAX_ID_CHARS = 1024
 """The longest string id served; a longer one is answered ``-32600`` with id ``null``."""
 
 MAX_ECHO_CHARS = 256
-"""In an error response, strings of the bad input are cut to this many characters."""
+"""A string of the request that an error response echoes (in ``message`` or ``data``,
+as given or as Python's ``repr`` shows it) is cut to this many characters, followed by
+``...[+N chars]``; an error response still over 4 KiB then has every string cut so. The
+id is echoed whole (a string id is at most :data:`MAX_ID_CHARS`)."""
 
 MAX_IN_FLIGHT = 64
 """Requests handled at once, not counting those that wait for the client's answer to a
@@ -110,7 +113,8 @@ _READ_LIMIT = 1024 * 1024
 """The input buffer's limit, in bytes: stdin is not read while twice this is buffered."""
 
 _ERROR_BYTES = 4096
-"""An error response longer than this, encoded, has its long strings cut."""
+"""An error response longer than this, encoded, once its echoes are cut, has every string
+cut (an echo no longer in its original form, a long text of the agent's own)."""
 
 _NOTIFICATIONS = frozenset({AGENT_METHODS["session_cancel"], PROTOCOL_METHODS["cancel_request"]})
 """The notifications the SDK routes to an agent (besides ``_``-prefixed extensions);
@@ -345,6 +349,54 @@ def _cut(value: Any) -> Any:
             parent[key] = copy = {
                 _cut_text(k) if isinstance(k, str) else k: v for k, v in item.items()
             }
+            stack.extend((copy, k) for k in copy)
+        elif isinstance(item, list):
+            parent[key] = items = list(item)
+            stack.extend((items, i) for i in range(len(items)))
+    return root[0]
+
+
+def _long_texts(requests: list[tuple[Any, Any]]) -> list[str]:
+    """The long strings of *requests* (``(method, params)`` pairs), longest first.
+
+    Every string (object keys too) longer than :data:`MAX_ECHO_CHARS`, and each also as
+    Python's ``repr`` writes it between its quotes.
+    """
+    texts: set[str] = set()
+    stack: list[Any] = [item for request in requests for item in request]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if len(item) > MAX_ECHO_CHARS:
+                texts.update((item, repr(item)[1:-1]))
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return sorted(texts, key=len, reverse=True)
+
+
+def _cut_echoes(value: Any, texts: list[str]) -> Any:
+    """A copy of *value* with each of *texts* cut wherever it occurs in a string or key."""
+
+    def cut(item: str) -> str:
+        if len(item) <= MAX_ECHO_CHARS:
+            return item
+        for text in texts:
+            if len(text) <= len(item) and text in item:
+                item = item.replace(text, _cut_text(text))
+        return item
+
+    root = [value]
+    stack: list[tuple[Any, Any]] = [(root, 0)]
+    while stack:
+        parent, key = stack.pop()
+        item = parent[key]
+        if isinstance(item, str):
+            parent[key] = cut(item)
+        elif isinstance(item, dict):
+            parent[key] = copy = {cut(k) if isinstance(k, str) else k: v for k, v in item.items()}
             stack.extend((copy, k) for k in copy)
         elif isinstance(item, list):
             parent[key] = items = list(item)
@@ -597,6 +649,7 @@ class _Ledger:
         self.unrouted = 0
         self.awaiting: dict[int, PermissionRequest | None] = {}
         self._answered: OrderedDict[int, PermissionRequest] = OrderedDict()
+        self._asked: dict[Any, list[tuple[Any, Any]]] = {}  # open id -> (method, params)
 
     def admit(self, frame: dict[str, Any]) -> bool:
         """Whether the SDK gets *frame*: requests, routed notifications, awaited responses.
@@ -606,6 +659,7 @@ class _Ledger:
         if "method" not in frame:
             return self._is_expected(frame)
         if "id" in frame:
+            self._asked.setdefault(frame["id"], []).append((frame["method"], frame.get("params")))
             self.open += 1
             self._changed()
             return True
@@ -638,9 +692,11 @@ class _Ledger:
     def outgoing(self, message: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
         """*message* as it goes out, and its line of standard JSON.
 
-        A response that cannot be encoded becomes an error answer for the same id; an
-        error answer longer than ``_ERROR_BYTES`` has its strings cut to
-        :data:`MAX_ECHO_CHARS` characters. A request of the agent's is then awaited.
+        A response that cannot be encoded becomes an error answer for the same id. In an
+        error answer, each string of the request it answers (method, params) that is
+        longer than :data:`MAX_ECHO_CHARS` is cut wherever it is echoed; one still longer
+        than ``_ERROR_BYTES`` has every string cut (stdio, HTTP and WebSocket answers all
+        pass here). A request of the agent's is then awaited.
 
         Raises:
             ValueError, TypeError: a request or notification that cannot be encoded.
@@ -653,13 +709,30 @@ class _Ledger:
                 raise
             message = _unencodable(message)
             data = _encode(message)
-        if response and len(data) > _ERROR_BYTES and "error" in message:
-            message = {**message, "error": _cut(message["error"])}
-            data = _encode(message)
+        asked = self._asked_by(message) if response and "id" in message else []
+        if response and "error" in message and len(data) > MAX_ECHO_CHARS:
+            texts = _long_texts(asked)
+            if texts:
+                message = {**message, "error": _cut_echoes(message["error"], texts)}
+                data = _encode(message)
+            if len(data) > _ERROR_BYTES:
+                message = {**message, "error": _cut(message["error"])}
+                data = _encode(message)
         if not response and type(message.get("id")) is int:
             self.awaiting[message["id"]] = _permission_request(message)
             self._changed()
         return message, data
+
+    def _asked_by(self, response: dict[str, Any]) -> list[tuple[Any, Any]]:
+        """``(method, params)`` of the open requests with *response*'s id; one is answered."""
+        asked = self._asked.get(response["id"])
+        if asked is None:
+            return []
+        found = list(asked)
+        del asked[0]
+        if not asked:
+            del self._asked[response["id"]]
+        return found
 
     def answered(self, message: dict[str, Any]) -> None:
         """*message* was written: if it is an answer, one request less is open."""
@@ -777,8 +850,8 @@ class CheckedTransport:
     async def send(self, message: dict[str, Any]) -> None:
         """Write *message* as one line; a response that is not JSON-encodable becomes an error.
 
-        An error response's long strings (a huge method name or value echoed back) are
-        cut to :data:`MAX_ECHO_CHARS` characters.
+        A string of the request that an error response echoes (a huge method name or
+        value) is cut to :data:`MAX_ECHO_CHARS` characters.
 
         Raises:
             ValueError, TypeError: a request or notification that cannot be encoded.
