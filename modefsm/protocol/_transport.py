@@ -62,6 +62,7 @@ __all__ = [
     "EOF_GRACE",
     "MAX_DEPTH",
     "MAX_ECHO_CHARS",
+    "MAX_ECHO_ITEMS",
     "MAX_FRAME_BYTES",
     "MAX_ID_CHARS",
     "MAX_IN_FLIGHT",
@@ -91,8 +92,14 @@ MAX_ID_CHARS = 1024
 MAX_ECHO_CHARS = 256
 """A string of the request that an error response echoes (in ``message`` or ``data``,
 as given or as Python's ``repr`` shows it) is cut to this many characters, followed by
-``...[+N chars]``; an error response still over 4 KiB then has every string cut so. The
-id is echoed whole (a string id is at most :data:`MAX_ID_CHARS`)."""
+``...[+N chars]``; an error response still over 4 KiB then has every string cut so, and
+every array and object cut to :data:`MAX_ECHO_ITEMS` items. The id is echoed whole (a
+string id is at most :data:`MAX_ID_CHARS`)."""
+
+MAX_ECHO_ITEMS = 64
+"""In an error response over 4 KiB, an array keeps its first this many elements, followed
+by the string ``...[+N items]``; an object its first this many members, followed by the
+member ``"...[+N members]": null``."""
 
 MAX_IN_FLIGHT = 64
 """Requests handled at once, not counting those that wait for the client's answer to a
@@ -113,8 +120,13 @@ _READ_LIMIT = 1024 * 1024
 """The input buffer's limit, in bytes: stdin is not read while twice this is buffered."""
 
 _ERROR_BYTES = 4096
-"""An error response longer than this, encoded, once its echoes are cut, has every string
-cut (an echo no longer in its original form, a long text of the agent's own)."""
+"""An error response longer than this, encoded, once its echoes are cut, has every string,
+array and object cut (an echo no longer in its original form, a long text of the
+agent's own, an echo of many values such as pydantic's ``input``)."""
+
+_ECHO_TEXTS = 16
+"""A request with more long strings than this has every string of an error answer cut
+(finding each echo costs time in their number)."""
 
 _NOTIFICATIONS = frozenset({AGENT_METHODS["session_cancel"], PROTOCOL_METHODS["cancel_request"]})
 """The notifications the SDK routes to an agent (besides ``_``-prefixed extensions);
@@ -336,44 +348,64 @@ def _check_envelope(frame: dict[str, Any]) -> None:
         raise bad("error: an object with an integer code")
 
 
-def _cut(value: Any) -> Any:
-    """A copy of *value* whose strings longer than :data:`MAX_ECHO_CHARS` are cut."""
+def _map_strings(value: Any, cut: Callable[[str], str], items: int | None = None) -> Any:
+    """A copy of *value* with *cut* applied to every string and object key.
+
+    With *items*, each array and object keeps its first *items* items and a marker.
+    """
     root = [value]
     stack: list[tuple[Any, Any]] = [(root, 0)]
     while stack:
         parent, key = stack.pop()
         item = parent[key]
         if isinstance(item, str):
-            parent[key] = _cut_text(item)
+            parent[key] = cut(item)
         elif isinstance(item, dict):
-            parent[key] = copy = {
-                _cut_text(k) if isinstance(k, str) else k: v for k, v in item.items()
-            }
+            members = list(item.items())
+            kept = members if items is None else members[:items]
+            parent[key] = copy = {cut(k) if isinstance(k, str) else k: v for k, v in kept}
             stack.extend((copy, k) for k in copy)
+            if len(kept) < len(members):
+                copy[f"...[+{len(members) - len(kept)} members]"] = None
         elif isinstance(item, list):
-            parent[key] = items = list(item)
-            stack.extend((items, i) for i in range(len(items)))
+            parent[key] = elements = list(item if items is None else item[:items])
+            stack.extend((elements, i) for i in range(len(elements)))
+            if len(elements) < len(item):
+                elements.append(f"...[+{len(item) - len(elements)} items]")
     return root[0]
 
 
-def _long_texts(requests: list[tuple[Any, Any]]) -> list[str]:
+def _cut(value: Any) -> Any:
+    """A copy of *value* with long strings, arrays and objects cut.
+
+    Strings over :data:`MAX_ECHO_CHARS` characters, arrays and objects over
+    :data:`MAX_ECHO_ITEMS` items.
+    """
+    return _map_strings(value, _cut_text, MAX_ECHO_ITEMS)
+
+
+def _long_texts(requests: list[tuple[Any, Any]]) -> list[str] | None:
     """The long strings of *requests* (``(method, params)`` pairs), longest first.
 
     Every string (object keys too) longer than :data:`MAX_ECHO_CHARS`, and each also as
-    Python's ``repr`` writes it between its quotes.
+    Python's ``repr`` writes it between its quotes; ``None`` when there are more than
+    :data:`_ECHO_TEXTS` of them.
     """
-    texts: set[str] = set()
+    found: set[str] = set()
     stack: list[Any] = [item for request in requests for item in request]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
             if len(item) > MAX_ECHO_CHARS:
-                texts.update((item, repr(item)[1:-1]))
+                found.add(item)
+                if len(found) > _ECHO_TEXTS:
+                    return None
         elif isinstance(item, dict):
             stack.extend(item)
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
+    texts = found | {repr(text)[1:-1] for text in found}
     return sorted(texts, key=len, reverse=True)
 
 
@@ -388,20 +420,7 @@ def _cut_echoes(value: Any, texts: list[str]) -> Any:
                 item = item.replace(text, _cut_text(text))
         return item
 
-    root = [value]
-    stack: list[tuple[Any, Any]] = [(root, 0)]
-    while stack:
-        parent, key = stack.pop()
-        item = parent[key]
-        if isinstance(item, str):
-            parent[key] = cut(item)
-        elif isinstance(item, dict):
-            parent[key] = copy = {cut(k) if isinstance(k, str) else k: v for k, v in item.items()}
-            stack.extend((copy, k) for k in copy)
-        elif isinstance(item, list):
-            parent[key] = items = list(item)
-            stack.extend((items, i) for i in range(len(items)))
-    return root[0]
+    return _map_strings(value, cut)
 
 
 def _cut_text(text: str) -> str:
@@ -695,8 +714,9 @@ class _Ledger:
         A response that cannot be encoded becomes an error answer for the same id. In an
         error answer, each string of the request it answers (method, params) that is
         longer than :data:`MAX_ECHO_CHARS` is cut wherever it is echoed; one still longer
-        than ``_ERROR_BYTES`` has every string cut (stdio, HTTP and WebSocket answers all
-        pass here). A request of the agent's is then awaited.
+        than 4 KiB has every string, array and object cut (:data:`MAX_ECHO_ITEMS`), as has
+        the answer to a request with many long strings (stdio, HTTP and WebSocket answers
+        all pass here). A request of the agent's is then awaited.
 
         Raises:
             ValueError, TypeError: a request or notification that cannot be encoded.
@@ -715,7 +735,7 @@ class _Ledger:
             if texts:
                 message = {**message, "error": _cut_echoes(message["error"], texts)}
                 data = _encode(message)
-            if len(data) > _ERROR_BYTES:
+            if texts is None or len(data) > _ERROR_BYTES:
                 message = {**message, "error": _cut(message["error"])}
                 data = _encode(message)
         if not response and type(message.get("id")) is int:

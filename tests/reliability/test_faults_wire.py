@@ -548,6 +548,31 @@ class TestEchoes:
             assert "m" * 256 + "...[+4999744 chars]" in json.dumps(answer), answer
         assert agent.finish() == (0, "")
 
+    def test_many_long_values_echoed_are_cut_to_a_bounded_answer_quickly(
+        self, agents, tmp_path: Path
+    ):
+        agent = agents(log=tmp_path / "log.jsonl")
+        agent.read()
+        agent.result(0, "initialize", {"protocolVersion": 1})
+        session_id = agent.result(1, "session/new", NEW)["sessionId"]
+        junk = [f"{n:06d}" + "y" * 300 for n in range(100_000)]  # 30 MB, no prompt
+        started = time.monotonic()
+        answer = agent.call(2, "session/prompt", {"sessionId": session_id, "junk": junk})
+        took = time.monotonic() - started
+        assert took < 30, took  # each echo looked for in each string: half an hour
+        assert agent.sizes["2"] < 20_000, agent.sizes["2"]  # pydantic's input: every value
+        error = answer["error"]
+        assert (error["code"], error["message"]) == (-32602, "Invalid params")
+        [missing] = error["data"]["errors"]
+        assert (missing["type"], missing["loc"]) == ("missing", ["prompt"])
+        echoed = missing["input"]["junk"]
+        assert echoed[:2] == [
+            "000000" + "y" * 250 + "...[+50 chars]",
+            "000001" + "y" * 250 + "...[+50 chars]",
+        ]
+        assert echoed[64:] == ["...[+99936 items]"]
+        assert agent.finish() == (0, "")
+
     def test_an_id_too_long_is_answered_with_id_null(self, agents, tmp_path: Path):
         agent = agents(log=tmp_path / "log.jsonl")
         agent.read()
