@@ -123,7 +123,9 @@ async def spawn(
     async with acp.spawn_agent_process(
         cast("Any", client),
         *command,
-        transport_kwargs={"stderr": None},
+        # the agent ends once its input ends: wait for that, not the SDK's 2 s (under load
+        # an agent still ending was terminated, or ended as terminate() ran: ProcessLookupError)
+        transport_kwargs={"stderr": None, "shutdown_timeout": TIMEOUT},
         observers=[client.observe],
         use_unstable_protocol=True,
     ) as (conn, process):

@@ -38,7 +38,7 @@ async def test_readme_agent_runs_the_seed_flow(tmp_path: Path):
         sys.executable,
         str(script),
         str(log),
-        transport_kwargs={"stderr": None},
+        transport_kwargs={"stderr": None, "shutdown_timeout": 30.0},  # not the SDK's 2 s
         observers=[client.observe],
     ) as (conn, _process):
         await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)

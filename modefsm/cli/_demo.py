@@ -35,7 +35,10 @@ from acp.schema import (
 from modefsm.cli._serve import check_log_path
 from modefsm.log._writer import TransitionLog
 
-__all__ = ["DemoClient", "DemoFailedError", "run_demo"]
+__all__ = ["AGENT_EXIT_WAIT", "DemoClient", "DemoFailedError", "run_demo"]
+
+AGENT_EXIT_WAIT = 60.0
+"""Seconds the demo waits for an agent to end once its input ends, before stopping it."""
 
 _WIDTH = 170
 _ID_WIDTH = 14
@@ -151,14 +154,20 @@ async def _agent(
     The child starts with Ctrl-C ignored (an ignored signal stays ignored across ``exec``):
     a Ctrl-C in the terminal reaches the whole foreground process group, and one that came
     while the child's interpreter was still starting would print Python's own traceback.
-    The demo alone handles it; its agents end at the end of their input, when it exits.
+    The demo alone handles it; its agents end at the end of their input, when it exits:
+    it waits up to :data:`AGENT_EXIT_WAIT` seconds for that.
     Their stderr reaches the demo's through a pipe the demo drains, so nothing they say
     after the demo is gone (a closed stdout) shows in the terminal.
     """
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         async with contextlib.AsyncExitStack() as stack:
-            spawned = acp.spawn_agent_process(cast("Any", client), *command, observers=observers)
+            spawned = acp.spawn_agent_process(
+                cast("Any", client),
+                *command,
+                observers=observers,
+                transport_kwargs={"shutdown_timeout": AGENT_EXIT_WAIT},
+            )
             try:
                 conn, process = await stack.enter_async_context(spawned)
             finally:

@@ -207,6 +207,8 @@ class TestLimits:
     async def test_an_idle_connection_expires_and_frees_its_place(self, tmp_path):
         from modefsm.protocol import ModeAgent
 
+        idle = 2.0  # seconds: the second request must come well before the first expires
+
         def factory(conn: Any) -> ModeAgent:
             agent = ModeAgent(SEED)
             agent.on_connect(conn)
@@ -220,7 +222,7 @@ class TestLimits:
                 0,
                 ready=ready.set_result,
                 max_connections=1,
-                idle_seconds=0.5,
+                idle_seconds=idle,
             )
         )
         try:
@@ -228,7 +230,7 @@ class TestLimits:
             status, _ = await asyncio.to_thread(post, url, initialize())
             assert status == 200
             full = await asyncio.to_thread(post, url, initialize(1))
-            assert full[0] == 503
+            assert full[0] == 503  # the first still holds the only place
             deadline = time.monotonic() + 10
             while (await asyncio.to_thread(post, url, initialize(2)))[0] != 200:
                 assert time.monotonic() < deadline, "the idle connection never expired"

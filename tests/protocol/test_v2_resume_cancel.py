@@ -5,7 +5,9 @@ Each schedule builds, in a first life of the agent, a session whose mode is not 
 conversation; then a second life (a fresh agent on the same log and journal, served by the
 v2 connection ``modefsm serve`` uses, on an in-memory transport whose sends yield as a
 pipe's ``drain()`` does) gets ``session/resume`` with ``replayFrom: {"type": "start"}`` and,
-a random number of loop turns later, ``$/cancel_request`` for it. Whatever the point:
+a random number of loop turns later (each first waits for a journal read in flight, so that
+a schedule does not depend on how soon a loaded machine runs that thread),
+``$/cancel_request`` for it. Whatever the point:
 
 - the answer is a success with the whole replay, the fallback announced once and ``idle``
   before it, and the fallback logged once; or ``-32800`` with at most a prefix of the
@@ -21,6 +23,7 @@ import asyncio
 import os
 import random
 import shutil
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,26 @@ SPEC = preset("permission")
 SCHEDULES = 240 * (int(os.environ.get("MODEFSM_SOAK", "0") or 0) * 10 or 1)
 MAX_TURNS = 40
 TURNS = 3  # prompts kept in the conversation: a user message and an agent message each
+
+
+class _Reads(ThreadPoolExecutor):
+    """The loop's default executor (real threads), which also waits for the work in flight:
+    the journal is read back in a worker thread, and a schedule's loop turns are to count
+    the agent's steps, not how soon a loaded machine runs that thread."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=2)
+        self.running: list[Future[Any]] = []
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future = super().submit(fn, *args, **kwargs)
+        self.running.append(future)
+        return future
+
+    async def settle(self) -> None:
+        """Return once every piece of work submitted so far has finished."""
+        while self.running:
+            await asyncio.wrap_future(self.running.pop(0))
 
 
 class _Quiet:
@@ -95,6 +118,8 @@ async def _run(seed: int, log: Path, template: tuple[Path, str]) -> str:  # noqa
     store = open_store(log)
     conversation = ConversationStore(conversation_path(log))
     agent = ScriptedAgent(SPEC, store=store, restore=store, conversation=conversation)
+    reads = _Reads()
+    asyncio.get_running_loop().set_default_executor(reads)
     agent_end, client_end = memory_transport_pair()
     send = agent_end.send
 
@@ -137,6 +162,7 @@ async def _run(seed: int, log: Path, template: tuple[Path, str]) -> str:  # noqa
         resume = {"sessionId": session_id, "cwd": "/", "replayFrom": {"type": "start"}}
         await request(1, "session/resume", resume)
         for _ in range(rng.randrange(MAX_TURNS)):
+            await reads.settle()  # a journal read in flight ends before the turn is counted
             await asyncio.sleep(0)
         await client_end.send(
             {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 1}}
@@ -167,6 +193,7 @@ async def _run(seed: int, log: Path, template: tuple[Path, str]) -> str:  # noqa
         await client_end.close()
         await asyncio.wait_for(listen, 5)
         reader.cancel()
+        reads.shutdown(wait=True)
         store.close()
         conversation.close()
 

@@ -279,12 +279,12 @@ class TestStartUpOnALongLastLine:
 
 
 LOCKER = """
-import sqlite3, sys, time
+import sqlite3, sys
 db = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
 db.execute("BEGIN EXCLUSIVE")
 db.execute("UPDATE log_position SET id = 1 WHERE id = 1")
 print("locked", flush=True)
-time.sleep(float(sys.argv[2]))
+sys.stdin.readline()
 db.execute("COMMIT")
 """
 
@@ -307,15 +307,17 @@ class TestALockedRestoreIndex:
         old = list(expected)
         async with spawn(log) as (conn, _process, _client):
             locker = await asyncio.create_subprocess_exec(
-                sys.executable, "-c", LOCKER, str(index), "2", stdout=asyncio.subprocess.PIPE
-            )
+                sys.executable, "-c", LOCKER, str(index),
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            assert locker.stdin is not None
             assert locker.stdout is not None
             assert await asyncio.wait_for(locker.stdout.readline(), TIMEOUT) == b"locked\n"
             began = time.monotonic()
             live = (await conn.new_session(cwd=".")).session_id
             expected[live] = "ask"
             slowest = time.monotonic() - began
-            while locker.returncode is None and time.monotonic() - began < 1.5:
+            while time.monotonic() - began < 1.5:  # the lock is held until released below
                 sent = time.monotonic()
                 mode = following([expected[live]])
                 assert await change(conn, live, mode) is None
@@ -325,6 +327,7 @@ class TestALockedRestoreIndex:
             assert slowest < 1.0  # the first write used to wait 5 s for the lock
             await conn.close_session(session_id=live)  # its mode now lives in the index only
             assert await loaded_mode(conn, live) == expected[live]
+            locker.stdin.close()  # the lock is released
             assert await asyncio.wait_for(locker.wait(), TIMEOUT) == 0
             for sid in old:  # after the lock: still restoring, still writing
                 assert await loaded_mode(conn, sid) == expected[sid]

@@ -158,11 +158,11 @@ class TestTheStoreOption:
 
 
 LOCK_HOLDER = """
-import fcntl, os, sys, time
+import fcntl, os, sys
 fd = os.open(sys.argv[1], os.O_RDONLY)
 fcntl.flock(fd, fcntl.LOCK_EX)
 print("locked", flush=True)
-time.sleep(float(sys.argv[2]))
+sys.stdin.readline()
 """
 
 
@@ -172,19 +172,22 @@ class TestLocks:
         async with spawn(log) as (conn, process, _c):
             sid = (await conn.new_session(cwd=".")).session_id
             holder = await asyncio.create_subprocess_exec(
-                sys.executable, "-c", LOCK_HOLDER, str(log), "4", stdout=asyncio.subprocess.PIPE
-            )
+                sys.executable, "-c", LOCK_HOLDER, str(log),
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            assert holder.stdin is not None
             assert holder.stdout is not None
             assert await asyncio.wait_for(holder.stdout.readline(), TIMEOUT) == b"locked\n"
             began = time.monotonic()
-            with pytest.raises(acp.RequestError) as failed:
+            with pytest.raises(acp.RequestError) as failed:  # held until released below
                 await set_mode(conn, sid, "code")
             waited = time.monotonic() - began
             assert failed.value.code == -32603
             assert "locked by another process for over 1 s" in str(failed.value.data)
             assert 0.9 < waited < 3.5
             assert process.returncode is None
-            await asyncio.wait_for(holder.wait(), TIMEOUT)
+            holder.stdin.close()  # the holder exits, and its lock goes with it
+            assert await asyncio.wait_for(holder.wait(), TIMEOUT) == 0
             await set_mode(conn, sid, "code")  # the lock is gone: served again
         assert session_chains(log) == {sid: ["ask", "code"]}
         assert_replay_clean(log)
