@@ -235,7 +235,7 @@ async def _start(
             *args,
             env=env,
             cwd=ROOT,
-            transport_kwargs={"stderr": None},
+            transport_kwargs={"stderr": None, "shutdown_timeout": 60.0},  # a loaded machine
         )
     )
     _pin(process.pid, 1)
