@@ -101,32 +101,38 @@ def main(argv: list[str] | None = None) -> int:
 def _serve_http(args: argparse.Namespace) -> int:
     """The SDK's own ASGI app (``acp.http.asgi.create_asgi_app``) on uvicorn, one agent per
     connection; prints ``listening on URL`` on stderr once it listens."""
-    import socket  # noqa: PLC0415
-    import sys  # noqa: PLC0415
-
-    import uvicorn  # noqa: PLC0415
     from acp.http.asgi import create_asgi_app  # noqa: PLC0415
 
-    agents: list[DictAgent] = []
+    handlers: list[DictHandler] = []
 
     def factory(conn: Any) -> Any:
         agent = DictAgent(notify=args.notify, log=args.log)
         agent.on_connect(conn)
-        agents.append(agent)
+        handlers.append(agent.handler)
         return agent
 
     host, _colon, port = args.http.rpartition(":")
-    sock = socket.create_server((host, int(port)))
-    server = uvicorn.Server(uvicorn.Config(create_asgi_app(factory), log_level="warning"))
+    serve_asgi(create_asgi_app(factory), (host, int(port)), "dict agent", handlers)
+    return 0
+
+
+def serve_asgi(app: Any, address: tuple[str, int], label: str, handlers: list[Any]) -> None:
+    """Serve the ASGI *app* on uvicorn at *address* (``(host, port)``, port 0: any) until
+    terminated; print ``{label}: listening on URL`` on stderr once it listens, and shut
+    down each of *handlers* (filled while serving) at the end."""
+    import socket  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    import uvicorn  # noqa: PLC0415
+
+    sock = socket.create_server(address)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
 
     async def announce() -> None:
         while not server.started:  # noqa: ASYNC110 - uvicorn offers only this flag
             await asyncio.sleep(0.01)
-        print(
-            f"dict agent: listening on http://{host}:{sock.getsockname()[1]}/acp",
-            file=sys.stderr,
-            flush=True,
-        )
+        url = f"http://{address[0]}:{sock.getsockname()[1]}/acp"
+        print(f"{label}: listening on {url}", file=sys.stderr, flush=True)
 
     async def run() -> None:
         waiter = asyncio.ensure_future(announce())
@@ -138,9 +144,8 @@ def _serve_http(args: argparse.Namespace) -> int:
     try:
         asyncio.run(run())
     finally:
-        for agent in agents:
-            agent.handler.shutdown()
-    return 0
+        for handler in handlers:
+            handler.shutdown()
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ change to LOG as modefsm). Each change sends one ``config_option_update``. Print
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 from pathlib import Path
@@ -71,11 +70,10 @@ def serve_v2_baseline(log: Path) -> None:
 
     Prints ``listening on URL`` on stderr once it listens; serves until terminated.
     """
-    import socket  # noqa: PLC0415
-
-    import uvicorn  # noqa: PLC0415
     from acp.experimental import AgentProtocolRouter  # noqa: PLC0415
     from acp.http.asgi import create_asgi_app  # noqa: PLC0415
+
+    from benchmarks.baselines.dict_agent import serve_asgi  # noqa: PLC0415
 
     handlers: list[Any] = []
 
@@ -85,27 +83,7 @@ def serve_v2_baseline(log: Path) -> None:
         return made
 
     app = create_asgi_app(AgentProtocolRouter(v2=agent))
-    sock = socket.create_server(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-
-    async def announce() -> None:
-        while not server.started:  # noqa: ASYNC110 - uvicorn offers only this flag
-            await asyncio.sleep(0.01)
-        url = f"http://127.0.0.1:{sock.getsockname()[1]}/acp"
-        print(f"v2 dict agent: listening on {url}", file=sys.stderr, flush=True)
-
-    async def run() -> None:
-        waiter = asyncio.ensure_future(announce())
-        try:
-            await server.serve(sockets=[sock])
-        finally:
-            waiter.cancel()
-
-    try:
-        asyncio.run(run())
-    finally:
-        for handler in handlers:
-            handler.shutdown()
+    serve_asgi(app, ("127.0.0.1", 0), "v2 dict agent", handlers)
 
 
 if __name__ == "__main__":
