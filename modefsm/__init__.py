@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from modefsm.log._records import TransitionRecord
     from modefsm.log._writer import TransitionLog
     from modefsm.protocol import ModeAgent, RestoreSource, SwitchResult, run_agent
+    from modefsm.protocol._access import new_token
     from modefsm.protocol._agent_v2 import ModeAgentV2
     from modefsm.protocol._http import serve_http
     from modefsm.protocol._negotiate import serve_negotiated
@@ -107,6 +108,7 @@ _EXPORTS = {
     "UnknownSessionError": "modefsm.errors",
     "Violation": "modefsm.replay",
     "load_spec": "modefsm.spec",
+    "new_token": "modefsm.protocol._access",
     "preset": "modefsm.spec",
     "preset_names": "modefsm.spec",
     "replay": "modefsm.replay",
@@ -187,6 +189,7 @@ __all__ = [
     "UnknownSessionError",
     "Violation",
     "load_spec",
+    "new_token",
     "open_store",
     "preset",
     "preset_names",

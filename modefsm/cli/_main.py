@@ -102,8 +102,10 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "WebSocket on the same endpoint, http://HOST:PORT/acp and ws://HOST:PORT/acp "
         "(needs the http extra; all connections share one engine, log and store, so a "
         "session made on one connection can be loaded or resumed and changed on another, "
-        "and its updates reach every connection holding it; bodies, connections and idle "
-        "time are bounded; no authentication: keep it on loopback). The transition log "
+        "and its updates reach every connection holding it; bodies, connections, sockets "
+        "and idle time are bounded; every request needs the bearer token, written at start "
+        "to a new 0600 file whose path is printed with the listening line, or read from "
+        "--token-file; Host and Origin are checked). The transition log "
         "goes to --log (JSON lines, with a restore index and a conversation journal "
         "beside it, so session/load after a restart restores the mode and replays the "
         "conversation) or to stderr (no restore, the conversation kept in memory). "
@@ -145,7 +147,59 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="serve streamable HTTP and WebSocket at http://HOST:PORT/acp instead of stdio "
         "(PORT 0 picks a free port; the URL is printed on stderr once it listens)",
     )
+    auth = parser.add_mutually_exclusive_group()
+    auth.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="FILE",
+        help="with --http: the bearer token clients must send, read from FILE (0600; "
+        "a missing FILE is created with a new token and kept); default: a new token in a "
+        "new 0600 file, removed at exit",
+    )
+    auth.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="with --http on a loopback address only: no token (any local user, process "
+        "or allowed web page can then drive the agent)",
+    )
+    parser.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        type=_origin,
+        metavar="ORIGIN",
+        help="with --http: also accept requests from this browser origin, exactly "
+        "scheme://host[:port] (repeatable; loopback origins are always accepted)",
+    )
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        type=_host,
+        metavar="HOST",
+        help="with --http: also answer requests for this Host, HOST or HOST:PORT (repeatable; "
+        "e.g. the name a reverse proxy forwards; loopback names and the bound address are "
+        "always answered)",
+    )
     parser.set_defaults(run=_run_serve)
+
+
+def _origin(text: str) -> str:
+    from modefsm.protocol._access import normal_origin  # noqa: PLC0415 - no SDK import
+
+    try:
+        return normal_origin(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _host(text: str) -> str:
+    from modefsm.protocol._access import normal_host  # noqa: PLC0415 - no SDK import
+
+    try:
+        return normal_host(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -169,13 +223,22 @@ def _run_serve(args: argparse.Namespace) -> int:
         if args.log is not None and not postgres:
             raise ModefsmError("--store and --log name the same thing for a file store: give one")
     protocols = {"1": (1,), "2": (2,), "both": (1, 2)}[args.protocol]
+    http_only = {
+        "--token-file": args.token_file is not None,
+        "--no-auth": args.no_auth,
+        "--allow-origin": bool(args.allow_origin),
+        "--allow-host": bool(args.allow_host),
+    }
+    if args.http is None and any(http_only.values()):
+        flag = next(name for name, given in http_only.items() if given)
+        raise ModefsmError(f"{flag} needs --http HOST:PORT")
     # Start-up builds objects that live as long as the process (the SDK's schema, modefsm's
     # modules, the spec): the collector is off while they are built, then they are frozen
     # (gc.freeze), so that no collection walks them, at start-up or later while serving.
     collecting = gc.isenabled()
     gc.disable()
     try:
-        from modefsm.cli._serve import serve  # noqa: PLC0415 - keep `modefsm --help` fast
+        from modefsm.cli._serve import HttpAccess, serve  # noqa: PLC0415 - keep --help fast
 
         spec = _spec_from(args)
         gc.freeze()
@@ -190,6 +253,12 @@ def _run_serve(args: argparse.Namespace) -> int:
             store=args.store,
             protocols=protocols,
             http=args.http,
+            access=HttpAccess(
+                token_file=args.token_file,
+                no_auth=args.no_auth,
+                allow_hosts=tuple(args.allow_host),
+                allow_origins=tuple(args.allow_origin),
+            ),
         )
     finally:
         gc.unfreeze()  # for a caller that goes on after main() (a test, an embedding host)

@@ -25,6 +25,7 @@ import logging
 import os
 import stat
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from modefsm.store._interface import SessionStore, open_store
 
 __all__ = [
     "STDERR_LOG_WAIT",
+    "HttpAccess",
     "ScriptedAgent",
     "check_log_path",
     "conversation_path",
@@ -51,6 +53,26 @@ __all__ = [
 
 STDERR_LOG_WAIT = 2.0
 """Seconds a record of the log on stderr (no ``--log``) waits for the reader to make room."""
+
+
+@dataclass(frozen=True)
+class HttpAccess:
+    """Who may use ``serve --http`` (see :mod:`modefsm.protocol._access`).
+
+    Attributes:
+        token_file: the file holding the token (created with a new one if missing);
+            ``None``: a new token in a new ``0600`` file of
+            :func:`~modefsm.protocol._access.token_directory`, removed at exit.
+        no_auth: no token at all (a loopback address only).
+        allow_hosts: ``Host`` values answered besides the loopback names and the bound
+            address.
+        allow_origins: browser origins accepted besides loopback ones.
+    """
+
+    token_file: Path | None = None
+    no_auth: bool = False
+    allow_hosts: tuple[str, ...] = ()
+    allow_origins: tuple[str, ...] = ()
 
 
 class ScriptedAgent(ModeAgent):
@@ -200,6 +222,7 @@ def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen o
     store: str | None = None,
     protocols: tuple[int, ...] = SUPPORTED_PROTOCOLS,
     http: tuple[str, int] | None = None,
+    access: HttpAccess | None = None,
 ) -> int:
     """Serve *spec* over stdio until the client closes stdin (or over HTTP); the exit status.
 
@@ -225,17 +248,20 @@ def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen o
             each connection's ``initialize.protocolVersion``; ``(1,)``: v1 only; ``(2,)``).
         http: ``(host, port)`` to serve streamable HTTP and WebSocket at
             ``http://host:port/acp`` (see :func:`modefsm.protocol.serve_http`) instead of stdio.
+        access: who may use it (default: :class:`HttpAccess`, a new token). The listening
+            line names the token's file; a bind that is not loopback warns once on stderr.
 
     Raises:
         LogError: the log file cannot be opened, or exists and is not a transition log
             (see :func:`check_log_path`).
         ModefsmError: stdin or stdout is not a pipe or a terminal (stdio), or the HTTP
-            address cannot be bound, or the ``http`` extra is not installed.
+            address cannot be bound, or the ``http`` extra is not installed, or the token
+            file is unusable (others may read it, no token in it), or ``no_auth`` is asked
+            for an address that is not loopback.
     """
-    if http is None:
+    served = None if http is None else _served(http, protocols, access or HttpAccess())
+    if served is None:
         _check_stdio()
-    else:
-        _check_http_extra()
     ignore_file_size_signal()
     target: str | Path | None = store if store is not None else log_path
     if isinstance(target, str) and not target.startswith(("postgresql://", "postgres://")):
@@ -276,8 +302,10 @@ def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen o
     root.addHandler(diagnostics)
     logging.captureWarnings(True)  # noqa: FBT003 - the logging API
     try:
-        if http is not None:
-            return _serve_http(spec, shared, log, conversation, http, protocols, diagnostics)
+        if served is not None:
+            return _serve_http(
+                spec, shared, log, conversation, served=served, diagnostics=diagnostics
+            )
         return _serve_stdio(make_agent(), protocols, diagnostics)
     finally:
         if shared is not None:
@@ -308,16 +336,53 @@ def _check_http_extra() -> None:
         raise ModefsmError(msg) from None
 
 
-def _serve_http(  # noqa: PLR0917 - what serve() chose, passed on
+@dataclass(frozen=True)
+class _Served:
+    """What ``serve --http`` serves: where, which versions, to whom, with which token."""
+
+    address: tuple[str, int]
+    protocols: tuple[int, ...]
+    access: HttpAccess
+    token: str | None
+
+
+def _served(address: tuple[str, int], protocols: tuple[int, ...], access: HttpAccess) -> _Served:
+    """What ``serve --http`` will serve, its token read or generated (``None``: ``--no-auth``).
+
+    Raises:
+        ModefsmError: the ``http`` extra is missing, ``--no-auth`` is asked for an address
+            that is not loopback, or the token file is unusable.
+    """
+    _check_http_extra()
+    from modefsm.protocol._access import (  # noqa: PLC0415 - HTTP only
+        is_loopback,
+        new_token,
+        read_token_file,
+    )
+
+    token: str | None = None
+    if access.no_auth:
+        if not is_loopback(address[0]):
+            msg = f"--no-auth is only for a loopback address, and {address[0]} is not one"
+            raise ModefsmError(msg)
+    elif access.token_file is not None:
+        token = read_token_file(access.token_file)[0]
+    else:
+        token = new_token()
+    return _Served(address, protocols, access, token)
+
+
+def _serve_http(
     spec: ModeSpec,
     shared: SessionStore | None,
     log: TransitionLog | None,
     conversation: ConversationStore,
-    address: tuple[str, int],
-    protocols: tuple[int, ...],
+    *,
+    served: _Served,
     diagnostics: Diagnostics,
 ) -> int:
-    from modefsm.protocol._http import serve_http  # noqa: PLC0415 - the http extra
+    from modefsm.protocol._access import is_loopback, write_token_file  # noqa: PLC0415
+    from modefsm.protocol._http import raise_descriptor_limit, serve_http  # noqa: PLC0415
     from modefsm.protocol._shared import SharedEngine  # noqa: PLC0415
 
     engine = SharedEngine(spec, log=log) if shared is None else SharedEngine(spec, store=shared)
@@ -329,16 +394,52 @@ def _serve_http(  # noqa: PLR0917 - what serve() chose, passed on
         agent.on_connect(conn)
         return agent
 
-    def ready(url: str) -> None:
-        diagnostics.say(f"listening on {url}", force=True)
+    host, port = served.address
+    access, token = served.access, served.token
+    written: list[Path] = []
 
-    host, port = address
+    def ready(url: str) -> None:
+        if token is None:
+            how = "no authentication"
+        elif access.token_file is not None:
+            how = f"token in {access.token_file}"
+        else:
+            bound = url.rpartition(":")[2].partition("/")[0]
+            written.append(write_token_file(token, f"serve-{bound}-{os.getpid()}.token"))
+            how = f"token in {written[0]}"
+        diagnostics.say(f"listening on {url} ({how})", force=True)
+
+    if token is None:
+        diagnostics.say(
+            "--no-auth: no token; any local user or process can drive this server", force=True
+        )
+    elif not is_loopback(host):
+        diagnostics.say(
+            f"{host} is not a loopback address: every client that reaches it needs the "
+            "token, and the traffic is plain HTTP (put a TLS proxy in front)",
+            force=True,
+        )
+    raise_descriptor_limit()
     try:
-        asyncio.run(serve_http(factory, host, port, ready=ready, protocols=protocols))
+        asyncio.run(
+            serve_http(
+                factory,
+                host,
+                port,
+                token=token,
+                allow_hosts=access.allow_hosts,
+                allow_origins=access.allow_origins,
+                ready=ready,
+                protocols=served.protocols,
+            )
+        )
     except OSError as exc:
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         msg = f"cannot listen on {host}:{port}: {reason}"
         raise ModefsmError(msg) from None
+    finally:
+        for path in written:
+            path.unlink(missing_ok=True)
     return 0
 
 

@@ -4,6 +4,10 @@
 ``acp.http.asgi.create_asgi_app`` does (``POST``/``GET``/``DELETE`` streamable HTTP, and a
 WebSocket on the same path, one agent per connection), with what the SDK leaves out:
 
+- every request and WebSocket upgrade passes :class:`~modefsm.protocol._access.Access`
+  first: its ``Host``, its ``Origin`` and its bearer token (``403`` or ``401`` with a
+  JSON-RPC error body whose ``data.rule`` is ``"host"``, ``"origin"`` or ``"token"``; a
+  WebSocket is refused before it is accepted, with the same status and body);
 - each connection negotiates ACP v1 or v2 with the stdio code
   (:mod:`modefsm.protocol._negotiate`): an ``initialize`` below the versions served gets
   ``400`` with the ``-32022`` error and makes no connection (a WebSocket client may
@@ -11,16 +15,25 @@ WebSocket on the same path, one agent per connection), with what the SDK leaves 
   the factory's agent, behind the same raw-param checks as on stdio;
 - agents built on one :class:`~modefsm.protocol.SharedEngine` share their sessions: the
   transport tells the engine which connection holds which session (``session/new``,
-  ``load``, ``resume``, ``close``) and runs each connection in its own context;
+  ``load``, ``resume``, ``close``) and runs each connection in its own context, so that
+  a connection acts only on the sessions it holds (see
+  :meth:`SharedEngine.holds <modefsm.protocol.SharedEngine.holds>`);
 - every ``POST`` body is read with a bound (:data:`MAX_BODY_BYTES`; more: ``413``, nothing
-  reaches the agent) and checked as a JSON-RPC frame by :func:`~modefsm.protocol.check_frame`
-  (bad JSON, ``NaN``, a scalar, an array, a wrong envelope: ``400`` whose body is the JSON-RPC
-  error response, ``-32700`` or ``-32600``, with the request's id when it can be known);
-- at most :data:`MAX_CONNECTIONS` connections (HTTP and WebSocket together): one more
-  ``initialize`` gets ``503`` with a ``-32600`` error naming the limit; a WebSocket over the
-  limit is refused before it is accepted (HTTP ``403``);
-- an HTTP connection with no request and no open stream for :data:`IDLE_SECONDS` is closed
-  (as a ``DELETE`` would); its id then gets ``404`` like any unknown connection id;
+  reaches the agent) and within :data:`BODY_SECONDS` (else ``408``), and checked as a
+  JSON-RPC frame by :func:`~modefsm.protocol.check_frame` (bad JSON, ``NaN``, a scalar, an
+  array, a wrong envelope: ``400`` whose body is the JSON-RPC error response, ``-32700`` or
+  ``-32600``, with the request's id when it can be known);
+- at most :data:`MAX_CONNECTIONS` connections are served at once (HTTP connections, from
+  their ``initialize``, and WebSockets, from their first message, together): a new one
+  when all places are taken ends the connection idle the longest (an HTTP connection is
+  deleted as by a ``DELETE``, a WebSocket closed with ``1001``); when every connection has
+  a request open, the new ``initialize`` gets ``503`` (on a WebSocket: that error as the
+  answer, then close ``1013``) with a ``-32600`` error naming the limit;
+- a WebSocket that sends no message within :data:`FIRST_FRAME_SECONDS` of its upgrade is
+  closed (``1008``); an HTTP connection with no request and no open stream, or a
+  WebSocket with no message either way and no request open, for :data:`IDLE_SECONDS` is
+  closed (an HTTP connection as a ``DELETE`` would; its id then gets ``404`` like any
+  unknown connection id; a WebSocket with ``1001``);
 - at most :data:`~modefsm.protocol.MAX_OPEN` requests per connection are unanswered at once
   (more: ``429``, a ``-32600`` error naming the limit);
 - what the agent sends is checked as on stdio: an answer that cannot be encoded becomes an
@@ -31,25 +44,35 @@ WebSocket on the same path, one agent per connection), with what the SDK leaves 
   to :data:`MAX_BODY_BYTES` by :func:`serve_http`).
 
 Errors the SDK itself answers keep its bodies (``{"error": "..."}``): ``415`` for a wrong
-``Content-Type``, ``404`` for an unknown connection or session id, ``400`` for a missing one,
-``406`` for a ``GET`` without ``text/event-stream``.
+``Content-Type``, ``404`` for an unknown connection id, or for an ``Acp-Session-Id`` header
+naming a session the connection has not created, loaded or resumed, ``400`` for a missing
+one, ``406`` for a ``GET`` without ``text/event-stream``.
 
-:func:`serve_http` runs the application on uvicorn. Both need the ``http`` extra
-(``pip install 'modefsm[http]'``).
+:func:`serve_http` runs the application on uvicorn, whose HTTP/1.1 protocol it bounds
+too: a TCP connection must send a request's line and headers within
+:data:`HEADER_SECONDS` of connecting or of its first byte (else ``408`` and closed), and
+sockets beyond ``max_sockets`` (the file descriptor limit less
+:data:`RESERVED_DESCRIPTORS`) are answered ``503`` and closed at once. Both need the
+``http`` extra (``pip install 'modefsm[http]'``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import resource
 import signal
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from modefsm.errors import FrameError
+from modefsm.protocol._access import Access, Refusal, is_loopback
 from modefsm.protocol._negotiate import (
     SUPPORTED_PROTOCOLS,
     _first_frame,
@@ -65,9 +88,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ACP_PATH",
+    "BODY_SECONDS",
+    "FIRST_FRAME_SECONDS",
+    "HEADER_SECONDS",
     "IDLE_SECONDS",
     "MAX_BODY_BYTES",
     "MAX_CONNECTIONS",
+    "RESERVED_DESCRIPTORS",
     "AgentFactory",
     "create_app",
     "serve_http",
@@ -80,7 +107,18 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_CONNECTIONS = 64
 """Connections (HTTP and WebSocket together) served at once."""
 IDLE_SECONDS = 600.0
-"""Seconds an HTTP connection may go without a request or an open stream before it is closed."""
+"""Seconds an HTTP connection may go without a request or an open stream (a WebSocket
+without a message either way and no request open) before it is closed."""
+FIRST_FRAME_SECONDS = 10.0
+"""Seconds a WebSocket has, from its upgrade, to send its first message."""
+HEADER_SECONDS = 10.0
+"""Seconds a TCP connection has to send a request's line and headers, from connecting (or
+from the first byte after a previous request)."""
+BODY_SECONDS = 10.0
+"""Seconds a ``POST`` body may take to arrive, once its headers have."""
+RESERVED_DESCRIPTORS = 64
+"""File descriptors :func:`serve_http` keeps for other uses than sockets (log, journal,
+index, pipes, the listening socket)."""
 
 AgentFactory = Callable[[Any], Any]
 """Builds one agent for a new connection; called with the SDK's ``AgentSideConnection``."""
@@ -135,16 +173,22 @@ class _Checked:
 
 
 class _WebSocketMessages:
-    """The SDK's WebSocket transport, but each text frame checked by ``check_frame``."""
+    """The SDK's WebSocket transport, but each text frame checked by ``check_frame``.
+
+    Attributes:
+        last: when a message last went either way (monotonic seconds).
+    """
 
     def __init__(self, websocket: Any) -> None:
         self._ws = websocket
+        self.last = time.monotonic()
 
     async def send(self, message: dict[str, Any]) -> None:
         from starlette.websockets import WebSocketState  # noqa: PLC0415 - the http extra
 
         if self._ws.client_state == WebSocketState.DISCONNECTED:
             raise ConnectionError("Transport closed")
+        self.last = time.monotonic()
         await self._ws.send_text(_encode(message).decode("utf-8").rstrip("\n"))
 
     async def receive(self) -> dict[str, Any] | None:
@@ -152,6 +196,7 @@ class _WebSocketMessages:
 
         while self._ws.client_state != WebSocketState.DISCONNECTED:
             event = await self._ws.receive()
+            self.last = time.monotonic()
             if event["type"] == "websocket.disconnect":
                 return None
             data = event.get("text")
@@ -165,35 +210,136 @@ class _WebSocketMessages:
                     await self.send(bad.to_response())
         return None
 
-    async def close(self) -> None:
+    async def close(self, code: int = 1000, reason: str = "") -> None:
         from starlette.websockets import WebSocketState  # noqa: PLC0415
 
         if self._ws.client_state == self._ws.application_state == WebSocketState.CONNECTED:
-            await self._ws.close()
+            with contextlib.suppress(RuntimeError, OSError):  # the peer went at the same time
+                await self._ws.close(code, reason)
+
+
+@dataclass(eq=False)
+class _Live:
+    """A connection counted against the cap: an HTTP connection or a WebSocket.
+
+    Attributes:
+        wrapper: its checks (whose ledger counts its open requests).
+        end: ends it (a ``DELETE`` of the HTTP connection, a close of the WebSocket).
+        last: its last activity (monotonic seconds), unless *messages* keeps it.
+        messages: a WebSocket's messages (their ``last`` is the connection's).
+        streams: an HTTP connection's open SSE streams.
+    """
+
+    wrapper: _Checked | None
+    end: Callable[[str], Awaitable[None]]
+    last: float = 0.0
+    messages: _WebSocketMessages | None = None
+    streams: int = 0
+
+    def idle_since(self) -> float:
+        return self.messages.last if self.messages is not None else self.last
+
+    def busy(self) -> bool:
+        return self.wrapper is not None and self.wrapper.ledger.open > 0
+
+
+_MESSAGES = {-32000: "Authentication required", **FrameError.MESSAGES}
+
+
+def _error_body(code: int, details: str, request_id: Any = None, **data: Any) -> dict[str, Any]:
+    """A JSON-RPC error response whose ``data`` has *details* and *data*."""
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "error": {
+            "code": code,
+            "message": _MESSAGES.get(code, "Server error"),
+            "data": {"details": details, **data},
+        },
+    }
 
 
 def _error(status: int, code: int, details: str, request_id: Any = None, **data: Any) -> Response:
     from starlette.responses import JSONResponse  # noqa: PLC0415
 
-    body = {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "error": {
-            "code": code,
-            "message": FrameError.MESSAGES.get(code, "Server error"),
-            "data": {"details": details, **data},
-        },
-    }
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(_error_body(code, details, request_id, **data), status_code=status)
+
+
+class _Guard:
+    """The ASGI application in front of the routes: :class:`Access` on every request."""
+
+    def __init__(self, app: Any, access: Access) -> None:
+        self.app = app
+        self.access = access
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        kind = scope["type"]
+        if kind not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        headers = scope["headers"]
+        websocket = kind == "websocket"
+        preflight = not websocket and scope["method"] == "OPTIONS"
+        verdict = self.access.check(headers, scope.get("subprotocols") if websocket else None)
+        if isinstance(verdict, Refusal) and not (preflight and verdict.rule == "token"):
+            await self._refuse(scope, send, verdict)
+            return
+        origin = None if isinstance(verdict, Refusal) else verdict.origin
+        if preflight and any(name == b"access-control-request-method" for name, _ in headers):
+            allowed = dict(headers).get(b"origin")
+            if allowed is not None:
+                extra = self.access.preflight(allowed)
+                await send({"type": "http.response.start", "status": 204, "headers": extra})
+                await send({"type": "http.response.body", "body": b""})
+                return
+        if isinstance(verdict, Refusal):  # an OPTIONS that is not a preflight
+            await self._refuse(scope, send, verdict)
+            return
+        if origin is None and verdict.subprotocol is None:
+            await self.app(scope, receive, send)
+            return
+        cors = Access.cors(dict(headers)[b"origin"]) if origin is not None else []
+        subprotocol = verdict.subprotocol
+
+        async def marked(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), *cors]}
+            elif message["type"] == "websocket.accept" and subprotocol is not None:
+                message = {**message, "subprotocol": subprotocol}
+            await send(message)
+
+        await self.app(scope, receive, marked)
+
+    @staticmethod
+    async def _refuse(scope: Any, send: Any, refusal: Refusal) -> None:
+        body = orjson.dumps(_error_body(refusal.code, refusal.details, rule=refusal.rule))
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        if refusal.rule == "token":
+            headers.append((b"www-authenticate", b'Bearer realm="modefsm"'))
+        if scope["type"] == "websocket":
+            if "websocket.http.response" not in scope.get("extensions", {}):
+                await send({"type": "websocket.close", "code": 1008})  # the server answers 403
+                return
+            prefix = "websocket."
+        else:
+            prefix = ""
+        start = {"type": f"{prefix}http.response.start", "status": refusal.status}
+        await send({**start, "headers": headers})
+        await send({"type": f"{prefix}http.response.body", "body": body})
 
 
 def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
     agent_factory: AgentFactory,
     *,
+    token: str | None,
+    allow_hosts: tuple[str, ...] = (),
+    allow_origins: tuple[str, ...] = (),
     path: str = ACP_PATH,
     max_body_bytes: int = MAX_BODY_BYTES,
     max_connections: int = MAX_CONNECTIONS,
     idle_seconds: float = IDLE_SECONDS,
+    first_frame_seconds: float = FIRST_FRAME_SECONDS,
+    body_seconds: float = BODY_SECONDS,
     protocols: tuple[int, ...] = SUPPORTED_PROTOCOLS,
 ) -> Any:
     """An ASGI application serving ACP v1 and v2 over streamable HTTP and WebSocket at *path*.
@@ -202,18 +348,34 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
         agent_factory: called once per connection with the SDK's ``AgentSideConnection``;
             returns the agent (e.g. a :class:`~modefsm.protocol.ModeAgent`, whose
             ``on_connect`` it should call).
+        token: the bearer token every request and WebSocket upgrade must carry (at least
+            32 characters of ``A-Z a-z 0-9 . _ ~ -``); ``None`` turns authentication off
+            (only for a server that no other local user, process or web page can reach).
+        allow_hosts: ``Host`` values accepted besides the loopback names (``localhost``,
+            ``127.0.0.1``, ``[::1]``, any port): ``host`` (any port) or ``host:port``, e.g.
+            the name a reverse proxy forwards.
+        allow_origins: ``Origin`` values accepted besides loopback ones, each exactly
+            ``scheme://host[:port]``.
         path: the endpoint path.
         max_body_bytes: the largest ``POST`` body, in bytes (``413`` beyond).
-        max_connections: connections served at once (``503`` beyond).
-        idle_seconds: an HTTP connection idle that long (no request, no open stream) is
-            closed.
+        max_connections: connections served at once (the longest idle is ended for a new
+            one; ``503`` when all have a request open).
+        idle_seconds: an HTTP connection idle that long (no request, no open stream), or
+            a WebSocket (no message either way, no request open), is closed.
+        first_frame_seconds: a WebSocket that sends nothing that long after its upgrade is
+            closed (``1008``).
+        body_seconds: a ``POST`` body not complete that long after its headers is
+            answered ``408``.
         protocols: the ACP versions served, ``(1, 2)``, ``(1,)`` or ``(2,)``; each
             connection's first ``initialize`` chooses, as on stdio
             (:func:`~modefsm.protocol.serve_negotiated`): a v2 client's agent is a
             :class:`~modefsm.protocol.ModeAgentV2` over the factory's agent.
 
     Returns:
-        A Starlette application (its lifespan closes every connection on shutdown).
+        An ASGI application (its lifespan closes every connection on shutdown).
+
+    Raises:
+        ValueError: *token* is not a usable token, or a host or origin is malformed.
     """
     from acp.http.protocol import (  # noqa: PLC0415 - the http extra
         CONNECTION_ID_HEADER,
@@ -228,10 +390,10 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
     from starlette.routing import Route, WebSocketRoute  # noqa: PLC0415
     from starlette.websockets import WebSocket  # noqa: PLC0415
 
+    access = Access(token, hosts=allow_hosts, origins=allow_origins)
     checked: dict[int, _Checked] = {}  # id(SDK transport) -> its checks
-    seen: dict[str, float] = {}  # connection id -> last activity (monotonic)
-    streams: dict[str, int] = {}  # connection id -> open SSE streams
-    sockets = 0
+    http_live: dict[str, _Live] = {}  # HTTP connection id -> its place
+    ws_live: dict[str, _Live] = {}  # WebSocket id -> its place
 
     def connect(wrapper: _Checked, version: int, first: dict[str, Any] | None = None) -> Any:
         """The SDK connection of *wrapper* for *version*; in the peer's context."""
@@ -272,13 +434,34 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
                 if wrapper is not None:
                     wrapper.release()
             if connection_id is not None:
-                seen.pop(connection_id, None)
+                http_live.pop(connection_id, None)
             return await super().handle_delete(connection_id=connection_id)
 
     server = _Server(agent_factory)
 
     def connections() -> int:
-        return len(server._connections) + sockets  # noqa: SLF001 - the SDK keeps them there
+        return len(server._connections) + len(ws_live)  # noqa: SLF001 - the SDK keeps them
+
+    async def make_room() -> bool:
+        """Whether a new connection fits, once the longest idle one is ended if need be."""
+        if connections() < max_connections:
+            return True
+        places = [(e.idle_since(), k, e) for k, e in (*http_live.items(), *ws_live.items())]
+        idle = [place for place in places if not place[2].busy()]
+        if not idle:
+            return False
+        _since, key, entry = min(idle, key=lambda place: place[0])
+        http_live.pop(key, None)
+        ws_live.pop(key, None)
+        await entry.end(key)
+        return connections() < max_connections
+
+    async def delete(connection_id: str) -> None:
+        await server.handle_delete(connection_id=connection_id)
+
+    def full(request_id: Any) -> dict[str, Any]:
+        details = f"at most {max_connections} connections are served at once"
+        return _error_body(-32600, details, request_id, limit="connections", max=max_connections)
 
     async def read_body(request: Request) -> bytes | Response:
         length = request.headers.get("content-length")
@@ -288,11 +471,23 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
                 413, -32600, f"{too_big}, not {length}", limit="bytes", max=max_body_bytes
             )
         body = bytearray()
-        with contextlib.suppress(ClientDisconnect):
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > max_body_bytes:
-                    return _error(413, -32600, too_big, limit="bytes", max=max_body_bytes)
+        try:
+            async with asyncio.timeout(body_seconds):
+                with contextlib.suppress(ClientDisconnect):
+                    async for chunk in request.stream():
+                        body += chunk
+                        if len(body) > max_body_bytes:
+                            return _error(413, -32600, too_big, limit="bytes", max=max_body_bytes)
+        except TimeoutError:
+            slow = _error(
+                408,
+                -32600,
+                f"a request body must arrive within {body_seconds:g} s",
+                limit="seconds",
+                max=body_seconds,
+            )
+            slow.headers["connection"] = "close"
+            return slow
         return bytes(body)
 
     async def post(request: Request) -> Response:  # noqa: PLR0911 - one answer per check
@@ -312,15 +507,12 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
             refused = unsupported(frame, protocols)
             if refused is not None:
                 return JSONResponse(refused, status_code=400)
-            if connections() >= max_connections:
-                details = f"at most {max_connections} connections are served at once"
-                return _error(
-                    503, -32600, details, frame.get("id"), limit="connections", max=max_connections
-                )
-        elif connection_id is not None and connection_id in server._connections:  # noqa: SLF001
-            seen[connection_id] = time.monotonic()
-            wrapper = checked.get(id(server._connections[connection_id][1]))  # noqa: SLF001
-            if is_request and wrapper is not None and wrapper.ledger.open >= MAX_OPEN:
+            if not await make_room():
+                return JSONResponse(full(frame.get("id")), status_code=503)
+        elif connection_id is not None and connection_id in http_live:
+            entry = http_live[connection_id]
+            entry.last = time.monotonic()
+            if is_request and entry.wrapper is not None and entry.wrapper.ledger.open >= MAX_OPEN:
                 details = f"at most {MAX_OPEN} requests of a connection are answered at once"
                 return _error(429, -32600, details, frame["id"], limit="open", max=MAX_OPEN)
         response = await server.handle_post(
@@ -330,8 +522,9 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
             session_id=request.headers.get(SESSION_ID_HEADER),
         )
         minted = response.headers.get(CONNECTION_ID_HEADER)
-        if minted is not None:
-            seen[minted] = time.monotonic()
+        if minted is not None and minted in server._connections:  # noqa: SLF001
+            wrapper = checked.get(id(server._connections[minted][1]))  # noqa: SLF001
+            http_live[minted] = _Live(wrapper, delete, time.monotonic())
         return response
 
     async def get(request: Request) -> Response:
@@ -346,60 +539,75 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
         assert connection_id is not None  # noqa: S101 - validate_stream checked it
 
         async def events() -> AsyncIterator[bytes]:
-            streams[connection_id] = streams.get(connection_id, 0) + 1
+            entry = http_live.get(connection_id)
+            if entry is not None:
+                entry.streams += 1
             try:
                 async for event in server.open_stream(
                     connection_id=connection_id, session_id=session_id
                 ):
-                    seen[connection_id] = time.monotonic()
+                    if entry is not None:
+                        entry.last = time.monotonic()
                     yield event
             finally:
-                streams[connection_id] -= 1
-                if not streams[connection_id]:
-                    del streams[connection_id]
-                if connection_id in seen:
-                    seen[connection_id] = time.monotonic()
+                if entry is not None:
+                    entry.streams -= 1
+                    entry.last = time.monotonic()
 
         return StreamingResponse(
             events(), media_type=CONTENT_TYPE_SSE, headers={"Cache-Control": "no-cache"}
         )
 
-    async def delete(request: Request) -> Response:
+    async def delete_route(request: Request) -> Response:
         return await server.handle_delete(connection_id=request.headers.get(CONNECTION_ID_HEADER))
 
     async def websocket(ws: WebSocket) -> None:
-        nonlocal sockets
-        if connections() >= max_connections:
-            await ws.close(code=1013)  # before accept: the server answers HTTP 403
-            return
-        sockets += 1
-        try:
-            await ws.accept(
-                headers=[(CONNECTION_ID_HEADER.lower().encode(), uuid.uuid4().hex.encode())]
-            )
-            peer = Peer()
-            wrapper = _Checked(_WebSocketMessages(ws), peer)
-            with use_peer(peer):
-                first, version = await _first_frame(wrapper, protocols)
-                if first is None:
-                    return
-                conn = connect(wrapper, version, first)
-                try:
-                    await conn.listen()
-                finally:
-                    wrapper.release()
-                    await conn.close()
-        finally:
-            sockets -= 1
+        key = uuid.uuid4().hex
+        await ws.accept(headers=[(CONNECTION_ID_HEADER.lower().encode(), key.encode())])
+        messages = _WebSocketMessages(ws)
+        peer = Peer()
+        wrapper = _Checked(messages, peer)
+        with use_peer(peer):
+            try:
+                first, version = await asyncio.wait_for(
+                    _first_frame(wrapper, protocols), first_frame_seconds
+                )
+            except TimeoutError:
+                reason = f"no message within {first_frame_seconds:g} s"
+                await messages.close(1008, reason)
+                return
+            if first is None:
+                return
+            if not await make_room():
+                await messages.send(full(first.get("id")))
+                await messages.close(1013, f"at most {max_connections} connections")
+                return
+
+            async def end(_key: str) -> None:
+                await messages.close(1001, "idle the longest while the server was full")
+
+            ws_live[key] = _Live(wrapper, end, messages=messages)
+            conn = connect(wrapper, version, first)
+            try:
+                await conn.listen()
+            finally:
+                ws_live.pop(key, None)
+                wrapper.release()
+                await conn.close()
 
     async def reap() -> None:
         period = max(min(idle_seconds / 4, 5.0), 0.05)
         while True:
             await asyncio.sleep(period)
             now = time.monotonic()
-            for connection_id, last in list(seen.items()):
-                if connection_id not in streams and now - last >= idle_seconds:
+            for connection_id, entry in list(http_live.items()):
+                if not entry.streams and now - entry.last >= idle_seconds:
                     await server.handle_delete(connection_id=connection_id)
+            for key, entry in list(ws_live.items()):
+                if now - entry.idle_since() >= idle_seconds and not entry.busy():
+                    ws_live.pop(key, None)
+                    assert entry.messages is not None  # noqa: S101 - a WebSocket's place
+                    await entry.messages.close(1001, f"idle for {idle_seconds:g} s")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
@@ -413,15 +621,16 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
                 await reaper
             await server.close()
 
-    return Starlette(
+    routes = Starlette(
         routes=[
             Route(path, post, methods=["POST"]),
             Route(path, get, methods=["GET"]),
-            Route(path, delete, methods=["DELETE"]),
+            Route(path, delete_route, methods=["DELETE"]),
             WebSocketRoute(path, websocket),
         ],
         lifespan=lifespan,
     )
+    return _Guard(routes, access)
 
 
 async def serve_http(
@@ -429,49 +638,84 @@ async def serve_http(
     host: str,
     port: int,
     *,
+    token: str | None,
+    allow_hosts: tuple[str, ...] = (),
+    allow_origins: tuple[str, ...] = (),
     ready: Callable[[str], None] | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
     max_connections: int = MAX_CONNECTIONS,
     idle_seconds: float = IDLE_SECONDS,
+    first_frame_seconds: float = FIRST_FRAME_SECONDS,
+    header_seconds: float = HEADER_SECONDS,
+    body_seconds: float = BODY_SECONDS,
+    max_sockets: int | None = None,
     protocols: tuple[int, ...] = SUPPORTED_PROTOCOLS,
 ) -> None:
     """Serve :func:`create_app` on uvicorn at *host*:*port* until SIGINT or SIGTERM.
 
     Args:
         agent_factory: see :func:`create_app`.
-        host: the address to bind (no authentication is done: keep it on loopback, or put
-            an authenticating proxy in front).
+        host: the address to bind; one that is not loopback needs a *token* (the traffic
+            is plain HTTP: put a TLS proxy in front of it).
         port: the TCP port; ``0`` picks a free one.
+        token: see :func:`create_app`.
+        allow_hosts: see :func:`create_app`; the bound ``host:port`` is always accepted.
+        allow_origins: see :func:`create_app`.
         ready: called with the endpoint URL (``http://HOST:PORT/acp``) once it listens.
         max_body_bytes: see :func:`create_app`; also the largest WebSocket message.
         max_connections: see :func:`create_app`.
         idle_seconds: see :func:`create_app`.
+        first_frame_seconds: see :func:`create_app`.
+        header_seconds: a TCP connection that has not sent a request's line and headers
+            this long after connecting (or after its first byte of a later request) is
+            answered ``408`` and closed.
+        body_seconds: see :func:`create_app`.
+        max_sockets: sockets open at once (HTTP and WebSocket, idle ones too); one more is
+            answered ``503`` and closed at once. ``None``: the soft ``RLIMIT_NOFILE`` less
+            :data:`RESERVED_DESCRIPTORS`.
         protocols: see :func:`create_app`.
 
     Raises:
         OSError: the address cannot be bound.
+        ValueError: *token* is ``None`` and *host* is not a loopback address, or an
+            argument of :func:`create_app` is malformed.
     """
     import uvicorn  # noqa: PLC0415 - the http extra
 
-    app = create_app(
-        agent_factory,
-        max_body_bytes=max_body_bytes,
-        max_connections=max_connections,
-        idle_seconds=idle_seconds,
-        protocols=protocols,
-    )
+    if token is None and not is_loopback(host):
+        msg = f"{host} is not a loopback address: serving it needs a token"
+        raise ValueError(msg)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
     sock = socket.create_server((host, port), family=family, reuse_port=False)
     bound = sock.getsockname()[1]
+    try:
+        app = create_app(
+            agent_factory,
+            token=token,
+            allow_hosts=(*allow_hosts, f"{shown}:{bound}"),
+            allow_origins=allow_origins,
+            max_body_bytes=max_body_bytes,
+            max_connections=max_connections,
+            idle_seconds=idle_seconds,
+            first_frame_seconds=first_frame_seconds,
+            body_seconds=body_seconds,
+            protocols=protocols,
+        )
+    except BaseException:
+        sock.close()
+        raise
+    if max_sockets is None:
+        max_sockets = _socket_limit()
     config = uvicorn.Config(
         app,
         log_level="warning",
         ws_max_size=max_body_bytes,
         lifespan="on",
         timeout_graceful_shutdown=2,
+        http=_bounded_http(header_seconds, max_sockets),
     )
     server = _stoppable(config) if _main_thread() else uvicorn.Server(config)
-    shown = f"[{host}]" if family == socket.AF_INET6 else host
     if ready is not None:
         started = asyncio.ensure_future(
             _when_started(server, lambda: ready(f"http://{shown}:{bound}{ACP_PATH}"))
@@ -482,6 +726,104 @@ async def serve_http(
         if ready is not None:
             started.cancel()
         sock.close()
+
+
+def _socket_limit() -> int:
+    """The soft ``RLIMIT_NOFILE`` less :data:`RESERVED_DESCRIPTORS` (at least 1)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(soft - RESERVED_DESCRIPTORS, 1)
+
+
+def raise_descriptor_limit() -> int:
+    """Raise the soft ``RLIMIT_NOFILE`` to the hard one; the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def _raw_answer(status: int, reason: str, body: dict[str, Any]) -> bytes:
+    """A whole HTTP/1.1 answer that closes the connection, with a JSON *body*."""
+    data = orjson.dumps(body)
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(data)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + data
+
+
+def _bounded_http(header_seconds: float, max_sockets: int) -> type[Any]:  # noqa: C901
+    """Uvicorn's h11 protocol with a deadline for each request's headers and a socket cap.
+
+    uvicorn bounds the wait between requests (``timeout_keep_alive``) but not a request
+    whose headers arrive slowly, nor a connection that never sends a byte.
+    """
+    import h11  # noqa: PLC0415 - uvicorn's HTTP/1.1 parser
+    from uvicorn.protocols.http.h11_impl import H11Protocol  # noqa: PLC0415
+
+    slow = _raw_answer(
+        408,
+        "Request Timeout",
+        _error_body(
+            -32600,
+            f"a request's headers must arrive within {header_seconds:g} s",
+            limit="seconds",
+            max=header_seconds,
+        ),
+    )
+    crowded = _raw_answer(
+        503,
+        "Service Unavailable",
+        _error_body(
+            -32600,
+            f"at most {max_sockets} sockets are open at once",
+            limit="sockets",
+            max=max_sockets,
+        ),
+    )
+
+    class BoundedH11Protocol(H11Protocol):
+        _deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            if len(self.connections) > max_sockets:
+                self.connections.discard(self)
+                transport.write(crowded)
+                transport.close()
+                return
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            if self._deadline is None and self.conn.their_state is h11.IDLE:
+                self._arm()  # the first byte of a later request
+            super().data_received(data)
+            if self.conn.their_state is not h11.IDLE:
+                self._disarm()  # its headers are in
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._deadline = self.loop.call_later(header_seconds, self._too_slow)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _too_slow(self) -> None:
+            self._deadline = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.write(slow)
+                self.transport.close()
+
+    return BoundedH11Protocol
 
 
 def _main_thread() -> bool:

@@ -14,7 +14,7 @@ import time
 import urllib.parse
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Self, cast
 
 import acp
 
@@ -26,19 +26,53 @@ SEED = preset("seed")
 TIMEOUT = 30
 
 
+LISTENING = re.compile(
+    r"modefsm serve: listening on (?P<url>http://\S+/acp) "
+    r"\((?:token in (?P<file>.+)|no authentication)\)\n"
+)
+"""The line `modefsm serve --http` prints once it listens."""
+
+
+class Served(str):
+    """The URL of a running server, with the bearer token its clients send (``None``:
+    ``--no-auth``) and the file it was read from."""
+
+    __slots__ = ("token", "token_file")
+
+    def __new__(cls, url: str, token_file: str | None) -> Self:
+        served = super().__new__(cls, url)
+        served.token_file = None if token_file is None else Path(token_file)
+        served.token = None if token_file is None else served.token_file.read_text().strip()
+        return served
+
+    token: str | None
+    token_file: Path | None
+
+
+def listening(line: str) -> Served:
+    """The server a ``listening on`` line of `modefsm serve --http` names."""
+    found = LISTENING.fullmatch(line)
+    assert found, line
+    return Served(found.group("url"), found.group("file"))
+
+
+def auth(url: str) -> dict[str, str]:
+    """The ``Authorization`` header of *url*'s server (none for ``--no-auth``)."""
+    token = getattr(url, "token", None)
+    return {} if token is None else {"Authorization": f"Bearer {token}"}
+
+
 @contextlib.contextmanager
-def http_server(log: Path, *args: str) -> Iterator[str]:
-    """`modefsm serve --http 127.0.0.1:0 --log LOG ARGS`; yields its URL; SIGTERM at the end."""
+def http_server(log: Path, *args: str) -> Iterator[Served]:
+    """`modefsm serve --http 127.0.0.1:0 --log LOG ARGS`; yields its URL (with its token);
+    SIGTERM at the end."""
     command = [sys.executable, "-m", "modefsm", "serve", "--http", "127.0.0.1:0"]
     process = subprocess.Popen(
         [*command, "--log", str(log), *args], stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
     )
     assert process.stderr is not None
     try:
-        line = process.stderr.readline().decode()
-        found = re.fullmatch(r"modefsm serve: listening on (http://127\.0\.0\.1:\d+/acp)\n", line)
-        assert found, line
-        yield found.group(1)
+        yield listening(process.stderr.readline().decode())
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -50,14 +84,24 @@ def http_server(log: Path, *args: str) -> Iterator[str]:
     assert process.returncode == 0
 
 
-async def transport_to(url: str, kind: str) -> Any:
-    """The SDK's client transport: streamable HTTP (``http``) or WebSocket (``ws``)."""
+async def transport_to(url: str, kind: str, headers: dict[str, str] | None = None) -> Any:
+    """The SDK's client transport: streamable HTTP (``http``) or WebSocket (``ws``), sending
+    *headers* (default: the server's ``Authorization``)."""
     from acp.http import create_http_stream
     from acp.ws import create_websocket_stream
 
+    headers = auth(url) if headers is None else headers
     if kind == "http":
-        return create_http_stream(url)
-    return await create_websocket_stream(url.replace("http://", "ws://"))
+        return create_http_stream(url, headers=headers)
+    return await create_websocket_stream(url.replace("http://", "ws://"), headers=headers)
+
+
+def ws_connect(url: str, **kwargs: Any) -> Any:
+    """``websockets.connect`` to *url*'s WebSocket with the server's ``Authorization``."""
+    import websockets
+
+    headers = {**auth(url), **kwargs.pop("additional_headers", {})}
+    return websockets.connect(url.replace("http://", "ws://"), additional_headers=headers, **kwargs)
 
 
 @contextlib.asynccontextmanager
@@ -116,13 +160,13 @@ async def until(check: Any, what: str) -> None:
 
 
 def post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, Any]:
-    """One raw POST; the status and the JSON body (``None`` when empty)."""
+    """One raw POST (with the server's ``Authorization`` unless *headers* give one); the
+    status and the JSON body (``None`` when empty)."""
     parts = urllib.parse.urlsplit(url)
     connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=TIMEOUT)
     try:
-        connection.request(
-            "POST", parts.path, body, {"Content-Type": "application/json", **(headers or {})}
-        )
+        sent = {"Content-Type": "application/json", **auth(url), **(headers or {})}
+        connection.request("POST", parts.path, body, {k: v for k, v in sent.items() if v})
         response = connection.getresponse()
         data = response.read()
         return response.status, json.loads(data) if data else None

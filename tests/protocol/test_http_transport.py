@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import json
 import subprocess
 import sys
-import time
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any
@@ -19,7 +19,7 @@ from modefsm import preset
 from modefsm.protocol import MAX_BODY_BYTES, MAX_CONNECTIONS, create_app, serve_http
 from tests.acp_client import select, text_block
 from tests.conftest import mode_option
-from tests.protocol.http_wire import http_server, post, v1_client
+from tests.protocol.http_wire import auth, http_server, post, v1_client, ws_connect
 
 from .test_conversation_replay import a_conversation, expected_replay, modes
 
@@ -181,76 +181,122 @@ class TestHostileRequests:
             await conn.set_session_mode(session_id=session.session_id, mode_id="code")
 
 
+def notify() -> bytes:
+    """An extension notification: accepted (``202``) on a live connection, ignored."""
+    return b'{"jsonrpc":"2.0","method":"_test/ping","params":{}}'
+
+
+def connection_of(url: str, request_id: int) -> str:
+    """A new HTTP connection's id (a raw ``initialize``)."""
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
+    try:
+        headers = {"Content-Type": "application/json", **auth(url)}
+        connection.request("POST", parts.path, initialize(request_id), headers)
+        response = connection.getresponse()
+        response.read()
+        assert response.status == 200
+        return response.headers["Acp-Connection-Id"]
+    finally:
+        connection.close()
+
+
+@contextlib.asynccontextmanager
+async def in_process(**limits: Any) -> Any:
+    """`serve_http` of the scripted agent in this process with *limits*; yields its URL."""
+    from modefsm.cli._serve import ScriptedAgent
+    from modefsm.protocol import SharedEngine
+
+    engine = SharedEngine(SEED)
+
+    def factory(conn: Any) -> ScriptedAgent:
+        agent = ScriptedAgent(SEED, unstable=True, engine=engine)
+        agent.on_connect(conn)
+        return agent
+
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    server = asyncio.ensure_future(
+        serve_http(factory, "127.0.0.1", 0, token=None, ready=ready.set_result, **limits)
+    )
+    try:
+        yield await asyncio.wait_for(ready, 30)
+    finally:
+        server.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await server
+
+
 class TestLimits:
-    def test_one_connection_more_than_the_cap_gets_503(self, log_path):
+    def test_a_connection_beyond_the_cap_ends_the_longest_idle_one(self, log_path):
         with http_server(log_path) as url:
-            for n in range(MAX_CONNECTIONS):
-                status, _body = post(url, initialize(n))
-                assert status == 200, n
-            assert post(url, initialize(99)) == (
-                503,
-                {
-                    "jsonrpc": "2.0",
-                    "id": 99,
-                    "error": {
-                        "code": -32600,
-                        "message": "Invalid request",
-                        "data": {
-                            "details": f"at most {MAX_CONNECTIONS} connections are served at once",
-                            "limit": "connections",
-                            "max": MAX_CONNECTIONS,
-                        },
+            ids = [connection_of(url, n) for n in range(MAX_CONNECTIONS)]
+            assert post(url, notify(), {"Acp-Connection-Id": ids[0]}) == (202, None)
+            newest = connection_of(url, 99)  # the cap is reached: ids[1] is idle the longest
+            assert post(url, notify(), {"Acp-Connection-Id": ids[1]}) == (
+                404,
+                {"error": "Unknown connection id"},
+            )
+            for kept in (ids[0], *ids[2:], newest):
+                assert post(url, notify(), {"Acp-Connection-Id": kept}) == (202, None)
+
+    async def test_a_connection_beyond_the_cap_gets_503_when_every_one_is_busy(self):
+        undecided: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        async def wait(options: Any, tool_call: Any) -> Any:
+            return await undecided
+
+        async with (
+            in_process(max_connections=1) as url,
+            v1_client(url, "http") as (conn, client),
+        ):
+            client.answer = wait
+            session_id = (await conn.new_session(cwd=".")).session_id
+            await conn.set_session_mode(session_id=session_id, mode_id="architect")
+            turn = asyncio.ensure_future(
+                conn.prompt(session_id=session_id, prompt=[text_block("go")])
+            )
+            await asyncio.wait_for(client.pending.wait(), 30)
+            refused = await asyncio.to_thread(post, url, initialize(7))
+            undecided.set_result(select("reject"))
+            await turn
+        assert refused == (
+            503,
+            {
+                "jsonrpc": "2.0",
+                "id": 7,
+                "error": {
+                    "code": -32600,
+                    "message": "Invalid request",
+                    "data": {
+                        "details": "at most 1 connections are served at once",
+                        "limit": "connections",
+                        "max": 1,
                     },
                 },
-            )
-
-    async def test_an_idle_connection_expires_and_frees_its_place(self, tmp_path):
-        from modefsm.protocol import ModeAgent
-
-        idle = 2.0  # seconds: the second request must come well before the first expires
-
-        def factory(conn: Any) -> ModeAgent:
-            agent = ModeAgent(SEED)
-            agent.on_connect(conn)
-            return agent
-
-        ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        server = asyncio.ensure_future(
-            serve_http(
-                factory,
-                "127.0.0.1",
-                0,
-                ready=ready.set_result,
-                max_connections=1,
-                idle_seconds=idle,
-            )
+            },
         )
-        try:
-            url = await asyncio.wait_for(ready, 30)
-            status, _ = await asyncio.to_thread(post, url, initialize())
-            assert status == 200
-            full = await asyncio.to_thread(post, url, initialize(1))
-            assert full[0] == 503  # the first still holds the only place
-            deadline = time.monotonic() + 10
-            while (await asyncio.to_thread(post, url, initialize(2)))[0] != 200:
-                assert time.monotonic() < deadline, "the idle connection never expired"
-                await asyncio.sleep(0.2)
-        finally:
-            server.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await server
+
+    async def test_an_idle_connection_expires(self):
+        async with in_process(idle_seconds=1.0) as url:
+            connection_id = await asyncio.to_thread(connection_of, url, 0)
+            headers = {"Acp-Connection-Id": connection_id}
+            assert await asyncio.to_thread(post, url, notify(), headers) == (202, None)
+            # any request would keep it alive: look once, after the reaper (a task of this
+            # loop, every 0.25 s) has had many turns past the idle second
+            await asyncio.sleep(4)
+            assert await asyncio.to_thread(post, url, notify(), headers) == (
+                404,
+                {"error": "Unknown connection id"},
+            )
 
     def test_create_app_is_an_asgi_app(self):
-        app = create_app(lambda conn: None)
+        app = create_app(lambda conn: None, token=None)
         assert callable(app)
 
 
 class TestWebSocketFrames:
     async def test_bad_frames_are_answered_on_the_socket_and_it_keeps_serving(self, one_server):
-        import websockets
-
-        url = one_server.replace("http://", "ws://")
-        async with websockets.connect(url) as socket:
+        async with ws_connect(one_server) as socket:
             await socket.send("{bad")
             parse_error = json.loads(await asyncio.wait_for(socket.recv(), 10))
             await socket.send('{"jsonrpc":"2.0","id":3,"method":7}')
@@ -283,8 +329,7 @@ class TestWebSocketFrames:
     async def test_an_oversized_message_closes_only_its_socket(self, one_server):
         import websockets
 
-        url = one_server.replace("http://", "ws://")
-        async with websockets.connect(url, max_size=None) as socket:
+        async with ws_connect(one_server, max_size=None) as socket:
             await socket.send("x" * (MAX_BODY_BYTES + 1))
             with pytest.raises(websockets.ConnectionClosed) as info:
                 await asyncio.wait_for(socket.recv(), 10)

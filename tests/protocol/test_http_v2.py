@@ -27,6 +27,7 @@ from tests.protocol.http_wire import (
     transport_to,
     until,
     v1_client,
+    ws_connect,
 )
 from tests.protocol.v2_frames import V2_OPTIONS, Frames, option_v2, text
 
@@ -438,10 +439,8 @@ class TestOnTheWire:
         )
 
     async def test_websocket_negotiation_and_raw_params_like_stdio(self, server):
-        import websockets
-
         url, _log = server
-        async with websockets.connect(url.replace("http://", "ws://")) as socket:
+        async with ws_connect(url) as socket:
 
             async def call(frame: dict[str, Any]) -> list[dict[str, Any]]:
                 await socket.send(json.dumps({"jsonrpc": "2.0", **frame}))

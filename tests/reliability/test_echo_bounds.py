@@ -29,7 +29,7 @@ import pydantic
 import pytest
 
 from tests.acp_client import start_serve
-from tests.protocol.http_wire import shared_server
+from tests.protocol.http_wire import auth, shared_server, ws_connect
 
 pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
 
@@ -179,7 +179,11 @@ class HttpWire(Wire):
         self.streams: list[asyncio.Future[None]] = []
 
     def _stream(self, session_id: str | None) -> None:
-        headers = {"Accept": "text/event-stream", "Acp-Connection-Id": self.connection_id}
+        headers = {
+            "Accept": "text/event-stream",
+            "Acp-Connection-Id": self.connection_id,
+            **auth(self.url),
+        }
         if session_id is not None:
             headers["Acp-Session-Id"] = session_id
         self.streams.append(asyncio.ensure_future(self._consume(headers)))
@@ -192,7 +196,7 @@ class HttpWire(Wire):
                     self.arrived(line.removeprefix("data: "))
 
     async def send(self, frame: dict[str, Any]) -> tuple[int, str] | None:
-        headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": "application/json", **auth(self.url)}
         if self.connection_id:
             headers["Acp-Connection-Id"] = self.connection_id
         if self.session_id is not None:
@@ -235,9 +239,7 @@ async def stdio_wire(tmp_path: Path) -> AsyncIterator[tuple[Wire, Path, Path]]:
 
 @contextlib.asynccontextmanager
 async def ws_wire(url: str) -> AsyncIterator[Wire]:
-    import websockets
-
-    async with websockets.connect(url.replace("http://", "ws://"), max_size=None) as socket:
+    async with ws_connect(url, max_size=None) as socket:
         wire = WebSocketWire(socket)
         try:
             yield wire
@@ -257,7 +259,7 @@ async def http_wire(url: str) -> AsyncIterator[Wire]:
             for stream in wire.streams:
                 stream.cancel()
             if wire.connection_id:
-                headers = {"Acp-Connection-Id": wire.connection_id}
+                headers = {"Acp-Connection-Id": wire.connection_id, **auth(url)}
                 await client.request("DELETE", url, headers=headers)
 
 
@@ -577,6 +579,7 @@ async def test_long_http_headers_get_the_sdk_answer(
             "Accept": "text/event-stream",
             "Acp-Connection-Id": wire.connection_id,
             "Acp-Session-Id": sid,
+            **auth(url),
             header: "Z" * 10_000,
         }
         body = {"jsonrpc": "2.0", "id": 1, "method": "session/set_mode"}

@@ -27,6 +27,7 @@ from modefsm import (
     SwitchResult,
     TransitionLog,
     Violation,
+    new_token,
     open_store,
     preset,
     replay,
@@ -117,4 +118,5 @@ def serve_over_http() -> None:
         agent.on_connect(conn)
         return agent
 
-    asyncio.run(serve_http(factory, "127.0.0.1", 8000, ready=print))
+    token = new_token()  # clients send it: Authorization: Bearer TOKEN
+    asyncio.run(serve_http(factory, "127.0.0.1", 8000, token=token, ready=print))
