@@ -19,7 +19,7 @@ Example (a host embedding modefsm; ``acp.run_agent`` serves it over stdio)::
 
     class MyAgent(ModeAgent):
         async def prompt(self, prompt, session_id, **kwargs):
-            mode = self.engine.get(session_id).state   # decide tools by the current mode
+            mode = self.session(session_id).state   # decide tools by the current mode
             ...
 
     log = TransitionLog.to_file("modes.jsonl")
@@ -79,6 +79,17 @@ class RestoreSource(Protocol):
         """The session's last committed point, or ``None`` if it was never seen."""
 
 
+def session_not_found(session_id: str, version: int = 1) -> RequestError:
+    """The ``-32002`` error for *session_id*.
+
+    ACP v1's ``data`` is ``{"uri": sessionId}``; v2's (*version* 2) ``{"sessionId": ...}``.
+    """
+    if version == 2:  # noqa: PLR2004
+        return RequestError(-32002, f"sessionId: {session_id}", {"sessionId": session_id})
+    message = f"sessionId: {UnknownSessionError(session_id)}"
+    return RequestError(-32002, message, {"uri": session_id})
+
+
 def acp_errors() -> contextlib.AbstractContextManager[None]:
     """Turn modefsm errors raised inside the block into ACP JSON-RPC errors.
 
@@ -104,7 +115,7 @@ class _ACPErrors(contextlib.AbstractContextManager[None]):
 
     def __exit__(self, exc_type: object, exc: BaseException | None, traceback: object) -> None:
         if isinstance(exc, UnknownSessionError):
-            raise RequestError(-32002, f"sessionId: {exc}", {"uri": exc.session_id}) from None
+            raise session_not_found(exc.session_id) from None
         if isinstance(exc, InvalidParamsError):
             raise RequestError(-32602, str(exc), exc.to_data()) from None
         if isinstance(exc, HookError):
@@ -276,6 +287,7 @@ class ModeAgent:
         """
         del kwargs
         with acp_errors():
+            self._held(session_id)
             kept = isinstance(self.engine, SharedEngine) and self.engine.leave(session_id)
             if not kept:
                 self.engine.close_session(session_id)
@@ -380,6 +392,7 @@ class ModeAgent:
         """``session/set_mode``: change the mode; both notifications precede the response."""
         del kwargs
         with acp_errors():
+            self._held(session_id)
             await _finish(self.engine.set_mode(session_id, mode_id))
         return SetSessionModeResponse()
 
@@ -393,19 +406,40 @@ class ModeAgent:
         """``session/set_config_option`` on the mode option; answers the complete list."""
         del kwargs
         with acp_errors():
+            self._held(session_id)
             options = await _finish(self.engine.set_config_option(session_id, config_id, value))
         return SetSessionConfigOptionResponse(config_options=_copy(options))
 
     # -- prompts and the switch_mode tool ---------------------------------------------------
 
     def session(self, session_id: str) -> Session:
-        """The live session (its ``state`` is the current mode).
+        """The live session (its ``state`` is the current mode), for a request about it.
+
+        A prompt turn starts here: on a :class:`~modefsm.protocol.SharedEngine`, a session
+        the connection does not hold is unknown to it (:meth:`holds`).
 
         Raises:
-            RequestError: ``-32002`` for an unknown session.
+            RequestError: ``-32002`` for an unknown session, or one the connection does not
+                hold.
         """
         with acp_errors():
+            self._held(session_id)
             return self.engine.get(session_id)
+
+    def holds(self, session_id: str) -> bool:
+        """Whether this agent's connection may act on *session_id*.
+
+        On a :class:`~modefsm.protocol.SharedEngine`: whether the connection holds it (it
+        created, loaded or resumed it and has not closed it); on an engine of the agent's
+        own: always.
+        """
+        engine = self.engine
+        return not isinstance(engine, SharedEngine) or engine.holds(session_id)
+
+    def _held(self, session_id: str) -> None:
+        """Refuse a request about a session the connection does not hold (as unknown)."""
+        if not self.holds(session_id):
+            raise UnknownSessionError(session_id)
 
     def begin_turn(self, session_id: str) -> asyncio.Event:
         """Mark the start of a prompt turn; the returned event is set by ``session/cancel``.

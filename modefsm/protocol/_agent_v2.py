@@ -42,8 +42,15 @@ from acp import RequestError
 from acp import schema as v1
 from acp.experimental.v2 import schema as v2
 
+from modefsm.errors import UnknownSessionError
 from modefsm.log._conversation import ConversationItem
-from modefsm.protocol._agent import ModeAgent, _finish, _version, acp_errors
+from modefsm.protocol._agent import (
+    ModeAgent,
+    _finish,
+    _version,
+    acp_errors,
+    session_not_found,
+)
 
 __all__ = ["V2_PROTOCOL_VERSION", "ModeAgentV2"]
 # Also for the other transports of this package (not re-exported): REPLAY_FROM_MESSAGE,
@@ -414,10 +421,11 @@ class ModeAgentV2:
 
         As :meth:`ModeAgent.close_session <modefsm.protocol.ModeAgent.close_session>`: on
         a shared engine, while another connection holds the session, only this
-        connection's hold ends and its own turns on the session are cancelled.
+        connection's hold ends and its own turns on the session are cancelled; one the
+        connection does not hold is unknown to it (succeeds, changes nothing).
         """
         del kwargs
-        if session_id in self.base.engine:
+        if session_id in self.base.engine and self.base.holds(session_id):
             await self.base.close_session(session_id)
         return v2.CloseSessionResponse()
 
@@ -437,6 +445,8 @@ class ModeAgentV2:
         del kwargs
         engine = self.base.engine
         with _V2_ERRORS, acp_errors():
+            if not self.base.holds(session_id):
+                raise UnknownSessionError(session_id)
             options = await _finish(engine.set_config_option(session_id, config_id, value))
         return v2.SetSessionConfigOptionResponse(config_options=v2_options(options))
 
@@ -550,9 +560,7 @@ class _V2Errors(contextlib.AbstractContextManager[None]):
         if isinstance(exc, RequestError) and exc.code == _NOT_FOUND:
             data = exc.data if isinstance(exc.data, dict) else {}
             session_id = data.get("uri", data.get("sessionId"))
-            raise RequestError(
-                _NOT_FOUND, f"sessionId: {session_id}", {"sessionId": session_id}
-            ) from None
+            raise session_not_found(str(session_id), 2) from None
 
 
 _V2_ERRORS = _V2Errors()

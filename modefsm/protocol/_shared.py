@@ -16,6 +16,13 @@ its own; a shared engine keeps both per connection. Then:
   ``session/new`` answer names it, or from its ``session/load``/``session/resume``
   request on (dropped again if that fails), until its ``session/close`` succeeds or the
   connection closes;
+- a connection acts only on the sessions it holds: a :class:`~modefsm.protocol.ModeAgent`
+  answers its ``session/set_mode``, ``session/set_config_option``, ``session/prompt``
+  (through :meth:`ModeAgent.session <modefsm.protocol.ModeAgent.session>`) and v1
+  ``session/close`` of any other session ``-32002`` as for an unknown session, changing
+  nothing (:meth:`SharedEngine.holds`); a v2 ``session/close`` of one succeeds and changes
+  nothing, as v2 answers the close of an unknown session; a ``session/cancel`` of one
+  has nothing to cancel (each connection's agent cancels only its own turns);
 - a ``session/close`` from a connection while another connection holds the session ends
   only the closing connection's hold (:meth:`SharedEngine.leave`): its agent cancels its
   own turns on the session, the session stays live and unchanged for the other holders
@@ -224,6 +231,14 @@ class SharedEngine(ModeEngine):
     def holders(self, session_id: str) -> list[Peer]:
         """The connections holding *session_id*, oldest first."""
         return list(self._holders.get(session_id, ()))
+
+    def holds(self, session_id: str) -> bool:
+        """Whether the connection running this call holds *session_id*.
+
+        ``True`` outside any connection context: the host's own calls act on every session.
+        """
+        peer = _CURRENT.get()
+        return peer is None or session_id in peer.sessions
 
     def request_seen(self, peer: Peer, frame: dict[str, Any]) -> None:
         """A request *peer*'s client sent: ``session/new``, ``load``, ``resume``, ``close``."""
