@@ -1,0 +1,321 @@
+"""No lock-out: idle, silent and slow peers cannot keep a real client from `serve --http`.
+
+Real servers on 127.0.0.1 (`modefsm serve --http`, or the same agent through
+``tests/protocol/http_serve.py`` with bounds a test chooses), real sockets: WebSockets that
+say nothing, TCP connections that send half a request's headers, initialized connections
+left idle, and the SDK client doing real round trips meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.protocol.http_wire import TIMEOUT, Served, auth, chain, http_server, listening, v1_client
+
+pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+INITIALIZE = '{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}'
+
+
+@contextlib.contextmanager
+def bounded_server(log: Path, *args: str, prefix: tuple[str, ...] = ()) -> Iterator[Served]:
+    """``tests/protocol/http_serve.py LOG ARGS`` (under *prefix*); yields its URL."""
+    process = subprocess.Popen(
+        [*prefix, sys.executable, "-m", "tests.protocol.http_serve", str(log), *args],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+    assert process.stderr is not None
+    try:
+        yield listening(process.stderr.readline().decode())
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.stderr.close()
+
+
+def address(url: str) -> tuple[str, int]:
+    host, _, port = url.removeprefix("http://").partition("/")[0].rpartition(":")
+    return host, int(port)
+
+
+def answer(status: int, reason: str, body: dict[str, Any]) -> bytes:
+    """The whole raw answer the server writes before it closes a socket."""
+    data = json.dumps(body, separators=(",", ":")).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(data)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode() + data
+
+
+def limit_error(details: str, limit: str, maximum: float) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {
+            "code": -32600,
+            "message": "Invalid request",
+            "data": {"details": details, "limit": limit, "max": maximum},
+        },
+    }
+
+
+async def silent_socket(url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection(*address(url))
+
+
+async def slow_headers(url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection that has sent the first line and one header of a request, no more."""
+    reader, writer = await silent_socket(url)
+    host, port = address(url)
+    writer.write(f"POST /acp HTTP/1.1\r\nHost: {host}:{port}\r\nX-Slow: ".encode())
+    await writer.drain()
+    return reader, writer
+
+
+async def idle_websocket(url: str) -> Any:
+    """An upgraded, authenticated WebSocket that sends nothing."""
+    import websockets
+
+    headers = auth(url)
+    return await websockets.connect(url.replace("http://", "ws://"), additional_headers=headers)
+
+
+@contextlib.asynccontextmanager
+async def closing(sockets: list[Any]) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        for item in sockets:
+            with contextlib.suppress(Exception):
+                if isinstance(item, tuple):
+                    item[1].close()
+                else:
+                    await asyncio.wait_for(item.close(), 1)
+
+
+async def round_trips(url: str, count: int) -> tuple[str, float]:
+    """*count* `session/set_mode` round trips of the SDK client; its session and the seconds."""
+    async with v1_client(url, "http") as (conn, _client):
+        session_id = (await conn.new_session(cwd=".")).session_id
+        started = time.monotonic()
+        for n in range(count):
+            mode = ("code", "ask")[n % 2]
+            await asyncio.wait_for(
+                conn.set_session_mode(session_id=session_id, mode_id=mode), TIMEOUT
+            )
+        return session_id, time.monotonic() - started
+
+
+def descriptors(needed: int) -> None:
+    """Raise this process's soft file limit to its hard one; it must allow *needed*."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    assert hard >= needed, f"the test needs {needed} file descriptors; the hard limit is {hard}"
+
+
+async def gather_bounded(factories: list[Any], at_once: int = 100) -> list[Any]:
+    gate = asyncio.Semaphore(at_once)
+
+    async def one(factory: Any) -> Any:
+        async with gate:
+            return await factory()
+
+    return await asyncio.gather(*(one(f) for f in factories))
+
+
+async def test_a_client_is_served_while_1000_idle_websockets_and_1000_slow_headers_are_open(
+    tmp_path,
+):
+    descriptors(4500)
+    log = tmp_path / "modes.jsonl"
+    # deadlines far beyond the test: what is shown is that none of these sockets takes a
+    # place a client needs (the deadlines that close them are tested below)
+    with bounded_server(log, "--first-frame", "600", "--header", "600") as url:
+        _warm, alone = await round_trips(url, 100)
+        websockets_ = await gather_bounded([lambda: idle_websocket(url)] * 1000)
+        slow = await gather_bounded([lambda: slow_headers(url)] * 1000)
+        async with closing([*websockets_, *slow]):
+            session_id, crowded = await round_trips(url, 100)
+            # every one of them is still open: the client was served while they were
+            assert [ws.state.name for ws in websockets_] == ["OPEN"] * 1000
+            assert [reader.at_eof() for reader, _writer in slow] == [False] * 1000
+    assert chain(log, session_id) == [
+        ("session_created", 1, "ask"),
+        *(("mode_changed", n, ("code", "ask")[n % 2]) for n in range(2, 102)),
+    ]
+    print(f"100 set_mode round trips: {alone:.2f} s alone, {crowded:.2f} s beside 2,000 sockets")  # noqa: T201 - a figure for the README
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """A server whose deadlines are all 1 s."""
+    log = tmp_path_factory.mktemp("deadlines") / "modes.jsonl"
+    args = ("--first-frame", "1", "--header", "1", "--body", "1", "--idle", "1")
+    with bounded_server(log, *args) as url:
+        yield url
+
+
+class TestDeadlines:
+    """Silent, slow and idle peers are closed, each with its exact answer."""
+
+    async def test_a_websocket_that_sends_nothing_is_closed_1008(self, server):
+        import websockets
+
+        socket = await idle_websocket(server)
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await asyncio.wait_for(socket.recv(), TIMEOUT)
+        assert closed.value.rcvd is not None
+        assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (
+            1008,
+            "no message within 1 s",
+        )
+
+    @pytest.mark.parametrize("opening", [silent_socket, slow_headers], ids=["silent", "slow"])
+    async def test_a_connection_without_headers_gets_408_and_is_closed(self, server, opening):
+        reader, writer = await opening(server)
+        try:
+            data = await asyncio.wait_for(reader.read(), TIMEOUT)  # to the end: closed
+        finally:
+            writer.close()
+        details = "a request's headers must arrive within 1 s"
+        assert data == answer(408, "Request Timeout", limit_error(details, "seconds", 1.0))
+
+    async def test_a_body_that_does_not_arrive_gets_408(self, server):
+        reader, writer = await silent_socket(server)
+        host, port = address(server)
+        token = server.token
+        writer.write(
+            (
+                f"POST /acp HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
+                "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+            ).encode()
+        )
+        try:
+            data = await asyncio.wait_for(reader.read(), TIMEOUT)
+        finally:
+            writer.close()
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+        assert b"\r\nconnection: close" in head
+        details = "a request body must arrive within 1 s"
+        assert json.loads(body) == limit_error(details, "seconds", 1)
+
+    async def test_an_initialized_websocket_left_idle_is_closed_1001(self, server):
+        import websockets
+
+        socket = await idle_websocket(server)
+        await socket.send(INITIALIZE)
+        assert json.loads(await asyncio.wait_for(socket.recv(), TIMEOUT))["id"] == 0
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await asyncio.wait_for(socket.recv(), TIMEOUT)
+        assert closed.value.rcvd is not None
+        assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1001, "idle for 1 s")
+
+
+class TestPlaces:
+    """Only initialized connections take a place; a new one ends the longest idle one."""
+
+    async def test_silent_websockets_take_no_place(self, tmp_path):
+        with bounded_server(tmp_path / "modes.jsonl", "--max-connections", "2") as url:
+            silent = [await idle_websocket(url) for _ in range(20)]
+            async with closing(silent):
+                async with v1_client(url, "ws") as (a, _), v1_client(url, "http") as (b, _):
+                    await a.new_session(cwd=".")
+                    await b.new_session(cwd=".")
+                assert [ws.state.name for ws in silent] == ["OPEN"] * 20
+
+    async def test_a_new_connection_ends_the_longest_idle_one(self, tmp_path):
+        import websockets
+
+        with bounded_server(tmp_path / "modes.jsonl", "--max-connections", "2") as url:
+            oldest, recent = await idle_websocket(url), await idle_websocket(url)
+            async with closing([oldest, recent]):
+                for socket in (oldest, recent):
+                    await socket.send(INITIALIZE)
+                    await asyncio.wait_for(socket.recv(), TIMEOUT)
+                async with v1_client(url, "http") as (conn, _client):
+                    await conn.new_session(cwd=".")  # served: a place was made for it
+                    with pytest.raises(websockets.ConnectionClosed) as closed:
+                        await asyncio.wait_for(oldest.recv(), TIMEOUT)
+                    assert closed.value.rcvd is not None
+                    assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (
+                        1001,
+                        "idle the longest while the server was full",
+                    )
+                    await recent.send(INITIALIZE.replace('"id":0', '"id":1'))
+                    assert json.loads(await asyncio.wait_for(recent.recv(), TIMEOUT))["id"] == 1
+
+
+class TestSockets:
+    def test_serve_raises_its_soft_descriptor_limit_to_the_hard_one(self, log_path):
+        prefix = ["prlimit", "--nofile=256:4096"]
+        command = [sys.executable, "-m", "modefsm", "serve", "--http", "127.0.0.1:0"]
+        process = subprocess.Popen(
+            [*prefix, *command, "--log", str(log_path)],
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+        )
+        assert process.stderr is not None
+        try:
+            listening(process.stderr.readline().decode())
+            limits = Path(f"/proc/{process.pid}/limits").read_text().splitlines()
+        finally:
+            process.terminate()
+            process.wait(30)
+            process.stderr.close()
+        [line] = [line for line in limits if line.startswith("Max open files")]
+        assert line.split()[3:5] == ["4096", "4096"]
+
+    async def test_sockets_beyond_the_cap_get_503_until_the_silent_ones_are_closed(self, tmp_path):
+        prefix = ("prlimit", "--nofile=128:128")  # 64 sockets: 128 less 64 kept for the rest
+        with bounded_server(tmp_path / "modes.jsonl", "--header", "2", prefix=prefix) as url:
+            silent = [await silent_socket(url) for _ in range(64)]
+            async with closing(silent):
+                reader, writer = await silent_socket(url)
+                refused = await asyncio.wait_for(reader.read(), TIMEOUT)
+                writer.close()
+                details = "at most 64 sockets are open at once"
+                assert refused == answer(
+                    503, "Service Unavailable", limit_error(details, "sockets", 64)
+                )
+                # the silent ones are answered 408 and closed at their deadline
+                for silent_reader, _writer in silent:
+                    assert (await asyncio.wait_for(silent_reader.read(), TIMEOUT)).startswith(
+                        b"HTTP/1.1 408 "
+                    )
+                async with v1_client(url, "http") as (conn, _client):
+                    await conn.new_session(cwd=".")
+
+
+async def test_the_cli_server_closes_a_silent_websocket_after_10_s(log_path):
+    import websockets
+
+    with http_server(log_path) as url:
+        socket = await idle_websocket(url)
+        started = time.monotonic()
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await asyncio.wait_for(socket.recv(), 60)
+        waited = time.monotonic() - started
+    assert closed.value.rcvd is not None
+    assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1008, "no message within 10 s")
+    assert waited >= 9.5
