@@ -61,6 +61,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from modefsm.errors import LogError
+from modefsm.log._files import check_private, create_private
 from modefsm.log._reader import LogEntry, LogProblem, read_log
 from modefsm.log._records import (
     EVENT_CHANGED,
@@ -223,6 +224,7 @@ class RestoreIndex:
         with contextlib.suppress(FileNotFoundError):
             if not stat.S_ISREG(self.path.stat().st_mode):  # a FIFO would block
                 raise LogError("not a regular file: the restore index must be one", str(path))
+        _private_index(self.path)
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None, timeout=_OPEN_WAIT)
         except sqlite3.Error as exc:
@@ -701,6 +703,29 @@ def check_index_path(path: Path, *, doing: str = "open") -> None:
         raise LogError("not a regular file: the restore index must be one", str(path))
     if status.st_size and not is_index(path):
         raise LogError("exists and is not a restore index: not overwritten", str(path))
+
+
+def check_index_modes(path: Path) -> None:
+    """Refuse an index whose file or SQLite side files (``-wal``, ``-shm``) others may write.
+
+    Raises:
+        LogError: one of them exists and users other than its owner may write it.
+    """
+    for file in _sqlite_files(path):
+        try:
+            status = file.stat()
+        except OSError:
+            continue
+        check_private(status, file, "the restore index")
+
+
+def _private_index(path: Path) -> None:
+    """Check the index's modes (:func:`check_index_modes`); create it ``0600`` if missing.
+
+    SQLite gives its ``-wal`` and ``-shm`` files the mode of the index.
+    """
+    check_index_modes(path)
+    create_private(path, "the restore index")
 
 
 def is_index(path: Path) -> bool:

@@ -460,7 +460,10 @@ def _run_store(args: argparse.Namespace) -> int:
         sys.stdout.buffer.flush()
     else:
         try:
-            with args.output.open("xb") as out:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+            fd = os.open(args.output, flags, 0o600)  # the records of every session: private
+            os.fchmod(fd, 0o600)
+            with os.fdopen(fd, "wb") as out:
                 try:
                     count = export_store(args.url, out)
                 except ModefsmError:

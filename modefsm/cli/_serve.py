@@ -21,6 +21,7 @@ waits at most :data:`STDERR_LOG_WAIT` seconds for room, after which the change f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import stat
@@ -34,6 +35,7 @@ from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock, User
 
 from modefsm.errors import LogError, ModefsmError
 from modefsm.log._conversation import ConversationStore
+from modefsm.log._files import check_private
 from modefsm.log._writer import TransitionLog, ignore_file_size_signal
 from modefsm.protocol._agent import ModeAgent
 from modefsm.protocol._negotiate import SUPPORTED_PROTOCOLS, serve_negotiated
@@ -155,10 +157,15 @@ def check_log_path(path: Path, *, index: bool = True) -> None:
     With ``index=False`` the index is not looked at (``serve`` starts whatever it holds
     and answers restores with an error naming the rebuild command instead).
 
+    Each of these files that exists (the log, its index and SQLite's side files, its
+    conversation journal) must not be writable by other users.
+
     Raises:
         LogError: *path* (or its index path) is not a regular file, cannot be read, or is
-            not a transition log (a restore index).
+            not a transition log (a restore index), or other users may write it, its
+            index or its journal.
     """
+    _check_modes(path)
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
@@ -183,6 +190,19 @@ def check_log_path(path: Path, *, index: bool = True) -> None:
         "not appended to"
     )
     raise LogError(msg, str(path))
+
+
+def _check_modes(path: Path) -> None:
+    """Refuse a log whose file, index or journal others may write (see :func:`check_log_path`)."""
+    from modefsm.restore import check_index_modes  # noqa: PLC0415 - sqlite3 only when serving
+
+    for file, what in (
+        (path, "the transition log"),
+        (conversation_path(path), "the conversation journal"),
+    ):
+        with contextlib.suppress(OSError):
+            check_private(file.stat(), file, what)
+    check_index_modes(index_path(path))
 
 
 def _check_index(path: Path) -> None:

@@ -35,6 +35,7 @@ from typing import Any, Literal
 import orjson
 
 from modefsm.errors import LogError
+from modefsm.log._files import open_private
 
 __all__ = [
     "CONVERSATION_MAX_BYTES",
@@ -192,7 +193,7 @@ class ConversationStore:
 
 def _open(path: Path) -> int:
     try:
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = open_private(path, os.O_RDWR | os.O_APPEND, "the conversation journal")
     except OSError as exc:
         msg = f"cannot open the conversation journal: {exc.strerror}"
         raise LogError(msg, str(path)) from None

@@ -24,6 +24,7 @@ from typing import Any, BinaryIO, Protocol, overload
 import orjson
 
 from modefsm.errors import LogError
+from modefsm.log._files import open_private
 from modefsm.log._records import (
     EVENT_CHANGED,
     EVENT_CREATED,
@@ -348,7 +349,7 @@ class _LogFile:
         except OSError as exc:
             raise LogError(f"cannot open the transition log: {exc.strerror}", str(path)) from None
         try:
-            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+            fd = open_private(path, os.O_RDWR | os.O_APPEND | os.O_NONBLOCK, "the transition log")
         except OSError as exc:
             raise LogError(f"cannot open the transition log: {exc.strerror}", str(path)) from None
         try:

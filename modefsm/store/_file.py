@@ -38,6 +38,7 @@ from typing import Any
 import orjson
 
 from modefsm.errors import LogError
+from modefsm.log._files import lock_holders, open_private
 from modefsm.log._reader import LogEntry, read_log
 from modefsm.log._records import EVENT_CHANGED, EVENT_CREATED, RECORD_EVENTS, TransitionRecord
 from modefsm.log._writer import TransitionLog, _check_regular, _end_torn_line
@@ -84,8 +85,8 @@ class FileStore:
         except OSError as exc:
             raise LogError(f"cannot open the transition log: {exc.strerror}", str(path)) from None
         try:
-            self._fd = os.open(
-                self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644
+            self._fd = open_private(
+                self.path, os.O_RDWR | os.O_APPEND | os.O_NONBLOCK, "the transition log"
             )
         except OSError as exc:
             raise LogError(f"cannot open the transition log: {exc.strerror}", str(path)) from None
@@ -132,8 +133,10 @@ class FileStore:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 if time.monotonic() >= deadline:
+                    holders = lock_holders(fd)
+                    who = f" ({holders})" if holders else ""
                     msg = (
-                        "the transition log is locked by another process for over "
+                        f"the transition log is locked by another process{who} for over "
                         f"{self.lock_timeout:g} s; nothing was written"
                     )
                     raise StoreBusy(msg, str(self.path)) from None

@@ -18,6 +18,7 @@ import fcntl
 import hashlib
 import json
 import os
+import pwd
 import sqlite3
 import subprocess
 import sys
@@ -182,8 +183,13 @@ class TestLocks:
             with pytest.raises(acp.RequestError) as failed:  # held until released below
                 await set_mode(conn, sid, "code")
             waited = time.monotonic() - began
-            assert failed.value.code == -32603
-            assert "locked by another process for over 1 s" in str(failed.value.data)
+            command = Path(f"/proc/{holder.pid}/comm").read_text().strip()  # noqa: ASYNC240
+            user = pwd.getpwuid(os.geteuid()).pw_name
+            message = (
+                f"{log}: the transition log is locked by another process (pid {holder.pid}, "
+                f"{command}, user {user}) for over 1 s; nothing was written"
+            )
+            assert (failed.value.code, failed.value.data) == (-32603, {"message": message})
             assert 0.9 < waited < 3.5
             assert process.returncode is None
             holder.stdin.close()  # the holder exits, and its lock goes with it

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -104,3 +106,18 @@ def test_export_refuses_other_urls_and_an_existing_file(tmp_path: Path):
     assert done.returncode == 2
     assert done.stderr.startswith("modefsm store: cannot connect to the session store 127.0.0.1:1/")
     assert not (tmp_path / "new.jsonl").exists()
+
+
+def test_an_export_is_0600_whatever_the_umask(postgres_url: str, tmp_path: Path):
+    clean_files(postgres_url)
+    done = subprocess.run(
+        [*MODEFSM, "store", "export", postgres_url, "-o", "all.jsonl"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        timeout=60,
+        preexec_fn=lambda: os.umask(0),
+    )
+    assert (done.returncode, done.stderr) == (0, "exported 8 records\n")
+    assert stat.S_IMODE((tmp_path / "all.jsonl").stat().st_mode) == 0o600
