@@ -221,12 +221,15 @@ class Refusal:
         code: the JSON-RPC error code of the body (``-32000`` or ``-32600``).
         rule: ``"host"``, ``"origin"`` or ``"token"`` (the body's ``data.rule``).
         details: one sentence saying what would be accepted.
+        origin: the request's ``Origin`` when it is allowed (a page there may read the
+            refusal: it gets the CORS headers).
     """
 
     status: int
     code: int
     rule: str
     details: str
+    origin: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +265,9 @@ class Access:
         self, headers: list[tuple[bytes, bytes]], subprotocols: list[str] | None = None
     ) -> Refusal | _Grant:
         """The verdict on a request with ASGI *headers* (and a WebSocket's *subprotocols*)."""
-        host = origin = authorization = None
+        host: bytes | None = None
+        origin: bytes | None = None
+        authorization: bytes | None = None
         for name, value in headers:
             if name == b"host":
                 host = value
@@ -293,7 +298,7 @@ class Access:
                 "a bearer token is required: Authorization: Bearer TOKEN (a WebSocket may "
                 "instead offer the subprotocols acp and modefsm.token.TOKEN)"
             )
-            return Refusal(401, -32000, "token", details)
+            return Refusal(401, -32000, "token", details, origin)
         return _Grant(allowed, subprotocol)
 
     def preflight(self, origin: bytes) -> list[tuple[bytes, bytes]]:

@@ -316,6 +316,8 @@ class _Guard:
         headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
         if refusal.rule == "token":
             headers.append((b"www-authenticate", b'Bearer realm="modefsm"'))
+        if refusal.origin is not None:
+            headers += Access.cors(refusal.origin)
         if scope["type"] == "websocket":
             if "websocket.http.response" not in scope.get("extensions", {}):
                 await send({"type": "websocket.close", "code": 1008})  # the server answers 403
