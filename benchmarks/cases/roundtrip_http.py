@@ -3,8 +3,10 @@
 As :mod:`benchmarks.cases.roundtrip`, but each agent serves HTTP on 127.0.0.1 and the official
 SDK client connects with ``acp.http.create_http_stream``:
 
-- ``modefsm serve --http 127.0.0.1:0 --log FILE`` (modefsm's ASGI app on uvicorn: frame
-  checks, bounds, negotiation, the shared engine, its log, the notifications), driven by
+- ``modefsm serve --http 127.0.0.1:0 --log FILE`` (modefsm's ASGI app on uvicorn: the
+  ``Host``, ``Origin`` and bearer token checks (the client sends the token the server
+  wrote), frame checks, bounds, negotiation, the shared engine, its log, the
+  notifications), driven by
   the SDK's v1 client (``session/set_mode``) and by its v2 client
   (``session/set_config_option``, one ``config_option_update`` each);
 - the baselines: for v1 the minimal dict agent served by the SDK's own ASGI app
@@ -13,6 +15,12 @@ SDK client connects with ``acp.http.create_http_stream``:
   each sends the same notifications and writes the same log line.
 
 Each repetition starts every server afresh and measures each in turn (the order alternates).
+
+The trust checks (``Host``, ``Origin``, the bearer token: the ASGI guard in front of
+modefsm's routes) are also timed on their own, in this process: an ASGI call through the
+guard against the same call without it, with the headers the SDK client sends with a
+``session/set_mode``; their cost per request is compared with modefsm's v1 round trip
+(target: at most 5% of it).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import json
 import re
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
@@ -30,7 +39,7 @@ from typing import Any, cast
 import acp
 
 from benchmarks.cases.roundtrip import Session, _Client, _pin, alternate, compare
-from benchmarks.harness import ROOT, Result, Size, benchmark, child_env, run_child
+from benchmarks.harness import ROOT, Result, Row, Size, benchmark, child_env, run_child
 
 __all__ = ["run"]
 
@@ -74,15 +83,71 @@ def run(size: Size) -> Result:
         version = "v2" if ours.endswith("_v2") else "v1"
         target = f"modefsm >= 0.8x the SDK dict agent's rate over HTTP ({version})"
         compare(result, metric, rows, rates, target, pair=(ours, baseline))
+    costs = [asyncio.run(_check_cost(CHECKED_CALLS)) for _ in range(size.repeat)]
+    result.add(Row(CHECKS, "Host, Origin and token checks (the ASGI guard)", "µs/request", costs))
+    trip = 1e6 / result.row(METRIC, AGENTS["modefsm"][0]).median
+    share = result.row(CHECKS, "Host, Origin and token checks (the ASGI guard)").median / trip
+    result.target(
+        "the trust checks <= 5% of modefsm's HTTP round trip (v1)",
+        met=share <= 0.05,
+        measured=f"{share:.2%} of {trip:,.0f} µs",
+    )
     result.notes.append(
         f"one session per agent, {size.round_trips:,} sequential round trips per repetition, "
         f"{size.repeat} repetitions, fresh servers each; uvicorn, HTTP/1.1 + SSE on 127.0.0.1"
     )
+    result.notes.append(
+        f"trust checks: {CHECKED_CALLS:,} ASGI calls through the guard less as many without "
+        "it, in this process, per repetition; one check per POST (the SSE stream is checked "
+        "once, when it opens)"
+    )
     return result
 
 
+CHECKS = "trust checks per request"
+CHECKED_CALLS = 20_000
+
+
+async def _check_cost(calls: int) -> float:
+    """µs per request that the guard adds to an ASGI call (a ``session/set_mode`` POST)."""
+    from modefsm.protocol import Access, new_token  # noqa: PLC0415
+    from modefsm.protocol._http import _Guard  # noqa: PLC0415 - the checks alone
+
+    token = new_token()
+    headers = [
+        (b"host", b"127.0.0.1:8000"),
+        (b"accept", b"*/*"),
+        (b"accept-encoding", b"gzip, deflate"),
+        (b"connection", b"keep-alive"),
+        (b"user-agent", b"python-httpx/2"),
+        (b"content-type", b"application/json"),
+        (b"acp-connection-id", b"0" * 32),
+        (b"acp-session-id", b"sess_" + b"0" * 32),
+        (b"authorization", b"Bearer " + token.encode()),
+        (b"content-length", b"96"),
+    ]
+    scope = {"type": "http", "method": "POST", "path": "/acp", "headers": headers}
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        del scope, receive, send
+
+    guarded = _Guard(app, Access(token))
+
+    async def timed(call: Any) -> float:
+        started = time.perf_counter()
+        for _ in range(calls):
+            await call(scope, None, None)
+        return time.perf_counter() - started
+
+    await timed(guarded)  # warm up
+    bare = await timed(app)
+    through = await timed(guarded)
+    return max(through - bare, 0.0) * 1e6 / calls
+
+
 @contextlib.asynccontextmanager
-async def _server(key: str, tmp: Path) -> AsyncIterator[str]:
+async def _server(key: str, tmp: Path) -> AsyncIterator[tuple[str, str | None]]:
+    """Start the server of *key*; its URL and its bearer token (``None``: none)."""
     module, *rest = (part.format(log=tmp / f"{key}.jsonl") for part in AGENTS[key][1])
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -97,11 +162,12 @@ async def _server(key: str, tmp: Path) -> AsyncIterator[str]:
     assert process.stderr is not None  # noqa: S101
     try:
         line = (await asyncio.wait_for(process.stderr.readline(), 60)).decode()
-        found = re.search(r"listening on (http://\S+)", line)
+        found = re.search(r"listening on (http://\S+)(?: \(token in (.+)\))?", line)
         if found is None:
             raise AssertionError(f"{key} did not start: {line!r}")
+        token = Path(found.group(2)).read_text().strip() if found.group(2) else None  # noqa: ASYNC240
         _pin(process.pid, 1)
-        yield found.group(1)
+        yield found.group(1), token
     finally:
         process.terminate()
         with contextlib.suppress(TimeoutError):
@@ -111,17 +177,18 @@ async def _server(key: str, tmp: Path) -> AsyncIterator[str]:
             await process.wait()
 
 
-async def _connect(key: str, url: str, client: _Client) -> Any:
+async def _connect(key: str, url: str, token: str | None, client: _Client) -> Any:
     """The SDK's v1 or v2 client (by *key*) over streamable HTTP, initialized."""
     from acp.experimental import v2  # noqa: PLC0415
     from acp.http import create_http_stream  # noqa: PLC0415 - the http extra
 
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else None
     conn: Any
     if not key.endswith("_v2"):
-        conn = acp.connect_to_agent(cast("Any", client), create_http_stream(url))
+        conn = acp.connect_to_agent(cast("Any", client), create_http_stream(url, headers=headers))
         await asyncio.wait_for(conn.initialize(protocol_version=1), 60)
         return conn
-    conn = v2.connect_to_agent(client, create_http_stream(url))
+    conn = v2.connect_to_agent(client, create_http_stream(url, headers=headers))
     info = v2.schema.Implementation(name="bench", version="0")
     await asyncio.wait_for(conn.initialize(protocol_version=2, info=info), 60)
     return conn
@@ -131,9 +198,9 @@ async def measure(round_trips: int, repeat: int) -> dict[str, list[float]]:
     """Round trips per second of every HTTP agent, *repeat* times each."""
 
     async def start(stack: contextlib.AsyncExitStack[Any], key: str) -> Session:
-        url = await stack.enter_async_context(_server(key, Path(tmp)))
+        url, token = await stack.enter_async_context(_server(key, Path(tmp)))
         client = _Client()
-        conn = await _connect(key, url, client)
+        conn = await _connect(key, url, token, client)
         stack.push_async_callback(conn.close)
         session = await conn.new_session(cwd=tmp)
         return conn, session.session_id, client
