@@ -74,14 +74,20 @@ def http_server(log: Path, *args: str) -> Iterator[Served]:
     try:
         yield listening(process.stderr.readline().decode())
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(15)
-        finally:
-            if process.poll() is None:
-                process.kill()
-            process.stderr.close()
+        end(process)
+        process.stderr.close()
     assert process.returncode == 0
+
+
+def end(process: subprocess.Popen[bytes], timeout: float = 15) -> None:
+    """SIGTERM *process* and wait *timeout* seconds for it to end; kill it if it has not."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 async def transport_to(url: str, kind: str, headers: dict[str, str] | None = None) -> Any:

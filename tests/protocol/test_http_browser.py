@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from tests.diagram._diagram_support import chromium
-from tests.protocol.http_wire import Served, http_server
+from tests.protocol.http_wire import Served, end, http_server
 
 pytestmark = pytest.mark.e2e
 
@@ -158,12 +158,7 @@ def browser(url: str, profile: Path) -> Iterator[None]:
     try:
         yield
     finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        finally:
-            if process.poll() is None:
-                process.kill()
+        end(process, 30)
 
 
 def visit(page: Page, url: Served, tmp_path: Path, *, token: str | None) -> Any:

@@ -21,7 +21,17 @@ from typing import Any
 
 import pytest
 
-from tests.protocol.http_wire import TIMEOUT, Served, auth, chain, http_server, listening, v1_client
+from tests.acp_client import select, text_block
+from tests.protocol.http_wire import (
+    TIMEOUT,
+    Served,
+    auth,
+    chain,
+    end,
+    http_server,
+    listening,
+    v1_client,
+)
 
 pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
 
@@ -42,13 +52,8 @@ def bounded_server(log: Path, *args: str, prefix: tuple[str, ...] = ()) -> Itera
     try:
         yield listening(process.stderr.readline().decode())
     finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        finally:
-            if process.poll() is None:
-                process.kill()
-            process.stderr.close()
+        end(process, 30)
+        process.stderr.close()
 
 
 def address(url: str) -> tuple[str, int]:
@@ -265,6 +270,40 @@ class TestPlaces:
                     await recent.send(INITIALIZE.replace('"id":0', '"id":1'))
                     assert json.loads(await asyncio.wait_for(recent.recv(), TIMEOUT))["id"] == 1
 
+    async def test_a_websocket_finds_no_place_when_every_connection_is_busy(self, tmp_path):
+        import websockets
+
+        undecided: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        async def wait(options: Any, tool_call: Any) -> Any:
+            return await undecided
+
+        with bounded_server(tmp_path / "modes.jsonl", "--max-connections", "1") as url:
+            async with v1_client(url, "http") as (conn, client):
+                client.answer = wait
+                session_id = (await conn.new_session(cwd=".")).session_id
+                await conn.set_session_mode(session_id=session_id, mode_id="architect")
+                turn = asyncio.ensure_future(
+                    conn.prompt(session_id=session_id, prompt=[text_block("go")])
+                )
+                await asyncio.wait_for(client.pending.wait(), TIMEOUT)  # a request open
+                socket = await idle_websocket(url)
+                await socket.send(INITIALIZE)
+                refused = json.loads(await asyncio.wait_for(socket.recv(), TIMEOUT))
+                with pytest.raises(websockets.ConnectionClosed) as closed:
+                    await asyncio.wait_for(socket.recv(), TIMEOUT)
+                undecided.set_result(select("reject"))
+                assert (await turn).stop_reason == "end_turn"  # the busy one was kept
+        assert refused == {
+            **limit_error("at most 1 connections are served at once", "connections", 1),
+            "id": 0,
+        }
+        assert closed.value.rcvd is not None
+        assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (
+            1013,
+            "at most 1 connections",
+        )
+
 
 class TestSockets:
     def test_serve_raises_its_soft_descriptor_limit_to_the_hard_one(self, log_path):
@@ -280,8 +319,7 @@ class TestSockets:
             listening(process.stderr.readline().decode())
             limits = Path(f"/proc/{process.pid}/limits").read_text().splitlines()
         finally:
-            process.terminate()
-            process.wait(30)
+            end(process, 30)
             process.stderr.close()
         [line] = [line for line in limits if line.startswith("Max open files")]
         assert line.split()[3:5] == ["4096", "4096"]
