@@ -106,6 +106,16 @@ def upgrade_headers(url: str, **extra: str) -> dict[str, str]:
     }
 
 
+def preflight(url: str, origin: str) -> dict[str, str]:
+    """The headers of a browser's CORS preflight from *origin* for a POST with the token."""
+    return {
+        "Host": host_of(url),
+        "Origin": origin,
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization, content-type, acp-connection-id",
+    }
+
+
 def json_post(url: str, **extra: str) -> dict[str, str]:
     return {"Host": host_of(url), "Content-Type": "application/json", **auth(url), **extra}
 
@@ -174,23 +184,12 @@ class TestOrigin:
 
     def test_a_preflight_from_a_foreign_origin_is_refused(self, server):
         url, _log = server
-        headers = {
-            "Host": host_of(url),
-            "Origin": "http://attacker.example",
-            "Access-Control-Request-Method": "POST",
-            "Access-Control-Request-Headers": "authorization, content-type",
-        }
+        headers = preflight(url, "http://attacker.example")
         assert request(url, "OPTIONS", headers)[::2] == (403, refusal("origin"))
 
     def test_a_preflight_from_an_allowed_origin_is_answered(self, server):
         url, _log = server
-        headers = {
-            "Host": host_of(url),
-            "Origin": "http://127.0.0.1:3000",
-            "Access-Control-Request-Method": "POST",
-            "Access-Control-Request-Headers": "authorization, content-type, acp-connection-id",
-        }
-        status, found, body = request(url, "OPTIONS", headers)
+        status, found, body = request(url, "OPTIONS", preflight(url, "http://127.0.0.1:3000"))
         assert (status, body) == (204, None)
         assert {k: v for k, v in found.items() if k.startswith("access-control-")} == {
             "access-control-allow-origin": "http://127.0.0.1:3000",

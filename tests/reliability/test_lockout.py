@@ -104,6 +104,16 @@ async def idle_websocket(url: str) -> Any:
     return await websockets.connect(url.replace("http://", "ws://"), additional_headers=headers)
 
 
+async def close_frame(socket: Any) -> tuple[int, str]:
+    """The code and reason of the close the server sends *socket* (it sends nothing else)."""
+    import websockets
+
+    with pytest.raises(websockets.ConnectionClosed) as closed:
+        await asyncio.wait_for(socket.recv(), TIMEOUT)
+    assert closed.value.rcvd is not None
+    return closed.value.rcvd.code, closed.value.rcvd.reason
+
+
 @contextlib.asynccontextmanager
 async def closing(sockets: list[Any]) -> AsyncIterator[None]:
     try:
@@ -184,16 +194,8 @@ class TestDeadlines:
     """Silent, slow and idle peers are closed, each with its exact answer."""
 
     async def test_a_websocket_that_sends_nothing_is_closed_1008(self, server):
-        import websockets
-
         socket = await idle_websocket(server)
-        with pytest.raises(websockets.ConnectionClosed) as closed:
-            await asyncio.wait_for(socket.recv(), TIMEOUT)
-        assert closed.value.rcvd is not None
-        assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (
-            1008,
-            "no message within 1 s",
-        )
+        assert await close_frame(socket) == (1008, "no message within 1 s")
 
     @pytest.mark.parametrize("opening", [silent_socket, slow_headers], ids=["silent", "slow"])
     async def test_a_connection_without_headers_gets_408_and_is_closed(self, server, opening):
@@ -226,15 +228,10 @@ class TestDeadlines:
         assert json.loads(body) == limit_error(details, "seconds", 1)
 
     async def test_an_initialized_websocket_left_idle_is_closed_1001(self, server):
-        import websockets
-
         socket = await idle_websocket(server)
         await socket.send(INITIALIZE)
         assert json.loads(await asyncio.wait_for(socket.recv(), TIMEOUT))["id"] == 0
-        with pytest.raises(websockets.ConnectionClosed) as closed:
-            await asyncio.wait_for(socket.recv(), TIMEOUT)
-        assert closed.value.rcvd is not None
-        assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1001, "idle for 1 s")
+        assert await close_frame(socket) == (1001, "idle for 1 s")
 
 
 class TestPlaces:
@@ -250,8 +247,6 @@ class TestPlaces:
                 assert [ws.state.name for ws in silent] == ["OPEN"] * 20
 
     async def test_a_new_connection_ends_the_longest_idle_one(self, tmp_path):
-        import websockets
-
         with bounded_server(tmp_path / "modes.jsonl", "--max-connections", "2") as url:
             oldest, recent = await idle_websocket(url), await idle_websocket(url)
             async with closing([oldest, recent]):
@@ -260,10 +255,7 @@ class TestPlaces:
                     await asyncio.wait_for(socket.recv(), TIMEOUT)
                 async with v1_client(url, "http") as (conn, _client):
                     await conn.new_session(cwd=".")  # served: a place was made for it
-                    with pytest.raises(websockets.ConnectionClosed) as closed:
-                        await asyncio.wait_for(oldest.recv(), TIMEOUT)
-                    assert closed.value.rcvd is not None
-                    assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (
+                    assert await close_frame(oldest) == (
                         1001,
                         "idle the longest while the server was full",
                     )
@@ -271,8 +263,6 @@ class TestPlaces:
                     assert json.loads(await asyncio.wait_for(recent.recv(), TIMEOUT))["id"] == 1
 
     async def test_a_websocket_finds_no_place_when_every_connection_is_busy(self, tmp_path):
-        import websockets
-
         undecided: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
         async def wait(options: Any, tool_call: Any) -> Any:
@@ -290,19 +280,14 @@ class TestPlaces:
                 socket = await idle_websocket(url)
                 await socket.send(INITIALIZE)
                 refused = json.loads(await asyncio.wait_for(socket.recv(), TIMEOUT))
-                with pytest.raises(websockets.ConnectionClosed) as closed:
-                    await asyncio.wait_for(socket.recv(), TIMEOUT)
+                closed = await close_frame(socket)
                 undecided.set_result(select("reject"))
                 assert (await turn).stop_reason == "end_turn"  # the busy one was kept
         assert refused == {
             **limit_error("at most 1 connections are served at once", "connections", 1),
             "id": 0,
         }
-        assert closed.value.rcvd is not None
-        assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (
-            1013,
-            "at most 1 connections",
-        )
+        assert closed == (1013, "at most 1 connections")
 
 
 class TestSockets:
@@ -346,14 +331,10 @@ class TestSockets:
 
 
 async def test_the_cli_server_closes_a_silent_websocket_after_10_s(log_path):
-    import websockets
-
     with http_server(log_path) as url:
         socket = await idle_websocket(url)
         started = time.monotonic()
-        with pytest.raises(websockets.ConnectionClosed) as closed:
-            await asyncio.wait_for(socket.recv(), 60)
+        closed = await close_frame(socket)
         waited = time.monotonic() - started
-    assert closed.value.rcvd is not None
-    assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1008, "no message within 10 s")
+    assert closed == (1008, "no message within 10 s")
     assert waited >= 9.5
