@@ -44,11 +44,14 @@ from acp.schema import (
     AgentCapabilities,
     Implementation,
     InitializeResponse,
+    ListSessionsResponse,
     LoadSessionResponse,
     NewSessionResponse,
     ResumeSessionResponse,
     SessionCapabilities,
     SessionCloseCapabilities,
+    SessionInfo,
+    SessionListCapabilities,
     SessionNotification,
     SessionResumeCapabilities,
     SetSessionConfigOptionResponse,
@@ -61,6 +64,7 @@ from modefsm.engine._engine import ModeEngine, Session
 from modefsm.errors import HookError, InvalidParamsError, LogError, UnknownSessionError
 from modefsm.log._conversation import ConversationStore, Part
 from modefsm.log._writer import TransitionLog
+from modefsm.protocol._list import list_page
 from modefsm.protocol._shared import SharedEngine
 from modefsm.protocol._switch import SwitchResult, propose_switch
 from modefsm.protocol._transport import PermissionRequest
@@ -126,8 +130,8 @@ class ModeAgent:
         log: the transition log; ``None`` logs nothing (and nothing can be restored).
         restore: where ``session/load``/``session/resume`` look up a session unknown to
             this process (after a restart); ``None`` answers them with ``-32002``.
-        unstable: advertise ``session/resume`` and ``session/close`` (the SDK routes them
-            whatever its ``use_unstable_protocol``).
+        unstable: advertise ``session/resume``, ``session/close`` and ``session/list``
+            (the SDK routes them whatever its ``use_unstable_protocol``).
         conversation: where the ``switch_mode`` tool calls (and anything the host passes
             to :meth:`record`) are kept for replay; a fresh in-memory
             :class:`~modefsm.log.ConversationStore` when ``None``.
@@ -197,11 +201,13 @@ class ModeAgent:
         client_info: Any = None,
         **kwargs: Any,
     ) -> InitializeResponse:
-        """``initialize``: advertise ``loadSession: true`` (and resume, close when unstable)."""
+        """``initialize``: ``loadSession: true`` (and resume, close, list when unstable)."""
         del protocol_version, client_capabilities, client_info, kwargs
         sessions = (
             SessionCapabilities(
-                resume=SessionResumeCapabilities(), close=SessionCloseCapabilities()
+                resume=SessionResumeCapabilities(),
+                close=SessionCloseCapabilities(),
+                list=SessionListCapabilities(),
             )
             if self.unstable
             else None
@@ -215,10 +221,13 @@ class ModeAgent:
     async def new_session(
         self, cwd: str, mcp_servers: Any = None, **kwargs: Any
     ) -> NewSessionResponse:
-        """``session/new``: a session in the initial mode, with ``modes`` and ``configOptions``."""
-        del cwd, mcp_servers, kwargs
+        """``session/new``: a session in the initial mode, with ``modes`` and ``configOptions``.
+
+        The ``cwd`` is kept in the session's creation record, for ``session/list``.
+        """
+        del mcp_servers, kwargs
         with acp_errors():
-            session = self.engine.new_session()
+            session = self.engine.new_session(cwd=cwd)
         self.conversation.start(session.session_id)
         view = self.engine.views[session.state]
         return NewSessionResponse(
@@ -283,6 +292,30 @@ class ModeAgent:
             self.conversation.forget(session_id)
         for event in self._cancels.pop(session_id, ()):
             event.set()
+
+    async def list_sessions(
+        self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any
+    ) -> ListSessionsResponse:
+        """``session/list``: one page of the sessions the log or store knows.
+
+        See :mod:`modefsm.protocol._list`: every process's sessions (newest activity
+        first), closed ones included, each with the ``cwd`` its ``session/new`` gave and
+        ``updatedAt`` (its last record's time); ``nextCursor`` when more follow.
+
+        Raises:
+            RequestError: ``-32602`` naming ``cursor`` (not one this agent gave);
+                ``-32603`` when the store or index cannot be read now.
+        """
+        del kwargs
+        with acp_errors():
+            page, next_cursor = list_page(self.engine, self.restore, cwd, cursor)
+        return ListSessionsResponse(
+            sessions=[
+                SessionInfo(session_id=s.session_id, cwd=s.cwd, updated_at=s.updated_at or None)
+                for s in page
+            ],
+            next_cursor=next_cursor,
+        )
 
     def _restore_point(self, session_id: str) -> RestorePoint:
         point = self.restore.restore_point(session_id) if self.restore else None

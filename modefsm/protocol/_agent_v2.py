@@ -44,6 +44,7 @@ from acp.experimental.v2 import schema as v2
 
 from modefsm.log._conversation import ConversationItem
 from modefsm.protocol._agent import ModeAgent, _finish, _version, acp_errors
+from modefsm.protocol._list import list_page
 
 __all__ = ["V2_PROTOCOL_VERSION", "ModeAgentV2"]
 # Also for the other transports of this package (not re-exported): REPLAY_FROM_MESSAGE,
@@ -330,11 +331,18 @@ class ModeAgentV2:
     async def initialize(
         self, protocol_version: int, info: Any = None, capabilities: Any = None, **kwargs: Any
     ) -> v2.InitializeResponse:
-        """``initialize``: protocol version 2 (resume and close are baseline in v2)."""
+        """``initialize``: protocol version 2 and ``capabilities.session: {}``.
+
+        ``{}`` advertises the v2 session baseline, all of it served: ``session/new``,
+        ``session/list``, ``session/resume``, ``session/close``, ``session/prompt``,
+        ``session/cancel`` and ``session/update``. No sub-capability is advertised:
+        ``session/delete``, ``additionalDirectories``, MCP servers and prompt content
+        beyond the baseline are not served.
+        """
         del protocol_version, info, capabilities, kwargs
         return v2.InitializeResponse(
             protocol_version=V2_PROTOCOL_VERSION,
-            capabilities=v2.AgentCapabilities(),
+            capabilities=v2.AgentCapabilities(session=v2.SessionCapabilities()),
             info=v2.Implementation(name=self.base.agent_name, version=_version()),
         )
 
@@ -345,6 +353,24 @@ class ModeAgentV2:
         return v2.NewSessionResponse(
             session_id=response.session_id,
             config_options=v2_options(response.config_options or []),
+        )
+
+    async def list_sessions(
+        self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any
+    ) -> v2.ListSessionsResponse:
+        """``session/list``: one page of the sessions the log or store knows (v2 models).
+
+        As :meth:`ModeAgent.list_sessions <modefsm.protocol.ModeAgent.list_sessions>`.
+        """
+        del kwargs
+        with acp_errors():
+            page, next_cursor = list_page(self.base.engine, self.base.restore, cwd, cursor)
+        return v2.ListSessionsResponse(
+            sessions=[
+                v2.SessionInfo(session_id=s.session_id, cwd=s.cwd, updated_at=s.updated_at or None)
+                for s in page
+            ],
+            next_cursor=next_cursor,
         )
 
     async def resume_session(
