@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Coroutine
@@ -179,6 +180,8 @@ class ModeAgent:
         self.unstable = unstable
         self.conn: Any = None
         self._cancels: dict[str, set[asyncio.Event]] = {}
+        self._closing: set[str] = set()  # sessions whose session/close waits for their turns
+        self._turn_ended = asyncio.Event()  # set by end_turn (a closing session's wait)
         self._abandoned: OrderedDict[str, None] = OrderedDict()  # toolCallIds a cancel ended
 
     def on_connect(self, conn: Any) -> None:
@@ -271,27 +274,57 @@ class ModeAgent:
         )
 
     async def close_session(self, session_id: str, **kwargs: Any) -> None:
-        """``session/close`` (unstable): forget the session; a pending switch changes nothing.
+        """``session/close`` (unstable): end the session's turns, then forget the session.
 
-        The turns this agent runs on the session are cancelled (as by ``session/cancel``).
-        On a :class:`~modefsm.protocol.SharedEngine` whose session another connection
-        holds too, only this connection's hold ends (:meth:`SharedEngine.leave
-        <modefsm.protocol.SharedEngine.leave>`): the session stays live for the others and
-        this connection's pending switch ends ``cancelled``; a later ``session/load`` or
-        ``session/resume`` here holds it again.
+        The turns this agent runs on the session are cancelled as by ``session/cancel``
+        (a pending switch ends ``cancelled``, its permission request is withdrawn) and
+        waited for, at most :data:`CLOSE_WAIT` seconds: their last updates (v2: the
+        ``state_update`` ``idle`` with ``stopReason: "cancelled"``) precede the close's
+        answer, and each prompt answers (v1: ``stopReason: "cancelled"``, or
+        ``end_turn`` if it had ended). A prompt that arrives meanwhile starts cancelled.
+        Then the session is freed. Once it has begun, a close runs to its end even if
+        its request is cancelled. On a :class:`~modefsm.protocol.SharedEngine` whose
+        session another connection holds too, only this connection's hold ends
+        (:meth:`SharedEngine.leave <modefsm.protocol.SharedEngine.leave>`): the session
+        stays live for the others; a later ``session/load`` or ``session/resume`` here
+        holds it again.
 
         Raises:
             RequestError: ``-32002`` for an unknown session.
         """
         del kwargs
         with acp_errors():
+            self.engine.get(session_id)
+        await _finish(self._close(session_id))
+
+    async def _close(self, session_id: str) -> None:
+        self._closing.add(session_id)
+        try:
+            await self._end_turns(session_id)
+        finally:
+            self._closing.discard(session_id)
+        if session_id not in self.engine:
+            return  # another close (or the last holder's) ended it meanwhile
+        with acp_errors():
             kept = isinstance(self.engine, SharedEngine) and self.engine.leave(session_id)
             if not kept:
                 self.engine.close_session(session_id)
         if not kept:
             self.conversation.forget(session_id)
-        for event in self._cancels.pop(session_id, ()):
-            event.set()
+
+    async def _end_turns(self, session_id: str) -> None:
+        """Cancel this agent's turns on *session_id*; wait (boundedly) until they end."""
+        deadline = time.monotonic() + CLOSE_WAIT
+        while session_id in self._cancels:
+            for event in self._cancels[session_id]:
+                event.set()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._cancels.pop(session_id, None)
+                return
+            self._turn_ended.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._turn_ended.wait(), remaining)
 
     async def list_sessions(
         self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any
@@ -449,6 +482,8 @@ class ModeAgent:
         ``session/cancel`` and ``session/close`` set the events of all of them.
         """
         event = asyncio.Event()
+        if session_id in self._closing:  # a session/close waits for the turns to end
+            event.set()
         self._cancels.setdefault(session_id, set()).add(event)
         return event
 
@@ -463,6 +498,7 @@ class ModeAgent:
             events.discard(event)
         if not events:
             del self._cancels[session_id]
+        self._turn_ended.set()
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         """``session/cancel``: end the running turns; a pending switch ends as ``cancelled``."""
@@ -561,6 +597,10 @@ class ModeAgent:
 
 _ABANDONED_KEPT = 1024
 """How many switches given up on by a cancel are remembered, to log their late answers."""
+
+CLOSE_WAIT = 10.0
+"""Seconds a ``session/close`` waits for the session's cancelled turns to end before it
+frees the session anyway."""
 
 
 def _selected(response: dict[str, Any]) -> str | None:

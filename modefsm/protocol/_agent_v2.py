@@ -475,9 +475,16 @@ class ModeAgentV2:
         ``state_update`` ``running`` ... ``idle`` (with the turn's ``stopReason``).
         """
         del kwargs
-        engine = self.base.engine
         with _V2_ERRORS:
             self.base.session(session_id)  # -32002 before anything is sent
+        working = self.base.begin_turn(session_id)  # a session/close waits for its idle
+        try:
+            return await self._turn(session_id, prompt)
+        finally:
+            self.base.end_turn(session_id, working)
+
+    async def _turn(self, session_id: str, prompt: list[Any]) -> v2.PromptResponse:
+        engine = self.base.engine
         message_id = _message_id()
         user = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in prompt]
         await engine.notify(
