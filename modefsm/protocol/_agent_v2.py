@@ -201,7 +201,8 @@ def replay_updates(session_id: str, items: Iterable[ConversationItem]) -> list[t
         ``(messageId, update)`` pairs (``messageId`` ``None`` for tool calls), *update*
         an SDK v2 model: a user's chunks become one ``user_message`` with all its
         blocks (as a v2 prompt echoes it); an agent's chunks stay
-        ``agent_message_chunk`` s (``agent_thought_chunk`` s); ``tool_call`` and
+        ``agent_message_chunk`` s (``agent_thought_chunk`` s), without the whole-message
+        update a replay sends before them (:func:`primed`); ``tool_call`` and
         ``tool_call_update`` become ``tool_call_update`` (the first one creates the tool
         call). A message kept with a ``messageId`` keeps it; one kept without (a v1
         turn's) gets ``msg_`` and 32 hex digits derived from the session, its content
@@ -232,6 +233,40 @@ def replay_updates(session_id: str, items: Iterable[ConversationItem]) -> list[t
             )
             for block in blocks
         )
+    return out
+
+
+_WHOLE = {
+    "agent_message_chunk": v2.AgentMessageUpdate,
+    "agent_thought_chunk": v2.AgentThoughtUpdate,
+    "user_message_chunk": v2.UserMessageUpdate,
+}
+"""The whole-message update of each chunk kind, in the v2 schema."""
+
+
+def primed(updates: Iterable[Any]) -> list[Any]:
+    """*updates* with each message's whole-message update before its first chunk.
+
+    In a replay, every ``*_chunk`` of a ``messageId`` is preceded, in the same replay, by
+    the whole-message update of that id with ``content: []`` (``agent_message``,
+    ``agent_thought``, ``user_message``), then the chunks, so a client meets the
+    message before its content. A message already started by its whole update in
+    *updates* is left as it is.
+    """
+    out: list[Any] = []
+    started: set[tuple[str, Any]] = set()
+    for update in updates:
+        kind = getattr(update, "session_update", None)
+        message_id = getattr(update, "message_id", None)
+        whole = _WHOLE.get(kind) if isinstance(kind, str) else None
+        if whole is not None and isinstance(message_id, str):
+            key = (whole.__name__, message_id)
+            if key not in started:
+                started.add(key)
+                out.append(whole(message_id=message_id, content=[]))
+        elif kind in ("agent_message", "agent_thought", "user_message"):
+            started.add((type(update).__name__, message_id))
+        out.append(update)
     return out
 
 
@@ -418,6 +453,8 @@ class ModeAgentV2:
     async def replay_from(self, session_id: str, message_id: str | None = None) -> list[Any]:
         """The v2 updates a replay sends: all kept ones, or from *message_id* (inclusive).
 
+        Each message's chunks come after its whole-message update (:func:`primed`).
+
         Raises:
             RequestError: ``-32602`` naming ``replayFrom.messageId`` when *message_id* is
                 not a message of the kept conversation; ``-32603`` when the journal
@@ -427,10 +464,10 @@ class ModeAgentV2:
             items = await self.base.conversation.history(session_id)
         pairs = replay_updates(session_id, items)
         if message_id is None:
-            return [update for _id, update in pairs]
+            return primed(update for _id, update in pairs)
         for index, (kept, _update) in enumerate(pairs):
             if kept == message_id:
-                return [update for _id, update in pairs[index:]]
+                return primed(update for _id, update in pairs[index:])
         text = f"replayFrom.messageId: {message_id!r} is not in the session's kept conversation"
         data = {"field": "replayFrom.messageId", "value": message_id, "message": text}
         raise RequestError(_INVALID_PARAMS, text, data)

@@ -98,9 +98,10 @@ def test_the_typescript_sdk_v2_client_runs_the_seed_story(tmp_path: Path):
         "session/resume replayFrom start replays the conversation",
         "session/resume replayFrom a message replays from it",
     ]
-    # 31 frames of the story; replayFrom start: its 8 conversation frames, idle, the answer;
-    # replayFrom the second prompt's message: its 4, idle, the answer
-    assert summary["validated"] == summary["received"] == 47
+    # 31 frames of the story; replayFrom start: its 8 conversation frames and the 2
+    # agent_message updates announcing the agent's messages, idle, the answer; replayFrom
+    # the second prompt's message: its 4 and 1 agent_message, idle, the answer
+    assert summary["validated"] == summary["received"] == 50
     records = read_log(log).records
     assert [
         (r["event"], r["to_mode"], r["origin"], r.get("reason"), r.get("protocol")) for r in records
