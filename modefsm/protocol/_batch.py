@@ -34,7 +34,7 @@ from typing import Any
 from modefsm.errors import FrameError
 from modefsm.protocol._transport import MAX_OPEN, check_entry
 
-__all__ = ["MAX_BATCH", "Batch", "Batches"]
+__all__ = ["MAX_BATCH", "Batch", "Batches", "http_deliver", "http_stream"]
 
 MAX_BATCH = MAX_OPEN
 """The most entries a batch may hold; a longer one is refused whole (``-32600``)."""
@@ -53,12 +53,19 @@ class Batch:
         entries: the answers in order: an error dict, or ``None`` until the request at that
             place is answered (then its answer).
         waiting: how many requests are not answered yet.
-        route: transport-specific: where the array goes (HTTP: the first answer's stream).
+        last: the place of the answer taken last.
+        route: transport-specific, by place: where each answer would go alone (HTTP:
+            its stream); the array goes where the first would.
     """
 
     entries: list[dict[str, Any] | None] = field(default_factory=list)
     waiting: int = 0
-    route: Any = None
+    route: dict[int, Any] = field(default_factory=dict)
+    last: int = -1
+
+    def first_route(self) -> Any:
+        """The route noted for the batch's first answered place (see :attr:`route`)."""
+        return self.route[min(self.route)] if self.route else None
 
     def array(self) -> list[dict[str, Any]]:
         """The answers, once every request is answered."""
@@ -148,9 +155,52 @@ class Batches:
             return None
         slot.batch.entries[slot.index] = message
         slot.batch.waiting -= 1
+        slot.batch.last = slot.index
         return slot.batch
 
 
-def encode_array(lines: list[bytes]) -> bytes:
-    """One line holding the JSON array of the encoded frames *lines* (each with its newline)."""
-    return b"[" + b",".join(line.rstrip(b"\n") for line in lines) + b"]\n"
+def http_stream(transport: Any, answer: dict[str, Any]) -> Any:
+    """Where the SDK's HTTP transport would put *answer* alone; its routing updated so.
+
+    The answers of a batch go out as one array on the stream its first request's answer
+    would take alone (the session's stream for a session's request, else the
+    connection's); the SDK's own bookkeeping for each answer (the streams a
+    ``session/new`` or ``session/resume`` opens) is done as for an answer sent alone.
+    """
+    from acp.http.protocol import message_id_key  # noqa: PLC0415 - the http extra
+
+    key = message_id_key(answer.get("id"))
+    session_id = transport._route_response(answer, key)  # noqa: SLF001 - the SDK's routing
+    if session_id is None or session_id in transport._pending_loads.values():  # noqa: SLF001
+        return transport.connection_stream
+    return transport.session_streams.get(session_id, transport.connection_stream)
+
+
+def http_deliver(transport: Any, frames: list[Any]) -> None:
+    """Hand the batch *frames* to the connection of the SDK's HTTP *transport*, whole.
+
+    The routing the SDK notes for a request delivered alone (``deliver_to_agent``) is
+    noted for each request of the batch, so that its answer's stream is the same.
+    """
+    from acp.http.protocol import (  # noqa: PLC0415 - the http extra
+        SESSION_ATTACH_METHODS,
+        message_id_key,
+        session_id_from_params,
+    )
+    from acp.http.server import OutboundStream  # noqa: PLC0415
+
+    for frame in frames:
+        if not (isinstance(frame, dict) and "id" in frame and "method" in frame):
+            continue
+        session_id = session_id_from_params(frame.get("params"))
+        key = message_id_key(frame["id"])
+        if session_id is None or key is None:
+            continue
+        if frame["method"] in SESSION_ATTACH_METHODS:
+            transport._pending_loads[key] = session_id  # noqa: SLF001
+            if session_id not in transport.session_streams:
+                transport.session_streams[session_id] = OutboundStream()
+                transport._provisional_sessions.add(session_id)  # noqa: SLF001
+        else:
+            transport._pending_routes[key] = session_id  # noqa: SLF001
+    transport._incoming.put_nowait(frames)  # noqa: SLF001
