@@ -6,36 +6,24 @@ batches) and compares every answer whole.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import http.client
 import json
 import queue
 import threading
 import urllib.parse
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from modefsm.protocol import MAX_FRAME_BYTES, MAX_VALUES
 from modefsm.protocol._batch import MAX_BATCH
-from tests.acp_client import start_serve
 from tests.protocol.http_wire import TIMEOUT, http_server
+from tests.protocol.raw_wire import INIT_V2, Stdio, call, note, stdio
 from tests.protocol.v2_frames import option_v2
 
 pytestmark = pytest.mark.e2e
-
-INIT_V2 = {"protocolVersion": 2, "info": {"name": "raw", "version": "0"}}
-
-
-def call(request_id: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-
-
-def note(method: str, params: dict[str, Any]) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "method": method, "params": params}
 
 
 def invalid(details: str, request_id: Any = None, **data: Any) -> dict[str, Any]:
@@ -65,42 +53,6 @@ def new_session(request_id: Any, session_id: str) -> dict[str, Any]:
         "id": request_id,
         "result": {"sessionId": session_id, "configOptions": [option_v2("ask")]},
     }
-
-
-class Stdio:
-    """A raw NDJSON peer of one `modefsm serve` process."""
-
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self.process = process
-
-    async def write(self, value: Any) -> None:
-        assert self.process.stdin is not None
-        data = value if isinstance(value, bytes) else json.dumps(value).encode()
-        self.process.stdin.write(data + b"\n")
-        await self.process.stdin.drain()
-
-    async def read(self) -> Any:
-        assert self.process.stdout is not None
-        line = await asyncio.wait_for(self.process.stdout.readline(), TIMEOUT)
-        assert line, "the agent closed stdout"
-        return json.loads(line)
-
-
-@contextlib.asynccontextmanager
-async def stdio(log: Path, version: int | None = 2) -> AsyncIterator[Stdio]:
-    process = await start_serve(log, limit=2**27)
-    peer = Stdio(process)
-    try:
-        if version is not None:
-            params = INIT_V2 if version == 2 else {"protocolVersion": 1}
-            await peer.write(call(0, "initialize", params))
-            assert (await peer.read())["result"]["protocolVersion"] == version
-        yield peer
-    finally:
-        assert process.stdin is not None
-        process.stdin.close()
-        await asyncio.wait_for(process.wait(), TIMEOUT)
-    assert process.returncode == 0
 
 
 async def fence(peer: Stdio, request_id: int) -> list[Any]:
