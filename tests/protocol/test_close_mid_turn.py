@@ -61,7 +61,7 @@ async def until_permission(peer: Stdio, session_id: str) -> tuple[dict[str, Any]
 
 async def until_both_answers(peer: Stdio) -> list[dict[str, Any]]:
     """Every frame until the prompt (id 3) and the close (id 4) are both answered."""
-    frames = []
+    frames: list[dict[str, Any]] = []
     while not {3, 4} <= {f.get("id") for f in frames if "method" not in f}:
         frames.append(await peer.read())
     return frames
