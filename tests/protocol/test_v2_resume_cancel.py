@@ -104,12 +104,13 @@ def _shown(frame: dict[str, Any]) -> tuple[str, Any]:
     return kind, update.get("state")
 
 
-REPLAY = [
+NO_CONTENT: list[Any] = []
+REPLAY: list[tuple[str, Any]] = [
     item
     for turn in range(TURNS)
     for item in (
         ("user_message", f"prompt {turn}"),
-        ("agent_message", []),
+        ("agent_message", NO_CONTENT),
         ("agent_message_chunk", f"reply {turn}"),
     )
 ]
