@@ -44,8 +44,9 @@ class Stdio:
 
 
 @contextlib.asynccontextmanager
-async def stdio(log: Path, version: int | None = 2) -> AsyncIterator[Stdio]:
-    process = await start_serve(log, limit=2**27)
+async def stdio(log: Path, *args: str, version: int | None = 2) -> AsyncIterator[Stdio]:
+    """`modefsm serve --log LOG ARGS...` initialized with *version* (``None``: not yet)."""
+    process = await start_serve(log, *args, limit=2**27)
     peer = Stdio(process)
     try:
         if version is not None:
