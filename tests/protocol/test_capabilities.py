@@ -30,7 +30,7 @@ V1_INITIALIZE = {
         "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
     },
 }
-V2_CAPABILITIES = {"session": {}}
+V2_CAPABILITIES: dict[str, Any] = {"session": {}}
 
 V1_BASELINE = {"session/new", "session/prompt", "session/set_mode", "session/set_config_option"}
 V2_BASELINE = {
