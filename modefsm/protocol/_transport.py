@@ -237,10 +237,14 @@ def _check_text(value: Any, *, strings: bool) -> None:
 
 
 def _valid_id(value: Any) -> bool:
-    """JSON-RPC: an id is a string, a number or null (here: a string of a bounded length)."""
+    """ACP: an id is a string (here: of a bounded length), an integer or null.
+
+    JSON-RPC allows any number; the ACP schemas (v1 and v2) allow integers only, so an
+    answer echoing ``1.5`` would break them.
+    """
     if isinstance(value, str):
         return len(value) <= MAX_ID_CHARS
-    return value is None or isinstance(value, float) or type(value) is int
+    return value is None or type(value) is int
 
 
 def check_frame(line: bytes) -> dict[str, Any]:
@@ -361,7 +365,7 @@ def _check_envelope(frame: dict[str, Any]) -> None:
         if isinstance(frame["id"], str):
             details = f"id: a string of at most {MAX_ID_CHARS} characters, not {len(frame['id'])}"
             raise FrameError(-32600, details, answer=answer, limit=("id_chars", MAX_ID_CHARS))
-        raise FrameError(-32600, "id: a string, a number or null", answer=answer)
+        raise FrameError(-32600, "id: a string, an integer or null", answer=answer)
     request_id = frame.get("id") if is_request else None
 
     def bad(details: str) -> FrameError:
