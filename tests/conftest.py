@@ -52,9 +52,13 @@ def spec_with(ids: list[str], **extra: Any) -> ModeSpec:
 
 
 def mode_option(spec: ModeSpec, current: str) -> dict[str, Any]:
-    """The complete mode config option, as a hand-written wire dict."""
+    """The complete mode config option, as a hand-written wire dict: its options are the
+    modes selectable from *current* (itself and its ``client_changes``; all if unrestricted)."""
+    selectable = set(spec.mode_ids)
+    if spec.client_restricted(current):
+        selectable = {current, *spec.client_changes[current]}
     options = []
-    for mode in spec.modes:
+    for mode in (m for m in spec.modes if m.id in selectable):
         option: dict[str, Any] = {"value": mode.id, "name": mode.name}
         if mode.description is not None:
             option["description"] = mode.description

@@ -227,8 +227,16 @@ class ModeAgent:
         """``session/new``: a session in the initial mode, with ``modes`` and ``configOptions``.
 
         The ``cwd`` is kept in the session's creation record, for ``session/list``.
+
+        Raises:
+            RequestError: ``-32602`` naming ``cwd`` for one over :data:`MAX_CWD_CHARS`
+                characters (no path is that long; nothing is created).
         """
         del mcp_servers, kwargs
+        if isinstance(cwd, str) and len(cwd) > MAX_CWD_CHARS:
+            text = f"cwd: a path of at most {MAX_CWD_CHARS} characters, not {len(cwd)}"
+            data = {"field": "cwd", "limit": "cwd_chars", "max": MAX_CWD_CHARS, "message": text}
+            raise RequestError(-32602, text, data)
         with acp_errors():
             session = self.engine.new_session(cwd=cwd)
         self.conversation.start(session.session_id)
@@ -597,6 +605,10 @@ class ModeAgent:
 
 _ABANDONED_KEPT = 1024
 """How many switches given up on by a cancel are remembered, to log their late answers."""
+
+MAX_CWD_CHARS = 4096
+"""The longest ``cwd`` a ``session/new`` may give (Linux's ``PATH_MAX``): it is kept whole
+in the session's creation record, for ``session/list``."""
 
 CLOSE_WAIT = 10.0
 """Seconds a ``session/close`` waits for the session's cancelled turns to end before it

@@ -356,11 +356,11 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
         body = await read_body(request)
         if not isinstance(body, bytes):
             return body
+        connection_id = request.headers.get(CONNECTION_ID_HEADER)
         try:
-            frame = check_message(body)
+            frame = check_message(body) if batching(connection_id) else check_frame(body)
         except FrameError as bad:
             return JSONResponse(bad.to_response(), status_code=400)
-        connection_id = request.headers.get(CONNECTION_ID_HEADER)
         if isinstance(frame, list):
             return await post_batch(frame, connection_id, request.headers.get(SESSION_ID_HEADER))
         is_request = "id" in frame and "method" in frame
@@ -390,17 +390,19 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
             seen[minted] = time.monotonic()
         return response
 
+    def batching(connection_id: str | None) -> bool:
+        """Whether the connection *connection_id* serves batches (a v2 connection)."""
+        connection = server._connections.get(connection_id) if connection_id else None  # noqa: SLF001
+        wrapper = checked.get(id(connection[1])) if connection is not None else None
+        return wrapper is not None and wrapper.batches is not None
+
     async def post_batch(
         frames: list[Any], connection_id: str | None, session_id: str | None
     ) -> Response:
-        """A batch ``POST``: ``202``, its answers as one array on the stream (v2 only)."""
-        connection = server._connections.get(connection_id) if connection_id else None  # noqa: SLF001
-        wrapper = checked.get(id(connection[1])) if connection is not None else None
-        if connection is None or wrapper is None or wrapper.batches is None:
-            refused = FrameError(-32600, "a frame is an object, not an array (ACP has no batches)")
-            return JSONResponse(refused.to_response(), status_code=400)
-        transport = connection[1]
-        assert connection_id is not None  # noqa: S101 - the connection was found by it
+        """A batch ``POST`` on a v2 connection: ``202``, its answers as one array on the stream."""
+        assert connection_id is not None  # noqa: S101 - batching() found the connection
+        transport = server._connections[connection_id][1]  # noqa: SLF001
+        wrapper = checked[id(transport)]
         seen[connection_id] = time.monotonic()
         if len(frames) > MAX_BATCH:
             details = f"a batch holds at most {MAX_BATCH} entries, not {len(frames)}"
