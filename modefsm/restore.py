@@ -230,17 +230,31 @@ previous page's last session (sessions are listed newest ``updated_at`` first, t
 ``session_id``), or ``None`` for the first page."""
 
 
-def list_query(cwd: str | None, after: ListAfter, limit: int) -> tuple[str, list[Any]]:
-    """The SQL of one ``session/list`` page of a restore index and its parameters."""
+def list_where(
+    cwd: str | None,
+    after: ListAfter,
+    *,
+    mark: str = "?",
+    columns: tuple[str, str, str] = ("cwd", "updated_at", "session_id"),
+) -> tuple[str, list[Any]]:
+    """The SQL conditions of one ``session/list`` page (`` AND ...``) and their parameters.
+
+    Args:
+        cwd: the ``cwd`` filter, or ``None``.
+        after: where the page starts (:data:`ListAfter`).
+        mark: the parameter placeholder of the database (``?`` SQLite, ``%s`` psycopg).
+        columns: the expressions of the ``cwd``, the ``updated_at`` and the session id.
+    """
+    cwd_column, updated, session = columns
     where = ""
     params: list[Any] = []
     if cwd is not None:
-        where += " AND cwd = ?"
+        where += f" AND {cwd_column} = {mark}"
         params.append(cwd)
     if after is not None:
-        where += " AND (updated_at < ? OR (updated_at = ? AND session_id > ?))"
+        where += f" AND ({updated} < {mark} OR ({updated} = {mark} AND {session} > {mark}))"
         params.extend((after[0], after[0], after[1]))
-    return _LIST.format(where=where), [*params, limit]
+    return where, params
 
 
 class RestoreIndex:
@@ -493,9 +507,9 @@ class RestoreIndex:
         if self._pending or self._behind:
             msg = f"the restore index cannot be written now ({self._problem}); try again"
             raise LogError(msg, str(self.path))
-        query, params = list_query(cwd, after, limit)
+        where, params = list_where(cwd, after)
         try:
-            rows = self._db.execute(query, params).fetchall()
+            rows = self._db.execute(_LIST.format(where=where), [*params, limit]).fetchall()
         except sqlite3.Error as exc:
             raise LogError(f"cannot read the restore index now: {exc}", str(self.path)) from None
         return [ListedSession(*row) for row in rows]

@@ -230,14 +230,8 @@ class FileStore:
             StoreBusy: the file's lock was held too long.
             LogError: the index cannot be used (the message says how to rebuild it).
         """
-        self._lock()
-        try:
-            self._sync_tail()
-            index = self._open_index()
-            index.catch_up(self.path)
+        with self._caught_up() as index:
             point = index.lookup(session_id)
-        finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
         if point is not None:
             held = self._heads.get(session_id)
             if held is None or held.seq <= point.seq:
@@ -257,14 +251,25 @@ class FileStore:
             StoreBusy: the file's lock was held too long.
             LogError: the index cannot be used (the message says how to rebuild it).
         """
+        with self._caught_up() as index:
+            return index.list_sessions(cwd, after, limit)
+
+    @contextlib.contextmanager
+    def _caught_up(self) -> Iterator[RestoreIndex]:
+        """The index caught up with the file, while the file's lock is held.
+
+        Raises:
+            StoreBusy: the file's lock was held too long.
+            LogError: the index cannot be used (the message says how to rebuild it).
+        """
         self._lock()
         try:
             self._sync_tail()
             index = self._open_index()
             index.catch_up(self.path)
+            yield index
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
-        return index.list_sessions(cwd, after, limit)
 
     def _open_index(self) -> RestoreIndex:
         if self._index is not None:

@@ -20,7 +20,7 @@ from psycopg import errors as pgerrors
 
 from modefsm.errors import LogError
 from modefsm.log import TransitionLog, TransitionRecord, previous_of, record_digest
-from modefsm.restore import ListAfter, ListedSession, RestorePoint
+from modefsm.restore import ListAfter, ListedSession, RestorePoint, list_where
 from modefsm.store._interface import SessionMoved, StoreBusy
 
 __all__ = ["SCHEMA_VERSION", "PgStore"]
@@ -305,14 +305,8 @@ class PgStore:
             StoreBusy: the query ran out of time (``lock_timeout`` seconds).
             LogError: the database is unreachable after one reconnection.
         """
-        where = ""
-        params: list[Any] = []
-        if cwd is not None:
-            where += " AND c.record->>'cwd' = %s"
-            params.append(cwd)
-        if after is not None:
-            where += " AND (h.updated_at < %s OR (h.updated_at = %s AND c.session_id > %s))"
-            params.extend((after[0], after[0], after[1]))
+        columns = ("c.record->>'cwd'", "h.updated_at", "c.session_id")
+        where, params = list_where(cwd, after, mark="%s", columns=columns)
         rows = self._run(_LIST.format(where=where), (*params, limit))
         return [ListedSession(row[0], row[1], row[2]) for row in rows]
 

@@ -30,6 +30,17 @@ RAW = Frames(jsonrpc=True)
 SELECT_CODE = {"outcome": {"outcome": "selected", "optionId": "code"}}
 
 
+def cancelled_switch(session_id: str, call_id: str) -> dict[str, Any]:
+    """The ``tool_call_update`` that ends a switch a cancel (or close) ended."""
+    body = {
+        "sessionUpdate": "tool_call_update",
+        "toolCallId": call_id,
+        "status": "failed",
+        "content": text("Cancelled: staying in architect mode."),
+    }
+    return RAW.update(session_id, body)
+
+
 def rejections(log: Path) -> list[tuple[str, str | None]]:
     return [(r["origin"], r.get("reason")) for r in read_log(log) if "reason" in r]
 
@@ -74,15 +85,7 @@ class TestStdio:
             request, call_id = await until_permission(peer, session_id)
             await peer.write(call(4, "session/close", {"sessionId": session_id}))
             frames = await until_both_answers(peer)
-            failed = RAW.update(
-                session_id,
-                {
-                    "sessionUpdate": "tool_call_update",
-                    "toolCallId": call_id,
-                    "status": "failed",
-                    "content": text("Cancelled: staying in architect mode."),
-                },
-            )
+            failed = cancelled_switch(session_id, call_id)
             cancel = {
                 "jsonrpc": "2.0",
                 "method": "$/cancel_request",
@@ -133,15 +136,7 @@ class TestStdio:
                     "params": {"requestId": request["id"]},
                 },
                 RAW.state(session_id, "running"),
-                RAW.update(
-                    session_id,
-                    {
-                        "sessionUpdate": "tool_call_update",
-                        "toolCallId": call_id,
-                        "status": "failed",
-                        "content": text("Cancelled: staying in architect mode."),
-                    },
-                ),
+                cancelled_switch(session_id, call_id),
                 RAW.state(session_id, "idle", stopReason="cancelled"),
                 {"jsonrpc": "2.0", "id": 4, "result": {}},
             ]
