@@ -1,6 +1,7 @@
 """modefsm.protocol: see the README's Architecture section."""
 
-from modefsm.protocol._agent import ModeAgent, RestoreSource, acp_errors
+from modefsm.protocol._agent import CLOSE_WAIT, MAX_CWD_CHARS, ModeAgent, RestoreSource, acp_errors
+from modefsm.protocol._batch import MAX_BATCH
 from modefsm.protocol._http import (
     ACP_PATH,
     IDLE_SECONDS,
@@ -10,6 +11,7 @@ from modefsm.protocol._http import (
     create_app,
     serve_http,
 )
+from modefsm.protocol._list import LIST_PAGE
 from modefsm.protocol._negotiate import SUPPORTED_PROTOCOLS, UNSUPPORTED_PROTOCOL, serve_negotiated
 from modefsm.protocol._shared import FORGET_AFTER, SEND_WAIT, SharedEngine
 from modefsm.protocol._switch import (
@@ -39,11 +41,15 @@ from modefsm.protocol._transport import (
 
 __all__ = [
     "ACP_PATH",
+    "CLOSE_WAIT",
     "EOF_GRACE",
     "FORGET_AFTER",
     "IDLE_SECONDS",
+    "LIST_PAGE",
+    "MAX_BATCH",
     "MAX_BODY_BYTES",
     "MAX_CONNECTIONS",
+    "MAX_CWD_CHARS",
     "MAX_DEPTH",
     "MAX_ECHO_CHARS",
     "MAX_ECHO_ITEMS",

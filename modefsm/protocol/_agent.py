@@ -72,7 +72,7 @@ from modefsm.protocol._transport import PermissionRequest
 from modefsm.restore import RestorePoint
 from modefsm.spec._model import ModeSpec
 
-__all__ = ["ModeAgent", "RestoreSource", "acp_errors"]
+__all__ = ["CLOSE_WAIT", "MAX_CWD_CHARS", "ModeAgent", "RestoreSource", "acp_errors"]
 
 _T = TypeVar("_T")
 

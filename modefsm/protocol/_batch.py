@@ -34,7 +34,9 @@ from typing import Any
 from modefsm.errors import FrameError
 from modefsm.protocol._transport import MAX_OPEN, check_entry
 
-__all__ = ["MAX_BATCH", "Batch", "Batches", "http_deliver", "http_stream"]
+__all__ = ["MAX_BATCH"]
+# Also for the transports of this package (not re-exported): Batch, Batches, http_deliver,
+# http_stream.
 
 MAX_BATCH = MAX_OPEN
 """The most entries a batch may hold; a longer one is refused whole (``-32600``)."""

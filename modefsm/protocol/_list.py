@@ -33,7 +33,9 @@ from acp import RequestError
 
 from modefsm.restore import ListAfter, ListedSession
 
-__all__ = ["LIST_PAGE", "MAX_CURSOR_CHARS", "decode_cursor", "encode_cursor", "list_page"]
+__all__ = ["LIST_PAGE"]
+# Also for the agents of this package (not re-exported): MAX_CURSOR_CHARS, decode_cursor,
+# encode_cursor, list_page, source_of.
 
 LIST_PAGE = 100
 """The most sessions one ``session/list`` answer holds."""

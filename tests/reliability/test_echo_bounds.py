@@ -28,7 +28,7 @@ from typing import Any
 import pydantic
 import pytest
 
-from modefsm.protocol._agent import MAX_CWD_CHARS
+from modefsm.protocol import MAX_CWD_CHARS
 from tests.acp_client import start_serve
 from tests.protocol.http_wire import shared_server
 
