@@ -77,6 +77,8 @@ __all__ = [
     "EVENT_INDEX_MISMATCH",
     "MAX_PENDING",
     "RETRY_SECONDS",
+    "ListAfter",
+    "ListedSession",
     "LogRestore",
     "RestoreIndex",
     "RestorePoint",
@@ -155,6 +157,9 @@ class LogRestore:
         return last_points([self.path]).get(session_id)
 
 
+_Pending = tuple[str, int, str | None, int | None, str | None, bool, str | None, str | None]
+"""An update waiting for a commit: mode, seq, digest, offset, previous, keep, cwd, updated_at."""
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
     session_id TEXT PRIMARY KEY,
@@ -162,7 +167,9 @@ CREATE TABLE IF NOT EXISTS sessions (
     seq INTEGER NOT NULL,
     previous TEXT,
     digest TEXT,
-    offset INTEGER
+    offset INTEGER,
+    cwd TEXT,
+    updated_at TEXT
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS log_position (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -174,17 +181,81 @@ CREATE TABLE IF NOT EXISTS log_position (
 INSERT OR IGNORE INTO log_position (id, offset) VALUES (1, 0);
 """
 _UPSERT = (
-    "INSERT INTO sessions (session_id, mode, seq, digest, offset, previous) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
+    "INSERT INTO sessions (session_id, mode, seq, digest, offset, previous, cwd, updated_at) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?8, ?9) "
     "ON CONFLICT (session_id) DO UPDATE SET mode = excluded.mode, seq = excluded.seq, "
     "digest = excluded.digest, offset = excluded.offset, "
-    "previous = CASE WHEN ?7 THEN sessions.previous ELSE excluded.previous END "
+    "previous = CASE WHEN ?7 THEN sessions.previous ELSE excluded.previous END, "
+    "cwd = COALESCE(excluded.cwd, sessions.cwd), updated_at = excluded.updated_at "
     "WHERE excluded.seq >= sessions.seq"
 )
 """A row never goes back to an older record: processes sharing the index may commit the
 same records in any order."""
 _NAMED_COLUMNS = (("digest", "TEXT"), ("offset", "INTEGER"))
 """Columns added after the first release: an older index gets them (empty) when opened."""
+_LISTED_COLUMNS = (("cwd", "TEXT"), ("updated_at", "TEXT"))
+"""Columns ``session/list`` reads (``cwd`` from each session's ``session_created`` record,
+``updated_at`` the ``timestamp`` of its last committed record). An index without them gets
+them when opened, and is then read again from the start of its log (the next catch-up),
+so that every row has them."""
+_LIST_INDEXES = """
+CREATE INDEX IF NOT EXISTS sessions_listed ON sessions (updated_at DESC, session_id)
+    WHERE cwd IS NOT NULL;
+CREATE INDEX IF NOT EXISTS sessions_by_cwd ON sessions (cwd, updated_at DESC, session_id);
+"""
+_LIST = (
+    "SELECT session_id, cwd, updated_at FROM sessions "
+    "WHERE cwd IS NOT NULL AND updated_at IS NOT NULL{where} "
+    "ORDER BY updated_at DESC, session_id LIMIT ?"
+)
+
+
+class ListedSession(NamedTuple):
+    """A session as ``session/list`` reports it.
+
+    Attributes:
+        session_id: ACP ``sessionId``.
+        cwd: ACP ``cwd``: the one its ``session/new`` gave (its ``session_created`` record).
+        updated_at: the ``timestamp`` of its last committed record (UTC, ISO 8601 with
+            ``Z``), or ``""`` when not known (a live session listed from memory).
+    """
+
+    session_id: str
+    cwd: str
+    updated_at: str
+
+
+ListAfter = tuple[str, str] | None
+"""Where a page of ``session/list`` starts: after ``(updated_at, session_id)`` of the
+previous page's last session (sessions are listed newest ``updated_at`` first, then by
+``session_id``), or ``None`` for the first page."""
+
+
+def list_where(
+    cwd: str | None,
+    after: ListAfter,
+    *,
+    mark: str = "?",
+    columns: tuple[str, str, str] = ("cwd", "updated_at", "session_id"),
+) -> tuple[str, list[Any]]:
+    """The SQL conditions of one ``session/list`` page (`` AND ...``) and their parameters.
+
+    Args:
+        cwd: the ``cwd`` filter, or ``None``.
+        after: where the page starts (:data:`ListAfter`).
+        mark: the parameter placeholder of the database (``?`` SQLite, ``%s`` psycopg).
+        columns: the expressions of the ``cwd``, the ``updated_at`` and the session id.
+    """
+    cwd_column, updated, session = columns
+    where = ""
+    params: list[Any] = []
+    if cwd is not None:
+        where += f" AND {cwd_column} = {mark}"
+        params.append(cwd)
+    if after is not None:
+        where += f" AND ({updated} < {mark} OR ({updated} = {mark} AND {session} > {mark}))"
+        params.extend((after[0], after[0], after[1]))
+    return where, params
 
 
 class RestoreIndex:
@@ -212,9 +283,9 @@ class RestoreIndex:
         self.path = Path(path)
         self.commit_every = commit_every
         self.commit_seconds = commit_seconds
-        self._pending: dict[str, tuple[str, int, str | None, int | None, str | None, bool]] = {}
+        self._pending: dict[str, _Pending] = {}
         # updates not committed yet: session_id -> (mode, seq, digest, offset, previous,
-        # keep), in the order of _UPSERT's parameters
+        # keep, cwd, updated_at), in the order of _UPSERT's parameters
         self._records = 0  # records since the last commit
         self._last_commit = time.monotonic()
         self._retry_at = 0.0  # after a failed commit, the next is tried from then on
@@ -239,10 +310,7 @@ class RestoreIndex:
                 if row is None:
                     raise sqlite3.DatabaseError("the index tables were not created")
             self._db.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
-            columns = {c[1] for c in self._db.execute("PRAGMA table_info(sessions)")}
-            for name, kind in _NAMED_COLUMNS:
-                if name not in columns:
-                    self._db.execute(f"ALTER TABLE sessions ADD COLUMN {name} {kind}")
+            row = self._upgrade(row)
         except sqlite3.Error as exc:
             self._db.close()
             if _busy(exc):
@@ -293,6 +361,45 @@ class RestoreIndex:
                 return None
             raise
         return row if journal == "wal" else None
+
+    def _upgrade(
+        self, row: tuple[int | None, int | None, int, str | None]
+    ) -> tuple[int | None, int | None, int, str | None]:
+        """Bring an index of an older layout up to this one; the log position to use."""
+        columns = {c[1] for c in self._db.execute("PRAGMA table_info(sessions)")}
+        for name, kind in _NAMED_COLUMNS:
+            if name not in columns:
+                self._db.execute(f"ALTER TABLE sessions ADD COLUMN {name} {kind}")
+        if not {name for name, _ in _LISTED_COLUMNS} <= columns:
+            row = self._add_listed_columns(columns, row)
+        found = self._db.execute(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'index' "
+            "AND name IN ('sessions_listed', 'sessions_by_cwd')"
+        ).fetchone()[0]
+        if found < 2:  # noqa: PLR2004 - the two indexes of _LIST_INDEXES
+            self._db.executescript(_LIST_INDEXES)
+        return row
+
+    def _add_listed_columns(
+        self, columns: set[str], row: tuple[int | None, int | None, int, str | None]
+    ) -> tuple[int | None, int | None, int, str | None]:
+        """Add the columns ``session/list`` reads to an older index; it is read again.
+
+        One transaction: the columns, and the log position set back to the start, so
+        the next catch-up fills them in for every session its log holds.
+        """
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            for name, kind in _LISTED_COLUMNS:
+                if name not in columns:
+                    self._db.execute(f"ALTER TABLE sessions ADD COLUMN {name} {kind}")
+            self._db.execute("UPDATE log_position SET offset = 0 WHERE id = 1")
+            self._db.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+            raise
+        return (row[0], row[1], 0, row[3])
 
     # -- lookups ---------------------------------------------------------------------------
 
@@ -381,6 +488,34 @@ class RestoreIndex:
                 )
         return truth
 
+    def list_sessions(
+        self, cwd: str | None = None, after: ListAfter = None, limit: int = 100
+    ) -> list[ListedSession]:
+        """One page of the sessions indexed, newest ``updated_at`` first, then by id.
+
+        Only sessions whose creation record carries a ``cwd`` are listed (a session made
+        by an older modefsm, or without a ``cwd``, is not). The updates noted so far are
+        committed first.
+
+        Args:
+            cwd: only sessions with exactly this ``cwd``; ``None`` for all.
+            after: where the page starts (see :data:`ListAfter`).
+            limit: the most sessions returned.
+
+        Raises:
+            LogError: the index cannot be committed or read now (only this call fails).
+        """
+        self.commit()
+        if self._pending or self._behind:
+            msg = f"the restore index cannot be written now ({self._problem}); try again"
+            raise LogError(msg, str(self.path))
+        where, params = list_where(cwd, after)
+        try:
+            rows = self._db.execute(_LIST.format(where=where), [*params, limit]).fetchall()
+        except sqlite3.Error as exc:
+            raise LogError(f"cannot read the restore index now: {exc}", str(self.path)) from None
+        return [ListedSession(*row) for row in rows]
+
     def __len__(self) -> int:
         """The number of sessions indexed (committed or not)."""
         count = int(self._db.execute("SELECT count(*) FROM sessions").fetchone()[0])
@@ -401,6 +536,9 @@ class RestoreIndex:
         offset: int | None,
         head: str | None,
         previous: tuple[str | None, bool] = (None, False),
+        *,
+        cwd: str | None = None,
+        timestamp: str | None = None,
     ) -> None:
         """Record that *session_id* is now in *mode* at *seq* (after the log line is written).
 
@@ -417,12 +555,17 @@ class RestoreIndex:
             offset: the byte offset just past the record's line in the log file, if known.
             head: the record's ``digest``.
             previous: :func:`previous_of` the record.
+            cwd: the record's ``cwd`` (a ``session_created`` record's), if any.
+            timestamp: the record's ``timestamp``.
         """
         if not self._behind:
             value, keep = previous
-            if keep and (earlier := self._pending.get(session_id)) is not None:
-                value, keep = earlier[4], earlier[5]
-            self._pending[session_id] = (mode, seq, head, offset, value, keep)
+            earlier = self._pending.get(session_id)
+            if earlier is not None:
+                if keep:
+                    value, keep = earlier[4], earlier[5]
+                cwd = cwd if cwd is not None else earlier[6]
+            self._pending[session_id] = (mode, seq, head, offset, value, keep, cwd, timestamp)
             if len(self._pending) > MAX_PENDING:
                 self._pending.clear()
                 self._behind = True
@@ -548,8 +691,8 @@ class RestoreIndex:
     def _forget_offsets(self) -> None:
         """Rows name records of another file now: none can be checked, so none is used."""
         self._pending = {
-            sid: (mode, seq, digest, None, previous, keep)
-            for sid, (mode, seq, digest, _, previous, keep) in self._pending.items()
+            sid: (mode, seq, digest, None, previous, keep, cwd, stamp)
+            for sid, (mode, seq, digest, _, previous, keep, cwd, stamp) in self._pending.items()
         }
         try:
             self._db.execute("UPDATE sessions SET offset = NULL")
@@ -578,6 +721,8 @@ class RestoreIndex:
                     offset,
                     record.digest,
                     previous_of(record.origin, record.from_mode),
+                    cwd=record.cwd,
+                    timestamp=record.timestamp,
                 )
                 applied += 1
         return applied

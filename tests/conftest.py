@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,10 @@ from acp.schema import SessionNotification
 from acp.utils import serialize_params
 
 from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
+from tests.frame_schemas import FrameLog, available
+
+FRAME_TAP = Path(__file__).resolve().parent / "frame_tap"
+"""Put on ``PYTHONPATH``: its ``sitecustomize`` records what each agent process writes."""
 
 
 def wire(session_id: str, update: Any) -> dict[str, Any]:
@@ -47,9 +52,13 @@ def spec_with(ids: list[str], **extra: Any) -> ModeSpec:
 
 
 def mode_option(spec: ModeSpec, current: str) -> dict[str, Any]:
-    """The complete mode config option, as a hand-written wire dict."""
+    """The complete mode config option, as a hand-written wire dict: its options are the
+    modes selectable from *current* (itself and its ``client_changes``; all if unrestricted)."""
+    selectable = set(spec.mode_ids)
+    if spec.client_restricted(current):
+        selectable = {current, *spec.client_changes[current]}
     options = []
-    for mode in spec.modes:
+    for mode in (m for m in spec.modes if m.id in selectable):
         option: dict[str, Any] = {"value": mode.id, "name": mode.name}
         if mode.description is not None:
             option["description"] = mode.description
@@ -104,3 +113,39 @@ def make_engine(log_path: Path, recorder: Recorder) -> Iterator[Any]:
     yield make
     for log in logs:
         log.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def agent_frame_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FrameLog | None]:
+    """Every Python process the suite starts records the frames its agent writes.
+
+    ``None`` (nothing recorded) when the TypeScript SDK's schemas are not installed (run
+    ``npm ci`` in ``tests/ts``; CI does).
+    """
+    if not available():
+        yield None
+        return
+    folder = tmp_path_factory.mktemp("agent-frames")
+    saved = {name: os.environ.get(name) for name in ("MODEFSM_TEST_FRAMES", "PYTHONPATH")}
+    os.environ["MODEFSM_TEST_FRAMES"] = str(folder)
+    paths = [str(FRAME_TAP), *filter(None, [saved["PYTHONPATH"]])]
+    os.environ["PYTHONPATH"] = os.pathsep.join(paths)
+    try:
+        yield FrameLog(folder)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@pytest.fixture(autouse=True)
+def agent_frames_follow_the_schema(agent_frame_log: FrameLog | None) -> Iterator[None]:
+    """After each test: every frame an agent wrote meanwhile validates against its schema."""
+    yield
+    if agent_frame_log is not None:
+        problems = agent_frame_log.problems()
+        assert problems == [], f"{len(problems)} frames break the ACP schema:\n" + "\n".join(
+            problems[:20]
+        )

@@ -105,6 +105,8 @@ class ScriptedAgent(ModeAgent):
                     )
                 except ConnectionError:  # the client hung up; logged as session_closed
                     return PromptResponse(stop_reason="cancelled")
+                if cancelled.is_set():  # session/cancel or session/close ended the turn
+                    return PromptResponse(stop_reason="cancelled")
                 if result.approved:
                     reply = f"Approved: now in {self.session(session_id).state} mode."
                 else:

@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,9 +95,10 @@ class Session:
             ``$previous``), or ``None``.
         digest: the ``digest`` of the session's last record when written through a
             :class:`~modefsm.store.SessionStore` (the next record's ``session_prev``).
+        cwd: the ACP ``cwd`` given to ``session/new`` in this process, or ``None``.
     """
 
-    __slots__ = ("digest", "fsm_state", "previous", "seq", "session_id")
+    __slots__ = ("cwd", "digest", "fsm_state", "previous", "seq", "session_id")
 
     def __init__(
         self,
@@ -113,6 +114,7 @@ class Session:
         self.seq = seq
         self.previous = previous
         self.digest = digest
+        self.cwd: str | None = None
 
     @property
     def state(self) -> str:
@@ -264,13 +266,19 @@ class ModeEngine:
     # -- sessions ------------------------------------------------------------------------
 
     def new_session(
-        self, session_id: str | None = None, *, request_id: str | int | None = None
+        self,
+        session_id: str | None = None,
+        *,
+        request_id: str | int | None = None,
+        cwd: str | None = None,
     ) -> Session:
         """Start a session in the spec's initial mode and log its creation (``seq`` 1).
 
         Args:
             session_id: ACP ``sessionId``; a fresh ``sess_<hex>`` id when ``None``.
             request_id: the ``session/new`` request id, for the record.
+            cwd: the ACP ``cwd`` of ``session/new``, kept in the creation record (and on
+                the session) for ``session/list``.
 
         Raises:
             SessionExistsError: *session_id* is in use.
@@ -280,7 +288,10 @@ class ModeEngine:
         if session_id in self._sessions:
             raise SessionExistsError(session_id)
         session = Session(session_id, self.spec.initial, 1)
+        session.cwd = cwd
         fields = self._fields(session_id, 1, None, session.state, "new", request_id=request_id)
+        if cwd is not None:
+            fields["cwd"] = cwd
         if self.store is not None:
             try:
                 session.digest = self.store.append(EVENT_CREATED, fields, None)
@@ -309,6 +320,10 @@ class ModeEngine:
     def __len__(self) -> int:
         """The number of live sessions."""
         return len(self._sessions)
+
+    def live_sessions(self) -> Iterator[Session]:
+        """The live sessions, in the order they became live."""
+        return iter(list(self._sessions.values()))
 
     def close_session(self, session_id: str) -> None:
         """Forget session *session_id* (O(1)); later changes to it raise ``UnknownSessionError``.

@@ -4,6 +4,18 @@ A session's mode is one value; ACP shows it twice: as ``modes`` (``SessionModeSt
 with ``current_mode_update`` notifications) and as the ``category: "mode"`` config option
 (``configOptions``, with ``config_option_update`` notifications). Both views of a mode
 never change for a given spec, so they are built once per mode and shared.
+
+What each view offers:
+
+- the config option's ``options`` are the modes a client may select from the current
+  mode: the current mode itself and the ones its ``client_changes`` allow, in spec order
+  (every mode when the spec does not restrict the current one). Clients replace their
+  list on every ``config_option_update``, which every change sends, so the choices shown
+  are always ones ``session/set_config_option`` accepts;
+- ``modes.availableModes`` is the spec's whole catalogue: v1 has no notification that
+  updates it (``current_mode_update`` carries only the id), so a list filtered for one
+  mode would be wrong after the next change. A mode the policy refuses from the current
+  one is answered ``-32602`` with ``data.valid`` listing the modes allowed from there.
 """
 
 from __future__ import annotations
@@ -32,7 +44,8 @@ class ModeView:
     Attributes:
         mode_id: the mode.
         modes: ``SessionModeState`` for ``session/new``/``load``/``resume`` responses.
-        config_options: the complete ``configOptions`` list (one select option, category mode).
+        config_options: the complete ``configOptions`` list (one select option, category
+            mode, whose ``options`` are the modes selectable from :attr:`mode_id`).
         current_mode_update: the ``current_mode_update`` session update.
         config_option_update: the ``config_option_update`` session update (complete list).
     """
@@ -94,8 +107,12 @@ class _Views(Mapping[str, ModeView]):
         return len(self._spec.mode_ids)
 
     def _make(self, mode_id: str) -> ModeView:
+        choices = self._choices
+        if self._spec.client_restricted(mode_id):  # the modes selectable from mode_id
+            selectable = {mode_id, *self._spec.client_targets(mode_id)}
+            choices = [choice for choice in choices if choice.value in selectable]
         option = SessionConfigOptionSelect.model_construct(
-            **self._template, current_value=mode_id, options=self._choices
+            **self._template, current_value=mode_id, options=choices
         )
         return ModeView(
             mode_id=mode_id,

@@ -135,6 +135,9 @@ class TransitionRecord(BaseModel):
             rejected switch always (when known).
         protocol: the ACP protocol version of the client that made the change (``2``);
             absent on records of v1 clients and of logs written before it existed.
+        cwd: on a ``session_created`` record: the ACP ``cwd`` the client gave
+            ``session/new`` (what ``session/list`` reports and filters on); absent on
+            sessions made without one and in logs written before it existed.
         reason: why a rejection changed nothing.
         spec: the spec's name.
         spec_hash: the spec's :attr:`~modefsm.spec.ModeSpec.content_hash`.
@@ -163,6 +166,7 @@ class TransitionRecord(BaseModel):
     option_id: str | None = None
     proposed_in: str | None = None
     protocol: Annotated[int, Field(ge=1, le=2)] | None = None
+    cwd: str | None = None
     reason: RejectReason | None = None
     spec: str
     spec_hash: str

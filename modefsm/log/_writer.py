@@ -77,6 +77,9 @@ class LogIndex(Protocol):
         offset: int | None,
         head: str | None,
         previous: tuple[str | None, bool] = (None, False),
+        *,
+        cwd: str | None = None,
+        timestamp: str | None = None,
     ) -> None:
         """Note a committed record (after its line is written); never raises."""
         ...  # pragma: no cover
@@ -551,6 +554,8 @@ class TransitionLog:
                     offset,
                     digest,
                     previous_of(fields["origin"], fields["from_mode"]),
+                    cwd=fields.get("cwd"),
+                    timestamp=fields.get("timestamp"),
                 )
 
     def reopen(self) -> None:

@@ -8,7 +8,8 @@ from modefsm.protocol._access import (
     Refusal,
     new_token,
 )
-from modefsm.protocol._agent import ModeAgent, RestoreSource, acp_errors
+from modefsm.protocol._agent import CLOSE_WAIT, MAX_CWD_CHARS, ModeAgent, RestoreSource, acp_errors
+from modefsm.protocol._batch import MAX_BATCH
 from modefsm.protocol._http import (
     ACP_PATH,
     BODY_SECONDS,
@@ -22,6 +23,7 @@ from modefsm.protocol._http import (
     create_app,
     serve_http,
 )
+from modefsm.protocol._list import LIST_PAGE
 from modefsm.protocol._negotiate import SUPPORTED_PROTOCOLS, UNSUPPORTED_PROTOCOL, serve_negotiated
 from modefsm.protocol._shared import FORGET_AFTER, SEND_WAIT, SharedEngine
 from modefsm.protocol._switch import (
@@ -53,14 +55,18 @@ __all__ = [
     "ACP_PATH",
     "ACP_SUBPROTOCOL",
     "BODY_SECONDS",
+    "CLOSE_WAIT",
     "EOF_GRACE",
     "FIRST_FRAME_SECONDS",
     "FORGET_AFTER",
     "HEADER_SECONDS",
     "IDLE_SECONDS",
+    "LIST_PAGE",
     "LOOPBACK_NAMES",
+    "MAX_BATCH",
     "MAX_BODY_BYTES",
     "MAX_CONNECTIONS",
+    "MAX_CWD_CHARS",
     "MAX_DEPTH",
     "MAX_ECHO_CHARS",
     "MAX_ECHO_ITEMS",

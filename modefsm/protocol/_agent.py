@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Coroutine
@@ -44,11 +45,14 @@ from acp.schema import (
     AgentCapabilities,
     Implementation,
     InitializeResponse,
+    ListSessionsResponse,
     LoadSessionResponse,
     NewSessionResponse,
     ResumeSessionResponse,
     SessionCapabilities,
     SessionCloseCapabilities,
+    SessionInfo,
+    SessionListCapabilities,
     SessionNotification,
     SessionResumeCapabilities,
     SetSessionConfigOptionResponse,
@@ -61,13 +65,14 @@ from modefsm.engine._engine import ModeEngine, Session
 from modefsm.errors import HookError, InvalidParamsError, LogError, UnknownSessionError
 from modefsm.log._conversation import ConversationStore, Part
 from modefsm.log._writer import TransitionLog
+from modefsm.protocol._list import list_page
 from modefsm.protocol._shared import SharedEngine
 from modefsm.protocol._switch import SwitchResult, propose_switch
 from modefsm.protocol._transport import PermissionRequest
 from modefsm.restore import RestorePoint
 from modefsm.spec._model import ModeSpec
 
-__all__ = ["ModeAgent", "RestoreSource", "acp_errors"]
+__all__ = ["CLOSE_WAIT", "MAX_CWD_CHARS", "ModeAgent", "RestoreSource", "acp_errors"]
 
 _T = TypeVar("_T")
 
@@ -137,8 +142,8 @@ class ModeAgent:
         log: the transition log; ``None`` logs nothing (and nothing can be restored).
         restore: where ``session/load``/``session/resume`` look up a session unknown to
             this process (after a restart); ``None`` answers them with ``-32002``.
-        unstable: advertise ``session/resume`` and ``session/close`` (the SDK routes them
-            whatever its ``use_unstable_protocol``).
+        unstable: advertise ``session/resume``, ``session/close`` and ``session/list``
+            (the SDK routes them whatever its ``use_unstable_protocol``).
         conversation: where the ``switch_mode`` tool calls (and anything the host passes
             to :meth:`record`) are kept for replay; a fresh in-memory
             :class:`~modefsm.log.ConversationStore` when ``None``.
@@ -186,6 +191,8 @@ class ModeAgent:
         self.unstable = unstable
         self.conn: Any = None
         self._cancels: dict[str, set[asyncio.Event]] = {}
+        self._closing: set[str] = set()  # sessions whose session/close waits for their turns
+        self._turn_ended = asyncio.Event()  # set by end_turn (a closing session's wait)
         self._abandoned: OrderedDict[str, None] = OrderedDict()  # toolCallIds a cancel ended
 
     def on_connect(self, conn: Any) -> None:
@@ -208,11 +215,13 @@ class ModeAgent:
         client_info: Any = None,
         **kwargs: Any,
     ) -> InitializeResponse:
-        """``initialize``: advertise ``loadSession: true`` (and resume, close when unstable)."""
+        """``initialize``: ``loadSession: true`` (and resume, close, list when unstable)."""
         del protocol_version, client_capabilities, client_info, kwargs
         sessions = (
             SessionCapabilities(
-                resume=SessionResumeCapabilities(), close=SessionCloseCapabilities()
+                resume=SessionResumeCapabilities(),
+                close=SessionCloseCapabilities(),
+                list=SessionListCapabilities(),
             )
             if self.unstable
             else None
@@ -226,10 +235,21 @@ class ModeAgent:
     async def new_session(
         self, cwd: str, mcp_servers: Any = None, **kwargs: Any
     ) -> NewSessionResponse:
-        """``session/new``: a session in the initial mode, with ``modes`` and ``configOptions``."""
-        del cwd, mcp_servers, kwargs
+        """``session/new``: a session in the initial mode, with ``modes`` and ``configOptions``.
+
+        The ``cwd`` is kept in the session's creation record, for ``session/list``.
+
+        Raises:
+            RequestError: ``-32602`` naming ``cwd`` for one over :data:`MAX_CWD_CHARS`
+                characters (no path is that long; nothing is created).
+        """
+        del mcp_servers, kwargs
+        if isinstance(cwd, str) and len(cwd) > MAX_CWD_CHARS:
+            text = f"cwd: a path of at most {MAX_CWD_CHARS} characters, not {len(cwd)}"
+            data = {"field": "cwd", "limit": "cwd_chars", "max": MAX_CWD_CHARS, "message": text}
+            raise RequestError(-32602, text, data)
         with acp_errors():
-            session = self.engine.new_session()
+            session = self.engine.new_session(cwd=cwd)
         self.conversation.start(session.session_id)
         view = self.engine.views[session.state]
         return NewSessionResponse(
@@ -273,14 +293,20 @@ class ModeAgent:
         )
 
     async def close_session(self, session_id: str, **kwargs: Any) -> None:
-        """``session/close`` (unstable): forget the session; a pending switch changes nothing.
+        """``session/close`` (unstable): end the session's turns, then forget the session.
 
-        The turns this agent runs on the session are cancelled (as by ``session/cancel``).
-        On a :class:`~modefsm.protocol.SharedEngine` whose session another connection
-        holds too, only this connection's hold ends (:meth:`SharedEngine.leave
-        <modefsm.protocol.SharedEngine.leave>`): the session stays live for the others and
-        this connection's pending switch ends ``cancelled``; a later ``session/load`` or
-        ``session/resume`` here holds it again.
+        The turns this agent runs on the session are cancelled as by ``session/cancel``
+        (a pending switch ends ``cancelled``, its permission request is withdrawn) and
+        waited for, at most :data:`CLOSE_WAIT` seconds: their last updates (v2: the
+        ``state_update`` ``idle`` with ``stopReason: "cancelled"``) precede the close's
+        answer, and each prompt answers (v1: ``stopReason: "cancelled"``, or
+        ``end_turn`` if it had ended). A prompt that arrives meanwhile starts cancelled.
+        Then the session is freed. Once it has begun, a close runs to its end even if
+        its request is cancelled. On a :class:`~modefsm.protocol.SharedEngine` whose
+        session another connection holds too, only this connection's hold ends
+        (:meth:`SharedEngine.leave <modefsm.protocol.SharedEngine.leave>`): the session
+        stays live for the others; a later ``session/load`` or ``session/resume`` here
+        holds it again.
 
         Raises:
             RequestError: ``-32002`` for an unknown session.
@@ -288,13 +314,60 @@ class ModeAgent:
         del kwargs
         with acp_errors():
             self._held(session_id)
+        await _finish(self._close(session_id))
+
+    async def _close(self, session_id: str) -> None:
+        self._closing.add(session_id)
+        try:
+            await self._end_turns(session_id)
+        finally:
+            self._closing.discard(session_id)
+        if session_id not in self.engine:
+            return  # another close (or the last holder's) ended it meanwhile
+        with acp_errors():
             kept = isinstance(self.engine, SharedEngine) and self.engine.leave(session_id)
             if not kept:
                 self.engine.close_session(session_id)
         if not kept:
             self.conversation.forget(session_id)
-        for event in self._cancels.pop(session_id, ()):
-            event.set()
+
+    async def _end_turns(self, session_id: str) -> None:
+        """Cancel this agent's turns on *session_id*; wait (boundedly) until they end."""
+        deadline = time.monotonic() + CLOSE_WAIT
+        while session_id in self._cancels:
+            for event in self._cancels[session_id]:
+                event.set()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._cancels.pop(session_id, None)
+                return
+            self._turn_ended.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._turn_ended.wait(), remaining)
+
+    async def list_sessions(
+        self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any
+    ) -> ListSessionsResponse:
+        """``session/list``: one page of the sessions the log or store knows.
+
+        See :mod:`modefsm.protocol._list`: every process's sessions (newest activity
+        first), closed ones included, each with the ``cwd`` its ``session/new`` gave and
+        ``updatedAt`` (its last record's time); ``nextCursor`` when more follow.
+
+        Raises:
+            RequestError: ``-32602`` naming ``cursor`` (not one this agent gave);
+                ``-32603`` when the store or index cannot be read now.
+        """
+        del kwargs
+        with acp_errors():
+            page, next_cursor = list_page(self.engine, self.restore, cwd, cursor)
+        return ListSessionsResponse(
+            sessions=[
+                SessionInfo(session_id=s.session_id, cwd=s.cwd, updated_at=s.updated_at or None)
+                for s in page
+            ],
+            next_cursor=next_cursor,
+        )
 
     def _restore_point(self, session_id: str) -> RestorePoint:
         point = self.restore.restore_point(session_id) if self.restore else None
@@ -450,6 +523,8 @@ class ModeAgent:
         ``session/cancel`` and ``session/close`` set the events of all of them.
         """
         event = asyncio.Event()
+        if session_id in self._closing:  # a session/close waits for the turns to end
+            event.set()
         self._cancels.setdefault(session_id, set()).add(event)
         return event
 
@@ -464,6 +539,7 @@ class ModeAgent:
             events.discard(event)
         if not events:
             del self._cancels[session_id]
+        self._turn_ended.set()
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         """``session/cancel``: end the running turns; a pending switch ends as ``cancelled``."""
@@ -562,6 +638,14 @@ class ModeAgent:
 
 _ABANDONED_KEPT = 1024
 """How many switches given up on by a cancel are remembered, to log their late answers."""
+
+MAX_CWD_CHARS = 4096
+"""The longest ``cwd`` a ``session/new`` may give (Linux's ``PATH_MAX``): it is kept whole
+in the session's creation record, for ``session/list``."""
+
+CLOSE_WAIT = 10.0
+"""Seconds a ``session/close`` waits for the session's cancelled turns to end before it
+frees the session anyway."""
 
 
 def _selected(response: dict[str, Any]) -> str | None:

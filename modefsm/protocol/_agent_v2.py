@@ -51,6 +51,7 @@ from modefsm.protocol._agent import (
     acp_errors,
     session_not_found,
 )
+from modefsm.protocol._list import list_page
 
 __all__ = ["V2_PROTOCOL_VERSION", "ModeAgentV2"]
 # Also for the other transports of this package (not re-exported): REPLAY_FROM_MESSAGE,
@@ -207,7 +208,8 @@ def replay_updates(session_id: str, items: Iterable[ConversationItem]) -> list[t
         ``(messageId, update)`` pairs (``messageId`` ``None`` for tool calls), *update*
         an SDK v2 model: a user's chunks become one ``user_message`` with all its
         blocks (as a v2 prompt echoes it); an agent's chunks stay
-        ``agent_message_chunk`` s (``agent_thought_chunk`` s); ``tool_call`` and
+        ``agent_message_chunk`` s (``agent_thought_chunk`` s), without the whole-message
+        update a replay sends before them (:func:`primed`); ``tool_call`` and
         ``tool_call_update`` become ``tool_call_update`` (the first one creates the tool
         call). A message kept with a ``messageId`` keeps it; one kept without (a v1
         turn's) gets ``msg_`` and 32 hex digits derived from the session, its content
@@ -238,6 +240,40 @@ def replay_updates(session_id: str, items: Iterable[ConversationItem]) -> list[t
             )
             for block in blocks
         )
+    return out
+
+
+_WHOLE = {
+    "agent_message_chunk": v2.AgentMessageUpdate,
+    "agent_thought_chunk": v2.AgentThoughtUpdate,
+    "user_message_chunk": v2.UserMessageUpdate,
+}
+"""The whole-message update of each chunk kind, in the v2 schema."""
+
+
+def primed(updates: Iterable[Any]) -> list[Any]:
+    """*updates* with each message's whole-message update before its first chunk.
+
+    In a replay, every ``*_chunk`` of a ``messageId`` is preceded, in the same replay, by
+    the whole-message update of that id with ``content: []`` (``agent_message``,
+    ``agent_thought``, ``user_message``), then the chunks, so a client meets the
+    message before its content. A message already started by its whole update in
+    *updates* is left as it is.
+    """
+    out: list[Any] = []
+    started: set[tuple[str, Any]] = set()
+    for update in updates:
+        kind = getattr(update, "session_update", None)
+        message_id = getattr(update, "message_id", None)
+        whole = _WHOLE.get(kind) if isinstance(kind, str) else None
+        if whole is not None and isinstance(message_id, str):
+            key = (whole.__name__, message_id)
+            if key not in started:
+                started.add(key)
+                out.append(whole(message_id=message_id, content=[]))
+        elif kind in ("agent_message", "agent_thought", "user_message"):
+            started.add((type(update).__name__, message_id))
+        out.append(update)
     return out
 
 
@@ -337,11 +373,18 @@ class ModeAgentV2:
     async def initialize(
         self, protocol_version: int, info: Any = None, capabilities: Any = None, **kwargs: Any
     ) -> v2.InitializeResponse:
-        """``initialize``: protocol version 2 (resume and close are baseline in v2)."""
+        """``initialize``: protocol version 2 and ``capabilities.session: {}``.
+
+        ``{}`` advertises the v2 session baseline, all of it served: ``session/new``,
+        ``session/list``, ``session/resume``, ``session/close``, ``session/prompt``,
+        ``session/cancel`` and ``session/update``. No sub-capability is advertised:
+        ``session/delete``, ``additionalDirectories``, MCP servers and prompt content
+        beyond the baseline are not served.
+        """
         del protocol_version, info, capabilities, kwargs
         return v2.InitializeResponse(
             protocol_version=V2_PROTOCOL_VERSION,
-            capabilities=v2.AgentCapabilities(),
+            capabilities=v2.AgentCapabilities(session=v2.SessionCapabilities()),
             info=v2.Implementation(name=self.base.agent_name, version=_version()),
         )
 
@@ -352,6 +395,24 @@ class ModeAgentV2:
         return v2.NewSessionResponse(
             session_id=response.session_id,
             config_options=v2_options(response.config_options or []),
+        )
+
+    async def list_sessions(
+        self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any
+    ) -> v2.ListSessionsResponse:
+        """``session/list``: one page of the sessions the log or store knows (v2 models).
+
+        As :meth:`ModeAgent.list_sessions <modefsm.protocol.ModeAgent.list_sessions>`.
+        """
+        del kwargs
+        with acp_errors():
+            page, next_cursor = list_page(self.base.engine, self.base.restore, cwd, cursor)
+        return v2.ListSessionsResponse(
+            sessions=[
+                v2.SessionInfo(session_id=s.session_id, cwd=s.cwd, updated_at=s.updated_at or None)
+                for s in page
+            ],
+            next_cursor=next_cursor,
         )
 
     async def resume_session(
@@ -399,6 +460,8 @@ class ModeAgentV2:
     async def replay_from(self, session_id: str, message_id: str | None = None) -> list[Any]:
         """The v2 updates a replay sends: all kept ones, or from *message_id* (inclusive).
 
+        Each message's chunks come after its whole-message update (:func:`primed`).
+
         Raises:
             RequestError: ``-32602`` naming ``replayFrom.messageId`` when *message_id* is
                 not a message of the kept conversation; ``-32603`` when the journal
@@ -408,10 +471,10 @@ class ModeAgentV2:
             items = await self.base.conversation.history(session_id)
         pairs = replay_updates(session_id, items)
         if message_id is None:
-            return [update for _id, update in pairs]
+            return primed(update for _id, update in pairs)
         for index, (kept, _update) in enumerate(pairs):
             if kept == message_id:
-                return [update for _id, update in pairs[index:]]
+                return primed(update for _id, update in pairs[index:])
         text = f"replayFrom.messageId: {message_id!r} is not in the session's kept conversation"
         data = {"field": "replayFrom.messageId", "value": message_id, "message": text}
         raise RequestError(_INVALID_PARAMS, text, data)
@@ -459,9 +522,16 @@ class ModeAgentV2:
         ``state_update`` ``running`` ... ``idle`` (with the turn's ``stopReason``).
         """
         del kwargs
-        engine = self.base.engine
         with _V2_ERRORS:
             self.base.session(session_id)  # -32002 before anything is sent
+        working = self.base.begin_turn(session_id)  # a session/close waits for its idle
+        try:
+            return await self._turn(session_id, prompt)
+        finally:
+            self.base.end_turn(session_id, working)
+
+    async def _turn(self, session_id: str, prompt: list[Any]) -> v2.PromptResponse:
+        engine = self.base.engine
         message_id = _message_id()
         user = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in prompt]
         await engine.notify(

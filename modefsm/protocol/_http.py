@@ -65,6 +65,7 @@ import signal
 import socket
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -73,6 +74,7 @@ import orjson
 
 from modefsm.errors import FrameError
 from modefsm.protocol._access import Access, Refusal, is_loopback
+from modefsm.protocol._batch import MAX_BATCH, Batches, http_deliver, http_stream
 from modefsm.protocol._negotiate import (
     SUPPORTED_PROTOCOLS,
     _first_frame,
@@ -81,7 +83,13 @@ from modefsm.protocol._negotiate import (
     unsupported,
 )
 from modefsm.protocol._shared import Peer, SharedEngine, connection_context, use_peer
-from modefsm.protocol._transport import MAX_OPEN, _encode, _Ledger, check_frame
+from modefsm.protocol._transport import (
+    MAX_OPEN,
+    _encode,
+    _Ledger,
+    check_frame,
+    check_message,
+)
 
 if TYPE_CHECKING:
     from starlette.responses import Response
@@ -136,6 +144,8 @@ class _Checked:
         self.peer = peer
         self.engine: SharedEngine | None = None
         self.ledger = _Ledger()
+        self.batches: Batches | None = None  # a v2 connection's JSON-RPC batches
+        self._queued: deque[dict[str, Any]] = deque()  # a batch's entries still to serve
 
     def bind(self, agent: Any) -> None:
         self.ledger.stray = getattr(agent, "stray_answer", None)
@@ -144,23 +154,64 @@ class _Checked:
         engine = getattr(base, "engine", None)
         self.engine = engine if isinstance(engine, SharedEngine) else None
 
+    def serve_batches(self) -> None:
+        """From now on (a v2 connection), arrays are JSON-RPC batches."""
+        self.batches = Batches()
+        if isinstance(self.inner, _WebSocketMessages):
+            self.inner.arrays = True
+
     async def receive(self) -> dict[str, Any] | None:
         while True:
-            frame = await self.inner.receive()
+            frame = self._queued.popleft() if self._queued else await self.inner.receive()
             if frame is None:
                 return None
-            if not self.ledger.admit(frame):
+            if isinstance(frame, list):  # a batch (a v2 connection's)
+                await self._split(frame)
                 continue
-            if self.engine is not None and "id" in frame and "method" in frame:
+            request = "id" in frame and "method" in frame
+            if not self.ledger.admit(frame):
+                if request and self.batches is not None:
+                    self.batches.dropped(frame)
+                continue
+            if request and self.batches is not None:
+                self.batches.opened(frame)
+            if self.engine is not None and request:
                 self.engine.request_seen(self.peer, frame)
-            return frame  # type: ignore[no-any-return]
+            return frame
+
+    async def _split(self, value: list[Any]) -> None:
+        assert self.batches is not None  # noqa: S101 - arrays reach here on v2 only
+        try:
+            frames, batch = self.batches.split(value)
+        except FrameError as bad:
+            await self._send_raw(bad.to_response(), None)
+            return
+        self._queued.extend(frames)
+        if batch is not None and not batch.waiting:
+            await self._send_raw(batch.array(), batch)
 
     async def send(self, message: dict[str, Any]) -> None:
         message, _line = self.ledger.outgoing(message)
         if self.engine is not None and "method" not in message:
             self.engine.answer_sent(self.peer, message)
+        batch = self.batches.take(message) if self.batches is not None else None
+        if batch is not None:  # held for its batch's array
+            if not isinstance(self.inner, _WebSocketMessages):
+                batch.route[batch.last] = http_stream(self.inner, message)
+            self.ledger.answered(message)
+            if not batch.waiting:
+                await self._send_raw(batch.array(), batch)
+            return
         await self.inner.send(message)
         self.ledger.answered(message)
+
+    async def _send_raw(self, message: Any, batch: Any) -> None:
+        """Send a batch's array (or its refusal) where the connection's answers go."""
+        if isinstance(self.inner, _WebSocketMessages):
+            await self.inner.send(message)
+            return
+        stream = batch.first_route() if batch is not None else None
+        await (stream or self.inner.connection_stream).push(message)
 
     async def close(self) -> None:
         self.release()
@@ -182,8 +233,9 @@ class _WebSocketMessages:
     def __init__(self, websocket: Any) -> None:
         self._ws = websocket
         self.last = time.monotonic()
+        self.arrays = False  # a v2 connection: a text frame may be a batch
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: Any) -> None:
         from starlette.websockets import WebSocketState  # noqa: PLC0415 - the http extra
 
         if self._ws.client_state == WebSocketState.DISCONNECTED:
@@ -204,7 +256,7 @@ class _WebSocketMessages:
             if raw is None:
                 continue
             try:
-                return check_frame(raw)
+                return check_message(raw) if self.arrays else check_frame(raw)  # type: ignore[return-value]
             except FrameError as bad:
                 if bad.answer:
                     await self.send(bad.to_response())
@@ -384,6 +436,7 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
         CONTENT_TYPE_SSE,
         SESSION_ID_HEADER,
         is_initialize_request,
+        method_requires_session_header,
     )
     from acp.http.server import AcpServer  # noqa: PLC0415
     from starlette.applications import Starlette  # noqa: PLC0415
@@ -410,6 +463,7 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
 
             agent = ModeAgentV2(agent_factory(conn), conn)
             wrapper.bind(agent)
+            wrapper.serve_batches()
             return agent
 
         return negotiated_connection(
@@ -492,18 +546,20 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
             return slow
         return bytes(body)
 
-    async def post(request: Request) -> Response:  # noqa: PLR0911 - one answer per check
+    async def post(request: Request) -> Response:  # noqa: C901, PLR0911 - one answer per check
         content_type = request.headers.get("content-type")
         if content_type is None or not content_type.lower().startswith("application/json"):
             return JSONResponse({"error": "Content-Type must be application/json"}, 415)
         body = await read_body(request)
         if not isinstance(body, bytes):
             return body
+        connection_id = request.headers.get(CONNECTION_ID_HEADER)
         try:
-            frame = check_frame(body)
+            frame = check_message(body) if batching(connection_id) else check_frame(body)
         except FrameError as bad:
             return JSONResponse(bad.to_response(), status_code=400)
-        connection_id = request.headers.get(CONNECTION_ID_HEADER)
+        if isinstance(frame, list):
+            return await post_batch(frame, connection_id, request.headers.get(SESSION_ID_HEADER))
         is_request = "id" in frame and "method" in frame
         if is_initialize_request(frame):
             refused = unsupported(frame, protocols)
@@ -528,6 +584,39 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
             wrapper = checked.get(id(server._connections[minted][1]))  # noqa: SLF001
             http_live[minted] = _Live(wrapper, delete, time.monotonic())
         return response
+
+    def batching(connection_id: str | None) -> bool:
+        """Whether the connection *connection_id* serves batches (a v2 connection)."""
+        connection = server._connections.get(connection_id) if connection_id else None  # noqa: SLF001
+        wrapper = checked.get(id(connection[1])) if connection is not None else None
+        return wrapper is not None and wrapper.batches is not None
+
+    async def post_batch(
+        frames: list[Any], connection_id: str | None, session_id: str | None
+    ) -> Response:
+        """A batch ``POST`` on a v2 connection: ``202``, its answers as one array on the stream."""
+        assert connection_id is not None  # noqa: S101 - batching() found the connection
+        transport = server._connections[connection_id][1]  # noqa: SLF001
+        wrapper = checked[id(transport)]
+        entry = http_live.get(connection_id)
+        if entry is not None:
+            entry.last = time.monotonic()
+        if len(frames) > MAX_BATCH:
+            details = f"a batch holds at most {MAX_BATCH} entries, not {len(frames)}"
+            return _error(400, -32600, details, limit="batch", max=MAX_BATCH)
+        methods = [f.get("method") for f in frames if isinstance(f, dict)]
+        requests = sum(1 for f in frames if isinstance(f, dict) and "id" in f and "method" in f)
+        if any(method_requires_session_header(m) for m in methods) and session_id is None:
+            return JSONResponse({"error": "Missing session id header"}, status_code=400)
+        if session_id is not None and session_id not in transport.session_streams:
+            return JSONResponse({"error": "Unknown session id"}, status_code=404)
+        if requests and wrapper.ledger.open + requests > MAX_OPEN:
+            details = f"at most {MAX_OPEN} requests of a connection are answered at once"
+            return _error(429, -32600, details, limit="open", max=MAX_OPEN)
+        http_deliver(transport, frames)
+        from starlette.responses import Response as Plain  # noqa: PLC0415
+
+        return Plain(status_code=202)
 
     async def get(request: Request) -> Response:
         accept = request.headers.get("accept", "")

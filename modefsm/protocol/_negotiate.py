@@ -11,6 +11,9 @@
 - an integer below 1: ``-32022`` with ``data: {"requested": N, "supported": [1, 2]}``
   (the router would answer ``-32600``), and the client may initialize again.
 
+A v2 connection serves JSON-RPC batches from then on (:mod:`modefsm.protocol._batch`); an
+array read before the version is chosen, or on a v1 connection, is one ``-32600``.
+
 On a v2 connection two checks the SDK's models skip are made on the raw params, before
 the agent sees the request (which then changes nothing): ``session/set_config_option``
 must carry ``"type": "id"`` (``-32602``, ``data.field`` ``"type"``; the model defaults a
@@ -26,6 +29,7 @@ from typing import Any
 
 from acp.agent.connection import AgentSideConnection
 
+from modefsm.protocol._batch import Batches
 from modefsm.protocol._transport import (
     CheckedTransport,
     OutputClosedError,
@@ -217,6 +221,8 @@ async def serve_negotiated(
     first, version = first_task.result()
     if first is None:
         return transport
+    if version == 2:  # noqa: PLR2004 - ACP v2 adopts JSON-RPC batches; v1 has none
+        transport.batches = Batches()
 
     def v2_agent(connection: Any) -> Any:
         from modefsm.protocol._agent_v2 import ModeAgentV2  # noqa: PLC0415 - v2 only when asked

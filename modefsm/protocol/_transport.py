@@ -47,7 +47,7 @@ import select
 import sys
 import time
 import traceback
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -237,10 +237,14 @@ def _check_text(value: Any, *, strings: bool) -> None:
 
 
 def _valid_id(value: Any) -> bool:
-    """JSON-RPC: an id is a string, a number or null (here: a string of a bounded length)."""
+    """ACP: an id is a string (here: of a bounded length), an integer or null.
+
+    JSON-RPC allows any number; the ACP schemas (v1 and v2) allow integers only, so an
+    answer echoing ``1.5`` would break them.
+    """
     if isinstance(value, str):
         return len(value) <= MAX_ID_CHARS
-    return value is None or isinstance(value, float) or type(value) is int
+    return value is None or type(value) is int
 
 
 def check_frame(line: bytes) -> dict[str, Any]:
@@ -265,8 +269,37 @@ def check_frame(line: bytes) -> dict[str, Any]:
     -32600 7 True Invalid request: method: a string
     """
     frame = _parse(line)
+    assert isinstance(frame, dict)  # noqa: S101 - _parse refuses arrays unless asked
     _check_envelope(frame)
     return frame
+
+
+def check_message(line: bytes) -> dict[str, Any] | list[Any]:
+    """As :func:`check_frame`, but a non-empty array (an ACP v2 batch) is returned as it is.
+
+    The frame limits apply to the whole array; its entries are not checked yet (see
+    :func:`check_entry`). An object is checked as by :func:`check_frame`.
+
+    Raises:
+        FrameError: bad JSON, a scalar, a limit exceeded, or a bad frame object.
+    """
+    frame = _parse(line, arrays=True)
+    if isinstance(frame, dict):
+        _check_envelope(frame)
+    return frame
+
+
+def check_entry(entry: Any) -> dict[str, Any]:
+    """Check one entry of a batch as a JSON-RPC 2.0 frame (limits were checked whole).
+
+    Raises:
+        FrameError: the entry is not an object, or not a valid frame.
+    """
+    if not isinstance(entry, dict):
+        what = "an array" if isinstance(entry, list) else "a scalar"
+        raise FrameError(-32600, f"a batch entry is an object, not {what}")
+    _check_envelope(entry)
+    return entry
 
 
 def _loads_exactly(line: bytes) -> Any:
@@ -279,7 +312,7 @@ def _loads_exactly(line: bytes) -> Any:
         raise FrameError(-32700, str(exc)) from None
 
 
-def _parse(line: bytes) -> dict[str, Any]:
+def _parse(line: bytes, *, arrays: bool = False) -> dict[str, Any] | list[Any]:
     values = _count_values(line)
     if values > MAX_VALUES:
         details = f"a frame holds at most {MAX_VALUES} values, not {values}"
@@ -293,13 +326,18 @@ def _parse(line: bytes) -> dict[str, Any]:
         except orjson.JSONDecodeError:
             exact = True  # the standard parser says why, or parses what orjson refuses
             frame = _loads_exactly(line)
-    if not isinstance(frame, dict):
+    if not isinstance(frame, dict) and not (arrays and isinstance(frame, list) and frame):
+        if arrays and isinstance(frame, list):
+            raise FrameError(-32600, "a batch is a non-empty array")
         what = "an array (ACP has no batches)" if isinstance(frame, list) else "a scalar"
         raise FrameError(-32600, f"a frame is an object, not {what}")
     if not exact and line.count(b"[") + line.count(b"{") <= MAX_DEPTH:
         return frame  # valid text, and too few containers to nest too deeply
-    answer = _answers(frame)
-    request_id = frame.get("id") if "method" in frame and _valid_id(frame.get("id")) else None
+    if isinstance(frame, list):  # a batch: its entries are checked one by one later
+        answer, request_id = True, None
+    else:
+        answer = _answers(frame)
+        request_id = frame.get("id") if "method" in frame and _valid_id(frame.get("id")) else None
     try:
         _check_text(frame, strings=exact)
     except RecursionError:
@@ -327,7 +365,7 @@ def _check_envelope(frame: dict[str, Any]) -> None:
         if isinstance(frame["id"], str):
             details = f"id: a string of at most {MAX_ID_CHARS} characters, not {len(frame['id'])}"
             raise FrameError(-32600, details, answer=answer, limit=("id_chars", MAX_ID_CHARS))
-        raise FrameError(-32600, "id: a string, a number or null", answer=answer)
+        raise FrameError(-32600, "id: a string, an integer or null", answer=answer)
     request_id = frame.get("id") if is_request else None
 
     def bad(details: str) -> FrameError:
@@ -790,6 +828,9 @@ class CheckedTransport:
         self._lock = asyncio.Lock()
         self._changed = asyncio.Event()
         self._ledger = _Ledger(stray, late, self._changed.set)
+        self.batches: Any = None
+        """A :class:`~modefsm.protocol._batch.Batches` once the connection serves them (v2)."""
+        self._queued: deque[dict[str, Any]] = deque()  # the entries of a batch still to serve
 
     @property
     def open_requests(self) -> int:
@@ -840,27 +881,58 @@ class CheckedTransport:
             A frame, or ``None`` at the end of input.
         """
         while True:
-            if self._writer.transport.get_write_buffer_size():
-                await self._writer.drain()
-            line = await self._read_line()
-            if line is None:
+            frame = self._queued.popleft() if self._queued else await self._read_frame()
+            if frame is None:
                 await self._until(self._settled_but_awaiting, EOF_GRACE)
                 return None
-            frame = await self._checked(line)
-            if frame is None:
+            if not frame:  # a blank or bad line (answered), or a batch (queued)
                 continue
-            if "id" in frame and "method" in frame and self._busy():
+            request = "id" in frame and "method" in frame
+            if request and self._busy():
                 await self._until(lambda: not self._busy())
             if self._ledger.admit(frame):
+                if request and self.batches is not None:
+                    self.batches.opened(frame)
                 return frame
+            if request and self.batches is not None:
+                self.batches.dropped(frame)
 
-    async def _checked(self, line: bytes | FrameError) -> dict[str, Any] | None:
-        """The frame in *line*; ``None`` for a blank or bad one (answered if a request)."""
+    async def _read_frame(self) -> dict[str, Any] | None:
+        """The next line's frame; ``{}`` when it has none to serve now; ``None`` at the end."""
+        if self._writer.transport.get_write_buffer_size():
+            await self._writer.drain()
+        line = await self._read_line()
+        if line is None:
+            return None
+        checked = await self._checked(line)
+        if isinstance(checked, list):
+            await self._split(checked)
+            return {}
+        return checked if checked is not None else {}
+
+    async def _split(self, value: list[Any]) -> None:
+        """Queue the entries of a batch; write its answer now if it has nothing to wait for."""
+        try:
+            frames, batch = self.batches.split(value)
+        except FrameError as bad:
+            await self._write(_encode(bad.to_response()))
+            return
+        self._queued.extend(frames)
+        if batch is not None and not batch.waiting:
+            await self._write(_encode_array(batch.array()))
+
+    async def _checked(self, line: bytes | FrameError) -> dict[str, Any] | list[Any] | None:
+        """The frame in *line*; ``None`` for a blank or bad one (answered if a request).
+
+        Once the connection serves batches, an array is returned as it is.
+        """
         try:
             if isinstance(line, FrameError):
                 raise line
             if not line.strip():
                 return None
+            if self.batches is not None:
+                return check_message(line)
             return check_frame(line)
         except FrameError as bad:
             if bad.answer:
@@ -878,6 +950,12 @@ class CheckedTransport:
             OutputClosedError: stdout is closed.
         """
         message, data = self._ledger.outgoing(message)
+        batch = self.batches.take(message) if self.batches is not None else None
+        if batch is not None:  # an answer held for its batch's array
+            self._ledger.answered(message)
+            if not batch.waiting:
+                await self._write(_encode_array(batch.array()))
+            return
         await self._write(data)
         self._ledger.answered(message)
 
@@ -926,6 +1004,11 @@ def _encode(message: dict[str, Any]) -> bytes:
     """One line of standard JSON (``ValueError`` for NaN or infinities)."""
     text = json.dumps(message, separators=(",", ":"), allow_nan=False)
     return text.encode("utf-8") + b"\n"
+
+
+def _encode_array(messages: list[dict[str, Any]]) -> bytes:
+    """One line of standard JSON: the array of *messages* (a batch's answers)."""
+    return _encode(messages)  # type: ignore[arg-type]
 
 
 def _unencodable(response: dict[str, Any]) -> dict[str, Any]:

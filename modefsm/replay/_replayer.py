@@ -584,6 +584,7 @@ class Replayer:
                 or type(get("tool_call_id")) not in _STR_OR_NONE
                 or type(get("option_id")) not in _STR_OR_NONE
                 or type(get("proposed_in")) not in _STR_OR_NONE
+                or type(get("cwd")) not in _STR_OR_NONE
                 or ((protocol := get("protocol")) is not None and type(protocol) is not int)
                 or (protocol is not None and protocol not in _PROTOCOLS)
                 or type(get("prev")) not in _STR_OR_NONE

@@ -42,7 +42,7 @@ from modefsm.log._files import lock_holders, open_private
 from modefsm.log._reader import LogEntry, read_log
 from modefsm.log._records import EVENT_CHANGED, EVENT_CREATED, RECORD_EVENTS, TransitionRecord
 from modefsm.log._writer import TransitionLog, _check_regular, _end_torn_line
-from modefsm.restore import RestoreIndex, RestorePoint, is_index
+from modefsm.restore import ListAfter, ListedSession, RestoreIndex, RestorePoint, is_index
 from modefsm.store._interface import SessionMoved, StoreBusy
 
 __all__ = ["FileStore"]
@@ -233,19 +233,46 @@ class FileStore:
             StoreBusy: the file's lock was held too long.
             LogError: the index cannot be used (the message says how to rebuild it).
         """
-        self._lock()
-        try:
-            self._sync_tail()
-            index = self._open_index()
-            index.catch_up(self.path)
+        with self._caught_up() as index:
             point = index.lookup(session_id)
-        finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
         if point is not None:
             held = self._heads.get(session_id)
             if held is None or held.seq <= point.seq:
                 self._heads[session_id] = point
         return point
+
+    def list_sessions(
+        self, cwd: str | None = None, after: ListAfter = None, limit: int = 100
+    ) -> list[ListedSession]:
+        """One page of the file's sessions (see :meth:`SessionStore.list_sessions`).
+
+        The index is caught up with the file under its lock first, so the sessions other
+        processes created are listed too; the page is then read from the index (SQLite,
+        the ``cwd`` filter and the order done there).
+
+        Raises:
+            StoreBusy: the file's lock was held too long.
+            LogError: the index cannot be used (the message says how to rebuild it).
+        """
+        with self._caught_up() as index:
+            return index.list_sessions(cwd, after, limit)
+
+    @contextlib.contextmanager
+    def _caught_up(self) -> Iterator[RestoreIndex]:
+        """The index caught up with the file, while the file's lock is held.
+
+        Raises:
+            StoreBusy: the file's lock was held too long.
+            LogError: the index cannot be used (the message says how to rebuild it).
+        """
+        self._lock()
+        try:
+            self._sync_tail()
+            index = self._open_index()
+            index.catch_up(self.path)
+            yield index
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def _open_index(self) -> RestoreIndex:
         if self._index is not None:

@@ -24,7 +24,7 @@ import orjson
 from modefsm.errors import LogError, ModefsmError
 from modefsm.log._records import TransitionRecord
 from modefsm.log._writer import TransitionLog
-from modefsm.restore import RestorePoint
+from modefsm.restore import ListAfter, ListedSession, RestorePoint
 
 __all__ = ["SessionMoved", "SessionStore", "StoreBusy", "open_store"]
 
@@ -94,6 +94,24 @@ class SessionStore(Protocol):
 
     def history(self, session_id: str) -> Iterator[TransitionRecord]:
         """The session's committed records, ``seq`` 1 to n."""
+        ...  # pragma: no cover
+
+    def list_sessions(
+        self, cwd: str | None = None, after: ListAfter = None, limit: int = 100
+    ) -> list[ListedSession]:
+        """One page of every session the store holds (every process's), for ``session/list``.
+
+        Newest last activity first, then by ``sessionId``; only sessions created with a
+        ``cwd``. Closed sessions are listed too: they can still be loaded or resumed.
+
+        Args:
+            cwd: only sessions with exactly this ``cwd`` (filtered by the backend).
+            after: where the page starts (:data:`~modefsm.restore.ListAfter`).
+            limit: the most sessions returned.
+
+        Raises:
+            StoreBusy, LogError: the store cannot be read now (only this call fails).
+        """
         ...  # pragma: no cover
 
     def close(self) -> None:

@@ -20,7 +20,7 @@ from psycopg import errors as pgerrors
 
 from modefsm.errors import LogError
 from modefsm.log import TransitionLog, TransitionRecord, previous_of, record_digest
-from modefsm.restore import RestorePoint
+from modefsm.restore import ListAfter, ListedSession, RestorePoint, list_where
 from modefsm.store._interface import SessionMoved, StoreBusy
 
 __all__ = ["SCHEMA_VERSION", "PgStore"]
@@ -62,6 +62,15 @@ HEAD_QUERY = (
 )
 """The one query :meth:`PgStore.restore_point` runs (a backward scan of the primary key)."""
 _GSEQ = "SELECT gseq FROM modefsm_records WHERE session_id = %s AND seq = %s"
+_LIST = (
+    "SELECT c.session_id, c.record->>'cwd', h.updated_at FROM modefsm_records c "
+    "CROSS JOIN LATERAL (SELECT r.record->>'timestamp' AS updated_at FROM modefsm_records r "
+    "WHERE r.session_id = c.session_id ORDER BY r.seq DESC LIMIT 1) h "
+    "WHERE c.seq = 1 AND c.record ? 'cwd'{where} "
+    "ORDER BY h.updated_at DESC, c.session_id LIMIT %s"
+)
+"""One page of ``session/list``: each session's creation record (its ``cwd``) and its
+last record (its ``timestamp``), newest first; the filter and the order run in the server."""
 _PAGE = 1000
 
 
@@ -284,6 +293,22 @@ class PgStore:
             if len(rows) < _PAGE:
                 return
             after = rows[-1][0]
+
+    def list_sessions(
+        self, cwd: str | None = None, after: ListAfter = None, limit: int = 100
+    ) -> list[ListedSession]:
+        """One page of the database's sessions (see :meth:`SessionStore.list_sessions`).
+
+        One query: the ``cwd`` filter, the order and the page are the server's work.
+
+        Raises:
+            StoreBusy: the query ran out of time (``lock_timeout`` seconds).
+            LogError: the database is unreachable after one reconnection.
+        """
+        columns = ("c.record->>'cwd'", "h.updated_at", "c.session_id")
+        where, params = list_where(cwd, after, mark="%s", columns=columns)
+        rows = self._run(_LIST.format(where=where), (*params, limit))
+        return [ListedSession(row[0], row[1], row[2]) for row in rows]
 
     def export(self) -> Iterator[dict[str, Any]]:
         """Every record in the database as a JSON object with its ``gseq``, in ``gseq`` order.

@@ -233,3 +233,59 @@ class TestReviewPage:
             "not remembered across a restart) | Bravo, Plan "
             "| Alpha, if a switch may reach it from the new mode; else refused |"
         )
+
+
+class TestSelectable:
+    """The mode option offers the modes a client may select now; ``modes`` keeps them all."""
+
+    def test_plan_offers_only_itself_and_default(self, recorder):
+        engine = ModeEngine(PERMISSION, sink=recorder)
+        engine.new_session("s")
+        engine.change("s", "plan", "set_mode")
+        option = engine.config_options("s")[0].model_dump(mode="json", by_alias=True)
+        assert (option["currentValue"], [o["value"] for o in option["options"]]) == (
+            "plan",
+            ["default", "plan"],
+        )
+        modes = engine.view("s").modes.model_dump(mode="json", by_alias=True)
+        assert [m["id"] for m in modes["availableModes"]] == [
+            "default",
+            "acceptEdits",
+            "plan",
+            "bypassPermissions",
+        ]
+
+    def test_unrestricted_modes_offer_every_mode(self):
+        engine = ModeEngine(PERMISSION)
+        engine.new_session("s")
+        option = engine.config_options("s")[0]
+        assert [o.value for o in option.options] == [m.id for m in PERMISSION.modes]
+
+    def test_every_offered_value_is_accepted_and_a_refused_one_names_the_valid(self):
+        for value in ("default", "plan"):
+            engine = ModeEngine(PERMISSION)
+            engine.new_session("s")
+            engine.change("s", "plan", "set_mode")
+            engine.set_config_value("s", "mode", value)
+            assert engine.get("s").state == value
+        engine = ModeEngine(PERMISSION)
+        engine.new_session("s")
+        engine.change("s", "plan", "set_mode")
+        with pytest.raises(TransitionNotAllowedError) as refused:
+            engine.set_config_value("s", "mode", "acceptEdits")
+        assert refused.value.to_data()["valid"] == ["default"]
+
+    async def test_each_update_offers_what_its_mode_allows(self, recorder):
+        engine = ModeEngine(PERMISSION, sink=recorder)
+        engine.new_session("s")
+        await engine.set_mode("s", "plan")
+        await engine.set_mode("s", "default")
+        offered = [
+            [o["value"] for o in m["update"]["configOptions"][0]["options"]]
+            for m in recorder.sent
+            if m["update"]["sessionUpdate"] == "config_option_update"
+        ]
+        assert offered == [
+            ["default", "plan"],
+            ["default", "acceptEdits", "plan", "bypassPermissions"],
+        ]

@@ -226,6 +226,21 @@ class PolicyRuns(RuleBasedStateMachine):
             )
 
     @invariant()
+    def the_mode_option_offers_exactly_what_can_be_selected(self) -> None:
+        if self.engine is None:
+            return
+        for session_id in self.created & set(self.live._sessions):
+            current = self.live.get(session_id).state
+            option = self.live.config_options(session_id)[0]
+            offered = [choice.value for choice in option.options]
+            selectable = [
+                m.id
+                for m in self.live.spec.modes
+                if m.id == current or self.live.machine.allows("client_change", current, m.id)
+            ]
+            assert (option.current_value, offered) == (current, selectable)
+
+    @invariant()
     def replay_agrees(self) -> None:
         if self.engine is None:
             return

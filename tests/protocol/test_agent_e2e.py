@@ -75,7 +75,7 @@ class TestSessions:
             result = client.received()[0]["result"]
         assert result["agentCapabilities"] == {
             "loadSession": True,
-            "sessionCapabilities": {"resume": {}, "close": {}},
+            "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
         }
 
 

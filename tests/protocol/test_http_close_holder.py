@@ -34,6 +34,12 @@ from tests.protocol.v2_frames import Frames, option_v2, text
 
 pytestmark = pytest.mark.e2e
 
+
+def canonical(frame: dict[str, Any]) -> str:
+    """A frame's sort key: its JSON with sorted keys (frames from the wire keep theirs)."""
+    return json.dumps(frame, sort_keys=True)
+
+
 FRAMES = Frames(jsonrpc=False)
 
 
@@ -186,8 +192,9 @@ async def test_one_holder_closes_the_other_keeps_the_session(
 
 async def test_a_closing_holders_pending_switch_ends_cancelled_the_others_stays(server):
     """A (v1) and B (v2) each wait on a permission of their own prompt; A closes: A's turn
-    ends ``cancelled``, B's waits on and then lands. B, the last holder, then closes with a
-    permission pending: that switch ends ``session_closed``, once."""
+    ends ``cancelled`` (A hears how, before its close is answered), B's waits on and then
+    lands. B, the last holder, then closes with a permission pending: that switch ends
+    ``cancelled`` too (a close cancels as ``session/cancel`` does), once."""
     url, log_path = server
     never = asyncio.Event()
 
@@ -255,23 +262,27 @@ async def test_a_closing_holders_pending_switch_ends_cancelled_the_others_stays(
         await asyncio.wait_for(seen_b.asked.wait(), TIMEOUT)
         await b.close_session(session_id=session_id)  # B: id 6
         await asyncio.wait_for(turn_b, TIMEOUT)
-        # A got its two answers and the withdrawal of its permission request (on its own
-        # stream: their order is not fixed), nothing of the session after its close
-        assert sorted(seen_a.since(mark_a), key=json.dumps) == sorted(
+        # A got the end of its own switch, its two answers and the withdrawal of its
+        # permission request (the answers and the withdrawal on the connection's stream:
+        # their order against the session's is not fixed), nothing after its close
+        got = seen_a.since(mark_a)
+        assert sorted(got, key=canonical) == sorted(
             [
+                failed,
                 {"id": 3, "result": {}},
                 {"id": 2, "result": {"stopReason": "cancelled"}},
                 {"method": "$/cancel_request", "params": {"requestId": 0}},
             ],
-            key=json.dumps,
+            key=canonical,
         )
+        assert got.index(failed) < got.index({"id": 3, "result": {}})
     assert records(log_path, session_id) == [
         ("session_created", "ask", "new", None, 2),
         ("mode_changed", "architect", "set_config_option", None, 2),
         ("change_rejected", None, "switch_mode", "cancelled", None),
         ("mode_changed", "code", "switch_mode", None, 2),
         ("mode_changed", "architect", "set_config_option", None, 2),
-        ("change_rejected", None, "switch_mode", "session_closed", 2),
+        ("change_rejected", None, "switch_mode", "cancelled", 2),
     ]
     assert verify(log_path) == "RESULT  clean"
 
@@ -312,14 +323,25 @@ async def test_a_v2_holder_closing_during_its_switch_leaves_a_v1_holder_untouche
         await b.set_session_mode(session_id=session_id, mode_id="code")  # B: id 3
         assert seen_b.since(mark_b) == [*mode_updates(session_id, "code"), {"id": 3, "result": {}}]
         await b.close_session(session_id=session_id)  # B: id 4, the last holder
-        assert sorted(seen_a.since(mark_a), key=json.dumps) == sorted(
+        # A hears its turn end (the switch failed, idle ``cancelled``) before its close is
+        # answered; the answers and the withdrawal come on the connection's stream
+        got = seen_a.since(mark_a)
+        ended = [
+            FRAMES.state(session_id, "running"),
+            failed,
+            FRAMES.state(session_id, "idle", stopReason="cancelled"),
+        ]
+        assert sorted(got, key=canonical) == sorted(
             [
+                *ended,
                 {"id": 3, "result": {}},
                 {"id": 2, "result": {"messageId": answered.message_id}},
                 {"method": "$/cancel_request", "params": {"requestId": 0}},
             ],
-            key=json.dumps,
+            key=canonical,
         )
+        assert [f for f in got if f.get("method") == "session/update"] == ended
+        assert got.index(ended[-1]) < got.index({"id": 3, "result": {}})
     assert records(log_path, session_id) == [
         ("session_created", "ask", "new", None, None),
         ("mode_changed", "architect", "set_mode", None, None),

@@ -97,15 +97,22 @@ def _shown(frame: dict[str, Any]) -> tuple[str, Any]:
         return kind, update["content"][0]["text"]
     if kind == "agent_message_chunk":
         return kind, update["content"]["text"]
+    if kind == "agent_message":  # the whole-message update a replay sends before its chunks
+        return kind, update["content"]
     if kind == "config_option_update":
         return kind, update["configOptions"][0]["currentValue"]
     return kind, update.get("state")
 
 
-REPLAY = [
+NO_CONTENT: list[Any] = []
+REPLAY: list[tuple[str, Any]] = [
     item
     for turn in range(TURNS)
-    for item in (("user_message", f"prompt {turn}"), ("agent_message_chunk", f"reply {turn}"))
+    for item in (
+        ("user_message", f"prompt {turn}"),
+        ("agent_message", NO_CONTENT),
+        ("agent_message_chunk", f"reply {turn}"),
+    )
 ]
 
 

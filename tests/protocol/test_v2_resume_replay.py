@@ -58,6 +58,16 @@ def update(session_id: str, **body: Any) -> dict[str, Any]:
     }
 
 
+def primer(session_id: str, message_id: str) -> dict[str, Any]:
+    """The whole-message update a replay sends before an agent message's chunks."""
+    return update(session_id, sessionUpdate="agent_message", messageId=message_id, content=[])
+
+
+def unprimed(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """*frames* without the whole-message updates (a live turn sends only the chunks)."""
+    return [f for f in frames if f["params"]["update"]["sessionUpdate"] != "agent_message"]
+
+
 def idle(session_id: str) -> dict[str, Any]:
     return update(session_id, sessionUpdate="state_update", state="idle")
 
@@ -242,7 +252,8 @@ def ids_of(frames: list[dict[str, Any]], kind: str, key: str) -> list[str]:
 def expected_v2_replay(
     session_id: str, users: list[str], agents: list[str], calls: list[str]
 ) -> list[dict[str, Any]]:
-    """The story of :func:`a_v2_conversation` (or the v1 one) as a v2 replay sends it."""
+    """The story of :func:`a_v2_conversation` (or the v1 one) as a v2 replay sends it: each
+    agent message's chunk preceded by its whole-message update (``content: []``)."""
     pending = {"title": "Ready for implementation", "kind": "switch_mode", "status": "pending"}
     u1, u2, u3 = users
     a1, a2, a3 = agents
@@ -264,6 +275,7 @@ def expected_v2_replay(
             status="failed",
             content=tool_text("Declined: staying in architect mode."),
         ),
+        primer(session_id, a1),
         update(
             session_id,
             sessionUpdate="agent_message_chunk",
@@ -281,6 +293,7 @@ def expected_v2_replay(
             status="completed",
             content=tool_text("Switched to code mode."),
         ),
+        primer(session_id, a2),
         update(
             session_id,
             sessionUpdate="agent_message_chunk",
@@ -293,6 +306,7 @@ def expected_v2_replay(
             messageId=u3,
             content=[text("hello"), text("there")],
         ),
+        primer(session_id, a3),
         update(
             session_id,
             sessionUpdate="agent_message_chunk",
@@ -310,7 +324,8 @@ class TestV2Session:
         agents = ids_of(live, "agent_message_chunk", "messageId")
         calls = ids_of(live, "tool_call_update", "toolCallId")
         story = expected_v2_replay(session_id, users, agents, calls)
-        assert conversation_of(live) == story  # the replay repeats the live frames exactly
+        # the replay repeats the live frames exactly, each agent message first announced
+        assert conversation_of(live) == unprimed(story)
         records = read_log(log_path)
 
         async with serve_v2(log_path) as (conn, client):
@@ -321,11 +336,13 @@ class TestV2Session:
             assert frames == [*story, idle(session_id), answer(2, "code")]
             # from a middle point, inclusive: the second user message, then an agent message
             frames = await resume(conn, client, session_id, {"type": CURSOR, "messageId": users[1]})
-            assert frames == [*story[4:], idle(session_id), answer(3, "code")]
+            assert frames == [*story[5:], idle(session_id), answer(3, "code")]
+            assert story[5]["params"]["update"]["messageId"] == users[1]
             frames = await resume(
                 conn, client, session_id, {"type": CURSOR, "messageId": agents[2]}
             )
-            assert frames == [story[-1], idle(session_id), answer(4, "code")]
+            assert frames == [*story[-2:], idle(session_id), answer(4, "code")]
+            assert story[-2] == primer(session_id, agents[2])
             # {"type": "start"} may carry _meta
             meta = {"type": "start", "_meta": {"k": 1}}
             assert await resume(conn, client, session_id, meta) == [
@@ -406,6 +423,7 @@ class TestV1SessionOverV2:
                 conn, client, session_id, {"type": CURSOR, "messageId": agents[0]}
             )
             assert middle == [*replayed[3:], idle(session_id), answer(2, "code")]
+            assert replayed[3] == primer(session_id, agents[0])
             # the conversation continues over v2
             mark = client.mark()
             more = [s2.TextContentBlock(text="more")]
@@ -462,8 +480,9 @@ class TestV1SessionOverV2:
             again = await resume(conn, client, session_id, {"type": "start"})
             cursor = {"type": CURSOR, "messageId": response.message_id}
             tail = await resume(conn, client, session_id, cursor)
-        assert again == [*replayed, *live, idle(session_id), answer(1, "code")]
-        assert tail == [*live, idle(session_id), answer(2, "code")]
+        primed = [live[0], primer(session_id, reply), live[1]]  # the replay announces it
+        assert again == [*replayed, *primed, idle(session_id), answer(1, "code")]
+        assert tail == [*primed, idle(session_id), answer(2, "code")]
 
 
 @pytest.mark.parametrize(

@@ -170,7 +170,7 @@ def valid_id(value: Any) -> bool:
     return (
         value is None
         or (isinstance(value, str) and len(value) <= MAX_ID_CHARS)
-        or (isinstance(value, int | float) and not isinstance(value, bool))
+        or type(value) is int  # ACP ids: no fractions (JSON-RPC would allow them)
     )
 
 

@@ -28,6 +28,7 @@ from typing import Any
 import pydantic
 import pytest
 
+from modefsm.protocol import MAX_CWD_CHARS
 from tests.acp_client import start_serve
 from tests.protocol.http_wire import auth, shared_server, ws_connect
 
@@ -407,8 +408,15 @@ def cases(version: int, sid: str, s: str) -> list[Case]:
                 "data": {"field": "replayFrom.messageId", "value": s, "message": kept_message},
             },
         ),
-        ("session/new", {"cwd": s}, RESULT),
+        ("session/new", {"cwd": s}, RESULT if len(s) <= MAX_CWD_CHARS else long_cwd(s)),
     ]
+
+
+def long_cwd(s: str) -> dict[str, Any]:
+    """A ``cwd`` longer than a path can be: ``-32602``, echoing nothing of it."""
+    text = f"cwd: a path of at most {MAX_CWD_CHARS} characters, not {len(s)}"
+    data = {"field": "cwd", "limit": "cwd_chars", "max": MAX_CWD_CHARS, "message": text}
+    return {"code": -32602, "message": text, "data": data}
 
 
 async def initialize(wire: Wire, version: int) -> str:
@@ -520,11 +528,13 @@ async def permission_answer(wire: Wire, version: int, sid: str) -> None:
 
 
 def check_log(lines: list[str]) -> None:
-    """No log line holds more than 256 chars of a client string; the refused optionId is
-    logged cut, once as not offered and once as a second answer."""
-    for number, line in enumerate(lines, 1):
-        assert_bounded(line, f"log line {number}")
+    """No log line holds more than 256 chars of a client string, but the ``cwd`` a session
+    was created with (kept whole, for ``session/list``: at most ``MAX_CWD_CHARS``); the
+    refused optionId is logged cut, once as not offered and once as a second answer."""
     records = [json.loads(line) for line in lines]
+    for number, record in enumerate(records, 1):
+        assert len(record.pop("cwd", "")) <= MAX_CWD_CHARS
+        assert_bounded(json.dumps(record), f"log line {number}")
     refused = [(r["reason"], r["option_id"]) for r in records if "option_id" in r]
     option_id = cut("Z" * 100_000)
     assert refused == [("option_not_offered", option_id), ("duplicate_answer", option_id)]

@@ -1,5 +1,8 @@
 """Interop: the official TypeScript SDK (``@agentclientprotocol/sdk`` 2.x) drives ``modefsm serve``.
 
+``tests/ts/conformance_v2.mjs`` checks the letter of v2 over stdio, streamable HTTP and
+WebSocket (``ws`` is pinned beside the SDK for the WebSocket client).
+
 ``tests/ts/seed_scenario_v2.mjs`` does the same over ACP v2 with the SDK's ``experimental/v2``
 client and its v2 zod schemas (``session/resume`` after a restart, without ``replayFrom``,
 from the start and from a message: the replay equals the conversation sent live).
@@ -38,13 +41,14 @@ pytestmark = [
 ]
 
 
-def run_scenario(script: str, log: Path) -> dict[str, Any]:
-    """Run ``node SCRIPT python -m modefsm serve --log LOG`` in tests/ts; its summary line."""
+def run_scenario(script: str, log: Path, *options: str) -> dict[str, Any]:
+    """Run ``node SCRIPT [OPTIONS] python -m modefsm serve --log LOG`` in tests/ts; its
+    summary line."""
     node = shutil.which("node")
     assert node is not None, "tests/ts/node_modules exists but node is not on PATH"
     command = [sys.executable, "-m", "modefsm", "serve", "--log", str(log)]
     result = subprocess.run(
-        [node, script, *command],
+        [node, script, *options, *command],
         cwd=TS,
         capture_output=True,
         text=True,
@@ -98,9 +102,10 @@ def test_the_typescript_sdk_v2_client_runs_the_seed_story(tmp_path: Path):
         "session/resume replayFrom start replays the conversation",
         "session/resume replayFrom a message replays from it",
     ]
-    # 31 frames of the story; replayFrom start: its 8 conversation frames, idle, the answer;
-    # replayFrom the second prompt's message: its 4, idle, the answer
-    assert summary["validated"] == summary["received"] == 47
+    # 31 frames of the story; replayFrom start: its 8 conversation frames and the 2
+    # agent_message updates announcing the agent's messages, idle, the answer; replayFrom
+    # the second prompt's message: its 4 and 1 agent_message, idle, the answer
+    assert summary["validated"] == summary["received"] == 50
     records = read_log(log).records
     assert [
         (r["event"], r["to_mode"], r["origin"], r.get("reason"), r.get("protocol")) for r in records
@@ -112,3 +117,26 @@ def test_the_typescript_sdk_v2_client_runs_the_seed_story(tmp_path: Path):
         ("modefsm.change_rejected", None, "switch_mode", "option_rejected", 2),
         ("modefsm.change_rejected", "does-not-exist", "set_config_option", "unknown_mode", 2),
     ]
+
+
+@pytest.mark.parametrize(("transport", "checked"), [("stdio", 141), ("http", 7), ("ws", 7)])
+def test_the_typescript_sdk_v2_client_checks_the_letter_of_v2(tmp_path: Path, transport, checked):
+    """``tests/ts/conformance_v2.mjs``: capabilities, session/list paging, close during a
+    permission, replay primers; over stdio every frame is zod-validated, over HTTP and
+    WebSocket every result (the suite's frame tap validates the frames themselves)."""
+    summary = run_scenario("conformance_v2.mjs", tmp_path / "log.jsonl", transport)
+    assert summary == {
+        "transport": transport,
+        "steps": [
+            "capabilities.session advertises the baseline",
+            "session/list pages every session",
+            "session/close during a permission ends the turn cancelled first",
+            "replayFrom announces each message before its chunks",
+        ],
+        "listed": 105,
+        # user "hi", agent_message, its chunk, user "## Plan", the switch (pending, failed)
+        "replayed": 6,
+        "chunks": 1,
+        "validated": checked,
+        "received": checked,
+    }
