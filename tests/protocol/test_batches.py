@@ -19,7 +19,7 @@ import pytest
 
 from modefsm.protocol import MAX_FRAME_BYTES, MAX_VALUES
 from modefsm.protocol._batch import MAX_BATCH
-from tests.protocol.http_wire import TIMEOUT, http_server
+from tests.protocol.http_wire import TIMEOUT, auth, http_server, ws_connect
 from tests.protocol.raw_wire import INIT_V2, Stdio, call, note, stdio
 from tests.protocol.v2_frames import option_v2
 
@@ -196,6 +196,7 @@ class Http:
     def __init__(self, url: str) -> None:
         parts = urllib.parse.urlsplit(url)
         self.host, self.port, self.path = parts.hostname or "", parts.port or 80, parts.path
+        self.auth = auth(url)
         self.connection_id = ""
         self.events: queue.Queue[Any] = queue.Queue()
         self.streams: list[http.client.HTTPConnection] = []
@@ -206,6 +207,7 @@ class Http:
         headers = {
             "Content-Type": "application/json",
             "Accept": "application/json, text/event-stream",
+            **self.auth,
         }
         if self.connection_id:
             headers["Acp-Connection-Id"] = self.connection_id
@@ -224,7 +226,11 @@ class Http:
 
     def listen(self, session_id: str | None = None) -> None:
         """Read the connection's (or a session's) event stream into :attr:`events`."""
-        headers = {"Accept": "text/event-stream", "Acp-Connection-Id": self.connection_id}
+        headers = {
+            "Accept": "text/event-stream",
+            "Acp-Connection-Id": self.connection_id,
+            **self.auth,
+        }
         if session_id is not None:
             headers["Acp-Session-Id"] = session_id
 
@@ -330,9 +336,7 @@ class TestHttp:
 
 class TestWebSocket:
     async def test_a_batch_message_is_answered_by_one_array_message(self, http_url):
-        import websockets
-
-        async with websockets.connect(http_url.replace("http://", "ws://")) as socket:
+        async with ws_connect(http_url) as socket:
             await socket.send(json.dumps([call(0, "initialize", INIT_V2)]))
             assert json.loads(await socket.recv()) == NO_BATCHES  # before initialize
             await socket.send(json.dumps(call(0, "initialize", INIT_V2)))

@@ -13,6 +13,7 @@
 
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 
 import * as acp from "@agentclientprotocol/sdk/experimental/v2";
@@ -76,16 +77,22 @@ async function connect() {
   }
   const child = spawn(command, [...args, "--http", "127.0.0.1:0"], { stdio: ["ignore", "inherit", "pipe"] });
   const lines = createInterface({ input: child.stderr });
-  const url = await new Promise((resolve, reject) => {
+  const [url, token] = await new Promise((resolve, reject) => {
     lines.once("line", (line) => {
-      const found = /listening on (http:\/\/127\.0\.0\.1:\d+\/acp)/.exec(line);
-      if (found) resolve(found[1]);
+      const found = /listening on (http:\/\/127\.0\.0\.1:\d+\/acp) \(token in (.+)\)$/.exec(line);
+      if (found) resolve([found[1], readFileSync(found[2], "utf8").trim()]);
       else reject(new Error(`unexpected first line on stderr: ${line}`));
     });
   });
   const exited = new Promise((resolve) => child.on("exit", (code) => resolve(code)));
   const stream =
-    transport === "http" ? createHttpStream(url) : createWebSocketStream(url.replace("http://", "ws://"), { WebSocket });
+    transport === "http"
+      ? createHttpStream(url, { headers: { Authorization: `Bearer ${token}` } })
+      : // the token as a browser sends it: a subprotocol beside "acp"
+        createWebSocketStream(url.replace("http://", "ws://"), {
+          WebSocket,
+          protocols: ["acp", `modefsm.token.${token}`],
+        });
   return {
     stream,
     async end() {
