@@ -314,6 +314,7 @@ class ModeAgent:
         del kwargs
         with acp_errors():
             self._held(session_id)
+            self.engine.get(session_id)
         await _finish(self._close(session_id))
 
     async def _close(self, session_id: str) -> None:

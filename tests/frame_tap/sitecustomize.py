@@ -101,12 +101,20 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-if _FOLDER:
-    _FD.append(
-        os.open(
-            os.path.join(_FOLDER, f"{os.getpid()}.jsonl"),  # noqa: PTH118 - start-up
+def _open(folder: str) -> int | None:
+    """The process's frame file, or ``None`` for a process that may not write there
+    (a test running a command as another user, which is then not tapped)."""
+    try:
+        return os.open(
+            os.path.join(folder, f"{os.getpid()}.jsonl"),  # noqa: PTH118 - start-up
             os.O_WRONLY | os.O_CREAT | os.O_APPEND,
             0o600,
         )
-    )
+    except PermissionError:
+        return None
+
+
+_OPENED = _open(_FOLDER) if _FOLDER else None
+if _OPENED is not None:
+    _FD.append(_OPENED)
     sys.meta_path.insert(0, _Finder())
