@@ -56,7 +56,14 @@ if TYPE_CHECKING:
         preset,
         preset_names,
     )
-    from modefsm.store import FileStore, SessionMoved, SessionStore, StoreBusy, open_store
+    from modefsm.store import (
+        FileStore,
+        SessionMoved,
+        SessionStore,
+        StoreBusy,
+        StoreInDoubt,
+        open_store,
+    )
 else:
     ModuleType = type(sys)  # types.ModuleType, without importing types
 
@@ -66,6 +73,7 @@ _EXPORTS = {
     "SessionMoved": "modefsm.store",
     "SessionStore": "modefsm.store",
     "StoreBusy": "modefsm.store",
+    "StoreInDoubt": "modefsm.store",
     "open_store": "modefsm.store",
     "DiagramError": "modefsm.errors",
     "FrameError": "modefsm.errors",
@@ -177,6 +185,7 @@ __all__ = [
     "SpecProblem",
     "StaleOptionError",
     "StoreBusy",
+    "StoreInDoubt",
     "Switch",
     "SwitchOffer",
     "SwitchOption",

@@ -26,6 +26,7 @@ Only for local filesystems: ``flock`` and ``O_APPEND`` are not reliable over NFS
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import os
@@ -111,24 +112,32 @@ class FileStore:
 
     def _lock(self) -> None:
         """``flock(LOCK_EX)`` with a bounded wait: a few yields, then short sleeps."""
+        for pause in self._lock_waits():
+            time.sleep(pause)
+
+    async def _lock_async(self) -> None:
+        """:meth:`_lock`, with the sleeps awaited (the event loop serves others meanwhile)."""
+        for pause in self._lock_waits():
+            await asyncio.sleep(pause)
+
+    def _lock_waits(self) -> Iterator[float]:
+        """Try the lock; yield each pause to sleep before the next try, until it is taken.
+
+        Raises:
+            StoreBusy: the lock was not taken within :attr:`lock_timeout`.
+        """
         fd = self._fd
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pass
-        else:
-            return
         for _ in range(_SPIN):
-            os.sched_yield()
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
+                os.sched_yield()
                 continue
             return
         deadline = time.monotonic() + self.lock_timeout
         pause = 50e-6
         while True:
-            time.sleep(pause)
+            yield pause
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -186,10 +195,25 @@ class FileStore:
         *fields* gets ``session_prev`` (and, written, ``prev`` and ``digest``).
         """
         session_id = fields["session_id"]
-        seq = fields["seq"]
-        if seq != 1 and session_id not in self._heads:
-            self._adopt(session_id, head)
+        if fields["seq"] != 1 and session_id not in self._heads:
+            self._adopt(session_id, head, self.restore_point(session_id))
         self._lock()
+        return self._append_locked(event, fields)
+
+    async def append_async(
+        self, event: str, fields: dict[str, Any], head: RestorePoint | None
+    ) -> str:
+        """:meth:`append`, with the wait for the lock awaited; the write itself is local."""
+        session_id = fields["session_id"]
+        if fields["seq"] != 1 and session_id not in self._heads:
+            self._adopt(session_id, head, await self.restore_point_async(session_id))
+        await self._lock_async()
+        return self._append_locked(event, fields)
+
+    def _append_locked(self, event: str, fields: dict[str, Any]) -> str:
+        """The rest of :meth:`append`, the lock held (released here)."""
+        session_id = fields["session_id"]
+        seq = fields["seq"]
         try:
             self._sync_tail()
             held = self._heads.get(session_id)
@@ -208,17 +232,28 @@ class FileStore:
         self._heads[session_id] = _after(held, fields)
         return digest
 
-    def _adopt(self, session_id: str, head: RestorePoint | None) -> None:
-        """Hold a session this process did not create or restore (the index says where)."""
-        point = self.restore_point(session_id)
+    def _adopt(
+        self, session_id: str, head: RestorePoint | None, point: RestorePoint | None
+    ) -> None:
+        """Hold a session this process did not create or restore (*point*: the index's)."""
         if point is None and head is not None:
             self._heads[session_id] = head
 
-    def note(self, event: str, fields: dict[str, Any]) -> None:
-        """Write a rejection or a diagnostic line (chained when a record; not sequenced)."""
+    def note(self, event: str, fields: dict[str, Any], head: RestorePoint | None = None) -> None:
+        """Write a rejection or a diagnostic line (chained when a record; not sequenced).
+
+        Raises:
+            SessionMoved: *head* is given and the session, held here, has moved past it
+                (the line is not written): see :meth:`SessionStore.note`.
+            StoreBusy, LogError: the lock or the write failed.
+        """
         self._lock()
         try:
             self._sync_tail()
+            if head is not None:
+                held = self._heads.get(head.session_id)
+                if held is not None and held.seq > head.seq:
+                    raise SessionMoved(held)
             self._log.write(event, fields)
             self._seen = os.lseek(self._fd, 0, os.SEEK_END)
         finally:
@@ -235,6 +270,33 @@ class FileStore:
         """
         with self._caught_up() as index:
             point = index.lookup(session_id)
+        return self._hold(session_id, point)
+
+    async def restore_point_async(self, session_id: str) -> RestorePoint | None:
+        """The latest point of *session_id*, for a catch-up before acting on it.
+
+        A session held here is current as long as no other process appended since this
+        one last read the file: then the answer costs one ``lseek`` and no lock. Else the
+        lines appended since are read under the lock (awaited); a session not held is
+        looked up as by :meth:`restore_point`.
+
+        Raises:
+            StoreBusy, LogError: as :meth:`restore_point`.
+        """
+        held = self._heads.get(session_id)
+        if held is not None and os.lseek(self._fd, 0, os.SEEK_END) == self._seen:
+            return held
+        await self._lock_async()
+        try:
+            self._sync_tail()
+            held = self._heads.get(session_id)
+            point = held if held is not None else self._index_caught_up().lookup(session_id)
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        return self._hold(session_id, point)
+
+    def _hold(self, session_id: str, point: RestorePoint | None) -> RestorePoint | None:
+        """Follow *session_id* from *point* on, unless a later head is held; return *point*."""
         if point is not None:
             held = self._heads.get(session_id)
             if held is None or held.seq <= point.seq:
@@ -268,11 +330,15 @@ class FileStore:
         self._lock()
         try:
             self._sync_tail()
-            index = self._open_index()
-            index.catch_up(self.path)
-            yield index
+            yield self._index_caught_up()
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _index_caught_up(self) -> RestoreIndex:
+        """The index, caught up with the file (the lock is held)."""
+        index = self._open_index()
+        index.catch_up(self.path)
+        return index
 
     def _open_index(self) -> RestoreIndex:
         if self._index is not None:

@@ -26,7 +26,7 @@ from modefsm.log._records import TransitionRecord
 from modefsm.log._writer import TransitionLog
 from modefsm.restore import ListAfter, ListedSession, RestorePoint
 
-__all__ = ["SessionMoved", "SessionStore", "StoreBusy", "open_store"]
+__all__ = ["SessionMoved", "SessionStore", "StoreBusy", "StoreInDoubt", "open_store"]
 
 EXPORT_EVENT = "modefsm.store_export"
 """The event of an export's first line (not a record): ``{"event": ..., "store": ...,
@@ -56,8 +56,31 @@ class StoreBusy(LogError):  # noqa: N818 - the shared interface names it
     """
 
 
+class StoreInDoubt(LogError):  # noqa: N818 - named like StoreBusy
+    """A record's commit was sent and not answered in time: whether it was written is unknown.
+
+    Answered as JSON-RPC ``-32603``. The engine marks the session: its next use reads the
+    session's point back from the store before acting (the record is there or not).
+
+    Attributes:
+        session_id: ACP ``sessionId`` of the record.
+        seq: the record's ``seq``.
+    """
+
+    def __init__(self, message: str, session_id: str, seq: int) -> None:
+        """Build the error for the record *seq* of *session_id*."""
+        self.session_id = session_id
+        self.seq = seq
+        super().__init__(message)
+
+
 class SessionStore(Protocol):
-    """What the engine needs from a store (see the module docstring)."""
+    """What the engine needs from a store (see the module docstring).
+
+    The plain methods block until the store answers; the ``*_async`` coroutines are what
+    the engine's coroutines (``await engine.set_mode(...)``, ...) use, so that a server's
+    event loop keeps serving while the store answers. Both are bounded in time.
+    """
 
     def append(self, event: str, fields: dict[str, Any], head: RestorePoint | None) -> str:
         """Write-ahead one committed record; return its ``digest`` once durable.
@@ -76,10 +99,32 @@ class SessionStore(Protocol):
         """
         ...  # pragma: no cover
 
-    def note(self, event: str, fields: dict[str, Any]) -> None:
-        """Write a rejection (``modefsm.change_rejected``) or a diagnostic; not sequenced.
+    async def append_async(
+        self, event: str, fields: dict[str, Any], head: RestorePoint | None
+    ) -> str:
+        """:meth:`append`, awaited (the event loop serves other work meanwhile).
 
         Raises:
+            SessionMoved, StoreBusy, LogError: as :meth:`append`.
+            StoreInDoubt: the commit was sent and not answered in time (whether the record
+                was written is unknown).
+        """
+        ...  # pragma: no cover
+
+    def note(self, event: str, fields: dict[str, Any], head: RestorePoint | None = None) -> None:
+        """Write a rejection (``modefsm.change_rejected``) or a diagnostic; not sequenced.
+
+        Args:
+            event: the record's event.
+            fields: its fields.
+            head: where the writer believed the session stood when it decided to reject
+                (its ``seq`` counts). A store that sees every record at the moment it
+                writes (the file store, under its lock) refuses the line when the session
+                has moved past it since, so that a rejection always names the mode the
+                session was in.
+
+        Raises:
+            SessionMoved: the session moved past *head*; nothing was written.
             StoreBusy, LogError: as :meth:`append`.
         """
         ...  # pragma: no cover
@@ -89,6 +134,17 @@ class SessionStore(Protocol):
 
         Raises:
             StoreBusy, LogError: the point cannot be read now (only this lookup fails).
+        """
+        ...  # pragma: no cover
+
+    async def restore_point_async(self, session_id: str) -> RestorePoint | None:
+        """:meth:`restore_point`, awaited: how a live session catches up with other processes.
+
+        Cheap when nothing moved where the store can tell (the file store compares the
+        file's size with what it has read); one indexed query for PostgreSQL.
+
+        Raises:
+            StoreBusy, LogError: as :meth:`restore_point`.
         """
         ...  # pragma: no cover
 
