@@ -4,29 +4,49 @@ Needs ``psycopg`` 3 (``pip install 'modefsm[postgresql]'``). The database orders
 session: the table's primary key is ``(session_id, seq)`` and an append inserts its row
 only if the row ``seq - 1`` with the digest it chains to (``session_prev``) is there, so a
 gap, a duplicate or a fork is refused by the server, whichever process sent it.
+
+Every wait on the database is bounded by the client, not only by the server: each call
+runs on psycopg's ``AsyncConnection`` in the caller's event loop and is abandoned at its
+deadline (a stopped backend, a partitioned network, a failover never answer, and the
+server's own timeouts then never fire). The abandoned connection is never used again: it
+is dropped in the background (psycopg asks the server to cancel, then closes it) and the
+next call opens a fresh one. A record is inserted in an explicit transaction and
+``COMMIT`` is sent only once the ``INSERT`` has answered in time, so a call abandoned
+before its ``COMMIT`` was sent wrote nothing (the server rolls the transaction back when
+the connection goes); only "``COMMIT`` sent, no answer" leaves the outcome unknown
+(:class:`~modefsm.store.StoreInDoubt`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import math
 import os
 import sys
-from collections.abc import Iterator
-from typing import Any, NoReturn
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import orjson
 import psycopg
 from psycopg import errors as pgerrors
+from psycopg.pq import TransactionStatus
 
 from modefsm.errors import LogError
 from modefsm.log import TransitionLog, TransitionRecord, previous_of, record_digest
 from modefsm.restore import ListAfter, ListedSession, RestorePoint, list_where
-from modefsm.store._interface import SessionMoved, StoreBusy
+from modefsm.store._interface import SessionMoved, StoreBusy, StoreInDoubt
 
-__all__ = ["SCHEMA_VERSION", "PgStore"]
+__all__ = ["GRACE", "SCHEMA_VERSION", "PgStore"]
 
 SCHEMA_VERSION = 1
 """The table layout this module reads and writes (the ``modefsm_schema`` row)."""
+
+GRACE = 1.0
+"""Seconds the client waits for an answer beyond the server's own ``lock_timeout``."""
 
 _LOCK_KEY = 0x6D6F6465  # pg_advisory_xact_lock key: one schema creator at a time
 
@@ -72,27 +92,100 @@ _LIST = (
 """One page of ``session/list``: each session's creation record (its ``cwd``) and its
 last record (its ``timestamp``), newest first; the filter and the order run in the server."""
 _PAGE = 1000
+_KEEPALIVE_IDLE = 5
+_KEEPALIVE_INTERVAL = 2
+"""TCP keepalives (seconds): a connection to a host gone from the network dies while idle."""
+
+_T = TypeVar("_T")
+Connection = psycopg.AsyncConnection[Any]
+
+
+class _Stalled(Exception):  # noqa: N818 - internal signal, never leaves the module
+    """A call's deadline passed while the database had not answered."""
+
+
+class _Lost(Exception):  # noqa: N818 - internal signal, never leaves the module
+    """The connection broke (or could not be opened): worth one more try."""
+
+    def __init__(self, error: LogError) -> None:
+        self.error = error
+
+
+@dataclass(eq=False)
+class _Lane:
+    """The connection of one event loop, and the turn this process's calls on it take."""
+
+    loop: asyncio.AbstractEventLoop
+    turn: asyncio.Lock = field(default_factory=asyncio.Lock)
+    conn: Connection | None = None
+    dropping: set[asyncio.Task[None]] = field(default_factory=set)
+
+
+@dataclass
+class _Try:
+    """How far one call got: ``insert`` (nothing committed yet) or ``commit`` (sent)."""
+
+    deadline: float
+    phase: str = "insert"
+    resent: bool = False
+
+
+class _LoopThread:
+    """A private event loop in a thread of its own, for the blocking methods."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="modefsm-pgstore", daemon=True
+        )
+        self._thread.start()
+
+    def run(self, work: Coroutine[Any, Any, _T]) -> _T:
+        future: concurrent.futures.Future[_T] = asyncio.run_coroutine_threadsafe(work, self.loop)
+        return future.result()
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(_cancel_others(), self.loop).result()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
 
 
 class PgStore:
     """A :class:`~modefsm.store.SessionStore` in a PostgreSQL database.
 
     The tables (``modefsm_schema``, ``modefsm_records``) are created if missing; a
-    database holding another schema version is refused. Every statement runs in its own
-    transaction (autocommit) on one connection, bounded by ``lock_timeout`` and
-    ``statement_timeout`` of *lock_timeout* seconds each; its ``application_name`` is
-    ``modefsm/PID`` (PID: this process's id), so ``pg_stat_activity`` tells the workers
-    apart. After a record commits it is
-    also written, with its ``gseq`` (the database's global commit counter), as one JSON
-    line to *log*: that file chains this process's records (``prev``) and each record
-    links to its session's previous one (``session_prev``), so ``modefsm replay`` can read
-    several workers' files together.
+    database holding another schema version is refused. The store uses one connection at
+    a time, whose ``application_name`` is ``modefsm/PID`` (PID: this process's id), so
+    ``pg_stat_activity`` tells the workers apart; the server bounds each statement with
+    ``lock_timeout`` and ``statement_timeout`` of *lock_timeout* seconds, and drops a
+    transaction left idle for *timeout* seconds.
+
+    Bounds on the client: a call waits at most *timeout* seconds for the database once it
+    is its turn (connecting again included), and at most *timeout* seconds more for the
+    calls of this process ahead of it (the worker's file is one chain, so its records are
+    written one at a time): every call ends within twice *timeout*. At its deadline a
+    call fails with :class:`~modefsm.store.StoreBusy` (nothing written) or, when its
+    ``COMMIT`` was sent and not answered, :class:`~modefsm.store.StoreInDoubt`.
+
+    After a record commits it is also written, with its ``gseq`` (the database's global
+    commit counter), as one JSON line to *log*: that file chains this process's records
+    (``prev``) and each record links to its session's previous one (``session_prev``), so
+    ``modefsm replay`` can read several workers' files together.
+
+    The coroutines (:meth:`append_async`, :meth:`restore_point_async`) run in the
+    caller's event loop; the blocking methods run the same code on a private event loop
+    in a thread of the store's own, so they work with or without a running loop (and
+    block it). Use the coroutines from one event loop at a time, and close the store once
+    no call runs.
 
     Args:
         url: a libpq connection URL (``postgresql://user@host:5432/db``).
         log: where this process writes its lines (rejections too); default: stderr.
-        lock_timeout: seconds any statement may wait or run (also the connect timeout,
-            rounded up, at least 2 s).
+        lock_timeout: seconds any statement may wait or run on the server.
+        timeout: seconds the client waits for the database (see above); default
+            *lock_timeout* plus :data:`GRACE`. Also the connect timeout (rounded up, at
+            least 2 s) and the TCP ``tcp_user_timeout``.
 
     Attributes:
         where: the database as messages name it (``host:port/dbname``, no password).
@@ -102,97 +195,256 @@ class PgStore:
     """
 
     def __init__(
-        self, url: str, *, log: TransitionLog | None = None, lock_timeout: float = 1.0
+        self,
+        url: str,
+        *,
+        log: TransitionLog | None = None,
+        lock_timeout: float = 1.0,
+        timeout: float | None = None,
     ) -> None:
         """Connect, create the tables if missing and check the schema version."""
         self.url = url
         self.lock_timeout = lock_timeout
+        self.timeout = timeout if timeout is not None else lock_timeout + GRACE
         self.log = log if log is not None else TransitionLog.to_stream(sys.stderr.buffer)
         self.mirror_error: LogError | None = None
         self.where = _display(url)
-        self._conn: psycopg.Connection[Any] | None = None
-        self._resent = False
-        self._connect()
+        self._lanes: dict[asyncio.AbstractEventLoop, _Lane] = {}
+        self._checked = False
+        self._held: list[tuple[str, dict[str, Any]]] | None = None
+        self._thread: _LoopThread | None = None
+        self._blocking(self._setup())
 
     # -- connection ---------------------------------------------------------------------
 
-    def _connect(self) -> psycopg.Connection[Any]:
+    async def _setup(self) -> None:
+        lane = self._lane()
+        async with self._turn(lane):
+            try:
+                lane.conn = await self._within(lane, self._connect(), _Try(self._deadline(lane)))
+            except _Stalled:
+                msg = (
+                    f"cannot connect to the session store {self.where}: no answer within "
+                    f"{self.timeout:g} s"
+                )
+                raise LogError(msg) from None
+
+    async def _connect(self) -> Connection:
+        """A fresh connection (the schema checked on the store's first one)."""
         millis = max(1, round(self.lock_timeout * 1000))
+        idle = max(1, round(self.timeout * 1000))
         try:
-            conn = psycopg.connect(
+            conn = await psycopg.AsyncConnection.connect(
                 self.url,
                 autocommit=True,
-                connect_timeout=max(2, math.ceil(self.lock_timeout)),
-                options=f"-c lock_timeout={millis} -c statement_timeout={millis}",
+                connect_timeout=max(2, math.ceil(self.timeout)),
+                options=(
+                    f"-c lock_timeout={millis} -c statement_timeout={millis} "
+                    f"-c idle_in_transaction_session_timeout={idle}"
+                ),
                 application_name=f"modefsm/{os.getpid()}",
+                tcp_user_timeout=idle,
+                keepalives=1,
+                keepalives_idle=_KEEPALIVE_IDLE,
+                keepalives_interval=_KEEPALIVE_INTERVAL,
             )
         except psycopg.Error as exc:
             msg = f"cannot connect to the session store {self.where}: {_first_line(exc)}"
             raise LogError(msg) from None
         try:
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+            if not self._checked:
+                await self._check_schema(conn)
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def _check_schema(self, conn: Connection) -> None:
+        try:
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
                 for statement in _SCHEMA:
-                    conn.execute(statement, (SCHEMA_VERSION,) if "%s" in statement else None)
-            versions = [row[0] for row in conn.execute("SELECT version FROM modefsm_schema")]
+                    await conn.execute(statement, (SCHEMA_VERSION,) if "%s" in statement else None)
+            cur = await conn.execute("SELECT version FROM modefsm_schema")
+            versions = [row[0] for row in await cur.fetchall()]
         except psycopg.Error as exc:
-            conn.close()
             msg = f"cannot set up the session store {self.where}: {_first_line(exc)}"
             raise LogError(msg) from None
         if versions != [SCHEMA_VERSION]:
-            conn.close()
             msg = (
                 f"the session store {self.where} has schema version "
                 f"{', '.join(map(str, versions)) or 'none'}; this modefsm uses {SCHEMA_VERSION}"
             )
             raise LogError(msg)
-        self._conn = conn
-        return conn
+        self._checked = True
 
-    def _run(self, query: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        """Run one statement; reconnect once if the connection is gone (sets ``_resent``)."""
-        self._resent = False
-        for attempt in (1, 2):
-            self._resent = attempt == 2  # noqa: PLR2004
-            conn = self._conn
+    def _lane(self) -> _Lane:
+        """The running loop's lane; another loop's connection is dropped (one at a time)."""
+        loop = asyncio.get_running_loop()
+        lane = self._lanes.get(loop)
+        if lane is not None:
+            return lane
+        private = self._thread.loop if self._thread is not None else None
+        for other in list(self._lanes.values()):
+            if other.loop is private and other.conn is not None:
+                # the blocking methods' idle connection: closed in its own loop
+                asyncio.run_coroutine_threadsafe(other.conn.close(), other.loop)
+                other.conn = None
+            elif other.loop is not private:  # a loop that has ended
+                _finish(other.conn)
+                del self._lanes[other.loop]
+        lane = self._lanes[loop] = _Lane(loop)
+        return lane
+
+    def _deadline(self, lane: _Lane) -> float:
+        return lane.loop.time() + self.timeout
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, lane: _Lane) -> Any:
+        """Wait (at most *timeout* seconds) for the calls of this process ahead of this one."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                await lane.turn.acquire()
+        except TimeoutError:
+            msg = (
+                f"the session store {self.where} is still busy with this process's earlier "
+                f"requests after {self.timeout:g} s; nothing was written"
+            )
+            raise StoreBusy(msg) from None
+        try:
+            yield
+        finally:
+            lane.turn.release()
+
+    async def _within(self, lane: _Lane, work: Awaitable[_T], attempt: _Try) -> _T:
+        """Await *work* until *attempt*'s deadline; past it, abandon the connection.
+
+        *work* runs in a task of its own: cancelling psycopg mid-statement makes it ask
+        the server to cancel and wait for that, which a stopped server never answers, so
+        the caller does not wait for it. The connection is never used again.
+
+        Raises:
+            _Stalled: the deadline passed.
+        """
+        task = asyncio.ensure_future(work)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=attempt.deadline - lane.loop.time())
+        except asyncio.CancelledError:
+            self._abandon(lane, task)
+            raise
+        if not done:
+            self._abandon(lane, task)
+            raise _Stalled
+        return task.result()
+
+    def _abandon(self, lane: _Lane, task: asyncio.Future[Any]) -> None:
+        """Stop using the lane's connection; cancel *task*, close both in the background.
+
+        Nothing closes the connection while *task* may still use it: its socket must not
+        be reused by the next connection under the feet of psycopg's wait.
+        """
+        conn, lane.conn = lane.conn, None
+        task.cancel()
+
+        async def drop() -> None:
             try:
-                if conn is None or conn.closed:
-                    conn = self._connect()
-                cur = conn.execute(query, params)
-                return cur.fetchall() if cur.description is not None else []
-            except pgerrors.UniqueViolation:
-                raise
-            except (pgerrors.LockNotAvailable, pgerrors.QueryCanceled) as exc:
-                msg = (
-                    f"the session store {self.where} did not answer within "
-                    f"{self.lock_timeout:g} s ({_first_line(exc)}); nothing was written"
-                )
-                raise StoreBusy(msg) from None
-            except LogError:
-                if attempt == 2:  # noqa: PLR2004 - the one reconnection failed
-                    raise
-                self._drop()
-            except psycopg.OperationalError as exc:
-                self._drop()
-                if attempt == 2:  # noqa: PLR2004
-                    self._fail(exc)
-            except psycopg.Error as exc:
-                self._fail(exc)
-        raise AssertionError  # pragma: no cover - the loop returns or raises
+                opened = await task  # psycopg cancels on the server, then closes if stuck
+            except BaseException:  # noqa: BLE001 - its outcome is the caller's error
+                opened = None
+            for each in (conn, opened):
+                if isinstance(each, psycopg.AsyncConnection):
+                    await each.close()
 
-    def _drop(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        dropping = asyncio.ensure_future(drop())
+        lane.dropping.add(dropping)
+        dropping.add_done_callback(lane.dropping.discard)
 
-    def _fail(self, exc: psycopg.Error) -> NoReturn:
-        msg = f"the session store {self.where} failed: {_first_line(exc)}"
-        raise LogError(msg) from None
+    async def _call(
+        self, lane: _Lane, attempt: _Try, work: Callable[[Connection], Awaitable[_T]]
+    ) -> _T:
+        """Run ``work(conn)`` on the lane's connection within *attempt*'s deadline.
+
+        A connection that breaks is opened again and *work* run once more
+        (``attempt.resent``). The caller holds the lane's turn.
+
+        Raises:
+            _Stalled: the deadline passed (the connection is abandoned).
+            StoreBusy: the server's lock or statement timeout fired; nothing was written.
+            LogError: the database cannot be reached, or failed.
+        """
+        try:
+            return await self._once(lane, attempt, work)
+        except _Lost:
+            attempt.resent = True
+        try:
+            return await self._once(lane, attempt, work)
+        except _Lost as lost:  # the one reconnection failed
+            raise lost.error from None
+
+    async def _once(
+        self, lane: _Lane, attempt: _Try, work: Callable[[Connection], Awaitable[_T]]
+    ) -> _T:
+        conn = lane.conn
+        try:
+            if conn is None or conn.closed:
+                conn = lane.conn = await self._within(lane, self._connect(), attempt)
+            return await self._within(lane, work(conn), attempt)
+        except (pgerrors.LockNotAvailable, pgerrors.QueryCanceled) as exc:
+            msg = (
+                f"the session store {self.where} did not answer within "
+                f"{self.lock_timeout:g} s ({_first_line(exc)}); nothing was written"
+            )
+            raise StoreBusy(msg) from None
+        except LogError as exc:
+            raise _Lost(exc) from None
+        except psycopg.OperationalError as exc:
+            raise _Lost(self._failure(exc)) from None
+        except psycopg.Error as exc:
+            raise self._failure(exc) from None
+        finally:
+            self._settle(lane, conn)
+
+    @staticmethod
+    def _settle(lane: _Lane, conn: Connection | None) -> None:
+        """After a call: keep the lane's connection only if it is open and idle.
+
+        A connection the call abandoned is no longer the lane's: the background closes it.
+        """
+        if conn is None or conn is not lane.conn:
+            return
+        if conn.closed or conn.info.transaction_status != TransactionStatus.IDLE:
+            _finish(conn)  # a transaction cut short: the server rolls it back
+            lane.conn = None
+
+    def _failure(self, exc: psycopg.Error) -> LogError:
+        return LogError(f"the session store {self.where} failed: {_first_line(exc)}")
+
+    def _stalled(self, what: str) -> StoreBusy:
+        msg = (
+            f"the session store {self.where} did not answer {what} within {self.timeout:g} s "
+            "(the connection was dropped); nothing was written"
+        )
+        return StoreBusy(msg)
+
+    def _blocking(self, work: Coroutine[Any, Any, _T]) -> _T:
+        """Run *work* on the store's private event loop and wait for it."""
+        if self._thread is None:
+            self._thread = _LoopThread()
+        return self._thread.run(work)
 
     # -- SessionStore -------------------------------------------------------------------
 
     def append(self, event: str, fields: dict[str, Any], head: RestorePoint | None) -> str:
+        """:meth:`append_async`, blocking until it ends."""
+        return self._blocking(self.append_async(event, fields, head))
+
+    async def append_async(
+        self, event: str, fields: dict[str, Any], head: RestorePoint | None
+    ) -> str:
         """Commit one record if *head* is still the session's head; return its digest.
+
+        Rejections and diagnostics noted while the record is on its way are written to
+        the log after its line (the log is one chain).
 
         Args:
             event: ``modefsm.session_created`` or ``modefsm.mode_changed``.
@@ -203,17 +455,33 @@ class PgStore:
         Raises:
             SessionMoved: another process committed this ``seq`` first, or *head* is not
                 the session's last record; ``current`` is where the session stands now.
-            StoreBusy: the statement ran out of time; nothing was written.
+            StoreBusy: a timeout (the server's, or the client's before the ``COMMIT`` was
+                sent); nothing was written.
+            StoreInDoubt: the ``COMMIT`` was sent and not answered within *timeout*.
             LogError: the database is unreachable after one reconnection (whether the
                 record committed is then unknown to this call: the next append from the
                 same head finds it and answers :class:`SessionMoved`, or commits).
             ValueError: ``fields["seq"]`` does not follow *head*.
         """
-        session_id: str = fields["session_id"]
         seq: int = fields["seq"]
         if seq != (head.seq + 1 if head is not None else 1):
             msg = f"seq {seq} does not follow the head {head!r}"
             raise ValueError(msg)
+        lane = self._lane()
+        async with self._turn(lane):
+            self._held = []
+            try:
+                return await self._append(lane, event, fields, head)
+            finally:
+                held, self._held = self._held, None
+                for note in held:
+                    self._write_note(*note)
+
+    async def _append(
+        self, lane: _Lane, event: str, fields: dict[str, Any], head: RestorePoint | None
+    ) -> str:
+        session_id: str = fields["session_id"]
+        seq: int = fields["seq"]
         session_prev = head.digest if head is not None else None
         record = {**fields, "event": event, "prev": self.log.head, "session_prev": session_prev}
         digest = record_digest(record)
@@ -222,29 +490,34 @@ class PgStore:
         previous = (head.previous if head is not None else None) if keep else value
         body = orjson.dumps(record).decode()
         to_mode = fields["to_mode"]
+        query: str
+        params: tuple[Any, ...]
+        if head is None:
+            query, params = _FIRST, (session_id, to_mode, previous, digest, body)
+        else:
+            chained = (session_id, seq - 1, session_prev)
+            query, params = _NEXT, (session_id, seq, to_mode, previous, digest, body, *chained)
+        attempt = _Try(self._deadline(lane))
         try:
-            if head is None:
-                rows = self._run(_FIRST, (session_id, to_mode, previous, digest, body))
-            else:
-                chained = (session_id, seq - 1, session_prev)
-                rows = self._run(
-                    _NEXT, (session_id, seq, to_mode, previous, digest, body, *chained)
+            gseq, current = await self._call(
+                lane, attempt, lambda conn: _insert(conn, attempt, query, params, seq)
+            )
+        except _Stalled:
+            if attempt.phase == "commit":
+                msg = (
+                    f"the session store {self.where} did not answer the commit of sessionId "
+                    f"{session_id} (seq {seq}) within {self.timeout:g} s: whether it was "
+                    "written is unknown; the session is read back before its next use"
                 )
-        except pgerrors.UniqueViolation:
-            rows = []
-        resent = self._resent
-        if rows:
-            gseq = rows[0][0]
-        else:  # refused: the seq is taken, or seq - 1 is not the record chained to
-            current = self.restore_point(session_id)
-            if current is None:
-                msg = f"sessionId {session_id} has no record to follow with seq {seq}"
-                raise LogError(msg, self.where)
-            if not (resent and current.digest == digest):
+                raise StoreInDoubt(msg, session_id, seq) from None
+            raise self._stalled(f"sessionId {session_id} (seq {seq})") from None
+        if current is not None:  # refused: the seq is taken, or seq - 1 is not chained to
+            if not (attempt.resent and current.digest == digest):
                 raise SessionMoved(current)
-            # the first try committed before the connection was lost: its gseq
-            found = self._run(_GSEQ, (session_id, seq))
-            gseq = found[0][0] if found else None
+            # the first try committed before its connection was lost: gseq is its own
+        elif gseq is None:
+            msg = f"sessionId {session_id} has no record to follow with seq {seq}"
+            raise LogError(msg, self.where)
         self._mirror(event, {**fields, "session_prev": session_prev, "gseq": gseq})
         return digest
 
@@ -254,26 +527,56 @@ class PgStore:
         except LogError as exc:  # the database holds the record: the change stands
             self.mirror_error = exc
 
-    def note(self, event: str, fields: dict[str, Any]) -> None:
+    def note(self, event: str, fields: dict[str, Any], head: RestorePoint | None = None) -> None:
         """Write a rejection or diagnostic to this process's log only (not to the database).
+
+        While a record of this process is on its way to the database, the line is
+        written right after that record's line (at most *timeout* seconds later).
+        *head* is not checked (the database is not asked).
 
         Raises:
             LogError: the log cannot be written.
         """
+        del head
+        if self._held is not None:
+            self._held.append((event, fields))
+            return
         self.log.write(event, fields)
 
+    def _write_note(self, event: str, fields: dict[str, Any]) -> None:
+        try:
+            self.log.write(event, fields)
+        except LogError as exc:  # its caller has moved on: keep the error for the host
+            self.mirror_error = exc
+
     def restore_point(self, session_id: str) -> RestorePoint | None:
+        """:meth:`restore_point_async`, blocking until it ends."""
+        return self._blocking(self.restore_point_async(session_id))
+
+    async def restore_point_async(self, session_id: str) -> RestorePoint | None:
         """The session's last committed point, read from the database (one index scan).
 
         Raises:
-            StoreBusy: the query ran out of time.
+            StoreBusy: the query ran out of time (the server's or the client's).
             LogError: the database is unreachable after one reconnection.
         """
-        rows = self._run(HEAD_QUERY, (session_id,))
+        rows = await self._query(HEAD_QUERY, (session_id,), f"sessionId {session_id}")
         if not rows:
             return None
         mode, seq, previous, digest = rows[0]
         return RestorePoint(session_id, mode, seq, previous, digest)
+
+    async def _query(self, query: str, params: tuple[Any, ...], what: str) -> list[Any]:
+        lane = self._lane()
+        async with self._turn(lane):
+            attempt = _Try(self._deadline(lane))
+            try:
+                rows: list[Any] = await self._call(
+                    lane, attempt, lambda conn: _rows(conn, query, params)
+                )
+            except _Stalled:
+                raise self._stalled(f"a read of {what}") from None
+        return rows
 
     def history(self, session_id: str) -> Iterator[TransitionRecord]:
         """The session's records, ``seq`` 1 to n, read 1,000 rows per query.
@@ -283,10 +586,13 @@ class PgStore:
         """
         after = 0
         while True:
-            rows = self._run(
-                "SELECT seq, record FROM modefsm_records WHERE session_id = %s AND seq > %s "
-                "ORDER BY seq LIMIT %s",
-                (session_id, after, _PAGE),
+            rows = self._blocking(
+                self._query(
+                    "SELECT seq, record FROM modefsm_records WHERE session_id = %s "
+                    "AND seq > %s ORDER BY seq LIMIT %s",
+                    (session_id, after, _PAGE),
+                    f"the history of sessionId {session_id}",
+                )
             )
             for _, record in rows:
                 yield TransitionRecord.model_validate(record)
@@ -302,12 +608,14 @@ class PgStore:
         One query: the ``cwd`` filter, the order and the page are the server's work.
 
         Raises:
-            StoreBusy: the query ran out of time (``lock_timeout`` seconds).
+            StoreBusy: the query ran out of time (the server's or the client's).
             LogError: the database is unreachable after one reconnection.
         """
         columns = ("c.record->>'cwd'", "h.updated_at", "c.session_id")
         where, params = list_where(cwd, after, mark="%s", columns=columns)
-        rows = self._run(_LIST.format(where=where), (*params, limit))
+        rows = self._blocking(
+            self._query(_LIST.format(where=where), (*params, limit), "the sessions")
+        )
         return [ListedSession(row[0], row[1], row[2]) for row in rows]
 
     def export(self) -> Iterator[dict[str, Any]]:
@@ -318,9 +626,13 @@ class PgStore:
         """
         after = 0
         while True:
-            rows = self._run(
-                "SELECT gseq, record FROM modefsm_records WHERE gseq > %s ORDER BY gseq LIMIT %s",
-                (after, _PAGE),
+            rows = self._blocking(
+                self._query(
+                    "SELECT gseq, record FROM modefsm_records WHERE gseq > %s "
+                    "ORDER BY gseq LIMIT %s",
+                    (after, _PAGE),
+                    "the records",
+                )
             )
             for gseq, record in rows:
                 yield {**record, "gseq": gseq}
@@ -329,8 +641,69 @@ class PgStore:
             after = rows[-1][0]
 
     def close(self) -> None:
-        """Close the connection (the log given to the constructor stays open)."""
-        self._drop()
+        """Close the connections (the log given to the constructor stays open)."""
+        for lane in self._lanes.values():
+            _finish(lane.conn)
+            lane.conn = None
+        self._lanes.clear()
+        if self._thread is not None:
+            self._thread.stop()
+            self._thread = None
+
+
+async def _insert(
+    conn: Connection, attempt: _Try, query: str, params: tuple[Any, ...], seq: int
+) -> tuple[int | None, RestorePoint | None]:
+    """Insert in a transaction: ``(gseq, None)`` once committed; if refused, the head.
+
+    ``BEGIN`` and the ``INSERT`` go in one round trip; ``COMMIT`` only after the
+    ``INSERT`` answered. A refused insert is rolled back, and the session's head and the
+    ``gseq`` of the row at *seq* (whoever wrote it) are read, in one more round trip:
+    ``(gseq or None, head)``, or ``(None, None)`` for a session without records.
+    """
+    session_id = params[0]
+    attempt.phase = "insert"
+    try:
+        async with conn.pipeline():
+            await conn.execute("BEGIN")
+            cur = await conn.execute(query, params)
+        rows = await cur.fetchall()
+    except pgerrors.UniqueViolation:
+        rows = []
+    if rows:
+        attempt.phase = "commit"
+        await conn.execute("COMMIT")
+        attempt.phase = "committed"
+        return rows[0][0], None
+    async with conn.pipeline():
+        await conn.execute("ROLLBACK")
+        head = await conn.execute(HEAD_QUERY, (session_id,))
+        taken = await conn.execute(_GSEQ, (session_id, seq))
+    found = await head.fetchall()
+    if not found:
+        return None, None
+    gseq = await taken.fetchall()
+    mode, last, previous, digest = found[0]
+    return (gseq[0][0] if gseq else None), RestorePoint(session_id, mode, last, previous, digest)
+
+
+async def _rows(conn: Connection, query: str, params: tuple[Any, ...]) -> list[Any]:
+    cur = await conn.execute(query, params)
+    return await cur.fetchall() if cur.description is not None else []
+
+
+async def _cancel_others() -> None:
+    """Cancel every other task of the running loop and wait for them (a clean stop)."""
+    others = asyncio.all_tasks() - {asyncio.current_task()}
+    for task in others:
+        task.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
+
+
+def _finish(conn: Connection | None) -> None:
+    """Close *conn* now, outside any event loop (libpq's ``PQfinish``)."""
+    if conn is not None and not conn.closed:
+        conn.pgconn.finish()
 
 
 def _first_line(exc: BaseException) -> str:
