@@ -8,9 +8,22 @@ methods (:meth:`ModeEngine.set_mode`, ...) do both, so a request's notifications
 left before its response.
 
 Concurrency: the engine belongs to one asyncio event loop (the SDK runs each request in
-its own task). A change is synchronous from validation to commit, so changes never
-interleave; the notification queue is drained under one ``asyncio.Lock`` so they leave in
-commit order. Nothing awaits the client while a change is in progress.
+its own task). Without a :class:`~modefsm.store.SessionStore` a change is synchronous
+from validation to commit, so changes never interleave. With a store, the coroutines
+(:meth:`ModeEngine.set_mode`, :meth:`ModeEngine.change_async`, ...) validate and run the
+hooks, then *await* the store's write (the loop serves other sessions meanwhile), then
+commit; the changes of one session take turns (a lock made when a session is first
+waited for and dropped when no one waits), those of different sessions do not wait for
+each other. The synchronous methods remain for a host without a loop: with a store they
+block until it answers. The notification queue is drained under one ``asyncio.Lock`` so
+notifications leave in commit order. Nothing awaits the client while a change is in
+progress.
+
+Several processes sharing a store: before acting on a session (a prompt turn, a switch
+offer, an answer that reports the mode), call :meth:`ModeEngine.refresh`: it takes the
+mode other processes committed and tells the client. A change checks the session's
+point as it writes; a request refused for the mode it asks for, or that changes nothing,
+is decided on the committed mode (the session is read back first).
 
 Example:
     >>> import asyncio
@@ -35,7 +48,7 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from acp.schema import ConfigOptionUpdate
 
@@ -65,7 +78,7 @@ from modefsm.log._writer import TransitionLog
 from modefsm.restore import RestorePoint
 from modefsm.spec import PREVIOUS, ModeSpec, PermissionOptionKind, SwitchOption
 from modefsm.spec._table import ORIGIN_KINDS, TriggerKind
-from modefsm.store._interface import SessionMoved, SessionStore, StoreBusy
+from modefsm.store._interface import SessionMoved, SessionStore, StoreBusy, StoreInDoubt
 
 __all__ = [
     "ModeChange",
@@ -96,9 +109,11 @@ class Session:
         digest: the ``digest`` of the session's last record when written through a
             :class:`~modefsm.store.SessionStore` (the next record's ``session_prev``).
         cwd: the ACP ``cwd`` given to ``session/new`` in this process, or ``None``.
+        doubt: a record of this session was sent to the store and its commit not answered
+            (:class:`~modefsm.store.StoreInDoubt`): its next use reads its point back first.
     """
 
-    __slots__ = ("cwd", "digest", "fsm_state", "previous", "seq", "session_id")
+    __slots__ = ("cwd", "digest", "doubt", "fsm_state", "previous", "seq", "session_id")
 
     def __init__(
         self,
@@ -115,6 +130,7 @@ class Session:
         self.previous = previous
         self.digest = digest
         self.cwd: str | None = None
+        self.doubt = False
 
     @property
     def state(self) -> str:
@@ -246,7 +262,7 @@ class ModeEngine:
             store.note if store is not None else log.write if log is not None else None
         )
         self._digest: str | None = None  # the digest of the record just written ahead
-        self._restore_depth = 0
+        self._written: str | None = None  # the digest of a record the store has committed
         self.sink = sink
         self.before_change: list[ChangeHook] = list(before_change)
         self.after_change: list[ChangeHook] = list(after_change)
@@ -255,6 +271,7 @@ class ModeEngine:
         self.machine = ModeMachine(spec, before=before, after=self._commit)
         self.views: Mapping[str, ModeView] = build_views(spec)
         self._sessions: dict[str, Session] = {}
+        self._turns: dict[str, _Turn] = {}
         self._outbox: deque[tuple[str, Update]] = deque()
         self._flush_lock = asyncio.Lock()
         self._spec_name = spec.name
@@ -274,6 +291,9 @@ class ModeEngine:
     ) -> Session:
         """Start a session in the spec's initial mode and log its creation (``seq`` 1).
 
+        With a store this blocks until the store answers (see
+        :meth:`new_session_async`).
+
         Args:
             session_id: ACP ``sessionId``; a fresh ``sess_<hex>`` id when ``None``.
             request_id: the ``session/new`` request id, for the record.
@@ -284,6 +304,43 @@ class ModeEngine:
             SessionExistsError: *session_id* is in use.
             LogError: the creation record cannot be written (no session is created).
         """
+        session, fields = self._creating(session_id, request_id, cwd)
+        if self.store is not None:
+            try:
+                session.digest = self.store.append(EVENT_CREATED, fields, None)
+            except SessionMoved:  # another process created this sessionId first
+                raise SessionExistsError(session.session_id) from None
+        elif self.log is not None:
+            self.log.write(EVENT_CREATED, fields)
+        self._sessions[session.session_id] = session
+        return session
+
+    async def new_session_async(
+        self,
+        session_id: str | None = None,
+        *,
+        request_id: str | int | None = None,
+        cwd: str | None = None,
+    ) -> Session:
+        """:meth:`new_session`, awaiting the store's write (the loop serves others meanwhile).
+
+        Raises:
+            SessionExistsError, LogError: as :meth:`new_session`.
+        """
+        if self.store is None:
+            return self.new_session(session_id, request_id=request_id, cwd=cwd)
+        session, fields = self._creating(session_id, request_id, cwd)
+        try:
+            session.digest = await self.store.append_async(EVENT_CREATED, fields, None)
+        except SessionMoved:
+            raise SessionExistsError(session.session_id) from None
+        self._sessions[session.session_id] = session
+        return session
+
+    def _creating(
+        self, session_id: str | None, request_id: str | int | None, cwd: str | None
+    ) -> tuple[Session, dict[str, Any]]:
+        """A new session (not yet live) and the fields of its creation record."""
         session_id = session_id or f"sess_{uuid.uuid4().hex}"
         if session_id in self._sessions:
             raise SessionExistsError(session_id)
@@ -292,15 +349,7 @@ class ModeEngine:
         fields = self._fields(session_id, 1, None, session.state, "new", request_id=request_id)
         if cwd is not None:
             fields["cwd"] = cwd
-        if self.store is not None:
-            try:
-                session.digest = self.store.append(EVENT_CREATED, fields, None)
-            except SessionMoved:  # another process created this sessionId first
-                raise SessionExistsError(session_id) from None
-        elif self.log is not None:
-            self.log.write(EVENT_CREATED, fields)
-        self._sessions[session_id] = session
-        return session
+        return session, fields
 
     def get(self, session_id: str) -> Session:
         """Return the live session *session_id*.
@@ -372,9 +421,84 @@ class ModeEngine:
         Raises:
             HookError, LogError: the fallback could not be made; the session stays unknown.
         """
-        live = self._sessions.get(session_id)
-        if live is not None:
-            return live
+        for _ in range(_RACES):
+            live = self._sessions.get(session_id)
+            if live is not None:
+                return live
+            session, context = self._restoring(
+                session_id, mode_id, seq, previous=previous, request_id=request_id, digest=digest
+            )
+            if context is not None:
+                try:
+                    if self.spec.has_mode(mode_id):
+                        self._fire(session, "restore", context.to_mode, context)
+                    else:  # the spec no longer has this mode: no machine state to leave
+                        self._fire_outside_machine(session, context)
+                except SessionMoved as moved:  # another process wrote the fallback (or more)
+                    mode_id, seq, previous, digest = moved.current[1:]
+                    continue
+            self._sessions[session_id] = session
+            return session
+        raise self._busy(session_id)
+
+    async def restore_session_async(
+        self,
+        session_id: str,
+        mode_id: str,
+        seq: int,
+        *,
+        previous: str | None = None,
+        request_id: str | int | None = None,
+        digest: str | None = None,
+    ) -> Session:
+        """:meth:`restore_session`, awaiting the store's write of a fallback.
+
+        Raises:
+            HookError, LogError: as :meth:`restore_session`.
+        """
+        if self.store is None:
+            return self.restore_session(
+                session_id, mode_id, seq, previous=previous, request_id=request_id, digest=digest
+            )
+        async with self._turn(session_id):
+            for _ in range(_RACES):
+                live = self._sessions.get(session_id)
+                if live is not None:
+                    return live
+                session, context = self._restoring(
+                    session_id,
+                    mode_id,
+                    seq,
+                    previous=previous,
+                    request_id=request_id,
+                    digest=digest,
+                )
+                if context is not None:
+                    try:
+                        if self.spec.has_mode(mode_id):
+                            await self._fire_async(session, "restore", context.to_mode, context)
+                        else:
+                            self._run_before_hooks(session, context)
+                            self._digest = await self._write_async(session, context)
+                            self._commit(session, context.from_mode, context.to_mode, context)
+                    except SessionMoved as moved:
+                        mode_id, seq, previous, digest = moved.current[1:]
+                        continue
+                self._sessions[session_id] = session
+                return session
+        raise self._busy(session_id)
+
+    def _restoring(
+        self,
+        session_id: str,
+        mode_id: str,
+        seq: int,
+        *,
+        previous: str | None,
+        request_id: str | int | None,
+        digest: str | None,
+    ) -> tuple[Session, ModeChange | None]:
+        """The session as its last record left it, and the fallback to fire (or ``None``)."""
         known = self.spec.has_mode(mode_id)
         if previous is not None and not (
             self.spec.has_mode(previous) and self.spec.mode(previous).restorable
@@ -384,31 +508,9 @@ class ModeEngine:
             session_id, mode_id if known else self.spec.initial, seq, previous, digest
         )
         target = self.spec.restore_target(mode_id) if known else self.spec.initial
-        if not known or target != mode_id:
-            context = ModeChange(session_id, seq + 1, mode_id, target, "restore", request_id)
-            try:
-                if known:
-                    self._fire(session, "restore", target, context)
-                else:  # the spec no longer has this mode: there is no machine state to leave
-                    self._fire_outside_machine(session, context)
-            except SessionMoved as moved:  # another process wrote the fallback (or more)
-                current = moved.current
-                if self._restore_depth >= _RACES:
-                    raise self._busy(session_id) from None
-                self._restore_depth += 1
-                try:
-                    return self.restore_session(
-                        session_id,
-                        current.mode,
-                        current.seq,
-                        previous=current.previous,
-                        request_id=request_id,
-                        digest=current.digest,
-                    )
-                finally:
-                    self._restore_depth -= 1
-        self._sessions[session_id] = session
-        return session
+        if known and target == mode_id:
+            return session, None
+        return session, ModeChange(session_id, seq + 1, mode_id, target, "restore", request_id)
 
     # -- changes -------------------------------------------------------------------------
 
@@ -457,6 +559,37 @@ class ModeEngine:
                 self._adopt(moved.current)
         raise self._busy(session_id)
 
+    async def change_async(
+        self,
+        session_id: str,
+        mode_id: object,
+        origin: Origin,
+        *,
+        request_id: str | int | None = None,
+        field: str = "modeId",
+    ) -> ModeChange | None:
+        """:meth:`change`, awaiting the store (what a server uses; see the module docstring).
+
+        The session's changes take turns; the store's write is awaited, so the event loop
+        serves other sessions (and ``initialize``) while the store answers, and the
+        change is committed only once the store has it. A session whose last write was
+        left in doubt (:class:`~modefsm.store.StoreInDoubt`) is read back first.
+
+        Raises:
+            UnknownSessionError, UnknownModeError, TransitionNotAllowedError, HookError,
+            LogError: as :meth:`change`; a :class:`~modefsm.store.StoreInDoubt` when the
+            store did not answer the commit in time (the session is then in doubt).
+        """
+        if self.store is None:
+            return self.change(session_id, mode_id, origin, request_id=request_id, field=field)
+        async with self._turn(session_id):
+            for _ in range(_RACES):
+                try:
+                    return await self._change_async(session_id, mode_id, origin, request_id, field)
+                except SessionMoved as moved:
+                    self._adopt(moved.current)
+        raise self._busy(session_id)
+
     def _change(
         self,
         session_id: str,
@@ -466,26 +599,82 @@ class ModeEngine:
         field: str,
     ) -> ModeChange | None:
         session = self.get(session_id)
+        if session.doubt:
+            self._confirm(session)
+        target = self._requested(session, mode_id, origin, request_id, field)
+        if target == session.state:
+            self._confirm(session)
+            return None
+        kind = _KIND[origin]
+        if not self.machine.allows(kind, session.state, target):
+            self._confirm(session)  # refused on the committed mode, not on a stale view
+            self._refuse(session, target, origin, request_id, field)
+        context = ModeChange(session_id, session.seq + 1, session.state, target, origin, request_id)
+        self._fire(session, kind, target, context)
+        return context
+
+    async def _change_async(
+        self,
+        session_id: str,
+        mode_id: object,
+        origin: Origin,
+        request_id: str | int | None,
+        field: str,
+    ) -> ModeChange | None:
+        session = self.get(session_id)
+        if session.doubt:
+            await self._confirm_async(session)
+        target = self._requested(session, mode_id, origin, request_id, field)
+        if target == session.state:
+            await self._confirm_async(session)
+            return None
+        kind = _KIND[origin]
+        if not self.machine.allows(kind, session.state, target):
+            await self._confirm_async(session)
+            self._refuse(session, target, origin, request_id, field)
+        context = ModeChange(session_id, session.seq + 1, session.state, target, origin, request_id)
+        await self._fire_async(session, kind, target, context)
+        return context
+
+    def _requested(
+        self,
+        session: Session,
+        mode_id: object,
+        origin: Origin,
+        request_id: str | int | None,
+        field: str,
+    ) -> str:
+        """*mode_id* if the spec has it; else the rejection is logged and raised."""
         if not self.spec.has_mode(mode_id):
             self._reject(session, mode_id, origin, "unknown_mode", request_id=request_id)
             raise UnknownModeError(mode_id, self.spec.mode_ids, field=field)
         assert isinstance(mode_id, str)  # noqa: S101 - has_mode checked it
-        source = session.state
-        if mode_id == source:
-            self._confirm(session)
-            return None
-        context = ModeChange(session_id, session.seq + 1, source, mode_id, origin, request_id)
-        if not self._fire(session, _KIND[origin], mode_id, context):
-            self._reject(session, mode_id, origin, "not_allowed", request_id=request_id)
-            raise TransitionNotAllowedError(
-                session_id=session_id,
-                source=session.state,
-                dest=mode_id,
-                origin=origin,
-                allowed=self.machine.targets(_KIND[origin], session.state),
-                field=field,
-            )
-        return context
+        return mode_id
+
+    def _refuse(
+        self,
+        session: Session,
+        target: str,
+        origin: Origin,
+        request_id: str | int | None,
+        field: str,
+    ) -> NoReturn:
+        """Log and raise that the policy forbids *target* from the session's mode.
+
+        Raises:
+            SessionMoved: the session moved before the rejection was written: decide again.
+            TransitionNotAllowedError: the refusal.
+        """
+        kind = _KIND[origin]
+        self._reject(session, target, origin, "not_allowed", request_id=request_id, redecide=True)
+        raise TransitionNotAllowedError(
+            session_id=session.session_id,
+            source=session.state,
+            dest=target,
+            origin=origin,
+            allowed=self.machine.targets(kind, session.state),
+            field=field,
+        )
 
     def set_config_value(
         self,
@@ -503,6 +692,15 @@ class ModeEngine:
             InvalidValueError: *value* is not a string (a boolean option request; logged).
             UnknownModeError, TransitionNotAllowedError, HookError, LogError: as :meth:`change`.
         """
+        self._check_config(session_id, config_id, value, request_id)
+        return self.change(
+            session_id, value, "set_config_option", request_id=request_id, field="value"
+        )
+
+    def _check_config(
+        self, session_id: str, config_id: object, value: object, request_id: str | int | None
+    ) -> None:
+        """Refuse (and log) a ``configId`` that is not the mode option, or a non-string value."""
         session = self.get(session_id)
         option_ids = tuple(o.id for o in self.config_options(session_id))
         if config_id != self.spec.config_option_id:
@@ -513,9 +711,6 @@ class ModeEngine:
         if not isinstance(value, str):
             self._reject(session, None, "set_config_option", "invalid_value", request_id=request_id)
             raise InvalidValueError("value", value, self.spec.mode_ids, "a mode id (string)")
-        return self.change(
-            session_id, value, "set_config_option", request_id=request_id, field="value"
-        )
 
     def resolve_target(self, session_id: str, option: SwitchOption) -> str | None:
         """The mode an allow *option* of a switch would move session *session_id* to now.
@@ -588,32 +783,62 @@ class ModeEngine:
             HookError, LogError: as :meth:`change`.
         """
         session = self.get(offer.session_id)
-        option = offer.get(option_id)
-        if option is None or option.target is None:
-            self.reject_switch(
-                offer.session_id,
-                "option_not_offered",
-                tool_call_id=tool_call_id,
-                option_id=option_id,
-                proposed_in=offer.proposed_in,
-                request_id=request_id,
-            )
-            raise TransitionNotAllowedError(
-                session_id=offer.session_id,
-                source=session.state,
-                dest=option_id,
-                origin="switch_mode",
-                allowed=[o.option_id for o in offer.options if o.target is not None],
-                field="optionId",
-            )
+        target = self._offered(offer, option_id, tool_call_id, request_id)
         return self.apply_switch(
             offer.session_id,
-            option.target,
+            target,
             tool_call_id=tool_call_id,
             option_id=option_id,
             proposed_in=offer.proposed_in,
             request_id=request_id,
             stale=session.seq != offer.seq,
+        )
+
+    async def approve_switch_async(
+        self,
+        offer: SwitchOffer,
+        option_id: str,
+        *,
+        tool_call_id: str,
+        request_id: str | int | None = None,
+    ) -> ModeChange | None:
+        """:meth:`approve_switch`, awaiting the store (see :meth:`change_async`).
+
+        Raises:
+            UnknownSessionError, TransitionNotAllowedError, StaleOptionError, HookError,
+            LogError: as :meth:`approve_switch`.
+        """
+        if self.store is None:
+            return self.approve_switch(
+                offer, option_id, tool_call_id=tool_call_id, request_id=request_id
+            )
+        target = self._offered(offer, option_id, tool_call_id, request_id)
+        switch = _Switch(target, tool_call_id, option_id, offer.proposed_in, request_id)
+        # stale or not is judged in the session's turn: a change may commit while it waits
+        return await self._switch_async(offer.session_id, switch, offered_seq=offer.seq)
+
+    def _offered(
+        self, offer: SwitchOffer, option_id: str, tool_call_id: str, request_id: str | int | None
+    ) -> str:
+        """The target *offer* showed for the allow option *option_id*; else logged and raised."""
+        option = offer.get(option_id)
+        if option is not None and option.target is not None:
+            return option.target
+        self.reject_switch(
+            offer.session_id,
+            "option_not_offered",
+            tool_call_id=tool_call_id,
+            option_id=option_id,
+            proposed_in=offer.proposed_in,
+            request_id=request_id,
+        )
+        raise TransitionNotAllowedError(
+            session_id=offer.session_id,
+            source=self.get(offer.session_id).state,
+            dest=option_id,
+            origin="switch_mode",
+            allowed=[o.option_id for o in offer.options if o.target is not None],
+            field="optionId",
         )
 
     def apply_switch(
@@ -666,6 +891,75 @@ class ModeEngine:
                 stale = True
         raise self._busy(session_id)
 
+    async def apply_switch_async(
+        self,
+        session_id: str,
+        dest: str,
+        *,
+        tool_call_id: str,
+        option_id: str,
+        proposed_in: str,
+        request_id: str | int | None = None,
+        stale: bool | None = None,
+    ) -> ModeChange | None:
+        """:meth:`apply_switch`, awaiting the store (see :meth:`change_async`).
+
+        Raises:
+            UnknownSessionError, StaleOptionError, TransitionNotAllowedError, HookError,
+            LogError: as :meth:`apply_switch`.
+        """
+        if self.store is None:
+            return self.apply_switch(
+                session_id,
+                dest,
+                tool_call_id=tool_call_id,
+                option_id=option_id,
+                proposed_in=proposed_in,
+                request_id=request_id,
+                stale=stale,
+            )
+        switch = _Switch(dest, tool_call_id, option_id, proposed_in, request_id)
+        return await self._switch_async(session_id, switch, stale=stale)
+
+    async def _switch_async(
+        self,
+        session_id: str,
+        switch: _Switch,
+        *,
+        stale: bool | None = None,
+        offered_seq: int | None = None,
+    ) -> ModeChange | None:
+        """:meth:`_apply_switch` in the session's turn, the store awaited; races retried.
+
+        *offered_seq* (the offer's ``seq``), when given, decides staleness once the turn
+        is taken.
+        """
+        dest = switch.dest
+        async with self._turn(session_id):
+            for _ in range(_RACES):
+                session = self.get(session_id)
+                try:
+                    if session.doubt:
+                        await self._confirm_async(session)
+                    if dest == session.state:
+                        await self._confirm_async(session)
+                        return None
+                    if stale is None and offered_seq is not None:
+                        stale = session.seq != offered_seq
+                    stale = switch.proposed_in != session.state if stale is None else stale
+                    refusal = self._switch_refusal(session, dest, stale=stale)
+                    if refusal is not None:
+                        await self._confirm_async(session)
+                        self._refuse_switch(session, switch, refusal)
+                    context = switch.change(session, stale=stale)
+                    await self._fire_async(session, "switch_mode", dest, context)
+                except SessionMoved as moved:
+                    self._adopt(moved.current)
+                    stale = True
+                else:
+                    return context
+        raise self._busy(session_id)
+
     def _apply_switch(  # noqa: PLR0917 - apply_switch's arguments, in order
         self,
         session_id: str,
@@ -677,63 +971,62 @@ class ModeEngine:
         stale: bool | None,  # noqa: FBT001 - passed through from apply_switch
     ) -> ModeChange | None:
         session = self.get(session_id)
+        if session.doubt:
+            self._confirm(session)
         if dest == session.state:
             self._confirm(session)
             return None
-        if stale is None:
-            stale = proposed_in != session.state
-        meanwhile = proposed_in if stale else None
-        if stale and not (
-            self.spec.has_mode(dest)
-            and self.spec.mode(dest).restorable
-            and self.machine.allows("switch_mode", session.state, dest)
-        ):
-            self.reject_switch(
-                session_id,
-                "stale_option",
-                dest=dest,
-                tool_call_id=tool_call_id,
-                option_id=option_id,
-                proposed_in=proposed_in,
-                request_id=request_id,
-            )
-            raise StaleOptionError(
-                session_id=session_id,
-                source=session.state,
-                dest=dest,
-                origin="switch_mode",
-                allowed=self._stale_targets(session.state),
-                field="optionId",
-            )
-        context = ModeChange(
-            session_id,
-            session.seq + 1,
-            session.state,
-            dest,
-            "switch_mode",
-            request_id,
-            tool_call_id,
-            option_id,
-            meanwhile,
-        )
-        if not self._fire(session, "switch_mode", dest, context):
-            self.reject_switch(
-                session_id,
-                "not_allowed",
-                dest=dest,
-                tool_call_id=tool_call_id,
-                option_id=option_id,
-                proposed_in=meanwhile,
-            )
-            raise TransitionNotAllowedError(
-                session_id=session_id,
-                source=session.state,
-                dest=dest,
-                origin="switch_mode",
-                allowed=self.machine.targets("switch_mode", session.state),
-                field="optionId",
-            )
+        switch = _Switch(dest, tool_call_id, option_id, proposed_in, request_id)
+        stale = proposed_in != session.state if stale is None else stale
+        refusal = self._switch_refusal(session, dest, stale=stale)
+        if refusal is not None:
+            self._confirm(session)  # refused on the committed mode, not on a stale view
+            self._refuse_switch(session, switch, refusal)
+        context = switch.change(session, stale=stale)
+        self._fire(session, "switch_mode", dest, context)
         return context
+
+    def _switch_refusal(self, session: Session, dest: str, *, stale: bool) -> RejectReason | None:
+        """Why an approved switch to *dest* cannot apply now, or ``None`` if it can.
+
+        A stale approval (the session changed since the options were shown) applies only
+        to a restorable mode the current mode can reach by a switch.
+        """
+        allowed = self.machine.allows("switch_mode", session.state, dest)
+        if stale and not (self.spec.has_mode(dest) and self.spec.mode(dest).restorable and allowed):
+            return "stale_option"
+        return None if allowed else "not_allowed"
+
+    def _refuse_switch(self, session: Session, switch: _Switch, reason: RejectReason) -> NoReturn:
+        """Log and raise the refusal of an approved switch (``stale_option``, ``not_allowed``).
+
+        Raises:
+            SessionMoved: the session moved before the rejection was written: decide again.
+            StaleOptionError, TransitionNotAllowedError: the refusal.
+        """
+        stale = reason == "stale_option"
+        self._reject(
+            session,
+            switch.dest,
+            "switch_mode",
+            reason,
+            redecide=True,
+            request_id=switch.request_id if stale else None,
+            tool_call_id=switch.tool_call_id,
+            option_id=switch.option_id,
+            proposed_in=switch.proposed_in if stale else None,
+        )
+        error = StaleOptionError if stale else TransitionNotAllowedError
+        raise error(
+            session_id=session.session_id,
+            source=session.state,
+            dest=switch.dest,
+            origin="switch_mode",
+            allowed=self._stale_targets(session.state)
+            if stale
+            else self.machine.targets("switch_mode", session.state),
+            field="optionId",
+        )
 
     def reject_switch(
         self,
@@ -765,8 +1058,8 @@ class ModeEngine:
     async def set_mode(
         self, session_id: str, mode_id: object, *, request_id: str | int | None = None
     ) -> ModeChange | None:
-        """``session/set_mode``: :meth:`change`, then send its notifications (:meth:`flush`)."""
-        change = self.change(session_id, mode_id, "set_mode", request_id=request_id)
+        """``session/set_mode``: :meth:`change_async`, then send its notifications."""
+        change = await self.change_async(session_id, mode_id, "set_mode", request_id=request_id)
         await self.flush()
         return change
 
@@ -785,11 +1078,46 @@ class ModeEngine:
             (ACP requires the complete list), for the session's mode at that moment.
         """
         session = self.get(session_id)
-        self.set_config_value(session_id, config_id, value, request_id=request_id)
+        self._check_config(session_id, config_id, value, request_id)
+        await self.change_async(
+            session_id, value, "set_config_option", request_id=request_id, field="value"
+        )
         await self.flush()
         # The session object, not the id: a close during the flush must not fail a change
         # that is committed; and its state now, so the answer matches the last notification.
         return self._complete(self.views[session.state], session_id)
+
+    async def refresh(self, session_id: str) -> Session:
+        """Catch up with what other processes committed to the session, before acting on it.
+
+        Call it at the start of a prompt turn, before a switch offer, before answering
+        anything that reports the mode, and before any decision of the host that depends
+        on the mode. With a store, the session's point is read back (cheap when nothing
+        moved: see :meth:`SessionStore.restore_point_async
+        <modefsm.store.SessionStore.restore_point_async>`); if another process moved the
+        session, it takes that mode and both notifications are sent (after anything queued
+        before them) before this returns; else nothing is sent.
+
+        Returns:
+            The live session, as committed.
+
+        Raises:
+            UnknownSessionError: no such session.
+            LogError: the store cannot be read now (a
+                :class:`~modefsm.store.StoreBusy`); the session is unchanged.
+        """
+        session = self.get(session_id)
+        if self.store is None:
+            return session
+        async with self._turn(session_id):
+            try:
+                await self._confirm_async(session)
+            except SessionMoved as moved:
+                self._adopt(moved.current)
+            else:
+                return session
+        await self.flush()
+        return session
 
     def config_options(self, session_id: str) -> list[Any]:
         """The session's complete ``configOptions``: the mode option, then the host's others.
@@ -902,6 +1230,49 @@ class ModeEngine:
         write_ahead(session, context.from_mode, context.to_mode, context)
         self._commit(session, context.from_mode, context.to_mode, context)
 
+    async def _fire_async(
+        self, session: Session, kind: TriggerKind, dest: str, context: ModeChange
+    ) -> None:
+        """:meth:`_fire` with the store's write awaited before the machine fires.
+
+        The session's turn is held, so nothing moves it between the write and the
+        commit: the machine then only commits (its write-ahead callback finds the record
+        written, :attr:`_written`).
+        """
+        self._run_before_hooks(session, context)
+        written = await self._write_async(session, context)
+        self._written = written
+        try:
+            fired = self.machine.fire(session, kind, dest, context)
+        finally:
+            self._written = None
+        assert fired  # noqa: S101 - allowed (checked by the caller) and serialized
+        self._run_after_hooks(session, context)
+
+    async def _write_async(self, session: Session, context: ModeChange) -> str:
+        """Write the change's record through the store; its digest once committed.
+
+        Raises:
+            SessionMoved, StoreBusy, LogError: as the store's ``append_async``.
+            StoreInDoubt: the commit was not answered (the session is marked in doubt).
+        """
+        fields = self._change_record(session, context.from_mode, context.to_mode, context)
+        head = RestorePoint(
+            session.session_id, context.from_mode, session.seq, session.previous, session.digest
+        )
+        try:
+            return await self.store.append_async(EVENT_CHANGED, fields, head)  # type: ignore[union-attr]
+        except (StoreInDoubt, asyncio.CancelledError):  # it may have committed
+            session.doubt = True
+            raise
+
+    def _turn(self, session_id: str) -> _Turn:
+        """The session's turn (``async with``): one change of a session at a time."""
+        turn = self._turns.get(session_id)
+        if turn is None:
+            turn = self._turns[session_id] = _Turn(self._turns, session_id)
+        return turn
+
     def _run_before_hooks(self, session: Session, context: ModeChange) -> None:
         for hook in self.before_change:
             try:
@@ -938,12 +1309,22 @@ class ModeEngine:
         log.write(EVENT_CHANGED, self._change_record(session, source, dest, context))
 
     def _append(self, session: Session, source: str, dest: str, context: ModeChange) -> None:
-        """:meth:`_write_ahead` through the store (the session's head is checked there)."""
+        """:meth:`_write_ahead` through the store (the session's head is checked there).
+
+        A record already committed by :meth:`_write_async` is not written again.
+        """
+        if self._written is not None:
+            self._digest = self._written
+            return
         fields = self._change_record(session, source, dest, context)
         head = RestorePoint(
             session.session_id, source, session.seq, session.previous, session.digest
         )
-        self._digest = self.store.append(EVENT_CHANGED, fields, head)  # type: ignore[union-attr]
+        try:
+            self._digest = self.store.append(EVENT_CHANGED, fields, head)  # type: ignore[union-attr]
+        except StoreInDoubt:
+            session.doubt = True
+            raise
 
     def _change_record(
         self, session: Session, source: str, dest: str, context: ModeChange
@@ -999,19 +1380,30 @@ class ModeEngine:
         session.seq = current.seq
         session.previous = current.previous
         session.digest = current.digest
+        session.doubt = False
         self._enqueue(session.session_id, mode)
 
     def _confirm(self, session: Session) -> None:
-        """Before answering "nothing to change": is the session still where this process saw it?
+        """Before deciding on the session's mode: is it still where this process saw it?
 
         Raises:
             SessionMoved: another process moved it (the caller adopts and tries again).
         """
         if self.store is None:
             return
-        current = self.store.restore_point(session.session_id)
+        self._confirmed(session, self.store.restore_point(session.session_id))
+
+    async def _confirm_async(self, session: Session) -> None:
+        """:meth:`_confirm`, the store read awaited."""
+        if self.store is None:
+            return
+        self._confirmed(session, await self.store.restore_point_async(session.session_id))
+
+    @staticmethod
+    def _confirmed(session: Session, current: RestorePoint | None) -> None:
         if current is not None and current.seq > session.seq:
             raise SessionMoved(current)
+        session.doubt = False
 
     def _busy(self, session_id: str) -> StoreBusy:
         msg = f"sessionId {session_id} is being changed by another process; retry"
@@ -1052,22 +1444,46 @@ class ModeEngine:
         dest: object,
         origin: Origin,
         reason: RejectReason,
+        *,
+        redecide: bool = False,
         **ids: Any,
     ) -> None:
+        """Log a rejection from the session's mode as committed when the line is written.
+
+        A store that sees the session move past this process's view as it writes (the
+        file store) refuses the line: the session then takes the committed point and the
+        line is written from there, unless the rejection depended on the mode
+        (*redecide*), whose caller decides again.
+
+        Raises:
+            SessionMoved: with *redecide*, the session moved (nothing written).
+            LogError: the line cannot be written.
+        """
         if self._write is None:
             return
-        fields = self._fields(
-            session.session_id,
-            None,
-            session.state or None,
-            _clip(dest) if isinstance(dest, str) else None,
-            origin,
-            **{
-                key: _clip(value) if isinstance(value, str) else value for key, value in ids.items()
-            },
-        )
-        fields["reason"] = reason
-        self._write(EVENT_REJECTED, fields)
+        ids = {key: _clip(value) if isinstance(value, str) else value for key, value in ids.items()}
+        clipped = _clip(dest) if isinstance(dest, str) else None
+        for _ in range(_RACES):
+            fields = self._fields(
+                session.session_id, None, session.state or None, clipped, origin, **ids
+            )
+            fields["reason"] = reason
+            store = self.store
+            if store is None:
+                self._write(EVENT_REJECTED, fields)
+                return
+            head = None
+            if session.seq:
+                head = RestorePoint(session.session_id, session.state, session.seq)
+            try:
+                store.note(EVENT_REJECTED, fields, head)
+            except SessionMoved as moved:
+                if redecide:
+                    raise
+                self._adopt(moved.current)
+            else:
+                return
+        raise self._busy(session.session_id)
 
     def _fields(
         self,
@@ -1120,6 +1536,65 @@ class ModeEngine:
 
 _RACES = 3
 """How many times a change is tried when other processes keep moving its session."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Switch:
+    """An approved ``switch_mode`` as asked for (see :meth:`ModeEngine.apply_switch`)."""
+
+    dest: str
+    tool_call_id: str
+    option_id: str
+    proposed_in: str
+    request_id: str | int | None
+
+    def change(self, session: Session, *, stale: bool) -> ModeChange:
+        """The change from the session's mode now (``proposed_in`` kept when stale)."""
+        return ModeChange(
+            session.session_id,
+            session.seq + 1,
+            session.state,
+            self.dest,
+            "switch_mode",
+            self.request_id,
+            self.tool_call_id,
+            self.option_id,
+            self.proposed_in if stale else None,
+        )
+
+
+class _Turn:
+    """One session's turn: an ``asyncio.Lock`` kept only while someone holds or awaits it.
+
+    Memory is thus bounded by the changes in flight, not by the sessions (100k live
+    sessions hold no lock). ``async with turn:`` holds it.
+    """
+
+    __slots__ = ("_key", "_lock", "_owner", "_users")
+
+    def __init__(self, owner: dict[str, _Turn], key: str) -> None:
+        self._owner = owner
+        self._key = key
+        self._lock = asyncio.Lock()
+        self._users = 0
+
+    async def __aenter__(self) -> None:
+        self._users += 1
+        try:
+            await self._lock.acquire()
+        except BaseException:
+            self._leave()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._lock.release()
+        self._leave()
+
+    def _leave(self) -> None:
+        self._users -= 1
+        if not self._users and self._owner.get(self._key) is self:
+            del self._owner[self._key]
+
 
 CLIP = 256
 """Client-supplied strings in a rejection record keep at most this many characters."""
