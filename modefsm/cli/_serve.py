@@ -5,7 +5,8 @@ exercise every mode path:
 
 - in a mode that has a switch (``architect`` in the seed preset), the prompt proposes it
   through ``session/request_permission``, with the prompt's text as the plan, and answers
-  with a message saying how it ended;
+  with a message saying how it ended (if the mode changed to one without a switch before
+  the offer, it answers as in that mode);
 - in any other mode, it answers one ``agent_message_chunk`` naming the current mode.
 
 stdout carries only ACP messages. The transition log goes to ``--log FILE`` (JSON
@@ -33,7 +34,7 @@ from typing import Any
 import orjson
 from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock, UserMessageChunk
 
-from modefsm.errors import LogError, ModefsmError
+from modefsm.errors import LogError, ModefsmError, NoSwitchError
 from modefsm.log._conversation import ConversationStore
 from modefsm.log._files import check_private
 from modefsm.log._writer import TransitionLog, ignore_file_size_signal
@@ -90,7 +91,7 @@ class ScriptedAgent(ModeAgent):
     async def prompt(self, prompt: list[Any], session_id: str, **kwargs: Any) -> PromptResponse:
         """``session/prompt``: propose the mode's switch, or say which mode the session is in."""
         del kwargs
-        session = self.session(session_id)
+        session = await self.refresh(session_id)  # the mode another process may have set
         text = " ".join(getattr(block, "text", "") for block in prompt).strip()
         for block in prompt:
             self.record(
@@ -98,21 +99,24 @@ class ScriptedAgent(ModeAgent):
             )
         cancelled = self.begin_turn(session_id)
         try:
+            result = None
             if self.engine.spec.switch_from(session.state) is not None:
                 try:
                     result = await self.propose_switch(
                         session_id, plan=text or "## Plan", cancelled=cancelled
                     )
+                except NoSwitchError:  # the mode changed since the turn began: say which
+                    result = None
                 except ConnectionError:  # the client hung up; logged as session_closed
                     return PromptResponse(stop_reason="cancelled")
                 if cancelled.is_set():  # session/cancel or session/close ended the turn
                     return PromptResponse(stop_reason="cancelled")
-                if result.approved:
-                    reply = f"Approved: now in {self.session(session_id).state} mode."
-                else:
-                    reply = f"Not switched ({result.reason}): still in {session.state} mode."
-            else:
+            if result is None:
                 reply = f"Mode {session.state}: {text}" if text else f"Mode {session.state}."
+            elif result.approved:
+                reply = f"Approved: now in {session.state} mode."
+            else:
+                reply = f"Not switched ({result.reason}): still in {session.state} mode."
             if cancelled.is_set():
                 return PromptResponse(stop_reason="cancelled")
             message = AgentMessageChunk(

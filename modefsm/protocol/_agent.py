@@ -19,7 +19,7 @@ Example (a host embedding modefsm; ``acp.run_agent`` serves it over stdio)::
 
     class MyAgent(ModeAgent):
         async def prompt(self, prompt, session_id, **kwargs):
-            mode = self.session(session_id).state   # decide tools by the current mode
+            mode = (await self.refresh(session_id)).state   # decide tools by the mode
             ...
 
     log = TransitionLog.to_file("modes.jsonl")
@@ -249,7 +249,7 @@ class ModeAgent:
             data = {"field": "cwd", "limit": "cwd_chars", "max": MAX_CWD_CHARS, "message": text}
             raise RequestError(-32602, text, data)
         with acp_errors():
-            session = self.engine.new_session(cwd=cwd)
+            session = await self.engine.new_session_async(cwd=cwd)
         self.conversation.start(session.session_id)
         view = self.engine.views[session.state]
         return NewSessionResponse(
@@ -273,7 +273,7 @@ class ModeAgent:
         if self.replay_on_load:
             with acp_errors():
                 if session_id not in self.engine:
-                    point = self._restore_point(session_id)
+                    point = await self._restore_point(session_id)
             await self.replay(session_id)
         view = await self._restore(session_id, point)
         return LoadSessionResponse(
@@ -370,24 +370,29 @@ class ModeAgent:
             next_cursor=next_cursor,
         )
 
-    def _restore_point(self, session_id: str) -> RestorePoint:
-        point = self.restore.restore_point(session_id) if self.restore else None
+    async def _restore_point(self, session_id: str) -> RestorePoint:
+        """Where the restore source last saw *session_id* (awaited when it is a store)."""
+        source = self.restore
+        if source is None:
+            raise UnknownSessionError(session_id)
+        lookup = getattr(source, "restore_point_async", None)
+        point = await lookup(session_id) if lookup is not None else source.restore_point(session_id)
         if point is None:
             raise UnknownSessionError(session_id)
         return point
 
     async def _restore(self, session_id: str, point: RestorePoint | None = None) -> Any:
-        """Bring the session back from *point* (looked up if ``None``) unless it is live."""
+        """Bring the session back from *point* (looked up if ``None``) unless it is live.
+
+        A live session catches up with what other processes sharing the store committed
+        (:meth:`ModeEngine.refresh <modefsm.engine.ModeEngine.refresh>`).
+        """
         with acp_errors():
             if session_id in self.engine:
-                if self.engine.store is not None and self.restore is not None:
-                    # another process sharing the store may have moved it since
-                    current = self.restore.restore_point(session_id)
-                    if current is not None:
-                        self.engine.adopt(current)
+                await self.engine.refresh(session_id)
             else:
-                point = point or self._restore_point(session_id)
-                self.engine.restore_session(
+                point = point or await self._restore_point(session_id)
+                await self.engine.restore_session_async(
                     session_id, point.mode, point.seq, previous=point.previous, digest=point.digest
                 )
             # the answer reports the current mode: its notifications must have left first
@@ -487,10 +492,11 @@ class ModeAgent:
     # -- prompts and the switch_mode tool ---------------------------------------------------
 
     def session(self, session_id: str) -> Session:
-        """The live session (its ``state`` is the current mode), for a request about it.
+        """The live session (its ``state`` is the mode as this process knows it), for a request.
 
-        A prompt turn starts here: on a :class:`~modefsm.protocol.SharedEngine`, a session
-        the connection does not hold is unknown to it (:meth:`holds`).
+        A prompt turn starts here, or with :meth:`refresh`: on a
+        :class:`~modefsm.protocol.SharedEngine`, a session the connection does not hold is
+        unknown to it (:meth:`holds`).
 
         Raises:
             RequestError: ``-32002`` for an unknown session, or one the connection does not
@@ -499,6 +505,24 @@ class ModeAgent:
         with acp_errors():
             self._held(session_id)
             return self.engine.get(session_id)
+
+    async def refresh(self, session_id: str) -> Session:
+        """The live session, caught up with what other processes committed to it.
+
+        Call it where a prompt turn starts and before any decision that depends on the
+        mode: with a shared store, another process may have changed the mode since this
+        one last looked; the session then takes that mode and the client gets its
+        ``current_mode_update`` and ``config_option_update`` before this returns (see
+        :meth:`ModeEngine.refresh <modefsm.engine.ModeEngine.refresh>`). As for
+        :meth:`session`, a session the connection does not hold is unknown to it.
+
+        Raises:
+            RequestError: ``-32002`` for an unknown session, or one the connection does not
+                hold; ``-32603`` when the store cannot be read now.
+        """
+        with acp_errors():
+            self._held(session_id)
+            return await self.engine.refresh(session_id)
 
     def holds(self, session_id: str) -> bool:
         """Whether this agent's connection may act on *session_id*.
@@ -565,7 +589,8 @@ class ModeAgent:
 
         Raises:
             RequestError: ``-32002`` for an unknown session.
-            NoSwitchError: the current mode has no switch (a bug in the agent's tool code).
+            NoSwitchError: the mode, caught up with what other processes committed, has no
+                switch: nothing was proposed (see :func:`modefsm.protocol.propose_switch`).
         """
         tool_call_id = tool_call_id or f"call_switch_mode_{uuid.uuid4().hex[:12]}"
         waiter = cancelled if cancelled is not None else self.begin_turn(session_id)

@@ -20,7 +20,11 @@ drops it, and :class:`~modefsm.protocol.ModeAgent` logs it as ``late_answer`` (s
 
 Options are resolved when the request is built (:meth:`ModeEngine.offer_switch
 <modefsm.engine._engine.ModeEngine.offer_switch>`): a ``$previous`` option names its concrete
-mode, and is left out when it has none or another option already leads there.
+mode, and is left out when it has none or another option already leads there. With a store
+shared by several processes, the session first catches up with what the others committed
+(:meth:`ModeEngine.refresh <modefsm.engine._engine.ModeEngine.refresh>`): the switch offered
+is the committed mode's, and an outcome that changes nothing is logged from the committed
+mode too (its client is told of a mode taken meanwhile before the tool call ends).
 
 If the session changed while the request was pending (a stale approval), the approval
 applies exactly the target its option showed, never re-resolved, and only when the spec
@@ -32,6 +36,7 @@ is locked while the client is deciding.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -144,10 +149,14 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
 
     Raises:
         UnknownSessionError: no such session.
-        NoSwitchError: the current mode has no switch to propose (an agent bug).
+        NoSwitchError: the session's mode, caught up with what other processes committed,
+            has no switch: nothing was proposed (the mode changed since the caller chose
+            to propose; decide again from ``engine.get(session_id).state``).
+        LogError: the store could not be read to catch up (nothing was proposed).
         ConnectionError: the connection closed while waiting (logged as ``session_closed``).
     """
     tool_call_id = tool_call_id or f"call_switch_mode_{uuid.uuid4().hex[:12]}"
+    await engine.refresh(session_id)  # offer the committed mode's switch
     offer = engine.offer_switch(session_id)
     source = offer.proposed_in
     offered = offer.targets
@@ -192,6 +201,7 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
         except ValidationError:  # the SDK could not read the answer as a permission response
             reason = "invalid_answer"
         except ConnectionError:
+            await _caught_up(engine, session_id)
             engine.reject_switch(
                 session_id, "session_closed", tool_call_id=tool_call_id, proposed_in=source
             )
@@ -207,7 +217,7 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
     if reason is None:
         assert option_id is not None  # noqa: S101 - _judge checked it
         try:
-            change = engine.approve_switch(offer, option_id, tool_call_id=tool_call_id)
+            change = await engine.approve_switch_async(offer, option_id, tool_call_id=tool_call_id)
         except StaleOptionError:
             reason = "stale_option"  # logged by the engine
         except TransitionNotAllowedError:
@@ -217,6 +227,7 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
         except LogError:
             reason = "log_failed"  # nothing could be logged
     elif reason != "log_failed":
+        await _caught_up(engine, session_id)
         engine.reject_switch(
             session_id,
             reason,
@@ -242,6 +253,16 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
         # shielded: once decided, the outcome is announced in full whatever cancels the turn
         await _shielded(engine.notify(session_id, final))
     return SwitchResult(tool_call_id, option_id, change, reason)
+
+
+async def _caught_up(engine: ModeEngine, session_id: str) -> None:
+    """Catch the live session up before logging an outcome; a store that fails is let be.
+
+    The rejection is then logged from the committed mode (as the store last answered).
+    """
+    if session_id in engine:
+        with contextlib.suppress(LogError):
+            await engine.refresh(session_id)
 
 
 async def _end_cancelled(
