@@ -67,14 +67,16 @@ _SCHEMA = (
     PRIMARY KEY (session_id, seq)
 )""",
 )
+# sent with the values bound on the client (one simple query with its BEGIN): typed here
 _FIRST = (
     "INSERT INTO modefsm_records (session_id, seq, to_mode, previous, digest, record) "
-    "VALUES (%s, 1, %s, %s, %s, %s) RETURNING gseq"
+    "VALUES (%s::text, 1, %s::text, %s::text, %s::text, %s::jsonb) RETURNING gseq"
 )
 _NEXT = (
     "INSERT INTO modefsm_records (session_id, seq, to_mode, previous, digest, record) "
-    "SELECT %s, %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM modefsm_records "
-    "WHERE session_id = %s AND seq = %s AND digest = %s) RETURNING gseq"
+    "SELECT %s::text, %s::bigint, %s::text, %s::text, %s::text, %s::jsonb "
+    "WHERE EXISTS (SELECT 1 FROM modefsm_records "
+    "WHERE session_id = %s::text AND seq = %s::bigint AND digest = %s::text) RETURNING gseq"
 )
 HEAD_QUERY = (
     "SELECT to_mode, seq, previous, digest FROM modefsm_records "
@@ -656,17 +658,19 @@ async def _insert(
 ) -> tuple[int | None, RestorePoint | None]:
     """Insert in a transaction: ``(gseq, None)`` once committed; if refused, the head.
 
-    ``BEGIN`` and the ``INSERT`` go in one round trip; ``COMMIT`` only after the
-    ``INSERT`` answered. A refused insert is rolled back, and the session's head and the
-    ``gseq`` of the row at *seq* (whoever wrote it) are read, in one more round trip:
-    ``(gseq or None, head)``, or ``(None, None)`` for a session without records.
+    ``BEGIN`` and the ``INSERT`` go in one round trip (one simple query, so the server's
+    ``idle_in_transaction_session_timeout`` ends a transaction its client left open;
+    it does not in pipeline mode); ``COMMIT`` only after the ``INSERT`` answered. A
+    refused insert is rolled back, and the session's head and the ``gseq`` of the row at
+    *seq* (whoever wrote it) are read in the same round trip: ``(gseq or None, head)``,
+    or ``(None, None)`` for a session without records.
     """
     session_id = params[0]
     attempt.phase = "insert"
+    cur = psycopg.AsyncClientCursor(conn)
     try:
-        async with conn.pipeline():
-            await conn.execute("BEGIN")
-            cur = await conn.execute(query, params)
+        await cur.execute(f"BEGIN; {query}", params)
+        cur.nextset()
         rows = await cur.fetchall()
     except pgerrors.UniqueViolation:
         rows = []
@@ -675,14 +679,13 @@ async def _insert(
         await conn.execute("COMMIT")
         attempt.phase = "committed"
         return rows[0][0], None
-    async with conn.pipeline():
-        await conn.execute("ROLLBACK")
-        head = await conn.execute(HEAD_QUERY, (session_id,))
-        taken = await conn.execute(_GSEQ, (session_id, seq))
-    found = await head.fetchall()
+    await cur.execute(f"ROLLBACK; {HEAD_QUERY}; {_GSEQ}", (session_id, session_id, seq))
+    cur.nextset()
+    found = await cur.fetchall()
     if not found:
         return None, None
-    gseq = await taken.fetchall()
+    cur.nextset()
+    gseq = await cur.fetchall()
     mode, last, previous, digest = found[0]
     return (gseq[0][0] if gseq else None), RestorePoint(session_id, mode, last, previous, digest)
 
