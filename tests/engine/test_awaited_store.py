@@ -1,0 +1,182 @@
+"""The engine's coroutines with a store: the store is awaited, each session takes turns.
+
+A real :class:`~modefsm.store.FileStore` (one file, its real ``flock``) and a second
+store on the same file standing for another process (``flock`` locks conflict between
+two opens of one file, even in one process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from modefsm import ModeEngine, SessionMoved, StoreBusy, UnknownModeError, preset
+from modefsm.store import FileStore
+from tests.conftest import Recorder, announced, read_log
+
+SEED = preset("seed")
+PERMISSION = preset("permission")
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Path:
+    return tmp_path / "modes.jsonl"
+
+
+@pytest.fixture
+def store(log: Path) -> Iterator[FileStore]:
+    opened = FileStore(log, lock_timeout=5.0)
+    yield opened
+    opened.close()
+
+
+def commits(log: Path, session_id: str) -> list[tuple[int, str]]:
+    return [
+        (r["seq"], r["to_mode"])
+        for r in read_log(log)
+        if r.get("session_id") == session_id and r["event"] != "modefsm.change_rejected"
+    ]
+
+
+async def test_a_change_waiting_for_the_file_lock_leaves_the_loop_serving(
+    log: Path, store: FileStore
+) -> None:
+    engine = ModeEngine(SEED, store=store)
+    one = (await engine.new_session_async("one")).session_id
+    two = (await engine.new_session_async("two")).session_id
+    holder = os.open(log, os.O_RDONLY)  # another process holding the file's lock
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        waiting = asyncio.ensure_future(engine.set_mode(one, "code"))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # it waits for the lock, and the loop runs this test
+        assert (await engine.refresh(two)).state == "ask"  # nothing moved: no lock needed
+        assert engine.get(one).state == "ask"  # not committed before the store has it
+        fcntl.flock(holder, fcntl.LOCK_UN)
+        change = await asyncio.wait_for(waiting, 10)
+    finally:
+        os.close(holder)
+    assert change is not None
+    assert (change.seq, engine.get(one).state) == (2, "code")
+    assert commits(log, one) == [(1, "ask"), (2, "code")]
+
+
+async def test_a_lock_held_past_the_timeout_fails_that_change_only(log: Path) -> None:
+    store = FileStore(log, lock_timeout=0.2)
+    engine = ModeEngine(SEED, store=store)
+    one = (await engine.new_session_async("one")).session_id
+    holder = os.open(log, os.O_RDONLY)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        with pytest.raises(StoreBusy, match=r"locked by another process for over 0\.2 s"):
+            await engine.set_mode(one, "code")
+    finally:
+        os.close(holder)
+        await engine.set_mode(one, "architect")
+        store.close()
+    assert commits(log, one) == [(1, "ask"), (2, "architect")]
+
+
+async def test_changes_of_one_session_take_turns_and_turns_are_dropped(
+    log: Path, store: FileStore
+) -> None:
+    sink = Recorder()
+    engine = ModeEngine(SEED, store=store, sink=sink)
+    sessions = [(await engine.new_session_async(f"s{i}")).session_id for i in range(20)]
+    targets = ["architect", "code", "ask"] * 10
+    holder = os.open(log, os.O_RDONLY)
+    try:  # the lock held at first: every change is in flight at once, awaiting the store
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        changes = asyncio.gather(*(engine.set_mode(sid, m) for sid in sessions for m in targets))
+        await asyncio.sleep(0.1)
+        assert len(engine._turns) == len(sessions)  # one turn per session in flight
+        fcntl.flock(holder, fcntl.LOCK_UN)
+        await asyncio.wait_for(changes, 60)
+    finally:
+        os.close(holder)
+    assert engine._turns == {}  # no lock kept once no one waits
+    for sid in sessions:  # each session's changes committed one after another, in order
+        assert commits(log, sid) == [(n + 1, m) for n, m in enumerate(["ask", *targets])]
+        told = [
+            m["update"]["currentModeId"]
+            for m in sink.sent
+            if m["sessionId"] == sid and m["update"]["sessionUpdate"] == "current_mode_update"
+        ]
+        assert told == targets
+
+
+async def test_refresh_takes_what_another_process_committed_and_says_so(
+    log: Path, store: FileStore
+) -> None:
+    sink = Recorder()
+    engine = ModeEngine(SEED, store=store, sink=sink)
+    sid = (await engine.new_session_async("s")).session_id
+    other_store = FileStore(log)
+    try:
+        other = ModeEngine(SEED, store=other_store)
+        point = other_store.restore_point(sid)
+        assert point is not None
+        other.restore_session(sid, point.mode, point.seq, digest=point.digest)
+        await other.set_mode(sid, "architect")
+    finally:
+        other_store.close()
+    assert engine.get(sid).state == "ask"  # not looked yet
+    assert (await engine.refresh(sid)).state == "architect"
+    assert sink.sent == announced(SEED, sid, "architect")
+    assert engine.get(sid).seq == 2
+    assert await engine.refresh(sid) is engine.get(sid)  # nothing moved: nothing sent
+    assert len(sink.sent) == 2
+
+
+async def test_a_refusal_is_decided_on_the_committed_mode(log: Path, store: FileStore) -> None:
+    engine = ModeEngine(PERMISSION, store=store)
+    sid = (await engine.new_session_async("s")).session_id
+    await engine.set_mode(sid, "plan")
+    other_store = FileStore(log)
+    try:  # another process moves it plan -> default
+        point = other_store.restore_point(sid)
+        assert point is not None
+        other = ModeEngine(PERMISSION, store=other_store)
+        other.restore_session(
+            sid, point.mode, point.seq, previous=point.previous, digest=point.digest
+        )
+        await other.set_mode(sid, "default")
+    finally:
+        other_store.close()
+    # acceptEdits is refused from plan (this engine's view) but allowed from default
+    change = await engine.set_mode(sid, "acceptEdits")
+    assert change is not None
+    assert (change.from_mode, change.to_mode, change.seq) == ("default", "acceptEdits", 4)
+    assert [r["event"] for r in read_log(log)].count("modefsm.change_rejected") == 0
+
+
+def test_a_rejection_line_is_refused_when_the_session_moved(log: Path, store: FileStore) -> None:
+    engine = ModeEngine(SEED, store=store)
+    sid = engine.new_session("s").session_id
+    other_store = FileStore(log)
+    try:
+        point = other_store.restore_point(sid)
+        assert point is not None
+        other = ModeEngine(SEED, store=other_store)
+        other.restore_session(sid, point.mode, point.seq, digest=point.digest)
+        other.change(sid, "code", "set_mode")
+    finally:
+        other_store.close()
+    head = store.restore_point(sid)
+    assert head is not None
+    with pytest.raises(SessionMoved) as moved:
+        store.note("modefsm.change_rejected", {"session_id": sid}, head._replace(seq=1))
+    assert moved.value.current.seq == 2
+    # the engine writes it from the committed mode instead
+    with pytest.raises(UnknownModeError):
+        engine.change(sid, "nope", "set_mode")
+    rejected = [r for r in read_log(log) if r["event"] == "modefsm.change_rejected"]
+    assert [(r["from_mode"], r["to_mode"], r["reason"]) for r in rejected] == [
+        ("code", "nope", "unknown_mode")
+    ]
+    assert engine.get(sid).state == "code"
