@@ -6,15 +6,16 @@ only if the row ``seq - 1`` with the digest it chains to (``session_prev``) is t
 gap, a duplicate or a fork is refused by the server, whichever process sent it.
 
 Every wait on the database is bounded by the client, not only by the server: each call
-runs on psycopg's ``AsyncConnection`` in the caller's event loop and is abandoned at its
-deadline (a stopped backend, a partitioned network, a failover never answer, and the
-server's own timeouts then never fire). The abandoned connection is never used again: it
-is dropped in the background (psycopg asks the server to cancel, then closes it) and the
-next call opens a fresh one. A record is inserted in an explicit transaction and
-``COMMIT`` is sent only once the ``INSERT`` has answered in time, so a call abandoned
-before its ``COMMIT`` was sent wrote nothing (the server rolls the transaction back when
-the connection goes); only "``COMMIT`` sent, no answer" leaves the outcome unknown
-(:class:`~modefsm.store.StoreInDoubt`).
+runs on psycopg's ``AsyncConnection`` in the caller's event loop, and a timer set at its
+deadline shuts the connection's socket down if the call is still waiting then (a stopped
+backend, a partitioned network, a failover never answer, and the server's own timeouts
+then never fire). psycopg then fails at once, the connection is closed, and the next call
+opens a fresh one; the server sees the connection end. A record is inserted in an
+explicit transaction (``BEGIN``, ``INSERT``, ``COMMIT``: three round trips) and
+``COMMIT`` is sent only once the ``INSERT`` has answered in time, so a call cut before
+its ``COMMIT`` was sent wrote nothing (the server rolls the
+transaction back when the connection ends); only "``COMMIT`` sent, no answer" leaves the
+outcome unknown (:class:`~modefsm.store.StoreInDoubt`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import concurrent.futures
 import contextlib
 import math
 import os
+import socket
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
@@ -67,16 +69,14 @@ _SCHEMA = (
     PRIMARY KEY (session_id, seq)
 )""",
 )
-# sent with the values bound on the client (one simple query with its BEGIN): typed here
 _FIRST = (
     "INSERT INTO modefsm_records (session_id, seq, to_mode, previous, digest, record) "
-    "VALUES (%s::text, 1, %s::text, %s::text, %s::text, %s::jsonb) RETURNING gseq"
+    "VALUES (%s, 1, %s, %s, %s, %s) RETURNING gseq"
 )
 _NEXT = (
     "INSERT INTO modefsm_records (session_id, seq, to_mode, previous, digest, record) "
-    "SELECT %s::text, %s::bigint, %s::text, %s::text, %s::text, %s::jsonb "
-    "WHERE EXISTS (SELECT 1 FROM modefsm_records "
-    "WHERE session_id = %s::text AND seq = %s::bigint AND digest = %s::text) RETURNING gseq"
+    "SELECT %s, %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM modefsm_records "
+    "WHERE session_id = %s AND seq = %s AND digest = %s) RETURNING gseq"
 )
 HEAD_QUERY = (
     "SELECT to_mode, seq, previous, digest FROM modefsm_records "
@@ -120,16 +120,20 @@ class _Lane:
     loop: asyncio.AbstractEventLoop
     turn: asyncio.Lock = field(default_factory=asyncio.Lock)
     conn: Connection | None = None
-    dropping: set[asyncio.Task[None]] = field(default_factory=set)
 
 
 @dataclass
 class _Try:
-    """How far one call got: ``insert`` (nothing committed yet) or ``commit`` (sent)."""
+    """One call: its deadline (event loop time) and how far it got.
+
+    ``phase``: ``insert`` (nothing can commit) or ``commit`` (``COMMIT`` sent).
+    ``cut``: its connection was cut at the deadline.
+    """
 
     deadline: float
     phase: str = "insert"
     resent: bool = False
+    cut: bool = False
 
 
 class _LoopThread:
@@ -223,8 +227,9 @@ class PgStore:
         lane = self._lane()
         async with self._turn(lane):
             try:
-                lane.conn = await self._within(lane, self._connect(), _Try(self._deadline(lane)))
-            except _Stalled:
+                async with asyncio.timeout_at(self._deadline(lane)):
+                    lane.conn = await self._connect()
+            except TimeoutError:
                 msg = (
                     f"cannot connect to the session store {self.where}: no answer within "
                     f"{self.timeout:g} s"
@@ -304,62 +309,23 @@ class PgStore:
     @contextlib.asynccontextmanager
     async def _turn(self, lane: _Lane) -> Any:
         """Wait (at most *timeout* seconds) for the calls of this process ahead of this one."""
-        try:
-            async with asyncio.timeout(self.timeout):
-                await lane.turn.acquire()
-        except TimeoutError:
-            msg = (
-                f"the session store {self.where} is still busy with this process's earlier "
-                f"requests after {self.timeout:g} s; nothing was written"
-            )
-            raise StoreBusy(msg) from None
+        turn = lane.turn
+        if turn.locked():
+            try:
+                async with asyncio.timeout(self.timeout):
+                    await turn.acquire()
+            except TimeoutError:
+                msg = (
+                    f"the session store {self.where} is still busy with this process's "
+                    f"earlier requests after {self.timeout:g} s; nothing was written"
+                )
+                raise StoreBusy(msg) from None
+        else:
+            await turn.acquire()  # free: taken at once
         try:
             yield
         finally:
-            lane.turn.release()
-
-    async def _within(self, lane: _Lane, work: Awaitable[_T], attempt: _Try) -> _T:
-        """Await *work* until *attempt*'s deadline; past it, abandon the connection.
-
-        *work* runs in a task of its own: cancelling psycopg mid-statement makes it ask
-        the server to cancel and wait for that, which a stopped server never answers, so
-        the caller does not wait for it. The connection is never used again.
-
-        Raises:
-            _Stalled: the deadline passed.
-        """
-        task = asyncio.ensure_future(work)
-        try:
-            done, _ = await asyncio.wait({task}, timeout=attempt.deadline - lane.loop.time())
-        except asyncio.CancelledError:
-            self._abandon(lane, task)
-            raise
-        if not done:
-            self._abandon(lane, task)
-            raise _Stalled
-        return task.result()
-
-    def _abandon(self, lane: _Lane, task: asyncio.Future[Any]) -> None:
-        """Stop using the lane's connection; cancel *task*, close both in the background.
-
-        Nothing closes the connection while *task* may still use it: its socket must not
-        be reused by the next connection under the feet of psycopg's wait.
-        """
-        conn, lane.conn = lane.conn, None
-        task.cancel()
-
-        async def drop() -> None:
-            try:
-                opened = await task  # psycopg cancels on the server, then closes if stuck
-            except BaseException:  # noqa: BLE001 - its outcome is the caller's error
-                opened = None
-            for each in (conn, opened):
-                if isinstance(each, psycopg.AsyncConnection):
-                    await each.close()
-
-        dropping = asyncio.ensure_future(drop())
-        lane.dropping.add(dropping)
-        dropping.add_done_callback(lane.dropping.discard)
+            turn.release()
 
     async def _call(
         self, lane: _Lane, attempt: _Try, work: Callable[[Connection], Awaitable[_T]]
@@ -370,7 +336,7 @@ class PgStore:
         (``attempt.resent``). The caller holds the lane's turn.
 
         Raises:
-            _Stalled: the deadline passed (the connection is abandoned).
+            _Stalled: the deadline passed (the connection was cut and is closed).
             StoreBusy: the server's lock or statement timeout fired; nothing was written.
             LogError: the database cannot be reached, or failed.
         """
@@ -389,8 +355,16 @@ class PgStore:
         conn = lane.conn
         try:
             if conn is None or conn.closed:
-                conn = lane.conn = await self._within(lane, self._connect(), attempt)
-            return await self._within(lane, work(conn), attempt)
+                try:
+                    async with asyncio.timeout_at(attempt.deadline):
+                        conn = lane.conn = await self._connect()
+                except TimeoutError:
+                    raise _Stalled from None
+            alarm = lane.loop.call_at(attempt.deadline, _cut, conn, attempt)
+            try:
+                return await work(conn)
+            finally:
+                alarm.cancel()
         except (pgerrors.LockNotAvailable, pgerrors.QueryCanceled) as exc:
             msg = (
                 f"the session store {self.where} did not answer within "
@@ -400,21 +374,20 @@ class PgStore:
         except LogError as exc:
             raise _Lost(exc) from None
         except psycopg.OperationalError as exc:
+            if attempt.cut:
+                raise _Stalled from None
             raise _Lost(self._failure(exc)) from None
         except psycopg.Error as exc:
             raise self._failure(exc) from None
         finally:
-            self._settle(lane, conn)
+            self._settle(lane, conn, attempt)
 
     @staticmethod
-    def _settle(lane: _Lane, conn: Connection | None) -> None:
-        """After a call: keep the lane's connection only if it is open and idle.
-
-        A connection the call abandoned is no longer the lane's: the background closes it.
-        """
+    def _settle(lane: _Lane, conn: Connection | None, attempt: _Try) -> None:
+        """After a call: keep the lane's connection only if it is open, idle and not cut."""
         if conn is None or conn is not lane.conn:
             return
-        if conn.closed or conn.info.transaction_status != TransactionStatus.IDLE:
+        if attempt.cut or conn.closed or conn.info.transaction_status != TransactionStatus.IDLE:
             _finish(conn)  # a transaction cut short: the server rolls it back
             lane.conn = None
 
@@ -658,34 +631,37 @@ async def _insert(
 ) -> tuple[int | None, RestorePoint | None]:
     """Insert in a transaction: ``(gseq, None)`` once committed; if refused, the head.
 
-    ``BEGIN`` and the ``INSERT`` go in one round trip (one simple query, so the server's
-    ``idle_in_transaction_session_timeout`` ends a transaction its client left open;
-    it does not in pipeline mode); ``COMMIT`` only after the ``INSERT`` answered. A
-    refused insert is rolled back, and the session's head and the ``gseq`` of the row at
-    *seq* (whoever wrote it) are read in the same round trip: ``(gseq or None, head)``,
-    or ``(None, None)`` for a session without records.
+    ``BEGIN``, the ``INSERT`` (prepared by psycopg once used a few times), then ``COMMIT``
+    only after the ``INSERT`` answered: three plain round trips. Not a pipeline: the
+    server's ``idle_in_transaction_session_timeout``, which ends a transaction whose
+    client froze before its ``COMMIT``, is not armed after a pipeline's flush. A refused
+    insert is rolled back, and the session's head and the ``gseq`` of the row at *seq*
+    (whoever wrote it) are read, in one round trip: ``(gseq or None, head)``, or
+    ``(None, None)`` for a session without records.
     """
     session_id = params[0]
     attempt.phase = "insert"
-    cur = psycopg.AsyncClientCursor(conn)
+    await conn.execute("BEGIN")
     try:
-        await cur.execute(f"BEGIN; {query}", params)
-        cur.nextset()
+        cur = await conn.execute(query, params)
         rows = await cur.fetchall()
     except pgerrors.UniqueViolation:
         rows = []
     if rows:
-        attempt.phase = "commit"
+        if asyncio.get_running_loop().time() >= attempt.deadline:
+            raise _Stalled  # too late to commit: rolled back when the connection is closed
+        attempt.phase = "commit"  # sent within this step: the alarm cannot cut before it
         await conn.execute("COMMIT")
         attempt.phase = "committed"
         return rows[0][0], None
-    await cur.execute(f"ROLLBACK; {HEAD_QUERY}; {_GSEQ}", (session_id, session_id, seq))
-    cur.nextset()
-    found = await cur.fetchall()
+    async with conn.pipeline():  # no transaction is left open by these
+        await conn.execute("ROLLBACK")
+        head = await conn.execute(HEAD_QUERY, (session_id,))
+        taken = await conn.execute(_GSEQ, (session_id, seq))
+    found = await head.fetchall()
     if not found:
         return None, None
-    cur.nextset()
-    gseq = await cur.fetchall()
+    gseq = await taken.fetchall()
     mode, last, previous, digest = found[0]
     return (gseq[0][0] if gseq else None), RestorePoint(session_id, mode, last, previous, digest)
 
@@ -693,6 +669,21 @@ async def _insert(
 async def _rows(conn: Connection, query: str, params: tuple[Any, ...]) -> list[Any]:
     cur = await conn.execute(query, params)
     return await cur.fetchall() if cur.description is not None else []
+
+
+def _cut(conn: Connection, attempt: _Try) -> None:
+    """The deadline: shut *conn*'s socket down; the call waiting on it fails at once.
+
+    Only the socket is shut (through a duplicate of its descriptor): the connection stays
+    psycopg's to close, so no descriptor is reused under the feet of its wait.
+    """
+    attempt.cut = True
+    with contextlib.suppress(OSError):
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            sock.close()
 
 
 async def _cancel_others() -> None:
