@@ -4,7 +4,9 @@
   append ``mode_changed`` records through the embedded :class:`~modefsm.store.FileStore`
   (one shared file, each append under its ``flock``) and through
   :class:`~modefsm.store._postgres.PgStore` (each also writing its JSON line to its own
-  file); the baseline is one process writing the same records with
+  file), awaiting ``append_async`` in an event loop as ``modefsm serve`` does (for
+  PostgreSQL: ``BEGIN`` and the ``INSERT``, then ``COMMIT``); the baseline is one process
+  writing the same records with
   ``TransitionLog.to_file`` (today's path, no restore index). Throughput is all changes
   over the wall time from the first start to the last end.
 - ``restore_point``: the median time of one call (a psycopg round trip included) on a
@@ -18,6 +20,7 @@ are CPU-bound on the same cores. Without a server the benchmark is skipped with 
 
 from __future__ import annotations
 
+import asyncio
 import io
 import multiprocessing
 import random
@@ -120,12 +123,27 @@ def _writer(  # noqa: PLR0917 - a multiprocessing target takes positional argume
         store = PgStore(url, log=log)
     elif kind == "fs":  # url: the shared file; a generous wait, to measure, not to fail
         store = FileStore(url, lock_timeout=60.0)
+    try:
+        span = asyncio.run(_writes(store, log, index, changes, go=go, out=out))
+    finally:
+        if store is not None:
+            store.close()
+        log.close()
+    out.put(span)
+
+
+async def _writes(
+    store: Any, log: TransitionLog, index: int, changes: int, *, go: Any, out: Any
+) -> tuple[float, float]:
+    """One writer's sessions, then its timed changes: awaited as ``modefsm serve`` does."""
+    from modefsm.restore import RestorePoint  # noqa: PLC0415
+
     heads: dict[str, tuple[str, int, str | None]] = {}
     for i in range(OWN_SESSIONS):
         sid = f"p{index}-s{i}"
         fields = _fields(sid, 1, None, "ask")
         if store is not None:
-            digest: str | None = store.append(EVENT_CREATED, fields, None)
+            digest: str | None = await store.append_async(EVENT_CREATED, fields, None)
         else:
             log.write(EVENT_CREATED, fields)
             digest = log.head
@@ -133,24 +151,19 @@ def _writer(  # noqa: PLR0917 - a multiprocessing target takes positional argume
     rng = random.Random(index)
     plan = [(f"p{index}-s{rng.randrange(OWN_SESSIONS)}", rng.randrange(2)) for _ in range(changes)]
     out.put(None)  # ready
-    go.wait()
+    await asyncio.to_thread(go.wait)
     start = time.perf_counter()
-    from modefsm.restore import RestorePoint  # noqa: PLC0415
-
     for sid, pick in plan:
         mode, seq, digest = heads[sid]
         dst = [m for m in MODES if m != mode][pick]
         fields = _fields(sid, seq + 1, mode, dst)
         if store is not None:
-            digest = store.append(EVENT_CHANGED, fields, RestorePoint(sid, mode, seq, None, digest))
+            head = RestorePoint(sid, mode, seq, None, digest)
+            digest = await store.append_async(EVENT_CHANGED, fields, head)
         else:
             log.write(EVENT_CHANGED, fields)
         heads[sid] = (dst, seq + 1, digest)
-    end = time.perf_counter()
-    if store is not None:
-        store.close()
-    log.close()
-    out.put((start, end))
+    return start, time.perf_counter()
 
 
 def _throughput(kind: str, url: str, processes: int, changes: int, folder: str) -> float:
@@ -176,26 +189,33 @@ def _throughput(kind: str, url: str, processes: int, changes: int, folder: str) 
 
 
 def _append_ms(url: str, changes: int) -> list[float]:
-    """The time of each ``append`` (its round trip and its line) in this process, in ms."""
-    from modefsm.restore import RestorePoint  # noqa: PLC0415
+    """The time of each awaited ``append_async`` (its round trips and its line), in ms."""
     from modefsm.store._postgres import PgStore  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory() as folder:
         log = TransitionLog.to_file(Path(folder) / "w.jsonl")
         store = PgStore(url, log=log)
-        digest = store.append(EVENT_CREATED, _fields("s", 1, None, "ask"), None)
-        point = RestorePoint("s", "ask", 1, None, digest)
-        samples = []
-        for _ in range(changes):
-            dst = "code" if point.mode == "ask" else "ask"
-            start = time.perf_counter()
-            digest = store.append(
-                EVENT_CHANGED, _fields("s", point.seq + 1, point.mode, dst), point
-            )
-            samples.append((time.perf_counter() - start) * 1e3)
-            point = RestorePoint("s", dst, point.seq + 1, point.mode, digest)
-        store.close()
-        log.close()
+        try:
+            return asyncio.run(_append_samples(store, changes))
+        finally:
+            store.close()
+            log.close()
+
+
+async def _append_samples(store: Any, changes: int) -> list[float]:
+    from modefsm.restore import RestorePoint  # noqa: PLC0415
+
+    digest = await store.append_async(EVENT_CREATED, _fields("s", 1, None, "ask"), None)
+    point = RestorePoint("s", "ask", 1, None, digest)
+    samples = []
+    for _ in range(changes):
+        dst = "code" if point.mode == "ask" else "ask"
+        start = time.perf_counter()
+        digest = await store.append_async(
+            EVENT_CHANGED, _fields("s", point.seq + 1, point.mode, dst), point
+        )
+        samples.append((time.perf_counter() - start) * 1e3)
+        point = RestorePoint("s", dst, point.seq + 1, point.mode, digest)
     return samples
 
 
@@ -310,7 +330,8 @@ def run(size: Size) -> Result:
     )
     result.notes.append(
         "append and restore_point rows: every call is a sample (median, min, max over the "
-        "calls), the event loop's blocking time per change or lookup; restore_point on two "
-        "records per session, loaded with COPY"
+        "calls); append: one awaited append_async (BEGIN and the INSERT, then COMMIT: two "
+        "round trips, during which the event loop serves others), restore_point: one lookup "
+        "(blocking); restore_point on two records per session, loaded with COPY"
     )
     return result
