@@ -1267,10 +1267,16 @@ class ModeEngine:
             raise
 
     def _turn(self, session_id: str) -> _Turn:
-        """The session's turn (``async with``): one change of a session at a time."""
+        """The session's turn (``async with``): one change of a session at a time.
+
+        The wait is bounded by the store's ``timeout`` (:class:`~modefsm.store.StoreBusy`
+        past it), so requests piled on a session whose store call is stuck fail in turn
+        instead of waiting for each other.
+        """
         turn = self._turns.get(session_id)
         if turn is None:
-            turn = self._turns[session_id] = _Turn(self._turns, session_id)
+            limit = self.store.timeout if self.store is not None else None
+            turn = self._turns[session_id] = _Turn(self._turns, session_id, limit)
         return turn
 
     def _run_before_hooks(self, session: Session, context: ModeChange) -> None:
@@ -1570,18 +1576,30 @@ class _Turn:
     sessions hold no lock). ``async with turn:`` holds it.
     """
 
-    __slots__ = ("_key", "_lock", "_owner", "_users")
+    __slots__ = ("_key", "_limit", "_lock", "_owner", "_users")
 
-    def __init__(self, owner: dict[str, _Turn], key: str) -> None:
+    def __init__(self, owner: dict[str, _Turn], key: str, limit: float | None) -> None:
         self._owner = owner
         self._key = key
+        self._limit = limit
         self._lock = asyncio.Lock()
         self._users = 0
 
     async def __aenter__(self) -> None:
         self._users += 1
         try:
-            await self._lock.acquire()
+            if self._lock.locked() and self._limit is not None:
+                try:
+                    async with asyncio.timeout(self._limit):
+                        await self._lock.acquire()
+                except TimeoutError:
+                    msg = (
+                        f"sessionId {self._key}: the previous request on this session has "
+                        f"not ended after {self._limit:g} s; nothing was written"
+                    )
+                    raise StoreBusy(msg) from None
+            else:
+                await self._lock.acquire()
         except BaseException:
             self._leave()
             raise

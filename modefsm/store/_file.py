@@ -108,6 +108,11 @@ class FileStore:
         with contextlib.suppress(LogError):  # opened now (while there is room), used later
             self._open_index()
 
+    @property
+    def timeout(self) -> float:
+        """The longest wait for the file's lock, in seconds (:attr:`lock_timeout`)."""
+        return self.lock_timeout
+
     # -- the lock ------------------------------------------------------------------------
 
     def _lock(self) -> None:

@@ -82,6 +82,14 @@ class SessionStore(Protocol):
     event loop keeps serving while the store answers. Both are bounded in time.
     """
 
+    @property
+    def timeout(self) -> float:
+        """Seconds one call may wait for the store (its lock or its database).
+
+        The engine also bounds by it how long one session's requests wait for each other.
+        """
+        ...  # pragma: no cover
+
     def append(self, event: str, fields: dict[str, Any], head: RestorePoint | None) -> str:
         """Write-ahead one committed record; return its ``digest`` once durable.
 
