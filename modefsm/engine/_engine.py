@@ -460,7 +460,7 @@ class ModeEngine:
             return self.restore_session(
                 session_id, mode_id, seq, previous=previous, request_id=request_id, digest=digest
             )
-        async with self._turn(session_id):
+        async with self._turn(session_id) as deadline:
             for _ in range(_RACES):
                 live = self._sessions.get(session_id)
                 if live is not None:
@@ -476,10 +476,12 @@ class ModeEngine:
                 if context is not None:
                     try:
                         if self.spec.has_mode(mode_id):
-                            await self._fire_async(session, "restore", context.to_mode, context)
+                            await self._fire_async(
+                                session, "restore", context.to_mode, context, deadline
+                            )
                         else:
                             self._run_before_hooks(session, context)
-                            self._digest = await self._write_async(session, context)
+                            self._digest = await self._write_async(session, context, deadline)
                             self._commit(session, context.from_mode, context.to_mode, context)
                     except SessionMoved as moved:
                         mode_id, seq, previous, digest = moved.current[1:]
@@ -582,10 +584,12 @@ class ModeEngine:
         """
         if self.store is None:
             return self.change(session_id, mode_id, origin, request_id=request_id, field=field)
-        async with self._turn(session_id):
+        async with self._turn(session_id) as deadline:
             for _ in range(_RACES):
                 try:
-                    return await self._change_async(session_id, mode_id, origin, request_id, field)
+                    return await self._change_async(
+                        session_id, mode_id, origin, request_id, field, deadline
+                    )
                 except SessionMoved as moved:
                     self._adopt(moved.current)
         raise self._busy(session_id)
@@ -613,27 +617,28 @@ class ModeEngine:
         self._fire(session, kind, target, context)
         return context
 
-    async def _change_async(
+    async def _change_async(  # noqa: PLR0917 - _change's arguments and the deadline
         self,
         session_id: str,
         mode_id: object,
         origin: Origin,
         request_id: str | int | None,
         field: str,
+        deadline: float | None,
     ) -> ModeChange | None:
         session = self.get(session_id)
         if session.doubt:
-            await self._confirm_async(session)
+            await self._confirm_async(session, deadline)
         target = self._requested(session, mode_id, origin, request_id, field)
         if target == session.state:
-            await self._confirm_async(session)
+            await self._confirm_async(session, deadline)
             return None
         kind = _KIND[origin]
         if not self.machine.allows(kind, session.state, target):
-            await self._confirm_async(session)
+            await self._confirm_async(session, deadline)
             self._refuse(session, target, origin, request_id, field)
         context = ModeChange(session_id, session.seq + 1, session.state, target, origin, request_id)
-        await self._fire_async(session, kind, target, context)
+        await self._fire_async(session, kind, target, context, deadline)
         return context
 
     def _requested(
@@ -935,24 +940,24 @@ class ModeEngine:
         is taken.
         """
         dest = switch.dest
-        async with self._turn(session_id):
+        async with self._turn(session_id) as deadline:
             for _ in range(_RACES):
                 session = self.get(session_id)
                 try:
                     if session.doubt:
-                        await self._confirm_async(session)
+                        await self._confirm_async(session, deadline)
                     if dest == session.state:
-                        await self._confirm_async(session)
+                        await self._confirm_async(session, deadline)
                         return None
                     if stale is None and offered_seq is not None:
                         stale = session.seq != offered_seq
                     stale = switch.proposed_in != session.state if stale is None else stale
                     refusal = self._switch_refusal(session, dest, stale=stale)
                     if refusal is not None:
-                        await self._confirm_async(session)
+                        await self._confirm_async(session, deadline)
                         self._refuse_switch(session, switch, refusal)
                     context = switch.change(session, stale=stale)
-                    await self._fire_async(session, "switch_mode", dest, context)
+                    await self._fire_async(session, "switch_mode", dest, context, deadline)
                 except SessionMoved as moved:
                     self._adopt(moved.current)
                     stale = True
@@ -1109,9 +1114,9 @@ class ModeEngine:
         session = self.get(session_id)
         if self.store is None:
             return session
-        async with self._turn(session_id):
+        async with self._turn(session_id) as deadline:
             try:
-                await self._confirm_async(session)
+                await self._confirm_async(session, deadline)
             except SessionMoved as moved:
                 self._adopt(moved.current)
             else:
@@ -1231,7 +1236,12 @@ class ModeEngine:
         self._commit(session, context.from_mode, context.to_mode, context)
 
     async def _fire_async(
-        self, session: Session, kind: TriggerKind, dest: str, context: ModeChange
+        self,
+        session: Session,
+        kind: TriggerKind,
+        dest: str,
+        context: ModeChange,
+        deadline: float | None,
     ) -> None:
         """:meth:`_fire` with the store's write awaited before the machine fires.
 
@@ -1240,7 +1250,7 @@ class ModeEngine:
         written, :attr:`_written`).
         """
         self._run_before_hooks(session, context)
-        written = await self._write_async(session, context)
+        written = await self._write_async(session, context, deadline)
         self._written = written
         try:
             fired = self.machine.fire(session, kind, dest, context)
@@ -1249,8 +1259,10 @@ class ModeEngine:
         assert fired  # noqa: S101 - allowed (checked by the caller) and serialized
         self._run_after_hooks(session, context)
 
-    async def _write_async(self, session: Session, context: ModeChange) -> str:
-        """Write the change's record through the store; its digest once committed.
+    async def _write_async(
+        self, session: Session, context: ModeChange, deadline: float | None
+    ) -> str:
+        """Write the change's record through the store, by *deadline*; its digest.
 
         Raises:
             SessionMoved, StoreBusy, LogError: as the store's ``append_async``.
@@ -1261,7 +1273,9 @@ class ModeEngine:
             session.session_id, context.from_mode, session.seq, session.previous, session.digest
         )
         try:
-            return await self.store.append_async(EVENT_CHANGED, fields, head)  # type: ignore[union-attr]
+            return await self.store.append_async(  # type: ignore[union-attr]
+                EVENT_CHANGED, fields, head, deadline=deadline
+            )
         except (StoreInDoubt, asyncio.CancelledError):  # it may have committed
             session.doubt = True
             raise
@@ -1269,9 +1283,9 @@ class ModeEngine:
     def _turn(self, session_id: str) -> _Turn:
         """The session's turn (``async with``): one change of a session at a time.
 
-        The wait is bounded by the store's ``timeout`` (:class:`~modefsm.store.StoreBusy`
-        past it), so requests piled on a session whose store call is stuck fail in turn
-        instead of waiting for each other.
+        The request then has a deadline (see :class:`_Turn`): requests piled on a session
+        whose store call is stuck fail in turn (:class:`~modefsm.store.StoreBusy`)
+        instead of waiting for each other without end.
         """
         turn = self._turns.get(session_id)
         if turn is None:
@@ -1399,11 +1413,12 @@ class ModeEngine:
             return
         self._confirmed(session, self.store.restore_point(session.session_id))
 
-    async def _confirm_async(self, session: Session) -> None:
-        """:meth:`_confirm`, the store read awaited."""
+    async def _confirm_async(self, session: Session, deadline: float | None) -> None:
+        """:meth:`_confirm`, the store read awaited (and ended by *deadline*)."""
         if self.store is None:
             return
-        self._confirmed(session, await self.store.restore_point_async(session.session_id))
+        current = await self.store.restore_point_async(session.session_id, deadline=deadline)
+        self._confirmed(session, current)
 
     @staticmethod
     def _confirmed(session: Session, current: RestorePoint | None) -> None:
@@ -1543,6 +1558,11 @@ class ModeEngine:
 _RACES = 3
 """How many times a change is tried when other processes keep moving its session."""
 
+REQUEST_TIMEOUTS = 3
+"""A request on a session with a store ends within this many times the store's
+``timeout``: waiting for the session's previous request, for the store's turn, for the
+store itself all count against it."""
+
 
 @dataclass(frozen=True, slots=True)
 class _Switch:
@@ -1573,7 +1593,10 @@ class _Turn:
     """One session's turn: an ``asyncio.Lock`` kept only while someone holds or awaits it.
 
     Memory is thus bounded by the changes in flight, not by the sessions (100k live
-    sessions hold no lock). ``async with turn:`` holds it.
+    sessions hold no lock). ``async with turn as deadline:`` waits for it and holds it;
+    *deadline* (event loop time, or ``None`` without a store) is when the request must
+    have ended: :data:`REQUEST_TIMEOUTS` times the store's ``timeout`` after it began.
+    Every wait of the request (for the turn, for the store) ends by then.
     """
 
     __slots__ = ("_key", "_limit", "_lock", "_owner", "_users")
@@ -1585,17 +1608,21 @@ class _Turn:
         self._lock = asyncio.Lock()
         self._users = 0
 
-    async def __aenter__(self) -> None:
+    async def __aenter__(self) -> float | None:
         self._users += 1
+        deadline = None
         try:
-            if self._lock.locked() and self._limit is not None:
+            if self._limit is not None:
+                budget = REQUEST_TIMEOUTS * self._limit
+                deadline = asyncio.get_running_loop().time() + budget
+            if self._lock.locked() and deadline is not None:
                 try:
-                    async with asyncio.timeout(self._limit):
+                    async with asyncio.timeout_at(deadline):
                         await self._lock.acquire()
                 except TimeoutError:
                     msg = (
                         f"sessionId {self._key}: the previous request on this session has "
-                        f"not ended after {self._limit:g} s; nothing was written"
+                        f"not ended after {budget:g} s; nothing was written"
                     )
                     raise StoreBusy(msg) from None
             else:
@@ -1603,6 +1630,7 @@ class _Turn:
         except BaseException:
             self._leave()
             raise
+        return deadline
 
     async def __aexit__(self, *exc: object) -> None:
         self._lock.release()

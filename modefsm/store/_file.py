@@ -117,19 +117,25 @@ class FileStore:
 
     def _lock(self) -> None:
         """``flock(LOCK_EX)`` with a bounded wait: a few yields, then short sleeps."""
-        for pause in self._lock_waits():
+        for pause in self._lock_waits(self.lock_timeout):
             time.sleep(pause)
 
-    async def _lock_async(self) -> None:
-        """:meth:`_lock`, with the sleeps awaited (the event loop serves others meanwhile)."""
-        for pause in self._lock_waits():
+    async def _lock_async(self, deadline: float | None) -> None:
+        """:meth:`_lock`, the sleeps awaited (the event loop serves others meanwhile).
+
+        The wait ends by *deadline* (the event loop's ``time()``) if that comes first.
+        """
+        limit = self.lock_timeout
+        if deadline is not None:
+            limit = min(limit, deadline - asyncio.get_running_loop().time())
+        for pause in self._lock_waits(limit):
             await asyncio.sleep(pause)
 
-    def _lock_waits(self) -> Iterator[float]:
+    def _lock_waits(self, limit: float) -> Iterator[float]:
         """Try the lock; yield each pause to sleep before the next try, until it is taken.
 
         Raises:
-            StoreBusy: the lock was not taken within :attr:`lock_timeout`.
+            StoreBusy: the lock was not taken within *limit* seconds.
         """
         fd = self._fd
         for _ in range(_SPIN):
@@ -139,7 +145,7 @@ class FileStore:
                 os.sched_yield()
                 continue
             return
-        deadline = time.monotonic() + self.lock_timeout
+        deadline = time.monotonic() + limit
         pause = 50e-6
         while True:
             yield pause
@@ -151,7 +157,7 @@ class FileStore:
                     who = f" ({holders})" if holders else ""
                     msg = (
                         f"the transition log is locked by another process{who} for over "
-                        f"{self.lock_timeout:g} s; nothing was written"
+                        f"{max(limit, 0):g} s; nothing was written"
                     )
                     raise StoreBusy(msg, str(self.path)) from None
                 pause = min(pause * 2, 2e-3)
@@ -206,13 +212,19 @@ class FileStore:
         return self._append_locked(event, fields)
 
     async def append_async(
-        self, event: str, fields: dict[str, Any], head: RestorePoint | None
+        self,
+        event: str,
+        fields: dict[str, Any],
+        head: RestorePoint | None,
+        *,
+        deadline: float | None = None,
     ) -> str:
         """:meth:`append`, with the wait for the lock awaited; the write itself is local."""
         session_id = fields["session_id"]
         if fields["seq"] != 1 and session_id not in self._heads:
-            self._adopt(session_id, head, await self.restore_point_async(session_id))
-        await self._lock_async()
+            point = await self.restore_point_async(session_id, deadline=deadline)
+            self._adopt(session_id, head, point)
+        await self._lock_async(deadline)
         return self._append_locked(event, fields)
 
     def _append_locked(self, event: str, fields: dict[str, Any]) -> str:
@@ -277,7 +289,9 @@ class FileStore:
             point = index.lookup(session_id)
         return self._hold(session_id, point)
 
-    async def restore_point_async(self, session_id: str) -> RestorePoint | None:
+    async def restore_point_async(
+        self, session_id: str, *, deadline: float | None = None
+    ) -> RestorePoint | None:
         """The latest point of *session_id*, for a catch-up before acting on it.
 
         A session held here is current as long as no other process appended since this
@@ -291,7 +305,7 @@ class FileStore:
         held = self._heads.get(session_id)
         if held is not None and os.lseek(self._fd, 0, os.SEEK_END) == self._seen:
             return held
-        await self._lock_async()
+        await self._lock_async(deadline)
         try:
             self._sync_tail()
             held = self._heads.get(session_id)

@@ -108,9 +108,18 @@ class SessionStore(Protocol):
         ...  # pragma: no cover
 
     async def append_async(
-        self, event: str, fields: dict[str, Any], head: RestorePoint | None
+        self,
+        event: str,
+        fields: dict[str, Any],
+        head: RestorePoint | None,
+        *,
+        deadline: float | None = None,
     ) -> str:
         """:meth:`append`, awaited (the event loop serves other work meanwhile).
+
+        *deadline* (the event loop's ``time()``), when given, is when the request this
+        call is part of must end: the call's waits end by then too (the store's own
+        bounds still apply).
 
         Raises:
             SessionMoved, StoreBusy, LogError: as :meth:`append`.
@@ -145,11 +154,14 @@ class SessionStore(Protocol):
         """
         ...  # pragma: no cover
 
-    async def restore_point_async(self, session_id: str) -> RestorePoint | None:
+    async def restore_point_async(
+        self, session_id: str, *, deadline: float | None = None
+    ) -> RestorePoint | None:
         """:meth:`restore_point`, awaited: how a live session catches up with other processes.
 
         Cheap when nothing moved where the store can tell (the file store compares the
-        file's size with what it has read); one indexed query for PostgreSQL.
+        file's size with what it has read); one indexed query for PostgreSQL. *deadline*:
+        as for :meth:`append_async`.
 
         Raises:
             StoreBusy, LogError: as :meth:`restore_point`.

@@ -303,21 +303,28 @@ class PgStore:
         lane = self._lanes[loop] = _Lane(loop)
         return lane
 
-    def _deadline(self, lane: _Lane) -> float:
-        return lane.loop.time() + self.timeout
+    def _deadline(self, lane: _Lane, limit: float | None = None) -> float:
+        """When a call that has its turn now must end: *timeout*, or *limit* if sooner."""
+        end = lane.loop.time() + self.timeout
+        return end if limit is None else min(end, limit)
 
     @contextlib.asynccontextmanager
-    async def _turn(self, lane: _Lane) -> Any:
-        """Wait (at most *timeout* seconds) for the calls of this process ahead of this one."""
+    async def _turn(self, lane: _Lane, limit: float | None = None) -> Any:
+        """Wait for the calls of this process ahead of this one (and hold the turn).
+
+        At most *timeout* seconds, or until *limit* (event loop time: the deadline of the
+        request the call is part of) when given.
+        """
         turn = lane.turn
         if turn.locked():
+            until = lane.loop.time() + self.timeout if limit is None else limit
             try:
-                async with asyncio.timeout(self.timeout):
+                async with asyncio.timeout_at(until):
                     await turn.acquire()
             except TimeoutError:
                 msg = (
                     f"the session store {self.where} is still busy with this process's "
-                    f"earlier requests after {self.timeout:g} s; nothing was written"
+                    "earlier requests; nothing was written"
                 )
                 raise StoreBusy(msg) from None
         else:
@@ -414,7 +421,12 @@ class PgStore:
         return self._blocking(self.append_async(event, fields, head))
 
     async def append_async(
-        self, event: str, fields: dict[str, Any], head: RestorePoint | None
+        self,
+        event: str,
+        fields: dict[str, Any],
+        head: RestorePoint | None,
+        *,
+        deadline: float | None = None,
     ) -> str:
         """Commit one record if *head* is still the session's head; return its digest.
 
@@ -426,6 +438,8 @@ class PgStore:
             fields: the record's fields; ``seq`` must be ``head.seq + 1`` (1 without
                 *head*).
             head: the point the change starts from, as this process knows it.
+            deadline: when the request this call is part of must end (the event loop's
+                ``time()``); the call's waits end by then (and within *timeout* anyway).
 
         Raises:
             SessionMoved: another process committed this ``seq`` first, or *head* is not
@@ -443,17 +457,22 @@ class PgStore:
             msg = f"seq {seq} does not follow the head {head!r}"
             raise ValueError(msg)
         lane = self._lane()
-        async with self._turn(lane):
+        async with self._turn(lane, deadline):
             self._held = []
             try:
-                return await self._append(lane, event, fields, head)
+                return await self._append(lane, event, fields, head, deadline)
             finally:
                 held, self._held = self._held, None
                 for note in held:
                     self._write_note(*note)
 
     async def _append(
-        self, lane: _Lane, event: str, fields: dict[str, Any], head: RestorePoint | None
+        self,
+        lane: _Lane,
+        event: str,
+        fields: dict[str, Any],
+        head: RestorePoint | None,
+        limit: float | None,
     ) -> str:
         session_id: str = fields["session_id"]
         seq: int = fields["seq"]
@@ -472,7 +491,7 @@ class PgStore:
         else:
             chained = (session_id, seq - 1, session_prev)
             query, params = _NEXT, (session_id, seq, to_mode, previous, digest, body, *chained)
-        attempt = _Try(self._deadline(lane))
+        attempt = _Try(self._deadline(lane, limit))
         try:
             gseq, current = await self._call(
                 lane, attempt, lambda conn: _insert(conn, attempt, query, params, seq)
@@ -528,23 +547,29 @@ class PgStore:
         """:meth:`restore_point_async`, blocking until it ends."""
         return self._blocking(self.restore_point_async(session_id))
 
-    async def restore_point_async(self, session_id: str) -> RestorePoint | None:
+    async def restore_point_async(
+        self, session_id: str, *, deadline: float | None = None
+    ) -> RestorePoint | None:
         """The session's last committed point, read from the database (one index scan).
+
+        *deadline*: as for :meth:`append_async <modefsm.store.SessionStore.append_async>`.
 
         Raises:
             StoreBusy: the query ran out of time (the server's or the client's).
             LogError: the database is unreachable after one reconnection.
         """
-        rows = await self._query(HEAD_QUERY, (session_id,), f"sessionId {session_id}")
+        rows = await self._query(HEAD_QUERY, (session_id,), f"sessionId {session_id}", deadline)
         if not rows:
             return None
         mode, seq, previous, digest = rows[0]
         return RestorePoint(session_id, mode, seq, previous, digest)
 
-    async def _query(self, query: str, params: tuple[Any, ...], what: str) -> list[Any]:
+    async def _query(
+        self, query: str, params: tuple[Any, ...], what: str, limit: float | None = None
+    ) -> list[Any]:
         lane = self._lane()
-        async with self._turn(lane):
-            attempt = _Try(self._deadline(lane))
+        async with self._turn(lane, limit):
+            attempt = _Try(self._deadline(lane, limit))
             try:
                 rows: list[Any] = await self._call(
                     lane, attempt, lambda conn: _rows(conn, query, params)

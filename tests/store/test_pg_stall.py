@@ -3,9 +3,8 @@
 A worker (`modefsm serve --store postgresql://...`) whose database backend is stopped
 (SIGSTOP: what a stuck disk, a failover or a partition look like from the client) fails
 the request waiting on it with ``-32603`` within the documented bound (the client's
-timeout: 2 s by default; a request waits at most as long again for the worker's calls
-ahead of it, and as long again for its session's previous request), while it keeps
-answering ``initialize`` and other sessions. After SIGCONT all is well: nothing
+timeout: 2 s by default; any request by its deadline, three times that after it began),
+while it keeps answering ``initialize`` and other sessions. After SIGCONT all is well: nothing
 acknowledged is lost, nothing refused is in the database, the logs replay clean. A commit
 whose answer never comes (a relay holding the bytes back) is reported as in doubt, and the
 session is read back before its next use.
