@@ -42,7 +42,7 @@ from modefsm.log import TransitionLog, TransitionRecord, previous_of, record_dig
 from modefsm.restore import ListAfter, ListedSession, RestorePoint, list_where
 from modefsm.store._interface import SessionMoved, StoreBusy, StoreInDoubt
 
-__all__ = ["GRACE", "SCHEMA_VERSION", "PgStore"]
+__all__ = ["SCHEMA_VERSION", "PgStore"]
 
 SCHEMA_VERSION = 1
 """The table layout this module reads and writes (the ``modefsm_schema`` row)."""
