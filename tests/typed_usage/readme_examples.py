@@ -40,7 +40,8 @@ from modefsm import (
 
 class MyAgent(ModeAgent):
     async def prompt(self, prompt: list[Any], session_id: str, **kwargs: Any) -> PromptResponse:
-        mode = self.session(session_id).state  # decide tools and permissions by mode
+        mode = (await self.refresh(session_id)).state  # decide tools and permissions by mode
+        assert_type(await self.refresh(session_id), Session)
         assert_type(self.session(session_id), Session)
         assert_type(mode, str)
         if mode == "architect":  # the model decided the plan is ready
