@@ -87,16 +87,20 @@ def rejections(store: FileBackend | PgBackend, sid: str) -> list[tuple[Any, ...]
     ]
 
 
+@pytest.fixture(params=KINDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> FileBackend | PgBackend:
+    """Each test once on the file store and once on PostgreSQL."""
+    return backend(request, request.param, tmp_path)
+
+
 def clean(store: FileBackend | PgBackend) -> None:
     report = store.replay()
     assert report[-1] == "RESULT  clean", report
 
 
-@pytest.mark.parametrize("kind", KINDS)
 async def test_a_prompt_answers_in_the_mode_another_process_set(
-    request: pytest.FixtureRequest, tmp_path: Path, kind: str
+    store: FileBackend | PgBackend,
 ) -> None:
-    store = backend(request, kind, tmp_path)
     async with two(store, "seed") as ((a, _ca), (b, client_b)):
         sid = await shared(a, b, "architect")  # B holds it in architect (which has a switch)
         await a.set_session_mode(session_id=sid, mode_id="ask")
@@ -114,11 +118,9 @@ async def test_a_prompt_answers_in_the_mode_another_process_set(
     clean(store)
 
 
-@pytest.mark.parametrize("kind", KINDS)
 async def test_a_prompt_offers_the_switch_of_the_mode_another_process_set(
-    request: pytest.FixtureRequest, tmp_path: Path, kind: str
+    store: FileBackend | PgBackend,
 ) -> None:
-    store = backend(request, kind, tmp_path)
     async with two(store, "permission") as ((a, _ca), (b, client_b)):
         sid = await shared(a, b, "acceptEdits")
         await a.set_session_mode(session_id=sid, mode_id="plan")
@@ -146,11 +148,9 @@ async def test_a_prompt_offers_the_switch_of_the_mode_another_process_set(
 
 
 @pytest.mark.parametrize("outcome", ["rejected", "hung_up"])
-@pytest.mark.parametrize("kind", KINDS)
 async def test_a_pending_switch_is_logged_with_the_mode_committed_meanwhile(
-    request: pytest.FixtureRequest, tmp_path: Path, kind: str, outcome: str
+    store: FileBackend | PgBackend, outcome: str
 ) -> None:
-    store = backend(request, kind, tmp_path)
     answered = asyncio.Event()
     async with two(store, "seed") as ((a, _ca), (b, client_b)):
         sid = await shared(a, b, "architect")
@@ -185,11 +185,9 @@ async def test_a_pending_switch_is_logged_with_the_mode_committed_meanwhile(
     clean(store)
 
 
-@pytest.mark.parametrize("kind", KINDS)
 async def test_a_change_is_decided_on_the_mode_another_process_set(
-    request: pytest.FixtureRequest, tmp_path: Path, kind: str
+    store: FileBackend | PgBackend,
 ) -> None:
-    store = backend(request, kind, tmp_path)
     async with two(store, "permission") as ((a, _ca), (b, client_b)):
         sid = await shared(a, b, "plan")  # B holds it in plan, from which acceptEdits is refused
         await a.set_session_mode(session_id=sid, mode_id="default")

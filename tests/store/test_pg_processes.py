@@ -13,14 +13,13 @@ nothing a client was told is lost, the restarted and the surviving workers keep 
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 import pytest
 
 from tests.store.schedule import Schedule, reproduce, run_schedule, seeds, soak_factor
+from tests.store.two_processes import export_store, replay
 
 pytest.importorskip("psycopg", reason="psycopg is not installed (.[postgresql])")
 
@@ -69,15 +68,6 @@ class PgBackend:
         self.store.close()
 
 
-def replay(folder: Path, *names: str) -> list[str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "modefsm", "replay", *names, "--verify", "--summary"],
-        capture_output=True, text=True, check=False, cwd=folder, timeout=120,
-    )  # fmt: skip
-    assert done.stderr == "", done.stderr
-    return done.stdout.splitlines()
-
-
 def committed_lines(path: Path) -> dict[int, str]:
     """gseq -> digest of the committed records of a worker's file or an export."""
     out = {}
@@ -96,12 +86,7 @@ def check_files(backend: PgBackend, schedule: Schedule, *, killed: bool) -> None
     """Replay the export (clean); the workers' files agree with it, and replay clean."""
     folder = backend.folder
     export = folder / "export.jsonl"
-    with export.open("xb") as out:
-        done = subprocess.run(
-            [sys.executable, "-m", "modefsm", "store", "export", backend.url],
-            stdout=out, stderr=subprocess.PIPE, check=False, timeout=120,
-        )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    export_store(backend.url, export)
     records = sum(len(modes) for modes in schedule.truth.values())
     report = replay(folder, export.name)
     assert report[-1] == "RESULT  clean", report

@@ -84,16 +84,21 @@ class PgBackend:
         """Replay of the database's export (must be clean), then of the workers' files."""
         export = self.folder / "export.jsonl"
         export.unlink(missing_ok=True)
-        with export.open("xb") as out:
-            done = subprocess.run(
-                [sys.executable, "-m", "modefsm", "store", "export", self.url],
-                stdout=out, stderr=subprocess.PIPE, check=False, timeout=120,
-            )  # fmt: skip
-        assert done.returncode == 0, done.stderr
+        export_store(self.url, export)
         report = replay(self.folder, export.name)
         assert report[-1] == "RESULT  clean", report
         names = sorted(p.name for p in self.folder.glob("w*.jsonl") if p.stat().st_size)
         return replay(self.folder, *names)
+
+
+def export_store(url: str, path: Path) -> None:
+    """``modefsm store export URL`` into the new file *path* (it must succeed)."""
+    with path.open("xb") as out:
+        done = subprocess.run(
+            [sys.executable, "-m", "modefsm", "store", "export", url],
+            stdout=out, stderr=subprocess.PIPE, check=False, timeout=120,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
 
 
 def replay(folder: Path, *names: str) -> list[str]:
