@@ -361,7 +361,7 @@ class ModeAgent:
         """
         del kwargs
         with acp_errors():
-            page, next_cursor = list_page(self.engine, self.restore, cwd, cursor)
+            page, next_cursor = await list_page(self.engine, self.restore, cwd, cursor)
         return ListSessionsResponse(
             sessions=[
                 SessionInfo(session_id=s.session_id, cwd=s.cwd, updated_at=s.updated_at or None)

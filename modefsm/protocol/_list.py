@@ -35,7 +35,7 @@ from modefsm.restore import ListAfter, ListedSession
 
 __all__ = ["LIST_PAGE"]
 # Also for the agents of this package (not re-exported): MAX_CURSOR_CHARS, decode_cursor,
-# encode_cursor, list_page, source_of.
+# encode_cursor, list_page.
 
 LIST_PAGE = 100
 """The most sessions one ``session/list`` answer holds."""
@@ -93,17 +93,25 @@ def _live(engine: Any, cwd: str | None, after: ListAfter, limit: int) -> list[Li
     return heapq.nsmallest(limit, found, key=lambda listed: listed.session_id)
 
 
-def source_of(engine: Any, restore: Any) -> Any:
-    """``list(cwd, after, limit)`` of the agent with *engine* and restore source *restore*."""
+async def _rows(
+    engine: Any, restore: Any, cwd: str | None, after: ListAfter, limit: int
+) -> list[ListedSession]:
+    """The sessions of the agent with *engine* and restore source *restore*.
+
+    A store is awaited (the event loop serves others while it answers); a restore index
+    is a local SQLite file, read in place.
+    """
     store = getattr(engine, "store", None)
-    if store is not None and hasattr(store, "list_sessions"):
-        return store.list_sessions
+    if store is not None and hasattr(store, "list_sessions_async"):
+        found: list[ListedSession] = await store.list_sessions_async(cwd, after, limit)
+        return found
     if hasattr(restore, "list_sessions"):
-        return restore.list_sessions
-    return lambda cwd, after, limit: _live(engine, cwd, after, limit)
+        listed: list[ListedSession] = restore.list_sessions(cwd, after, limit)
+        return listed
+    return _live(engine, cwd, after, limit)
 
 
-def list_page(
+async def list_page(
     engine: Any, restore: Any, cwd: str | None, cursor: str | None
 ) -> tuple[list[ListedSession], str | None]:
     """One ``session/list`` page and its ``nextCursor`` (``None`` on the last page).
@@ -113,7 +121,7 @@ def list_page(
         StoreBusy, LogError: the store or index cannot be read now.
     """
     after = decode_cursor(cursor)
-    rows = source_of(engine, restore)(cwd, after, LIST_PAGE + 1)
+    rows = await _rows(engine, restore, cwd, after, LIST_PAGE + 1)
     if len(rows) <= LIST_PAGE:
         return rows, None
     page = rows[:LIST_PAGE]

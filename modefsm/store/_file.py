@@ -338,6 +338,17 @@ class FileStore:
         with self._caught_up() as index:
             return index.list_sessions(cwd, after, limit)
 
+    async def list_sessions_async(
+        self, cwd: str | None = None, after: ListAfter = None, limit: int = 100
+    ) -> list[ListedSession]:
+        """:meth:`list_sessions`, with the wait for the lock awaited."""
+        await self._lock_async(None)
+        try:
+            self._sync_tail()
+            return self._index_caught_up().list_sessions(cwd, after, limit)
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
     @contextlib.contextmanager
     def _caught_up(self) -> Iterator[RestoreIndex]:
         """The index caught up with the file, while the file's lock is held.

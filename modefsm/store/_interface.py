@@ -190,6 +190,16 @@ class SessionStore(Protocol):
         """
         ...  # pragma: no cover
 
+    async def list_sessions_async(
+        self, cwd: str | None = None, after: ListAfter = None, limit: int = 100
+    ) -> list[ListedSession]:
+        """:meth:`list_sessions`, awaited (what ``session/list`` uses).
+
+        Raises:
+            StoreBusy, LogError: as :meth:`list_sessions`.
+        """
+        ...  # pragma: no cover
+
     def close(self) -> None:
         """Release the store's files or connections (idempotent)."""
         ...  # pragma: no cover

@@ -603,6 +603,12 @@ class PgStore:
     def list_sessions(
         self, cwd: str | None = None, after: ListAfter = None, limit: int = 100
     ) -> list[ListedSession]:
+        """:meth:`list_sessions_async`, blocking until it ends."""
+        return self._blocking(self.list_sessions_async(cwd, after, limit))
+
+    async def list_sessions_async(
+        self, cwd: str | None = None, after: ListAfter = None, limit: int = 100
+    ) -> list[ListedSession]:
         """One page of the database's sessions (see :meth:`SessionStore.list_sessions`).
 
         One query: the ``cwd`` filter, the order and the page are the server's work.
@@ -613,9 +619,7 @@ class PgStore:
         """
         columns = ("c.record->>'cwd'", "h.updated_at", "c.session_id")
         where, params = list_where(cwd, after, mark="%s", columns=columns)
-        rows = self._blocking(
-            self._query(_LIST.format(where=where), (*params, limit), "the sessions")
-        )
+        rows = await self._query(_LIST.format(where=where), (*params, limit), "the sessions")
         return [ListedSession(row[0], row[1], row[2]) for row in rows]
 
     def export(self) -> Iterator[dict[str, Any]]:
