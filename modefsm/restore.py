@@ -61,6 +61,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from modefsm.errors import LogError
+from modefsm.log._conversation import JOURNAL_SUFFIX, journal_path
 from modefsm.log._files import check_private, create_private
 from modefsm.log._reader import LogEntry, LogProblem, read_log
 from modefsm.log._records import (
@@ -667,12 +668,23 @@ _SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 def _check_target(target: Path, logs: list[Path]) -> None:
-    """Refuse to replace *target* unless it is missing, empty or a restore index."""
+    """Refuse to replace *target* unless it is missing, empty or a restore index.
+
+    Nor a log read, nor a conversation journal (one beside a log read, or any file named
+    like one): ``modefsm serve`` would refuse to start with an index there.
+    """
+    own = "the restore index needs a file of its own"
     for log in logs:
         with contextlib.suppress(OSError):
             if target.resolve() == log.resolve() or target.samefile(log):
-                msg = "is one of the logs read: the restore index needs a file of its own"
-                raise LogError(msg, str(target))
+                raise LogError(f"is one of the logs read: {own}", str(target))
+        journal = journal_path(log)
+        with contextlib.suppress(OSError):
+            if target.resolve() == journal.resolve() or target.samefile(journal):
+                raise LogError(f"is the conversation journal of {log}: {own}", str(target))
+    if target.name.endswith(JOURNAL_SUFFIX):
+        msg = f"is named like a conversation journal (*{JOURNAL_SUFFIX}): {own}"
+        raise LogError(msg, str(target))
     check_index_path(target, doing="rebuild")
 
 

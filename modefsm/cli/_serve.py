@@ -34,7 +34,7 @@ import orjson
 from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock, UserMessageChunk
 
 from modefsm.errors import LogError, ModefsmError
-from modefsm.log._conversation import ConversationStore
+from modefsm.log._conversation import ConversationStore, journal_path
 from modefsm.log._files import check_private
 from modefsm.log._writer import TransitionLog, ignore_file_size_signal
 from modefsm.protocol._agent import ModeAgent
@@ -231,7 +231,7 @@ def index_path(log_path: Path) -> Path:
 
 def conversation_path(log_path: Path) -> Path:
     """The conversation journal kept next to the log *log_path*: its name + ``.conversation``."""
-    return log_path.with_name(log_path.name + ".conversation")
+    return journal_path(log_path)
 
 
 def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen once
