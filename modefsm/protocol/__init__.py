@@ -32,6 +32,7 @@ from modefsm.protocol._switch import (
 )
 from modefsm.protocol._transport import (
     EOF_GRACE,
+    ID_SCAN_BYTES,
     MAX_DEPTH,
     MAX_ECHO_CHARS,
     MAX_ECHO_ITEMS,
@@ -58,6 +59,7 @@ __all__ = [
     "FORGET_AFTER",
     "HEADER_SECONDS",
     "IDLE_SECONDS",
+    "ID_SCAN_BYTES",
     "LOOPBACK_NAMES",
     "MAX_BODY_BYTES",
     "MAX_CONNECTIONS",

@@ -81,7 +81,14 @@ from modefsm.protocol._negotiate import (
     unsupported,
 )
 from modefsm.protocol._shared import Peer, SharedEngine, connection_context, use_peer
-from modefsm.protocol._transport import MAX_OPEN, _encode, _Ledger, check_frame
+from modefsm.protocol._transport import (
+    ID_SCAN_BYTES,
+    MAX_OPEN,
+    _encode,
+    _Ledger,
+    _readable_id,
+    check_frame,
+)
 
 if TYPE_CHECKING:
     from starlette.responses import Response
@@ -466,20 +473,24 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
         return _error_body(-32600, details, request_id, limit="connections", max=max_connections)
 
     async def read_body(request: Request) -> bytes | Response:
+        """The body, or ``413`` past *max_body_bytes* (with the request's id if readable).
+
+        A body announced too long is not read beyond its first :data:`ID_SCAN_BYTES`
+        (where its id is looked for); one that grows too long, not beyond the limit.
+        """
         length = request.headers.get("content-length")
         too_big = f"a request body is at most {max_body_bytes} bytes"
-        if length is not None and length.isdigit() and int(length) > max_body_bytes:
-            return _error(
-                413, -32600, f"{too_big}, not {length}", limit="bytes", max=max_body_bytes
-            )
+        announced = length is not None and length.isdigit() and int(length) > max_body_bytes
+        if announced:
+            too_big += f", not {length}"
         body = bytearray()
         try:
             async with asyncio.timeout(body_seconds):
                 with contextlib.suppress(ClientDisconnect):
                     async for chunk in request.stream():
                         body += chunk
-                        if len(body) > max_body_bytes:
-                            return _error(413, -32600, too_big, limit="bytes", max=max_body_bytes)
+                        if len(body) > max_body_bytes or (announced and len(body) >= ID_SCAN_BYTES):
+                            break
         except TimeoutError:
             slow = _error(
                 408,
@@ -490,6 +501,9 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
             )
             slow.headers["connection"] = "close"
             return slow
+        if announced or len(body) > max_body_bytes:
+            request_id = _readable_id(bytes(body[:ID_SCAN_BYTES]))
+            return _error(413, -32600, too_big, request_id, limit="bytes", max=max_body_bytes)
         return bytes(body)
 
     async def post(request: Request) -> Response:  # noqa: PLR0911 - one answer per check

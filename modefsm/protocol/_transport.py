@@ -60,6 +60,7 @@ from modefsm.errors import FrameError
 
 __all__ = [
     "EOF_GRACE",
+    "ID_SCAN_BYTES",
     "MAX_DEPTH",
     "MAX_ECHO_CHARS",
     "MAX_ECHO_ITEMS",
@@ -243,6 +244,114 @@ def _valid_id(value: Any) -> bool:
     return value is None or isinstance(value, float) or type(value) is int
 
 
+def _answerable_id(value: Any) -> bool:
+    """Whether *value* can be the id of an answer: valid, and encodable (no lone surrogate)."""
+    if isinstance(value, str) and not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+    return _valid_id(value)
+
+
+ID_SCAN_BYTES = 64 * 1024
+"""Bytes at each end of a frame refused for its size or shape that are searched for its
+``"id"`` member (:func:`_readable_id`)."""
+
+_TOKEN = re.compile(
+    rb'[ \t\r\n]*(?:("(?:[^"\\]|\\.)*")|(-?[0-9][-+.0-9eE]*|true|false|null)|([][{}:,]))'
+)
+"""One JSON token after blanks: a string (group 1), a scalar (2) or a mark (3)."""
+
+_TAIL_ID = re.compile(
+    rb'[{,][ \t\r\n]*"id"[ \t\r\n]*:[ \t\r\n]*("(?:[^"\\]|\\.)*"|-?[0-9][-+.0-9eE]*|null)'
+    rb"[ \t\r\n]*}[ \t\r\n]*\Z"
+)
+"""An ``"id"`` member that ends the frame's outermost object (its last bytes)."""
+
+
+def _readable_id(head: bytes, tail: bytes = b"") -> Any:
+    """The ``"id"`` of a frame refused unparsed, read from its first and last bytes.
+
+    *head* is the start of the frame, *tail* its end (each at most
+    :data:`ID_SCAN_BYTES`; the caller keeps them while it skips the rest). The id is
+    the outermost object's ``"id"`` member: read from *head* by following the tokens of
+    the members before it (a value that does not end within *head* stops the search),
+    or from *tail* when it is the last member. Time is linear in the bytes searched.
+
+    Returns:
+        The id, or ``None`` when it cannot be read or is not one JSON-RPC allows.
+
+    >>> _readable_id(b'{"jsonrpc":"2.0","id":7,"method":"x","params":{"p":"aaa')
+    7
+    >>> _readable_id(b'{"jsonrpc":"2.0","method":"x","params":{"id":3,"p":"a', b'a"},"id":"r"}')
+    'r'
+    >>> _readable_id(b'{"params":{"id":3,"p":"aaa', b'aaa"}}') is None
+    True
+    """
+    found = _head_id(head[:ID_SCAN_BYTES])
+    if found is _UNREAD and tail:
+        match = _TAIL_ID.search(tail[-ID_SCAN_BYTES:])
+        found = _UNREAD if match is None else _id_value(match.group(1))
+    return None if found is _UNREAD else found
+
+
+_UNREAD = object()
+
+
+def _id_value(token: bytes) -> Any:
+    """The id a JSON scalar *token* holds, or :data:`_UNREAD` if it is not a valid id."""
+    try:
+        value = json.loads(token, parse_constant=_no_constant, parse_float=_finite)
+    except (ValueError, RecursionError):
+        return _UNREAD
+    return value if type(value) is not bool and _answerable_id(value) else _UNREAD
+
+
+def _head_id(data: bytes) -> Any:  # noqa: C901, PLR0911, PLR0912 - one token kind per branch
+    """The outermost object's ``"id"`` read from the start *data* of a frame, or :data:`_UNREAD`."""
+    position, depth, want, key = 0, 0, "object", None
+    while True:
+        match = _TOKEN.match(data, position)
+        if match is None:
+            return _UNREAD
+        position = match.end()
+        text, scalar, mark = match.groups()
+        if depth == 0:
+            if mark != b"{":
+                return _UNREAD
+            depth, want = 1, "key"
+        elif depth > 1:  # inside a member's value: only its nesting counts
+            if mark in (b"{", b"["):
+                depth += 1
+            elif mark in (b"}", b"]"):
+                depth -= 1
+        elif want == "key":
+            if text is None:
+                return _UNREAD
+            try:
+                key = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                return _UNREAD
+            want = "colon"
+        elif want == "colon":
+            if mark != b":":
+                return _UNREAD
+            want = "value"
+        elif want == "value":
+            if key == "id":
+                return _UNREAD if text is None and scalar is None else _id_value(text or scalar)
+            if mark in (b"{", b"["):
+                depth += 1
+            elif mark is not None:
+                return _UNREAD
+            want = "comma"
+        elif mark != b",":  # want == "comma": the object ends, or is not JSON
+            return _UNREAD
+        else:
+            want = "key"
+
+
 def check_frame(line: bytes) -> dict[str, Any]:
     """Parse and check one incoming line as a JSON-RPC 2.0 frame.
 
@@ -274,7 +383,8 @@ def _loads_exactly(line: bytes) -> Any:
     try:
         return json.loads(line.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
     except RecursionError:
-        raise FrameError(-32700, "nested too deeply") from None
+        request_id = _readable_id(line[:ID_SCAN_BYTES], line[-ID_SCAN_BYTES:])
+        raise FrameError(-32700, "nested too deeply", request_id=request_id) from None
     except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise FrameError(-32700, str(exc)) from None
 
@@ -283,7 +393,8 @@ def _parse(line: bytes) -> dict[str, Any]:
     values = _count_values(line)
     if values > MAX_VALUES:
         details = f"a frame holds at most {MAX_VALUES} values, not {values}"
-        raise FrameError(-32600, details, limit=("values", MAX_VALUES))
+        request_id = _readable_id(line[:ID_SCAN_BYTES], line[-ID_SCAN_BYTES:])
+        raise FrameError(-32600, details, request_id=request_id, limit=("values", MAX_VALUES))
     exact = _LONG_NUMBER.search(line) is not None
     if exact:
         frame = _loads_exactly(line)
@@ -299,7 +410,7 @@ def _parse(line: bytes) -> dict[str, Any]:
     if not exact and line.count(b"[") + line.count(b"{") <= MAX_DEPTH:
         return frame  # valid text, and too few containers to nest too deeply
     answer = _answers(frame)
-    request_id = frame.get("id") if "method" in frame and _valid_id(frame.get("id")) else None
+    request_id = frame.get("id") if answer and _answerable_id(frame.get("id")) else None
     try:
         _check_text(frame, strings=exact)
     except RecursionError:
@@ -309,7 +420,7 @@ def _parse(line: bytes) -> dict[str, Any]:
         ) from None
     except UnicodeEncodeError:
         details = "a string holds a lone surrogate: not Unicode text"
-        raise FrameError(-32700, details, answer=answer) from None
+        raise FrameError(-32700, details, request_id=request_id, answer=answer) from None
     return frame
 
 
@@ -321,14 +432,13 @@ def _answers(frame: dict[str, Any]) -> bool:
 
 
 def _check_envelope(frame: dict[str, Any]) -> None:
-    is_request = "method" in frame and "id" in frame
     answer = _answers(frame)
     if "id" in frame and not _valid_id(frame["id"]):
         if isinstance(frame["id"], str):
             details = f"id: a string of at most {MAX_ID_CHARS} characters, not {len(frame['id'])}"
             raise FrameError(-32600, details, answer=answer, limit=("id_chars", MAX_ID_CHARS))
         raise FrameError(-32600, "id: a string, a number or null", answer=answer)
-    request_id = frame.get("id") if is_request else None
+    request_id = frame.get("id") if answer else None  # a request, or a frame of no known kind
 
     def bad(details: str) -> FrameError:
         return FrameError(-32600, details, request_id=request_id, answer=answer)
@@ -897,28 +1007,39 @@ class CheckedTransport:
             self._writer.transport.abort()
 
     async def _read_line(self) -> bytes | FrameError | None:
-        """The next line; a :class:`FrameError` for one too long; ``None`` at the end."""
+        """The next line; a :class:`FrameError` for one too long; ``None`` at the end.
+
+        Of a line too long, only its first and last :data:`ID_SCAN_BYTES` are kept, for
+        its id (:func:`_readable_id`).
+        """
         chunks: list[bytes] = []
         size = 0
+        head = tail = b""
         while True:
             try:
                 chunk = await self._reader.readuntil(b"\n")
             except asyncio.LimitOverrunError as exc:
                 chunk = await self._reader.readexactly(exc.consumed)
             except asyncio.IncompleteReadError as exc:  # the end, maybe without a newline
-                if not exc.partial and not chunks:
+                if not exc.partial and not chunks and not head:
                     return None
                 chunk = exc.partial + b"\n"
             size += len(chunk)
             if size <= MAX_FRAME_BYTES:
                 chunks.append(chunk)
             else:
-                chunks.clear()
+                if not head:
+                    head = b"".join(chunks)[:ID_SCAN_BYTES] if chunks else chunk[:ID_SCAN_BYTES]
+                    chunks.clear()
+                tail = (tail + chunk)[-ID_SCAN_BYTES:]
             if chunk.endswith(b"\n"):
                 break
         if size > MAX_FRAME_BYTES:
             details = f"a frame is at most {MAX_FRAME_BYTES} bytes, not {size}"
-            return FrameError(-32600, details, limit=("bytes", MAX_FRAME_BYTES))
+            request_id = _readable_id(head, tail)
+            return FrameError(
+                -32600, details, request_id=request_id, limit=("bytes", MAX_FRAME_BYTES)
+            )
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 

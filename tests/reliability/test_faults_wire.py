@@ -488,7 +488,7 @@ class TestWideFrames:
         line = wide(inner)
         started = time.monotonic()
         agent.send(line)
-        answer = agent.response(None)
+        answer = agent.response(1)  # the id, read at the frame's start
         took = time.monotonic() - started
         assert answer["error"]["code"] == -32600
         assert answer["error"]["data"] == {
