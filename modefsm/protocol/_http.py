@@ -86,6 +86,7 @@ from modefsm.protocol._transport import (
     MAX_OPEN,
     _encode,
     _Ledger,
+    _over_open,
     _readable_id,
     check_frame,
 )
@@ -529,8 +530,7 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
             entry = http_live[connection_id]
             entry.last = time.monotonic()
             if is_request and entry.wrapper is not None and entry.wrapper.ledger.open >= MAX_OPEN:
-                details = f"at most {MAX_OPEN} requests of a connection are answered at once"
-                return _error(429, -32600, details, frame["id"], limit="open", max=MAX_OPEN)
+                return JSONResponse(_over_open(frame["id"]).to_response(), status_code=429)
         response = await server.handle_post(
             frame,
             content_type=content_type,

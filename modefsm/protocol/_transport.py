@@ -25,8 +25,12 @@ It also tracks the agent's own requests, so that a second answer to a
 
 Flow control (:func:`run_agent`): at most :data:`MAX_IN_FLIGHT` requests are handled at
 once (not counting those waiting for the client's answer to one of the agent's own
-requests, up to :data:`MAX_OPEN` in all) and nothing is read while the output is not
-drained, so a client that stops reading stdout stops the agent's reading, not its memory.
+requests); more are held, read but not started. At most :data:`MAX_OPEN` are open in all
+(handled, held, or waiting for the client): one more is answered at once with an error
+naming the limit. Reading stdin never waits for the agent's work, so the client's answers
+to the agent's requests and its cancels are always read; it stops only while the output
+is not drained, so a client that stops reading stdout stops the agent's reading, not its
+memory.
 At the end of input every request already read is answered (within :data:`EOF_GRACE`
 seconds) before the agent stops; a closed stdout stops it at once
 (:class:`OutputClosedError`). Diagnostics never block: :class:`Diagnostics` writes them
@@ -47,13 +51,14 @@ import select
 import sys
 import time
 import traceback
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from acp.agent.connection import AgentSideConnection
+from acp.exceptions import RequestError
 from acp.meta import AGENT_METHODS, PROTOCOL_METHODS
 
 from modefsm.errors import FrameError
@@ -104,11 +109,13 @@ member ``"...[+N members]": null``."""
 
 MAX_IN_FLIGHT = 64
 """Requests handled at once, not counting those that wait for the client's answer to a
-request of the agent (``session/request_permission``); the next one is read when one is
-answered."""
+request of the agent (``session/request_permission``); a request read beyond them is held
+(read, not started) until one is answered or starts waiting for the client."""
 
 MAX_OPEN = 1024
-"""Requests read and not answered yet, in all; reading stops at this many."""
+"""Requests read and not answered yet, in all (handled, held, or waiting for the client's
+answer to the agent); one more is answered at once with ``-32600`` (``limit``: ``open``),
+on stdio as over HTTP (``429``)."""
 
 EOF_GRACE = 5.0
 """Seconds the agent keeps answering the requests already read after the end of input."""
@@ -900,6 +907,10 @@ class CheckedTransport:
         self._lock = asyncio.Lock()
         self._changed = asyncio.Event()
         self._ledger = _Ledger(stray, late, self._changed.set)
+        self._held: deque[dict[str, Any]] = deque()  # read and open, not yet handed over
+        self._reading: asyncio.Task[bytes | FrameError | None] | None = None
+        self._ended = False
+        self._deadline = 0.0  # the end of input's grace, once it came (monotonic)
 
     @property
     def open_requests(self) -> int:
@@ -916,8 +927,9 @@ class CheckedTransport:
         return self._ledger.open <= len(self._ledger.awaiting)
 
     def _busy(self) -> bool:
+        """Whether :data:`MAX_IN_FLIGHT` requests are being handled (held ones not counted)."""
         ledger = self._ledger
-        return ledger.open >= MAX_OPEN or ledger.open - len(ledger.awaiting) >= MAX_IN_FLIGHT
+        return ledger.open - len(ledger.awaiting) - len(self._held) >= MAX_IN_FLIGHT
 
     async def _until(self, ready: Callable[[], bool], limit: float | None = None) -> bool:
         """Wait until *ready()* (re-checked whenever requests open or close); whether it is."""
@@ -941,28 +953,82 @@ class CheckedTransport:
     async def receive(self) -> dict[str, Any] | None:
         """The next good frame; bad ones are answered (requests) or dropped, and skipped.
 
-        Nothing is read while the output is not drained, nor while :data:`MAX_IN_FLIGHT`
-        requests are being handled. At the end of input, it waits (up to
-        :data:`EOF_GRACE` seconds) until every request read is answered or waits for the
-        client, then returns ``None``.
+        Reading never waits for the agent's work: a request read while
+        :data:`MAX_IN_FLIGHT` are being handled is held here (it counts as open) and
+        handed over when one of them is answered or starts waiting for the client; one
+        read while :data:`MAX_OPEN` are open is answered at once with ``-32600`` naming
+        the limit; the client's answers to the agent's requests and its cancels are
+        handed over as they come (a ``$/cancel_request`` of a request still held is
+        answered ``-32800`` here). Nothing is read while the output is not drained. At
+        the end of input, the requests held are handed over and it waits (up to
+        :data:`EOF_GRACE` seconds in all) until every request read is answered or waits
+        for the client, then returns ``None``.
 
         Returns:
             A frame, or ``None`` at the end of input.
         """
         while True:
-            if self._writer.transport.get_write_buffer_size():
-                await self._writer.drain()
-            line = await self._read_line()
+            if self._held and not self._busy():
+                return self._held.popleft()
+            if self._ended:
+                return await self._end()
+            if self._reading is None:
+                if self._writer.transport.get_write_buffer_size():
+                    await self._writer.drain()
+                self._reading = asyncio.ensure_future(self._read_line())
+            reading = self._reading
+            if self._held and not await self._line_or_room(reading):
+                continue  # room for a held request, no line yet
+            self._reading = None
+            line = await reading  # CancelledError once close() stopped the read
             if line is None:
-                await self._until(self._settled_but_awaiting, EOF_GRACE)
-                return None
-            frame = await self._checked(line)
-            if frame is None:
+                self._ended = True
+                self._deadline = time.monotonic() + EOF_GRACE
                 continue
-            if "id" in frame and "method" in frame and self._busy():
-                await self._until(lambda: not self._busy())
-            if self._ledger.admit(frame):
+            frame = await self._checked(line)
+            if frame is not None and await self._admitted(frame):
                 return frame
+
+    async def _line_or_room(self, reading: asyncio.Future[Any]) -> bool:
+        """Wait until the line is read (``True``) or a request in flight ends (``False``)."""
+        self._changed.clear()
+        changed = asyncio.ensure_future(self._changed.wait())
+        try:
+            await asyncio.wait({reading, changed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
+        return reading.done()
+
+    async def _admitted(self, frame: dict[str, Any]) -> bool:
+        """Whether *frame* goes to the SDK now (a request may be held, refused or dropped)."""
+        ledger = self._ledger
+        if "method" in frame and "id" in frame:
+            if ledger.open >= MAX_OPEN:
+                await self._write(_encode(_over_open(frame["id"]).to_response()))
+                return False
+            ledger.admit(frame)
+            if ledger.open - len(ledger.awaiting) - len(self._held) > MAX_IN_FLIGHT:
+                self._held.append(frame)
+                return False
+            return True
+        if frame.get("method") == _CANCEL_REQUEST and self._held:
+            params = frame.get("params")
+            held = params.get("requestId", _UNREAD) if isinstance(params, dict) else _UNREAD
+            for request in self._held:
+                if request["id"] == held and type(request["id"]) is type(held):
+                    self._held.remove(request)
+                    cancelled = {"jsonrpc": "2.0", "id": held, "error": _CANCELLED}
+                    await self.send(cancelled)
+                    return False
+        return ledger.admit(frame)
+
+    async def _end(self) -> dict[str, Any] | None:
+        """After the end of input: the next held request, or ``None`` once all is settled."""
+        remaining = self._deadline - time.monotonic()
+        if self._held and await self._until(lambda: not self._busy(), remaining):
+            return self._held.popleft()
+        await self._until(self._settled_but_awaiting, max(0.0, self._deadline - time.monotonic()))
+        return None
 
     async def _checked(self, line: bytes | FrameError) -> dict[str, Any] | None:
         """The frame in *line*; ``None`` for a blank or bad one (answered if a request)."""
@@ -1000,6 +1066,11 @@ class CheckedTransport:
 
     async def close(self) -> None:
         """Close the output, waiting (boundedly) for what is buffered to be written."""
+        if self._reading is not None:
+            self._reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reading
+            self._reading = None
         self._writer.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._writer.wait_closed(), _CLOSE_WAIT)
@@ -1041,6 +1112,17 @@ class CheckedTransport:
                 -32600, details, request_id=request_id, limit=("bytes", MAX_FRAME_BYTES)
             )
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _over_open(request_id: Any) -> FrameError:
+    """The refusal of a request read while :data:`MAX_OPEN` of its connection are open."""
+    details = f"at most {MAX_OPEN} requests of a connection are answered at once"
+    return FrameError(-32600, details, request_id=request_id, limit=("open", MAX_OPEN))
+
+
+_CANCEL_REQUEST = PROTOCOL_METHODS["cancel_request"]
+_CANCELLED = RequestError.request_cancelled().to_error_obj()
+"""The error the SDK answers a request cancelled by ``$/cancel_request`` with (-32800)."""
 
 
 def _encode(message: dict[str, Any]) -> bytes:
