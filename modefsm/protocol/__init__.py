@@ -23,7 +23,7 @@ from modefsm.protocol._http import (
     serve_http,
 )
 from modefsm.protocol._negotiate import SUPPORTED_PROTOCOLS, UNSUPPORTED_PROTOCOL, serve_negotiated
-from modefsm.protocol._shared import FORGET_AFTER, SEND_WAIT, SharedEngine
+from modefsm.protocol._shared import FORGET_AFTER, FULL_WAIT, OUTBOX_SIZE, SEND_WAIT, SharedEngine
 from modefsm.protocol._switch import (
     REQUEST_CANCELLED,
     SwitchResult,
@@ -57,6 +57,7 @@ __all__ = [
     "EOF_GRACE",
     "FIRST_FRAME_SECONDS",
     "FORGET_AFTER",
+    "FULL_WAIT",
     "HEADER_SECONDS",
     "IDLE_SECONDS",
     "ID_SCAN_BYTES",
@@ -71,6 +72,7 @@ __all__ = [
     "MAX_IN_FLIGHT",
     "MAX_OPEN",
     "MAX_VALUES",
+    "OUTBOX_SIZE",
     "REQUEST_CANCELLED",
     "RESERVED_DESCRIPTORS",
     "SEND_WAIT",

@@ -164,6 +164,9 @@ class _Checked:
             return frame  # type: ignore[no-any-return]
 
     async def send(self, message: dict[str, Any]) -> None:
+        if self.engine is not None and ("id" in message or "method" not in message):
+            # an answer, or a request of the agent: after the updates queued before it
+            await self.engine.handed_over(self.peer)
         message, _line = self.ledger.outgoing(message)
         if self.engine is not None and "method" not in message:
             self.engine.answer_sent(self.peer, message)
