@@ -163,7 +163,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     seq INTEGER NOT NULL,
     previous TEXT,
     digest TEXT,
-    offset INTEGER
+    offset INTEGER,
+    earlier INTEGER
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS log_position (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -175,17 +176,18 @@ CREATE TABLE IF NOT EXISTS log_position (
 INSERT OR IGNORE INTO log_position (id, offset) VALUES (1, 0);
 """
 _UPSERT = (
-    "INSERT INTO sessions (session_id, mode, seq, digest, offset, previous) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
+    "INSERT INTO sessions (session_id, mode, seq, digest, offset, previous, earlier) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?8) "
     "ON CONFLICT (session_id) DO UPDATE SET mode = excluded.mode, seq = excluded.seq, "
-    "digest = excluded.digest, offset = excluded.offset, "
+    "digest = excluded.digest, offset = excluded.offset, earlier = excluded.earlier, "
     "previous = CASE WHEN ?7 THEN sessions.previous ELSE excluded.previous END "
     "WHERE excluded.seq >= sessions.seq"
 )
 """A row never goes back to an older record: processes sharing the index may commit the
 same records in any order."""
-_NAMED_COLUMNS = (("digest", "TEXT"), ("offset", "INTEGER"))
-"""Columns added after the first release: an older index gets them (empty) when opened."""
+_NAMED_COLUMNS = (("digest", "TEXT"), ("offset", "INTEGER"), ("earlier", "INTEGER"))
+"""Columns added after the first release: an older index gets them (empty) when opened.
+``earlier`` is 1 for a row whose record is in a file the log was rotated from."""
 
 
 class RestoreIndex:
@@ -213,9 +215,11 @@ class RestoreIndex:
         self.path = Path(path)
         self.commit_every = commit_every
         self.commit_seconds = commit_seconds
-        self._pending: dict[str, tuple[str, int, str | None, int | None, str | None, bool]] = {}
+        self._pending: dict[
+            str, tuple[str, int, str | None, int | None, str | None, bool, int]
+        ] = {}
         # updates not committed yet: session_id -> (mode, seq, digest, offset, previous,
-        # keep), in the order of _UPSERT's parameters
+        # keep, earlier), in the order of _UPSERT's parameters
         self._records = 0  # records since the last commit
         self._last_commit = time.monotonic()
         self._retry_at = 0.0  # after a failed commit, the next is tried from then on
@@ -341,14 +345,15 @@ class RestoreIndex:
             return RestorePoint(session_id, entry[0], entry[1], entry[4], entry[2])
         try:
             row = self._db.execute(
-                "SELECT mode, seq, previous, digest, offset FROM sessions WHERE session_id = ?",
+                "SELECT mode, seq, previous, digest, offset, earlier FROM sessions "
+                "WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
         except sqlite3.Error as exc:
             raise LogError(f"cannot read the restore index now: {exc}", str(self.path)) from None
         point = None if row is None else RestorePoint(session_id, row[0], row[1], row[2], row[3])
         log = self.log_path
-        if log is not None and point is not None:
+        if log is not None and point is not None and not row[5]:
             problem = _disagreement(log, point, row[3], row[4])
             if problem is not None:
                 point = self._settle(session_id, problem, point, log)
@@ -419,11 +424,25 @@ class RestoreIndex:
             head: the record's ``digest``.
             previous: :func:`previous_of` the record.
         """
+        self._note(session_id, mode, seq, offset, head, previous, earlier=False)
+
+    def _note(  # noqa: PLR0917 - update's arguments, in order
+        self,
+        session_id: str,
+        mode: str,
+        seq: int,
+        offset: int | None,
+        head: str | None,
+        previous: tuple[str | None, bool],
+        *,
+        earlier: bool,
+    ) -> None:
+        """:meth:`update`; *earlier*: the record is in a file before the one followed."""
         if not self._behind:
             value, keep = previous
-            if keep and (earlier := self._pending.get(session_id)) is not None:
-                value, keep = earlier[4], earlier[5]
-            self._pending[session_id] = (mode, seq, head, offset, value, keep)
+            if keep and (before := self._pending.get(session_id)) is not None:
+                value, keep = before[4], before[5]
+            self._pending[session_id] = (mode, seq, head, offset, value, keep, int(earlier))
             if len(self._pending) > MAX_PENDING:
                 self._pending.clear()
                 self._behind = True
@@ -495,8 +514,15 @@ class RestoreIndex:
         """Apply the records of *log* that the index has not seen; commit.
 
         Reads from the offset of the last commit when *log* is the file the index was
-        following (same device and inode, not shorter), else from its beginning (a rotated
-        or replaced file). A failed index is reset and rebuilt from *log* alone.
+        following (same device and inode, and the record indexed last still ends there),
+        else from its beginning: a rotated file (renamed away and a new one created, or
+        copied and truncated in place) or a replaced one. Then the rows naming records of
+        the file followed before are kept as points of an earlier file (answered as
+        stored, :attr:`RestorePoint`) when *log* continues its chain (its first record's
+        ``prev`` is the digest of the record indexed last, or it holds no record yet: its
+        writer continues from there); otherwise their offsets are forgotten (a replaced
+        log: they are not believed, each lookup checks the log). A failed index is reset
+        and rebuilt from *log* alone.
 
         Args:
             log: the transition log file the writer appends to.
@@ -521,11 +547,17 @@ class RestoreIndex:
         except OSError as exc:
             raise LogError(f"cannot read the transition log: {exc.strerror}", str(path)) from None
         self.log_path = path
+        if not self._pending and not self._behind:
+            self._reload_position()  # another process may have moved it (a shared index)
         same = (stat.st_dev, stat.st_ino) == (self._device, self._inode)
-        start = self._offset if same and self._ends_with_head(path, stat.st_size) else 0
-        if not same and self._device is not None:
-            # another file (rotated, replaced): the stored offsets point into the old one
-            self._forget_offsets()
+        if same and self._ends_with_head(path, stat.st_size):
+            start = self._offset
+        else:
+            start = 0
+            if self._device is not None:
+                # another file (rotated, replaced) or this one truncated: the stored
+                # offsets point into what was followed before
+                self._rotated(continued=not self._behind and _continues(path, self.head))
         self._device, self._inode = stat.st_dev, stat.st_ino
         self._offset = start
         applied = self._apply(read_log([path], start=start), strict=strict)
@@ -546,18 +578,59 @@ class RestoreIndex:
         data = _object_ending_at(path, self._offset)
         return data is not None and data.get("digest") == self.head
 
-    def _forget_offsets(self) -> None:
-        """Rows name records of another file now: none can be checked, so none is used."""
+    def _reload_position(self) -> None:
+        """Take the log position committed last (by any process sharing the index)."""
+        with contextlib.suppress(sqlite3.Error):
+            row = self._db.execute(
+                "SELECT device, inode, offset, head FROM log_position WHERE id = 1"
+            ).fetchone()
+            if row is not None:
+                self._device, self._inode, self._offset, self.head = row
+                self._committed = (self._device, self._inode, self._offset, self.head)
+
+    def _rotated(self, *, continued: bool) -> None:
+        """The file followed was rotated or replaced: no row's offset names a record now.
+
+        *continued*: the new file continues the chain of the records indexed, so rows
+        keep their points as those of an earlier file (``earlier``); else the rows cannot
+        be vouched for and their offsets are forgotten (each lookup then checks the log).
+        """
+        earlier = int(continued)
         self._pending = {
-            sid: (mode, seq, digest, None, previous, keep)
-            for sid, (mode, seq, digest, _, previous, keep) in self._pending.items()
+            sid: (mode, seq, digest, None, previous, keep, earlier if offset is not None else was)
+            for sid, (mode, seq, digest, offset, previous, keep, was) in self._pending.items()
         }
+        change = (
+            "UPDATE sessions SET offset = NULL, earlier = 1 WHERE offset IS NOT NULL"
+            if continued
+            else "UPDATE sessions SET offset = NULL, earlier = NULL"
+        )
         try:
-            self._db.execute("UPDATE sessions SET offset = NULL")
+            self._db.execute(change)
         except sqlite3.Error as exc:  # locked or failing: every row must be caught up anew
             self._problem = str(exc)
             self._pending.clear()
             self._behind = True
+
+    def rotated(self, log: str | Path, *, continued: bool) -> None:
+        """Follow *log*, a new file at the log's path, from its beginning (see :meth:`catch_up`).
+
+        For a writer that noticed the rotation itself and knows whether the index holds
+        every record of the file before (*continued*: the rows keep their points as those
+        of an earlier file; else their offsets are forgotten). Call :meth:`catch_up` next.
+
+        Raises:
+            LogError: *log* cannot be looked at.
+        """
+        path = Path(log)
+        try:
+            stat = path.stat()
+        except OSError as exc:
+            raise LogError(f"cannot read the transition log: {exc.strerror}", str(path)) from None
+        if self._device is not None:
+            self._rotated(continued=continued and not self._behind)
+        self._device, self._inode, self._offset = stat.st_dev, stat.st_ino, 0
+        self.log_path = path
 
     def _apply(self, items: Iterable[LogEntry | LogProblem], *, strict: bool = False) -> int:
         applied = 0
@@ -566,19 +639,21 @@ class RestoreIndex:
                 if strict and item.fatal:
                     raise LogError(f"{item.kind}: {item.message}", str(item.location))
                 continue
-            offset = item.end if self._inode is not None else None
+            followed = self._inode is not None  # else a rebuild's earlier file
+            offset = item.end if followed else None
             point = _point(item)
             if point is None:
                 self.advance(offset, item.record.digest)
             else:
                 record = item.record
-                self.update(
+                self._note(
                     point.session_id,
                     point.mode,
                     point.seq,
                     offset,
                     record.digest,
                     previous_of(record.origin, record.from_mode),
+                    earlier=not followed,
                 )
                 applied += 1
         return applied
@@ -764,6 +839,20 @@ def is_index(path: Path) -> bool:
         return False
     finally:
         db.close()
+    return True
+
+
+def _continues(path: Path, head: str | None) -> bool:
+    """Whether the log *path* continues the chain whose last record has digest *head*.
+
+    It does when its first record's ``prev`` is *head*, or when it holds no record yet
+    (its writer appends the next one with ``prev`` *head*).
+    """
+    for item in read_log([path]):
+        if isinstance(item, LogEntry):
+            return item.record.prev == head
+        if item.fatal:
+            return False
     return True
 
 
