@@ -262,3 +262,33 @@ def test_two_processes_follow_a_renamed_log_in_turn(tmp_path: Path):
         cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert report.stdout.splitlines()[-1] == "RESULT  clean", report.stdout
+
+
+def test_the_end_of_input_right_after_a_copytruncate(tmp_path: Path):
+    """The issue's traceback at the end of input (a read at -1 of an empty file): gone."""
+    log = tmp_path / "modes.jsonl"
+    served = Served(log)
+    try:
+        served.result("initialize", {"protocolVersion": 1})
+        session_id = served.result("session/new", {"cwd": ".", "mcpServers": []})["sessionId"]
+        served.result("session/set_mode", {"sessionId": session_id, "modeId": "code"})
+        run("cp", str(log), f"{log}.1", cwd=tmp_path)
+        run("truncate", "-s", "0", str(log), cwd=tmp_path)
+        assert served.finish() == (0, "")
+    finally:
+        served.kill()
+    assert log.read_bytes() == b""
+    restarted = Served(log)
+    try:
+        restarted.result("initialize", {"protocolVersion": 1})
+        load = {"cwd": ".", "sessionId": session_id, "mcpServers": []}
+        assert restarted.result("session/load", load)["modes"]["currentModeId"] == "code"
+        restarted.result("session/set_mode", {"sessionId": session_id, "modeId": "ask"})
+        assert restarted.finish() == (0, "")
+    finally:
+        restarted.kill()
+    report = subprocess.run(
+        [sys.executable, "-m", "modefsm", "replay", "modes.jsonl.1", "modes.jsonl", "--verify"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert report.stdout.splitlines()[-1] == "RESULT  clean", report.stdout
