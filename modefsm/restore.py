@@ -407,6 +407,8 @@ class RestoreIndex:
         offset: int | None,
         head: str | None,
         previous: tuple[str | None, bool] = (None, False),
+        *,
+        earlier: bool = False,
     ) -> None:
         """Record that *session_id* is now in *mode* at *seq* (after the log line is written).
 
@@ -423,21 +425,9 @@ class RestoreIndex:
             offset: the byte offset just past the record's line in the log file, if known.
             head: the record's ``digest``.
             previous: :func:`previous_of` the record.
+            earlier: the record is in a file before the one the index follows (a rotated
+                file): its point is answered as stored.
         """
-        self._note(session_id, mode, seq, offset, head, previous, earlier=False)
-
-    def _note(  # noqa: PLR0917 - update's arguments, in order
-        self,
-        session_id: str,
-        mode: str,
-        seq: int,
-        offset: int | None,
-        head: str | None,
-        previous: tuple[str | None, bool],
-        *,
-        earlier: bool,
-    ) -> None:
-        """:meth:`update`; *earlier*: the record is in a file before the one followed."""
         if not self._behind:
             value, keep = previous
             if keep and (before := self._pending.get(session_id)) is not None:
@@ -646,7 +636,7 @@ class RestoreIndex:
                 self.advance(offset, item.record.digest)
             else:
                 record = item.record
-                self._note(
+                self.update(
                     point.session_id,
                     point.mode,
                     point.seq,

@@ -257,7 +257,15 @@ def _record_head(start: bytes, pieces: list[bytes], length: int) -> tuple[str | 
     """``(digest,)`` if *start* + the reversed *pieces* is a record line, else ``None``."""
     if length + len(start) > MAX_LINE:
         return None
-    line = start + b"".join(reversed(pieces)) if pieces else start
+    data = _record_line(start + b"".join(reversed(pieces)) if pieces else start)
+    if data is None:
+        return None
+    digest = data.get("digest")
+    return (digest if isinstance(digest, str) else None,)
+
+
+def _record_line(line: bytes) -> dict[str, Any] | None:
+    """The record on *line* (a committed record or a rejection, parsed), else ``None``."""
     if b'"modefsm.' not in line:
         return None
     try:
@@ -265,8 +273,7 @@ def _record_head(start: bytes, pieces: list[bytes], length: int) -> tuple[str | 
     except orjson.JSONDecodeError:
         return None
     if isinstance(data, dict) and data.get("event") in RECORD_EVENTS:
-        digest = data.get("digest")
-        return (digest if isinstance(digest, str) else None,)
+        return data
     return None
 
 

@@ -47,8 +47,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from modefsm.errors import LogError
 from modefsm.log._files import lock_holders, open_private
 from modefsm.log._reader import LogEntry, read_log
@@ -61,7 +59,7 @@ from modefsm.log._records import (
     TransitionRecord,
     previous_of,
 )
-from modefsm.log._writer import TransitionLog, _check_regular, _end_torn_line
+from modefsm.log._writer import TransitionLog, _check_regular, _end_torn_line, _record_line
 from modefsm.restore import RestoreIndex, RestorePoint, is_index
 from modefsm.store._interface import SessionMoved, StoreBusy
 
@@ -316,7 +314,7 @@ class FileStore:
             line_end = start
             for line in chunk[:end].split(b"\n")[:-1]:
                 line_end += len(line) + 1
-                data = _record(line)
+                data = _record_line(line)
                 if data is None:
                     last = None
                     continue
@@ -550,19 +548,6 @@ _MARK = 128
 def _descriptor_path(fd: int) -> str:
     """A path that opens the file behind *fd*, wherever it was renamed to."""
     return f"/proc/self/fd/{fd}" if Path("/proc/self/fd").is_dir() else f"/dev/fd/{fd}"
-
-
-def _record(line: bytes) -> dict[str, Any] | None:
-    """The record on *line* (a committed record or a rejection), else ``None``."""
-    if b'"modefsm.' not in line:
-        return None
-    try:
-        data = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(data, dict) or data.get("event") not in RECORD_EVENTS:
-        return None
-    return data
 
 
 def _committed(data: dict[str, Any]) -> bool:

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +20,7 @@ import pytest
 from modefsm.protocol import MAX_BODY_BYTES, MAX_FRAME_BYTES, MAX_VALUES
 from tests.protocol.http_wire import http_server, post
 
-from .harness import TIMEOUT, strict_loads
+from .harness import TIMEOUT, Agent
 
 pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
 
@@ -72,46 +69,20 @@ VALUES = f"a frame holds at most {MAX_VALUES} values, not {MAX_VALUES + 9}"
 
 
 class Stdio:
-    """``modefsm serve`` over pipes; a thread reads its answers."""
+    """``modefsm serve`` over pipes (:class:`Agent`), asked one line at a time."""
 
     def __init__(self, log: Path) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "modefsm", "serve", "--log", str(log)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        self.answers: list[dict[str, Any]] = []
-        self.ready = threading.Condition()
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            with self.ready:
-                self.answers.append(strict_loads(line))
-                self.ready.notify_all()
+        self.agent = Agent(log=log)
+        self.agent.read()
 
     def ask(self, data: bytes) -> dict[str, Any]:
         """Write one line; its one answer (the next message)."""
-        count = len(self.answers)
-        assert self.process.stdin is not None
-        self.process.stdin.write(data + b"\n")
-        self.process.stdin.flush()
-        with self.ready:
-            assert self.ready.wait_for(lambda: len(self.answers) > count, TIMEOUT), "no answer"
-            assert len(self.answers) == count + 1
-            return self.answers[count]
-
-    def close(self) -> int:
-        assert self.process.stdin is not None
-        self.process.stdin.close()
-        code = self.process.wait(TIMEOUT)
-        self.thread.join(TIMEOUT)
-        assert self.process.stdout is not None
-        self.process.stdout.close()
-        return code
+        agent = self.agent
+        count = len(agent.messages)
+        agent.send(data + b"\n")
+        agent.wait(lambda: len(agent.messages) > count)
+        assert len(agent.messages) == count + 1
+        return agent.messages[count]
 
 
 @pytest.fixture
@@ -119,13 +90,9 @@ def stdio(tmp_path: Path) -> Iterator[Stdio]:
     peer = Stdio(tmp_path / "modes.jsonl")
     try:
         yield peer
-        assert peer.close() == 0
+        assert peer.agent.finish() == (0, "")
     finally:
-        if peer.process.poll() is None:
-            peer.process.kill()
-            peer.process.wait()
-            assert peer.process.stdout is not None
-            peer.process.stdout.close()
+        peer.agent.kill()
 
 
 class TestStdio:

@@ -18,6 +18,7 @@ restores every session in the mode of its last acknowledged change.
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import subprocess
@@ -31,7 +32,7 @@ import pytest
 
 from tests.protocol.http_wire import http_process, post
 
-from .harness import TIMEOUT, strict_loads
+from .harness import TIMEOUT, Agent, frame
 
 pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
 
@@ -41,68 +42,25 @@ MODES = ("ask", "architect", "code")
 INITIALIZE = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}'
 
 
-class Served:
-    """``modefsm serve --log LOG`` over pipes; a thread files every answer by id."""
+IDS = itertools.count(1)
 
-    def __init__(self, log: Path) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "modefsm", "serve", "--log", str(log)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        self.answers: dict[Any, dict[str, Any]] = {}
-        self.arrived = threading.Condition()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-        self.next_id = 0
 
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            message = strict_loads(line)
-            if "method" not in message:
-                with self.arrived:
-                    self.answers[message["id"]] = message
-                    self.arrived.notify_all()
+def start(log: Path) -> Agent:
+    """``modefsm serve --log LOG`` over pipes, its answers read by a thread."""
+    served = Agent(log=log)
+    served.read()
+    return served
 
-    def send(self, method: str, params: dict[str, Any]) -> int:
-        self.next_id += 1
-        frame = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps(frame).encode() + b"\n")
-        self.process.stdin.flush()
-        return self.next_id
 
-    def answer(self, request_id: int) -> dict[str, Any]:
-        with self.arrived:
-            assert self.arrived.wait_for(lambda: request_id in self.answers, TIMEOUT), "no answer"
-            return self.answers[request_id]
+def send(served: Agent, method: str, params: dict[str, Any]) -> int:
+    """Send a request; its id."""
+    request_id = next(IDS)
+    served.send(frame(request_id, method, params))
+    return request_id
 
-    def result(self, method: str, params: dict[str, Any]) -> Any:
-        answer = self.answer(self.send(method, params))
-        assert "result" in answer, answer
-        return answer["result"]
 
-    def finish(self) -> tuple[int, str]:
-        assert self.process.stdin is not None
-        assert self.process.stderr is not None
-        self.process.stdin.close()
-        code = self.process.wait(TIMEOUT)
-        self.reader.join(TIMEOUT)
-        stderr = self.process.stderr.read().decode()
-        for pipe in (self.process.stdout, self.process.stderr):
-            if pipe is not None:
-                pipe.close()
-        return code, stderr
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        for pipe in (self.process.stdin, self.process.stdout, self.process.stderr):
-            if pipe is not None:
-                pipe.close()
+def result(served: Agent, method: str, params: dict[str, Any]) -> Any:
+    return served.result(next(IDS), method, params)
 
 
 def run(*command: str, cwd: Path) -> None:
@@ -112,20 +70,20 @@ def run(*command: str, cwd: Path) -> None:
 
 def test_copytruncate_and_rename_during_1000_changes(tmp_path: Path):
     log = tmp_path / "modes.jsonl"
-    served = Served(log)
+    served = start(log)
     try:
-        served.result("initialize", {"protocolVersion": 1})
+        result(served, "initialize", {"protocolVersion": 1})
         sessions = [
-            served.result("session/new", {"cwd": ".", "mcpServers": []})["sessionId"]
+            result(served, "session/new", {"cwd": ".", "mcpServers": []})["sessionId"]
             for _ in range(SESSIONS)
         ]
         truth = dict.fromkeys(sessions, "ask")  # each session's last acknowledged mode
         closed = sessions[0]  # changed once, closed, loaded again after the rotations
-        served.result("session/set_mode", {"sessionId": closed, "modeId": "code"})
+        result(served, "session/set_mode", {"sessionId": closed, "modeId": "code"})
         truth[closed] = "code"
-        served.result("session/close", {"sessionId": closed})
+        result(served, "session/close", {"sessionId": closed})
         change_while_rotating(served, log, sessions[1:], truth)
-        load = served.result("session/load", {"cwd": ".", "sessionId": closed, "mcpServers": []})
+        load = result(served, "session/load", {"cwd": ".", "sessionId": closed, "mcpServers": []})
         assert load["modes"]["currentModeId"] == "code"  # from the index, after 4 rotations
         code, stderr = served.finish()
     finally:
@@ -143,19 +101,19 @@ def test_copytruncate_and_rename_during_1000_changes(tmp_path: Path):
     assert lines[-2].startswith(f"CHAIN  {records} records verified, 0 without a digest; head ")
     finals = {line.split()[0]: line.split()[1] for line in lines[1 : 1 + SESSIONS]}
     assert finals == truth
-    restarted = Served(log)  # a restart restores every acknowledged change
+    restarted = start(log)  # a restart restores every acknowledged change
     try:
-        restarted.result("initialize", {"protocolVersion": 1})
+        result(restarted, "initialize", {"protocolVersion": 1})
         for session_id, mode in truth.items():
             load = {"cwd": ".", "sessionId": session_id, "mcpServers": []}
-            assert restarted.result("session/load", load)["modes"]["currentModeId"] == mode
+            assert result(restarted, "session/load", load)["modes"]["currentModeId"] == mode
         assert restarted.finish() == (0, "")
     finally:
         restarted.kill()
 
 
 def change_while_rotating(
-    served: Served, log: Path, sessions: list[str], truth: dict[str, str]
+    served: Agent, log: Path, sessions: list[str], truth: dict[str, str]
 ) -> None:
     """Make CHANGES changes (20 in flight at most), rotating the log four times."""
     rotations = {
@@ -180,7 +138,7 @@ def change_while_rotating(
         elif how is not None:  # while changes are in flight
             rotating = threading.Thread(target=rotate, args=(how, log, served))
             rotating.start()
-        pending.append(served.send("session/set_mode", {"sessionId": session_id, "modeId": mode}))
+        pending.append(send(served, "session/set_mode", {"sessionId": session_id, "modeId": mode}))
         truth[session_id] = mode  # acknowledged in the order sent
         if len(pending) >= 20:
             settle(served, pending)
@@ -192,7 +150,7 @@ def change_while_rotating(
         rotating.join(TIMEOUT)
 
 
-def rotate(how: tuple[str, ...] | str, log: Path, served: Served) -> None:
+def rotate(how: tuple[str, ...] | str, log: Path, served: Agent) -> None:
     """Rotate *log* while changes are in flight (in a thread)."""
     if how == "rename and SIGHUP":
         log.rename(log.with_name("modes.jsonl.2"))
@@ -202,10 +160,10 @@ def rotate(how: tuple[str, ...] | str, log: Path, served: Served) -> None:
     run(*how, cwd=log.parent)
 
 
-def settle(served: Served, pending: list[int]) -> None:
+def settle(served: Agent, pending: list[int]) -> None:
     """Wait for the answers of the changes in flight: each acknowledged."""
     for request in pending:
-        answer = served.answer(request)
+        answer = served.response(request)
         assert answer.get("result") == {}, answer
     pending.clear()
 
@@ -235,19 +193,19 @@ def test_two_processes_follow_a_renamed_log_in_turn(tmp_path: Path):
     new file at its next record (reading the old one's last lines first), so the session's
     records stay in order across the files and the chain continues."""
     log = tmp_path / "modes.jsonl"
-    first, second = Served(log), Served(log)
+    first, second = start(log), start(log)
     try:
         for served in (first, second):
-            served.result("initialize", {"protocolVersion": 1})
-        session_id = first.result("session/new", {"cwd": ".", "mcpServers": []})["sessionId"]
+            result(served, "initialize", {"protocolVersion": 1})
+        session_id = result(first, "session/new", {"cwd": ".", "mcpServers": []})["sessionId"]
         load = {"cwd": ".", "sessionId": session_id, "mcpServers": []}
-        second.result("session/load", load)
+        result(second, "session/load", load)
         change = {"sessionId": session_id}
-        first.result("session/set_mode", {**change, "modeId": "architect"})
+        result(first, "session/set_mode", {**change, "modeId": "architect"})
         log.rename(tmp_path / "modes.jsonl.1")
-        second.result("session/set_mode", {**change, "modeId": "code"})  # moves, sees seq 2
-        first.result("session/set_mode", {**change, "modeId": "ask"})  # moves, sees seq 3
-        assert second.result("session/load", load)["modes"]["currentModeId"] == "ask"
+        result(second, "session/set_mode", {**change, "modeId": "code"})  # moves, sees seq 2
+        result(first, "session/set_mode", {**change, "modeId": "ask"})  # moves, sees seq 3
+        assert result(second, "session/load", load)["modes"]["currentModeId"] == "ask"
         assert (first.finish(), second.finish()) == ((0, ""), (0, ""))
     finally:
         first.kill()
@@ -267,23 +225,23 @@ def test_two_processes_follow_a_renamed_log_in_turn(tmp_path: Path):
 def test_the_end_of_input_right_after_a_copytruncate(tmp_path: Path):
     """The issue's traceback at the end of input (a read at -1 of an empty file): gone."""
     log = tmp_path / "modes.jsonl"
-    served = Served(log)
+    served = start(log)
     try:
-        served.result("initialize", {"protocolVersion": 1})
-        session_id = served.result("session/new", {"cwd": ".", "mcpServers": []})["sessionId"]
-        served.result("session/set_mode", {"sessionId": session_id, "modeId": "code"})
+        result(served, "initialize", {"protocolVersion": 1})
+        session_id = result(served, "session/new", {"cwd": ".", "mcpServers": []})["sessionId"]
+        result(served, "session/set_mode", {"sessionId": session_id, "modeId": "code"})
         run("cp", str(log), f"{log}.1", cwd=tmp_path)
         run("truncate", "-s", "0", str(log), cwd=tmp_path)
         assert served.finish() == (0, "")
     finally:
         served.kill()
     assert log.read_bytes() == b""
-    restarted = Served(log)
+    restarted = start(log)
     try:
-        restarted.result("initialize", {"protocolVersion": 1})
+        result(restarted, "initialize", {"protocolVersion": 1})
         load = {"cwd": ".", "sessionId": session_id, "mcpServers": []}
-        assert restarted.result("session/load", load)["modes"]["currentModeId"] == "code"
-        restarted.result("session/set_mode", {"sessionId": session_id, "modeId": "ask"})
+        assert result(restarted, "session/load", load)["modes"]["currentModeId"] == "code"
+        result(restarted, "session/set_mode", {"sessionId": session_id, "modeId": "ask"})
         assert restarted.finish() == (0, "")
     finally:
         restarted.kill()
