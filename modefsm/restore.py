@@ -568,6 +568,20 @@ class RestoreIndex:
         data = _object_ending_at(path, self._offset)
         return data is not None and data.get("digest") == self.head
 
+    def lag(self, log: str | Path) -> int | None:
+        """About how many bytes of *log* a :meth:`catch_up` would read (``0``: current).
+
+        All of it when the index follows another file (or none yet); ``None`` when *log*
+        cannot be looked at.
+        """
+        try:
+            stat = Path(log).stat()
+        except OSError:
+            return None
+        if (stat.st_dev, stat.st_ino) != (self._device, self._inode):
+            return stat.st_size
+        return max(0, stat.st_size - self._offset)
+
     def _reload_position(self) -> None:
         """Take the log position committed last (by any process sharing the index)."""
         with contextlib.suppress(sqlite3.Error):

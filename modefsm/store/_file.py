@@ -265,12 +265,20 @@ class FileStore:
         except LogError:
             return None
 
-    def _align(self) -> None:
-        """Catch the index up with the file (the lock held) and tell it of every line after."""
+    def _align(self, at_most: int | None = None) -> None:
+        """Catch the index up with the file (the lock held) and tell it of every line after.
+
+        With *at_most*, only if that reads at most so many bytes (the first record of a
+        process must not wait for a long catch-up: its first restore does that).
+        """
         self._aligning = False
         index = self._usable_index()
         if index is None:
             return
+        if at_most is not None:
+            lag = index.lag(self.path)
+            if lag is None or lag > at_most:
+                return
         try:
             index.catch_up(self.path)
         except LogError:
@@ -379,7 +387,7 @@ class FileStore:
         try:
             self._sync_tail()
             if self._aligning:
-                self._align()
+                self._align(at_most=_ALIGN_MAX)
             held = self._heads.get(session_id)
             if seq != (held.seq if held is not None else 0) + 1:
                 if held is None:  # pragma: no cover - a seq-1 record always fits
@@ -540,6 +548,9 @@ def _foreign(path: Path) -> bool:
 
 _SQLITE_HEADER = b"SQLite format 3\x00"
 
+
+_ALIGN_MAX = 1 << 20
+"""Bytes an index may be behind the file for a process's first record to catch it up."""
 
 _MARK = 128
 """Bytes kept from just before the end of what was read (a record's digest is among them)."""
