@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.protocol.http_wire import http_server, mode_updates, v1_client, verify
+from tests.protocol.http_wire import auth, http_server, mode_updates, v1_client, verify
 
 pytestmark = pytest.mark.e2e
 
@@ -52,6 +52,7 @@ class StuckClient:
     def __init__(self, url: str) -> None:
         parts = urllib.parse.urlsplit(url)
         self.host, self.port, self.path = parts.hostname or "", parts.port, parts.path
+        self.auth = auth(url)
         status, headers, _body = self.post({"id": 0, "method": "initialize",
                                             "params": {"protocolVersion": 1}})  # fmt: skip
         assert status == 200
@@ -59,7 +60,7 @@ class StuckClient:
         self.next_id = 1
 
     def post(self, frame: dict[str, Any], session_id: str | None = None) -> tuple[int, Any, bytes]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        headers = {"Content-Type": "application/json", "Accept": "application/json", **self.auth}
         if getattr(self, "connection_id", None):
             headers["Acp-Connection-Id"] = self.connection_id
         if session_id is not None:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from modefsm.protocol import MAX_BODY_BYTES, MAX_FRAME_BYTES, MAX_VALUES
-from tests.protocol.http_wire import http_server, post
+from tests.protocol.http_wire import http_server, post, ws_connect
 
 from .harness import TIMEOUT, Agent
 
@@ -172,9 +172,7 @@ class TestHttp:
 
 class TestWebSocket:
     async def test_too_many_values_and_no_known_kind(self, server: str):
-        import websockets
-
-        async with websockets.connect(server.replace("http://", "ws://"), max_size=None) as ws:
+        async with ws_connect(server, max_size=None) as ws:
             await ws.send(many_values(13).decode())
             first = json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT))
             await ws.send('{"jsonrpc":"2.0","id":"k","params":{}}')
