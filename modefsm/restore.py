@@ -61,6 +61,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from modefsm.errors import LogError
+from modefsm.log._conversation import JOURNAL_SUFFIX, journal_path
 from modefsm.log._files import check_private, create_private
 from modefsm.log._reader import LogEntry, LogProblem, read_log
 from modefsm.log._records import (
@@ -157,8 +158,9 @@ class LogRestore:
         return last_points([self.path]).get(session_id)
 
 
-_Pending = tuple[str, int, str | None, int | None, str | None, bool, str | None, str | None]
-"""An update waiting for a commit: mode, seq, digest, offset, previous, keep, cwd, updated_at."""
+_Pending = tuple[str, int, str | None, int | None, str | None, bool, str | None, str | None, int]
+"""An update waiting for a commit: mode, seq, digest, offset, previous, keep, cwd,
+updated_at, earlier."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -169,7 +171,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     digest TEXT,
     offset INTEGER,
     cwd TEXT,
-    updated_at TEXT
+    updated_at TEXT,
+    earlier INTEGER
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS log_position (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -181,18 +184,20 @@ CREATE TABLE IF NOT EXISTS log_position (
 INSERT OR IGNORE INTO log_position (id, offset) VALUES (1, 0);
 """
 _UPSERT = (
-    "INSERT INTO sessions (session_id, mode, seq, digest, offset, previous, cwd, updated_at) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?8, ?9) "
+    "INSERT INTO sessions "
+    "(session_id, mode, seq, digest, offset, previous, cwd, updated_at, earlier) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?8, ?9, ?10) "
     "ON CONFLICT (session_id) DO UPDATE SET mode = excluded.mode, seq = excluded.seq, "
-    "digest = excluded.digest, offset = excluded.offset, "
+    "digest = excluded.digest, offset = excluded.offset, earlier = excluded.earlier, "
     "previous = CASE WHEN ?7 THEN sessions.previous ELSE excluded.previous END, "
     "cwd = COALESCE(excluded.cwd, sessions.cwd), updated_at = excluded.updated_at "
     "WHERE excluded.seq >= sessions.seq"
 )
 """A row never goes back to an older record: processes sharing the index may commit the
 same records in any order."""
-_NAMED_COLUMNS = (("digest", "TEXT"), ("offset", "INTEGER"))
-"""Columns added after the first release: an older index gets them (empty) when opened."""
+_NAMED_COLUMNS = (("digest", "TEXT"), ("offset", "INTEGER"), ("earlier", "INTEGER"))
+"""Columns added after the first release: an older index gets them (empty) when opened.
+``earlier`` is 1 for a row whose record is in a file the log was rotated from."""
 _LISTED_COLUMNS = (("cwd", "TEXT"), ("updated_at", "TEXT"))
 """Columns ``session/list`` reads (``cwd`` from each session's ``session_created`` record,
 ``updated_at`` the ``timestamp`` of its last committed record). An index without them gets
@@ -285,7 +290,7 @@ class RestoreIndex:
         self.commit_seconds = commit_seconds
         self._pending: dict[str, _Pending] = {}
         # updates not committed yet: session_id -> (mode, seq, digest, offset, previous,
-        # keep, cwd, updated_at), in the order of _UPSERT's parameters
+        # keep, cwd, updated_at, earlier), in the order of _UPSERT's parameters
         self._records = 0  # records since the last commit
         self._last_commit = time.monotonic()
         self._retry_at = 0.0  # after a failed commit, the next is tried from then on
@@ -447,14 +452,15 @@ class RestoreIndex:
             return RestorePoint(session_id, entry[0], entry[1], entry[4], entry[2])
         try:
             row = self._db.execute(
-                "SELECT mode, seq, previous, digest, offset FROM sessions WHERE session_id = ?",
+                "SELECT mode, seq, previous, digest, offset, earlier FROM sessions "
+                "WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
         except sqlite3.Error as exc:
             raise LogError(f"cannot read the restore index now: {exc}", str(self.path)) from None
         point = None if row is None else RestorePoint(session_id, row[0], row[1], row[2], row[3])
         log = self.log_path
-        if log is not None and point is not None:
+        if log is not None and point is not None and not row[5]:
             problem = _disagreement(log, point, row[3], row[4])
             if problem is not None:
                 point = self._settle(session_id, problem, point, log)
@@ -539,6 +545,7 @@ class RestoreIndex:
         *,
         cwd: str | None = None,
         timestamp: str | None = None,
+        earlier: bool = False,
     ) -> None:
         """Record that *session_id* is now in *mode* at *seq* (after the log line is written).
 
@@ -557,15 +564,27 @@ class RestoreIndex:
             previous: :func:`previous_of` the record.
             cwd: the record's ``cwd`` (a ``session_created`` record's), if any.
             timestamp: the record's ``timestamp``.
+            earlier: the record is in a file before the one the index follows (a rotated
+                file): its point is answered as stored.
         """
         if not self._behind:
             value, keep = previous
-            earlier = self._pending.get(session_id)
-            if earlier is not None:
+            before = self._pending.get(session_id)
+            if before is not None:
                 if keep:
-                    value, keep = earlier[4], earlier[5]
-                cwd = cwd if cwd is not None else earlier[6]
-            self._pending[session_id] = (mode, seq, head, offset, value, keep, cwd, timestamp)
+                    value, keep = before[4], before[5]
+                cwd = cwd if cwd is not None else before[6]
+            self._pending[session_id] = (
+                mode,
+                seq,
+                head,
+                offset,
+                value,
+                keep,
+                cwd,
+                timestamp,
+                int(earlier),
+            )
             if len(self._pending) > MAX_PENDING:
                 self._pending.clear()
                 self._behind = True
@@ -637,8 +656,15 @@ class RestoreIndex:
         """Apply the records of *log* that the index has not seen; commit.
 
         Reads from the offset of the last commit when *log* is the file the index was
-        following (same device and inode, not shorter), else from its beginning (a rotated
-        or replaced file). A failed index is reset and rebuilt from *log* alone.
+        following (same device and inode, and the record indexed last still ends there),
+        else from its beginning: a rotated file (renamed away and a new one created, or
+        copied and truncated in place) or a replaced one. Then the rows naming records of
+        the file followed before are kept as points of an earlier file (answered as
+        stored, :attr:`RestorePoint`) when *log* continues its chain (its first record's
+        ``prev`` is the digest of the record indexed last, or it holds no record yet: its
+        writer continues from there); otherwise their offsets are forgotten (a replaced
+        log: they are not believed, each lookup checks the log). A failed index is reset
+        and rebuilt from *log* alone.
 
         Args:
             log: the transition log file the writer appends to.
@@ -663,11 +689,17 @@ class RestoreIndex:
         except OSError as exc:
             raise LogError(f"cannot read the transition log: {exc.strerror}", str(path)) from None
         self.log_path = path
+        if not self._pending and not self._behind:
+            self._reload_position()  # another process may have moved it (a shared index)
         same = (stat.st_dev, stat.st_ino) == (self._device, self._inode)
-        start = self._offset if same and self._ends_with_head(path, stat.st_size) else 0
-        if not same and self._device is not None:
-            # another file (rotated, replaced): the stored offsets point into the old one
-            self._forget_offsets()
+        if same and self._ends_with_head(path, stat.st_size):
+            start = self._offset
+        else:
+            start = 0
+            if self._device is not None:
+                # another file (rotated, replaced) or this one truncated: the stored
+                # offsets point into what was followed before
+                self._rotated(continued=not self._behind and _continues(path, self.head))
         self._device, self._inode = stat.st_dev, stat.st_ino
         self._offset = start
         applied = self._apply(read_log([path], start=start), strict=strict)
@@ -688,18 +720,85 @@ class RestoreIndex:
         data = _object_ending_at(path, self._offset)
         return data is not None and data.get("digest") == self.head
 
-    def _forget_offsets(self) -> None:
-        """Rows name records of another file now: none can be checked, so none is used."""
-        self._pending = {
-            sid: (mode, seq, digest, None, previous, keep, cwd, stamp)
-            for sid, (mode, seq, digest, _, previous, keep, cwd, stamp) in self._pending.items()
-        }
+    def lag(self, log: str | Path) -> int | None:
+        """About how many bytes of *log* a :meth:`catch_up` would read (``0``: current).
+
+        All of it when the index follows another file (or none yet); ``None`` when *log*
+        cannot be looked at.
+        """
         try:
-            self._db.execute("UPDATE sessions SET offset = NULL")
+            stat = Path(log).stat()
+        except OSError:
+            return None
+        if (stat.st_dev, stat.st_ino) != (self._device, self._inode):
+            return stat.st_size
+        return max(0, stat.st_size - self._offset)
+
+    def _reload_position(self) -> None:
+        """Take the log position committed last (by any process sharing the index)."""
+        with contextlib.suppress(sqlite3.Error):
+            row = self._db.execute(
+                "SELECT device, inode, offset, head FROM log_position WHERE id = 1"
+            ).fetchone()
+            if row is not None:
+                self._device, self._inode, self._offset, self.head = row
+                self._committed = (self._device, self._inode, self._offset, self.head)
+
+    def _rotated(self, *, continued: bool) -> None:
+        """The file followed was rotated or replaced: no row's offset names a record now.
+
+        *continued*: the new file continues the chain of the records indexed, so rows
+        keep their points as those of an earlier file (``earlier``); else the rows cannot
+        be vouched for and their offsets are forgotten (each lookup then checks the log).
+        """
+        earlier = int(continued)
+        self._pending = {
+            sid: (
+                mode,
+                seq,
+                digest,
+                None,
+                previous,
+                keep,
+                cwd,
+                stamp,
+                earlier if offset is not None else was,
+            )
+            for sid, (mode, seq, digest, offset, previous, keep, cwd, stamp, was) in (
+                self._pending.items()
+            )
+        }
+        change = (
+            "UPDATE sessions SET offset = NULL, earlier = 1 WHERE offset IS NOT NULL"
+            if continued
+            else "UPDATE sessions SET offset = NULL, earlier = NULL"
+        )
+        try:
+            self._db.execute(change)
         except sqlite3.Error as exc:  # locked or failing: every row must be caught up anew
             self._problem = str(exc)
             self._pending.clear()
             self._behind = True
+
+    def rotated(self, log: str | Path, *, continued: bool) -> None:
+        """Follow *log*, a new file at the log's path, from its beginning (see :meth:`catch_up`).
+
+        For a writer that noticed the rotation itself and knows whether the index holds
+        every record of the file before (*continued*: the rows keep their points as those
+        of an earlier file; else their offsets are forgotten). Call :meth:`catch_up` next.
+
+        Raises:
+            LogError: *log* cannot be looked at.
+        """
+        path = Path(log)
+        try:
+            stat = path.stat()
+        except OSError as exc:
+            raise LogError(f"cannot read the transition log: {exc.strerror}", str(path)) from None
+        if self._device is not None:
+            self._rotated(continued=continued and not self._behind)
+        self._device, self._inode, self._offset = stat.st_dev, stat.st_ino, 0
+        self.log_path = path
 
     def _apply(self, items: Iterable[LogEntry | LogProblem], *, strict: bool = False) -> int:
         applied = 0
@@ -708,7 +807,8 @@ class RestoreIndex:
                 if strict and item.fatal:
                     raise LogError(f"{item.kind}: {item.message}", str(item.location))
                 continue
-            offset = item.end if self._inode is not None else None
+            followed = self._inode is not None  # else a rebuild's earlier file
+            offset = item.end if followed else None
             point = _point(item)
             if point is None:
                 self.advance(offset, item.record.digest)
@@ -723,6 +823,7 @@ class RestoreIndex:
                     previous_of(record.origin, record.from_mode),
                     cwd=record.cwd,
                     timestamp=record.timestamp,
+                    earlier=not followed,
                 )
                 applied += 1
         return applied
@@ -812,12 +913,23 @@ _SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 def _check_target(target: Path, logs: list[Path]) -> None:
-    """Refuse to replace *target* unless it is missing, empty or a restore index."""
+    """Refuse to replace *target* unless it is missing, empty or a restore index.
+
+    Nor a log read, nor a conversation journal (one beside a log read, or any file named
+    like one): ``modefsm serve`` would refuse to start with an index there.
+    """
+    own = "the restore index needs a file of its own"
     for log in logs:
         with contextlib.suppress(OSError):
             if target.resolve() == log.resolve() or target.samefile(log):
-                msg = "is one of the logs read: the restore index needs a file of its own"
-                raise LogError(msg, str(target))
+                raise LogError(f"is one of the logs read: {own}", str(target))
+        journal = journal_path(log)
+        with contextlib.suppress(OSError):
+            if target.resolve() == journal.resolve() or target.samefile(journal):
+                raise LogError(f"is the conversation journal of {log}: {own}", str(target))
+    if target.name.endswith(JOURNAL_SUFFIX):
+        msg = f"is named like a conversation journal (*{JOURNAL_SUFFIX}): {own}"
+        raise LogError(msg, str(target))
     check_index_path(target, doing="rebuild")
 
 
@@ -897,6 +1009,20 @@ def is_index(path: Path) -> bool:
         return False
     finally:
         db.close()
+    return True
+
+
+def _continues(path: Path, head: str | None) -> bool:
+    """Whether the log *path* continues the chain whose last record has digest *head*.
+
+    It does when its first record's ``prev`` is *head*, or when it holds no record yet
+    (its writer appends the next one with ``prev`` *head*).
+    """
+    for item in read_log([path]):
+        if isinstance(item, LogEntry):
+            return item.record.prev == head
+        if item.fatal:
+            return False
     return True
 
 

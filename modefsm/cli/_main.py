@@ -15,7 +15,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from modefsm.diagram._formats import FORMATS, Format
 from modefsm.errors import DiagramError, LogError, ModefsmError
@@ -453,29 +453,56 @@ def _add_store(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run_store(args: argparse.Namespace) -> int:
+    """Export into a temporary file, then move it to ``-o FILE`` or copy it to stdout.
+
+    A failure midway (a malformed row, a lost connection) leaves nothing written: no
+    partial export on standard output, no file at ``FILE``.
+    """
+    import shutil  # noqa: PLC0415 - keep other commands' start fast
+    import tempfile  # noqa: PLC0415
+
     from modefsm.store._interface import export_store  # noqa: PLC0415 - psycopg only when asked
 
-    if args.output is None:
-        count = export_store(args.url, sys.stdout.buffer)
+    output: Path | None = args.output
+    if output is None:
+        with tempfile.TemporaryFile() as spool:
+            count = _export_or_nothing(export_store, args.url, spool, output)
+            spool.seek(0)
+            shutil.copyfileobj(spool, sys.stdout.buffer)
         sys.stdout.buffer.flush()
     else:
+        if output.exists() or output.is_symlink():
+            raise LogError("exists already; give a new file", str(output))
         try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
-            fd = os.open(args.output, flags, 0o600)  # the records of every session: private
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "wb") as out:
-                try:
-                    count = export_store(args.url, out)
-                except ModefsmError:
-                    args.output.unlink()  # no partial export left behind
-                    raise
-        except FileExistsError:
-            raise LogError("exists already; give a new file", str(args.output)) from None
+            handle, name = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.")
+            os.fchmod(handle, 0o600)  # the records of every session: private
         except OSError as exc:
-            raise LogError(f"cannot write: {exc.strerror or exc}", str(args.output)) from None
+            raise LogError(f"cannot write: {exc.strerror or exc}", str(output)) from None
+        spooled = Path(name)
+        try:
+            with os.fdopen(handle, "wb") as spool:
+                count = _export_or_nothing(export_store, args.url, spool, output)
+            os.link(spooled, output)  # never replaces a file that appeared meanwhile
+        except FileExistsError:
+            raise LogError("exists already; give a new file", str(output)) from None
+        except OSError as exc:
+            raise LogError(f"cannot write: {exc.strerror or exc}", str(output)) from None
+        finally:
+            spooled.unlink(missing_ok=True)
     noun = "record" if count == 1 else "records"
     print(f"exported {count} {noun}", file=sys.stderr)
     return 0
+
+
+def _export_or_nothing(
+    export: Callable[[str, BinaryIO], int], url: str, spool: BinaryIO, output: Path | None
+) -> int:
+    """``export(url, spool)``; a failure to write the spool itself is a :class:`LogError`."""
+    try:
+        return export(url, spool)
+    except OSError as exc:  # the spool (a full disk)
+        where = "a temporary file" if output is None else str(output)
+        raise LogError(f"cannot write: {exc.strerror or exc}", where) from None
 
 
 _COMMANDS.append(_add_store)

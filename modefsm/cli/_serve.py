@@ -25,17 +25,19 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import stat
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock, UserMessageChunk
 
 from modefsm.errors import LogError, ModefsmError, NoSwitchError
-from modefsm.log._conversation import ConversationStore
+from modefsm.log._conversation import ConversationStore, journal_path
 from modefsm.log._files import check_private
 from modefsm.log._writer import TransitionLog, ignore_file_size_signal
 from modefsm.protocol._agent import ModeAgent
@@ -53,6 +55,8 @@ __all__ = [
     "index_path",
     "serve",
 ]
+
+_T = TypeVar("_T")
 
 STDERR_LOG_WAIT = 2.0
 """Seconds a record of the log on stderr (no ``--log``) waits for the reader to make room."""
@@ -237,7 +241,7 @@ def index_path(log_path: Path) -> Path:
 
 def conversation_path(log_path: Path) -> Path:
     """The conversation journal kept next to the log *log_path*: its name + ``.conversation``."""
-    return log_path.with_name(log_path.name + ".conversation")
+    return journal_path(log_path)
 
 
 def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen once
@@ -258,7 +262,9 @@ def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen o
     Over HTTP (*http*), it serves until SIGINT or SIGTERM (status ``0``): every connection
     shares one engine (see :class:`modefsm.protocol.SharedEngine`), log, store and
     conversation journal, so a session created on one connection can be loaded or
-    resumed and changed on another, with one chained history.
+    resumed and changed on another, with one chained history. With a log file, ``SIGHUP``
+    reopens it after a rotation (:meth:`modefsm.store.FileStore.reopen`; a rename is
+    also followed at the next record without it).
 
     Args:
         spec: the modes and policy.
@@ -327,12 +333,19 @@ def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen o
     root = logging.getLogger()
     root.addHandler(diagnostics)
     logging.captureWarnings(True)  # noqa: FBT003 - the logging API
+    hangup = _reopener(shared, log if log_path is not None else None, diagnostics)
     try:
         if served is not None:
             return _serve_http(
-                spec, shared, log, conversation, served=served, diagnostics=diagnostics
+                spec,
+                shared,
+                log,
+                conversation,
+                served=served,
+                diagnostics=diagnostics,
+                hangup=hangup,
             )
-        return _serve_stdio(make_agent(), protocols, diagnostics)
+        return _serve_stdio(make_agent(), protocols, diagnostics, hangup)
     finally:
         if shared is not None:
             shared.close()
@@ -342,6 +355,41 @@ def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen o
         logging.captureWarnings(False)  # noqa: FBT003
         root.removeHandler(diagnostics)
         diagnostics.close()
+
+
+def _reopener(
+    store: SessionStore | None, log: TransitionLog | None, diagnostics: Diagnostics
+) -> Callable[[], None] | None:
+    """What ``SIGHUP`` does: reopen the log file after a rotation (``None``: no file).
+
+    The file store follows a renamed or truncated log at once (:meth:`FileStore.reopen
+    <modefsm.store.FileStore.reopen>`); a PostgreSQL worker's own log file is reopened
+    (:meth:`TransitionLog.reopen <modefsm.log.TransitionLog.reopen>`). A failure is one
+    line on stderr; the file store tries again at its next record.
+    """
+    reopen = getattr(store, "reopen", None) or (log.reopen if log is not None else None)
+    if reopen is None:
+        return None
+
+    def hangup() -> None:
+        try:
+            reopen()
+        except ModefsmError as exc:
+            diagnostics.say(f"cannot reopen the log: {exc}", force=True)
+
+    return hangup
+
+
+async def _on_hangup(main: Awaitable[_T], hangup: Callable[[], None] | None) -> _T:
+    """Await *main*, calling *hangup* on ``SIGHUP`` between two steps of the loop."""
+    if hangup is None or not hasattr(signal, "SIGHUP"):
+        return await main
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGHUP, hangup)
+    try:
+        return await main
+    finally:
+        loop.remove_signal_handler(signal.SIGHUP)
 
 
 def _worker_log(log_path: Path | None, *, fsync: bool) -> TransitionLog:
@@ -406,6 +454,7 @@ def _serve_http(
     *,
     served: _Served,
     diagnostics: Diagnostics,
+    hangup: Callable[[], None] | None,
 ) -> int:
     from modefsm.protocol._access import is_loopback, write_token_file  # noqa: PLC0415
     from modefsm.protocol._http import raise_descriptor_limit, serve_http  # noqa: PLC0415
@@ -448,15 +497,18 @@ def _serve_http(
     raise_descriptor_limit()
     try:
         asyncio.run(
-            serve_http(
-                factory,
-                host,
-                port,
-                token=token,
-                allow_hosts=access.allow_hosts,
-                allow_origins=access.allow_origins,
-                ready=ready,
-                protocols=served.protocols,
+            _on_hangup(
+                serve_http(
+                    factory,
+                    host,
+                    port,
+                    token=token,
+                    allow_hosts=access.allow_hosts,
+                    allow_origins=access.allow_origins,
+                    ready=ready,
+                    protocols=served.protocols,
+                ),
+                hangup,
             )
         )
     except OSError as exc:
@@ -469,9 +521,14 @@ def _serve_http(
     return 0
 
 
-def _serve_stdio(agent: ScriptedAgent, protocols: tuple[int, ...], diagnostics: Diagnostics) -> int:
+def _serve_stdio(
+    agent: ScriptedAgent,
+    protocols: tuple[int, ...],
+    diagnostics: Diagnostics,
+    hangup: Callable[[], None] | None,
+) -> int:
     try:
-        transport = asyncio.run(serve_negotiated(agent, protocols=protocols))
+        transport = asyncio.run(_on_hangup(serve_negotiated(agent, protocols=protocols), hangup))
     except OutputClosedError as exc:
         diagnostics.say(str(exc), force=True)
         return 1

@@ -56,6 +56,15 @@ CONVERSATION_SESSIONS_CACHED = 256
 """Sessions whose conversation is held in memory; the least recently used is read back from
 the file when it is needed again (without a file, it is forgotten)."""
 
+JOURNAL_SUFFIX = ".conversation"
+"""What ``modefsm serve --log LOG`` appends to the log's name for its journal."""
+
+
+def journal_path(log_path: Path) -> Path:
+    """The journal ``serve`` keeps beside the log *log_path*: its name + ``.conversation``."""
+    return log_path.with_name(log_path.name + JOURNAL_SUFFIX)
+
+
 Part = Literal["mode", "host"]
 """Who sent an item: ``mode`` (modefsm's ``switch_mode`` tool calls) or ``host``."""
 

@@ -195,14 +195,20 @@ class _JSONLines:
         self._write = stream.write
         self._flush = stream.flush
 
-    def write(self, method: str, event: str, fields: dict[str, Any]) -> None:
-        """Render ``fields``, ``event`` and ``level`` through the processors; write one line."""
+    def write(self, method: str, event: str, fields: dict[str, Any]) -> int:
+        """Render ``fields``, ``event`` and ``level`` through the processors; write one line.
+
+        Returns:
+            The line's length in bytes, its newline included.
+        """
         rendered: Any = {**fields, "event": event, "level": method}
         processors = self._processors or self._load()
         for processor in processors:
             rendered = processor(self, method, rendered)
-        self._write(rendered + b"\n")
+        line = rendered + b"\n"
+        self._write(line)
         self._flush()
+        return len(line)
 
     def _load(self) -> tuple[Callable[..., Any], ...]:
         self._processors = tuple(_processors())
@@ -254,7 +260,15 @@ def _record_head(start: bytes, pieces: list[bytes], length: int) -> tuple[str | 
     """``(digest,)`` if *start* + the reversed *pieces* is a record line, else ``None``."""
     if length + len(start) > MAX_LINE:
         return None
-    line = start + b"".join(reversed(pieces)) if pieces else start
+    data = _record_line(start + b"".join(reversed(pieces)) if pieces else start)
+    if data is None:
+        return None
+    digest = data.get("digest")
+    return (digest if isinstance(digest, str) else None,)
+
+
+def _record_line(line: bytes) -> dict[str, Any] | None:
+    """The record on *line* (a committed record or a rejection, parsed), else ``None``."""
     if b'"modefsm.' not in line:
         return None
     try:
@@ -262,8 +276,7 @@ def _record_head(start: bytes, pieces: list[bytes], length: int) -> tuple[str | 
     except orjson.JSONDecodeError:
         return None
     if isinstance(data, dict) and data.get("event") in RECORD_EVENTS:
-        digest = data.get("digest")
-        return (digest if isinstance(digest, str) else None,)
+        return data
     return None
 
 
@@ -362,6 +375,7 @@ class _LogFile:
             if size and os.pread(fd, 1, size - 1) != b"\n":
                 size += _end_torn_line(fd, size)
             self.has_records, self.head = _last_record(fd, size) if size else (False, None)
+            self.size = size
         except OSError as exc:
             os.close(fd)
             raise LogError(f"cannot read the transition log: {exc.strerror}", str(path)) from None
@@ -369,6 +383,7 @@ class _LogFile:
             os.close(fd)
             raise
         self.fd = fd
+        self.path = path
         self.file = _AppendFile(fd, fsync=fsync)
 
 
@@ -413,6 +428,7 @@ class TransitionLog:
         self.index: LogIndex | None = None
         self._head = head
         self._file: _LogFile | None = None
+        self._end = 0  # where this writer's last line ended in its file (with an index)
         self._fsync = False
         self._owns_index = False
 
@@ -474,16 +490,22 @@ class TransitionLog:
         return log
 
     def _open(self) -> None:
+        """Open the file at :attr:`path` and write to it from now on (the index follows it)."""
         assert self.path is not None  # noqa: S101 - only file logs open
         path = Path(self.path)
         log_file = _LogFile(path, fsync=self._fsync)
+        if self.index is not None:
+            try:
+                self.index.catch_up(path)
+            except BaseException:
+                log_file.file.close()
+                raise
         self._file = log_file
         self._logger = self._lines = _bind(log_file.file)
         self._head = log_file.head
-        if self.index is not None:
-            self.index.catch_up(path)
-            if not log_file.has_records:
-                self._head = self.index.head
+        self._end = log_file.size
+        if self.index is not None and not log_file.has_records:
+            self._head = self.index.head
 
     @classmethod
     def to_stream(
@@ -526,10 +548,11 @@ class TransitionLog:
             digest = record_digest(fields)
             del fields["event"]
             fields["digest"] = digest
+        length = 0
         try:
             if self._lines is not None:  # modefsm's own writer takes the dict as it is
                 info = event in (EVENT_CHANGED, EVENT_CREATED)
-                self._lines.write("info" if info else "warning", event, fields)
+                length = self._lines.write("info" if info else "warning", event, fields)
             elif event not in (EVENT_CHANGED, EVENT_CREATED):
                 self._logger.warning(event, **fields)
             else:
@@ -538,46 +561,66 @@ class TransitionLog:
             reason = exc.strerror or str(exc)
             msg = f"cannot write the transition log: {reason}; the record was not written"
             raise LogError(msg, self.path) from None
+        if digest is not None:
+            self._head = digest
+        if self.index is not None:
+            self._index_line(event, fields, digest, length)
+
+    def _index_line(
+        self, event: str, fields: dict[str, Any], digest: str | None, length: int
+    ) -> None:
+        """Tell the index of the line just written (*length* bytes; a record if *digest*)."""
+        index = self.index
+        assert index is not None  # noqa: S101 - called with an index only
+        offset = None
+        if self._file is not None:
+            offset = os.lseek(self._file.fd, 0, os.SEEK_CUR)
+            end, self._end = self._end, offset
+            if offset < end + length:  # the file was cut shorter (copied, then truncated)
+                with contextlib.suppress(LogError):  # written: the index catches up later
+                    index.catch_up(self._file.path)  # follows it anew, this line included
+                return
         if digest is None:
             return
-        self._head = digest
-        index = self.index
-        if index is not None:
-            offset = os.lseek(self._file.fd, 0, os.SEEK_CUR) if self._file else None
-            if event == EVENT_REJECTED:
-                index.advance(offset, digest)
-            else:
-                index.update(
-                    fields["session_id"],
-                    fields["to_mode"],
-                    fields["seq"],
-                    offset,
-                    digest,
-                    previous_of(fields["origin"], fields["from_mode"]),
-                    cwd=fields.get("cwd"),
-                    timestamp=fields.get("timestamp"),
-                )
+        if event == EVENT_REJECTED:
+            index.advance(offset, digest)
+        else:
+            index.update(
+                fields["session_id"],
+                fields["to_mode"],
+                fields["seq"],
+                offset,
+                digest,
+                previous_of(fields["origin"], fields["from_mode"]),
+                cwd=fields.get("cwd"),
+                timestamp=fields.get("timestamp"),
+            )
 
     def reopen(self) -> None:
         """Reopen the file at :attr:`path` after it was rotated, continuing the chain.
 
         A rotation tool renames the file and the process reopens its path: the new file
         is created if missing, and its first record's ``prev`` is the digest of the last
-        record written to the old one, so the two files verify as one stream.
+        record written to the old one, so the two files verify as one stream (give them
+        to ``modefsm replay`` oldest first). The new file is opened before the old one is
+        closed: if it cannot be, the log goes on writing to the old one. Its index (if
+        any) follows the new file and keeps answering for the sessions last written in
+        the old one. A file copied and then truncated in place needs no call: the next
+        record notices it.
 
         Raises:
             LogError: this log was not opened with :meth:`to_file`, or the file cannot be
-                opened.
+                opened (nothing changed).
         """
-        if self._file is None:
+        old = self._file
+        if old is None:
             raise LogError("only a log opened with to_file can be reopened", self.path)
         head = self._head
         if self.index is not None:
             self.index.commit()
-        self._file.file.close()
-        self._file = None
         self._open()
-        if not self._file.has_records:  # type: ignore[attr-defined]  # _open set it
+        old.file.close()
+        if not self._file.has_records:  # type: ignore[union-attr]  # _open set it
             self._head = head
             if self.index is not None:
                 self.index.advance(None, head)

@@ -25,7 +25,7 @@ from modefsm.protocol._http import (
 )
 from modefsm.protocol._list import LIST_PAGE
 from modefsm.protocol._negotiate import SUPPORTED_PROTOCOLS, UNSUPPORTED_PROTOCOL, serve_negotiated
-from modefsm.protocol._shared import FORGET_AFTER, SEND_WAIT, SharedEngine
+from modefsm.protocol._shared import FORGET_AFTER, FULL_WAIT, OUTBOX_SIZE, SEND_WAIT, SharedEngine
 from modefsm.protocol._switch import (
     REQUEST_CANCELLED,
     SwitchResult,
@@ -34,6 +34,7 @@ from modefsm.protocol._switch import (
 )
 from modefsm.protocol._transport import (
     EOF_GRACE,
+    ID_SCAN_BYTES,
     MAX_DEPTH,
     MAX_ECHO_CHARS,
     MAX_ECHO_ITEMS,
@@ -59,8 +60,10 @@ __all__ = [
     "EOF_GRACE",
     "FIRST_FRAME_SECONDS",
     "FORGET_AFTER",
+    "FULL_WAIT",
     "HEADER_SECONDS",
     "IDLE_SECONDS",
+    "ID_SCAN_BYTES",
     "LIST_PAGE",
     "LOOPBACK_NAMES",
     "MAX_BATCH",
@@ -75,6 +78,7 @@ __all__ = [
     "MAX_IN_FLIGHT",
     "MAX_OPEN",
     "MAX_VALUES",
+    "OUTBOX_SIZE",
     "REQUEST_CANCELLED",
     "RESERVED_DESCRIPTORS",
     "SEND_WAIT",

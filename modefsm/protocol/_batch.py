@@ -18,8 +18,10 @@ message) a :class:`Batches` wraps the connection's one-frame path:
   holds the array until its turn ends (the permission requests of the turn still go out
   and must be answered meanwhile);
 - the caps count the entries one by one: at most :data:`~modefsm.protocol.MAX_IN_FLIGHT`
-  requests are handled at once, and a held answer counts as answered (the array is
-  bounded by :data:`MAX_BATCH`).
+  requests are handled at once (on stdio the others are held, read but not started), a
+  request over :data:`~modefsm.protocol.MAX_OPEN` open ones gets its refusal in the array
+  (on stdio; an HTTP ``POST`` whose batch would pass it is refused whole, ``429``), and a
+  held answer counts as answered (the array is bounded by :data:`MAX_BATCH`).
 
 Answers are matched to requests by id, oldest first, as JSON-RPC does: a client that
 reuses an id still in flight cannot tell the answers apart either way.
@@ -137,6 +139,16 @@ class Batches:
         if slot is not None:
             slot.batch.waiting -= 1
 
+    def refused(self, frame: dict[str, Any], answer: dict[str, Any]) -> Batch | None:
+        """The request *frame* was not admitted but answered at once with *answer*.
+
+        Returns:
+            ``None`` when *frame* is not a batch's (write *answer* alone); else the batch,
+            *answer* in its place, whose array is ready when its :attr:`Batch.waiting` is 0.
+        """
+        slot = self._slots.pop(id(frame), None)
+        return None if slot is None else _answered(slot, answer)
+
     def take(self, message: dict[str, Any]) -> Batch | None:
         """Hold *message* if it answers a request of a batch; the batch it belongs to.
 
@@ -153,12 +165,15 @@ class Batches:
         slot = waiting.popleft()
         if not waiting:
             del self._open[key]
-        if slot is None:
-            return None
-        slot.batch.entries[slot.index] = message
-        slot.batch.waiting -= 1
-        slot.batch.last = slot.index
-        return slot.batch
+        return None if slot is None else _answered(slot, message)
+
+
+def _answered(slot: _Slot, answer: dict[str, Any]) -> Batch:
+    """Put *answer* in its place *slot*; the batch, one request less waiting."""
+    slot.batch.entries[slot.index] = answer
+    slot.batch.waiting -= 1
+    slot.batch.last = slot.index
+    return slot.batch
 
 
 def http_stream(transport: Any, answer: dict[str, Any]) -> Any:

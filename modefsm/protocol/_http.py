@@ -84,9 +84,12 @@ from modefsm.protocol._negotiate import (
 )
 from modefsm.protocol._shared import Peer, SharedEngine, connection_context, use_peer
 from modefsm.protocol._transport import (
+    ID_SCAN_BYTES,
     MAX_OPEN,
     _encode,
     _Ledger,
+    _over_open,
+    _readable_id,
     check_frame,
     check_message,
 )
@@ -191,6 +194,9 @@ class _Checked:
             await self._send_raw(batch.array(), batch)
 
     async def send(self, message: dict[str, Any]) -> None:
+        if self.engine is not None and ("id" in message or "method" not in message):
+            # an answer, or a request of the agent: after the updates queued before it
+            await self.engine.handed_over(self.peer)
         message, _line = self.ledger.outgoing(message)
         if self.engine is not None and "method" not in message:
             self.engine.answer_sent(self.peer, message)
@@ -520,20 +526,24 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
         return _error_body(-32600, details, request_id, limit="connections", max=max_connections)
 
     async def read_body(request: Request) -> bytes | Response:
+        """The body, or ``413`` past *max_body_bytes* (with the request's id if readable).
+
+        A body announced too long is not read beyond its first :data:`ID_SCAN_BYTES`
+        (where its id is looked for); one that grows too long, not beyond the limit.
+        """
         length = request.headers.get("content-length")
         too_big = f"a request body is at most {max_body_bytes} bytes"
-        if length is not None and length.isdigit() and int(length) > max_body_bytes:
-            return _error(
-                413, -32600, f"{too_big}, not {length}", limit="bytes", max=max_body_bytes
-            )
+        announced = length is not None and length.isdigit() and int(length) > max_body_bytes
+        if announced:
+            too_big += f", not {length}"
         body = bytearray()
         try:
             async with asyncio.timeout(body_seconds):
                 with contextlib.suppress(ClientDisconnect):
                     async for chunk in request.stream():
                         body += chunk
-                        if len(body) > max_body_bytes:
-                            return _error(413, -32600, too_big, limit="bytes", max=max_body_bytes)
+                        if len(body) > max_body_bytes or (announced and len(body) >= ID_SCAN_BYTES):
+                            break
         except TimeoutError:
             slow = _error(
                 408,
@@ -544,6 +554,9 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
             )
             slow.headers["connection"] = "close"
             return slow
+        if announced or len(body) > max_body_bytes:
+            request_id = _readable_id(bytes(body[:ID_SCAN_BYTES]))
+            return _error(413, -32600, too_big, request_id, limit="bytes", max=max_body_bytes)
         return bytes(body)
 
     async def post(request: Request) -> Response:  # noqa: C901, PLR0911 - one answer per check
@@ -571,8 +584,7 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
             entry = http_live[connection_id]
             entry.last = time.monotonic()
             if is_request and entry.wrapper is not None and entry.wrapper.ledger.open >= MAX_OPEN:
-                details = f"at most {MAX_OPEN} requests of a connection are answered at once"
-                return _error(429, -32600, details, frame["id"], limit="open", max=MAX_OPEN)
+                return JSONResponse(_over_open(frame["id"]).to_response(), status_code=429)
         response = await server.handle_post(
             frame,
             content_type=content_type,

@@ -33,10 +33,19 @@ its own; a shared engine keeps both per connection. Then:
   conversation, v2's ``state_update``) goes to the loading connection only; mode changes
   committed meanwhile (a restore fallback, a change made on another connection) go to
   every holder;
-- a connection that has not taken an update within :data:`SEND_WAIT` seconds (an HTTP
-  client that stopped reading its stream) stops holding every session it holds (a later
-  ``session/load``/``session/resume`` holds one again), so it holds the others up once,
-  not once per session; the failure is logged as ``modefsm.notify_failed``;
+- the engine never waits for a connection: each connection has a bounded queue
+  (:data:`OUTBOX_SIZE` updates) drained by a task of its own, in commit order; the
+  engine's flush only appends to the queues. The answer to a connection's request (and
+  a request of its agent, such as a permission request) goes out after the updates
+  queued for that connection before it (:meth:`SharedEngine.handed_over`), so a
+  request's notifications still precede its response. A connection whose transport has
+  not taken one update within :data:`SEND_WAIT` seconds (an HTTP client that stopped
+  reading its stream), or within :data:`FULL_WAIT` seconds while its queue is full, is
+  let go at once: it stops holding every session it holds and its queue is dropped (a
+  later ``session/load``/``session/resume`` holds one again); the failure is logged as
+  ``modefsm.notify_failed``. No other connection waits for it. What a connection's own
+  request sends to it (a load's replay, a turn's messages) waits while its queue is over
+  half full, so a long replay is paced by the client that asked for it;
 - a session whose last holder's connection closed (or was let go) is forgotten from memory
   :data:`FORGET_AFTER` seconds later if no connection holds it again by then (no record:
   as at the end of a stdio agent's process); a later ``session/load``/``session/resume``
@@ -50,21 +59,89 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from modefsm.engine._engine import ModeEngine
 
-__all__ = ["FORGET_AFTER", "SEND_WAIT", "SharedEngine"]
+__all__ = ["FORGET_AFTER", "FULL_WAIT", "OUTBOX_SIZE", "SEND_WAIT", "SharedEngine"]
 
 FORGET_AFTER = 60.0
 """Seconds a session with no connection left stays live before it is forgotten."""
 
-SEND_WAIT = 10.0
-"""Seconds a connection may take to accept one ``session/update`` before it is dropped."""
+SEND_WAIT = 1.0
+"""Seconds a connection's transport may take to accept one ``session/update`` before the
+connection is let go (its queue is drained by a task of its own: nobody else waits)."""
+
+OUTBOX_SIZE = 1024
+"""``session/update``s queued for one connection and not yet taken by its transport; one
+more lets the connection go if its transport has been taking none for
+:data:`FULL_WAIT` seconds (else, a burst committed before its queue could be drained,
+up to four times as many are queued, then it is let go)."""
+
+FULL_WAIT = 0.1
+"""Seconds a connection with a full queue may spend on one update before it is let go."""
 
 Sink = Callable[[str, Any], Awaitable[None]]
+
+
+class _Outbox:
+    """A connection's ``session/update``s not yet taken by its transport, in commit order.
+
+    ``queued`` counts every update appended, ``taken`` every update handed to the
+    transport (or dropped); :meth:`reached` waits until ``taken`` reaches a count.
+    """
+
+    __slots__ = ("drainer", "drops", "items", "queued", "sending", "taken", "waiters")
+
+    def __init__(self) -> None:
+        self.items: deque[tuple[str, Any]] = deque()
+        self.queued = 0
+        self.taken = 0
+        self.drops = 0  # how many times the queue was dropped
+        self.sending: float | None = None  # when the update being sent was handed over
+        self.drainer: asyncio.Task[None] | None = None
+        self.waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+    def full(self) -> bool:
+        """Whether one more update is one too many (see :data:`OUTBOX_SIZE`)."""
+        count = len(self.items)
+        if count < OUTBOX_SIZE:
+            return False
+        if count >= 4 * OUTBOX_SIZE:
+            return True
+        return self.sending is not None and time.monotonic() - self.sending >= FULL_WAIT
+
+    def took(self, count: int = 1) -> None:
+        """*count* updates were handed over (or dropped): wake the waiters they satisfy."""
+        self.taken += count
+        if not self.waiters:
+            return
+        waiting = []
+        for mark, waiter in self.waiters:
+            if mark <= self.taken:
+                if not waiter.done():
+                    waiter.set_result(None)
+            else:
+                waiting.append((mark, waiter))
+        self.waiters = waiting
+
+    def drop(self) -> None:
+        """Forget every queued update (the connection was let go or closed)."""
+        self.items.clear()
+        self.drops += 1
+        self.took(self.queued - self.taken)
+
+    async def reached(self, mark: int) -> None:
+        """Return once ``taken`` is at least *mark*."""
+        if self.taken >= mark:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self.waiters.append((mark, waiter))
+        await waiter
 
 
 @dataclass(eq=False)
@@ -86,6 +163,7 @@ class Peer:
     sessions: set[str] = field(default_factory=set)
     closed: bool = False
     _asked: dict[Any, tuple[str, str | None, bool]] = field(default_factory=dict)
+    _outbox: _Outbox = field(default_factory=_Outbox)
 
 
 _CURRENT: contextvars.ContextVar[Peer | None] = contextvars.ContextVar("modefsm_peer", default=None)
@@ -205,6 +283,10 @@ class SharedEngine(ModeEngine):
         self._let_go(peer)
         peer.attaching.clear()
         peer._asked.clear()  # noqa: SLF001 - the peer's bookkeeping is the engine's
+        outbox = peer._outbox  # noqa: SLF001
+        if outbox.drainer is not None:
+            outbox.drainer.cancel()
+        outbox.drop()
 
     def _let_go(self, peer: Peer) -> None:
         """*peer* holds nothing; the sessions it held last are forgotten later."""
@@ -309,14 +391,35 @@ class SharedEngine(ModeEngine):
         return update
 
     async def notify(self, session_id: str, update: Any) -> None:
-        """As :meth:`ModeEngine.notify`; during a load or resume, to the loader only."""
+        """As :meth:`ModeEngine.notify`; during a load or resume, to the loader only.
+
+        Within a connection's context, it then waits while that connection's queue is
+        over half full (a long replay is paced by its own client, never let go for it).
+        """
         await super().notify(session_id, self._route(session_id, update))
+        peer = _CURRENT.get()
+        if peer is not None:
+            outbox = peer._outbox  # noqa: SLF001 - the peer's bookkeeping is the engine's
+            if len(outbox.items) > OUTBOX_SIZE // 2:
+                await outbox.reached(outbox.queued - OUTBOX_SIZE // 2)
+
+    async def handed_over(self, peer: Peer) -> None:
+        """Return once every update queued for *peer* so far was handed to its transport.
+
+        Or dropped (*peer* was let go or closed meanwhile). What a connection sends itself
+        (its answers, its agent's requests) waits for this first, so that it follows the
+        updates committed before it. Waits at most about :data:`SEND_WAIT` seconds per
+        update still queued, as a transport that takes none within that is let go.
+        """
+        outbox = peer._outbox  # noqa: SLF001 - the peer's bookkeeping is the engine's
+        await outbox.reached(outbox.queued)
 
     def enqueue(self, session_id: str, update: Any) -> None:
         """As :meth:`ModeEngine.enqueue`; during a load or resume, to the loader only."""
         super().enqueue(session_id, self._route(session_id, update))
 
     async def _fan_out(self, session_id: str, update: Any) -> None:
+        """The engine's sink: queue *update* for each holder (never waits for one)."""
         if isinstance(update, _Targeted):
             peers = [update.peer] if not update.peer.closed else []
             update = update.update
@@ -329,12 +432,47 @@ class SharedEngine(ModeEngine):
         for peer in peers:
             if peer.sink is None or (v2_only and peer.protocol != 2):  # noqa: PLR2004
                 continue
-            try:
-                await asyncio.wait_for(peer.sink(session_id, update), SEND_WAIT)
-            except (TimeoutError, ConnectionError) as exc:
-                self._let_go(peer)  # its stream is stuck for every session it holds
-                kind = getattr(update, "session_update", None)
-                self._log_failure("modefsm.notify_failed", session_id, exc, update=kind)
-            except Exception as exc:  # noqa: BLE001 - one bad connection must not stop the rest
-                kind = getattr(update, "session_update", None)
-                self._log_failure("modefsm.notify_failed", session_id, exc, update=kind)
+            outbox = peer._outbox  # noqa: SLF001 - the peer's bookkeeping is the engine's
+            if outbox.full():
+                full = f"{len(outbox.items)} updates queued and not taken by its transport"
+                self._give_up(peer, session_id, update, ConnectionError(full))
+                continue
+            outbox.items.append((session_id, update))
+            outbox.queued += 1
+            if outbox.drainer is None:
+                outbox.drainer = asyncio.get_running_loop().create_task(
+                    self._drain(peer), context=connection_context(peer)
+                )
+
+    async def _drain(self, peer: Peer) -> None:
+        """Hand *peer*'s queued updates to its transport, in order, one at a time."""
+        outbox = peer._outbox  # noqa: SLF001 - the peer's bookkeeping is the engine's
+        try:
+            while outbox.items and peer.sink is not None:
+                session_id, update = outbox.items[0]
+                drops = outbox.drops
+                outbox.sending = time.monotonic()
+                try:
+                    await asyncio.wait_for(peer.sink(session_id, update), SEND_WAIT)
+                except (TimeoutError, ConnectionError) as exc:
+                    if drops == outbox.drops:  # else let go meanwhile (its queue was full)
+                        self._give_up(peer, session_id, update, exc)
+                    continue
+                except Exception as exc:  # noqa: BLE001 - one bad update must not stop the rest
+                    kind = getattr(update, "session_update", None)
+                    self._log_failure("modefsm.notify_failed", session_id, exc, update=kind)
+                finally:
+                    outbox.sending = None
+                if drops == outbox.drops:
+                    outbox.items.popleft()
+                    outbox.took()
+            outbox.drop()  # nothing left, or no transport to take it
+        finally:
+            outbox.drainer = None
+
+    def _give_up(self, peer: Peer, session_id: str, update: Any, exc: BaseException) -> None:
+        """Let *peer* go (its transport is stuck for every session it holds), drop its queue."""
+        self._let_go(peer)
+        peer._outbox.drop()  # noqa: SLF001 - the peer's bookkeeping is the engine's
+        kind = getattr(update, "session_update", None)
+        self._log_failure("modefsm.notify_failed", session_id, exc, update=kind)

@@ -25,8 +25,12 @@ It also tracks the agent's own requests, so that a second answer to a
 
 Flow control (:func:`run_agent`): at most :data:`MAX_IN_FLIGHT` requests are handled at
 once (not counting those waiting for the client's answer to one of the agent's own
-requests, up to :data:`MAX_OPEN` in all) and nothing is read while the output is not
-drained, so a client that stops reading stdout stops the agent's reading, not its memory.
+requests); more are held, read but not started. At most :data:`MAX_OPEN` are open in all
+(handled, held, or waiting for the client): one more is answered at once with an error
+naming the limit. Reading stdin never waits for the agent's work, so the client's answers
+to the agent's requests and its cancels are always read; it stops only while the output
+is not drained, so a client that stops reading stdout stops the agent's reading, not its
+memory.
 At the end of input every request already read is answered (within :data:`EOF_GRACE`
 seconds) before the agent stops; a closed stdout stops it at once
 (:class:`OutputClosedError`). Diagnostics never block: :class:`Diagnostics` writes them
@@ -54,12 +58,14 @@ from typing import Any
 
 import orjson
 from acp.agent.connection import AgentSideConnection
+from acp.exceptions import RequestError
 from acp.meta import AGENT_METHODS, PROTOCOL_METHODS
 
 from modefsm.errors import FrameError
 
 __all__ = [
     "EOF_GRACE",
+    "ID_SCAN_BYTES",
     "MAX_DEPTH",
     "MAX_ECHO_CHARS",
     "MAX_ECHO_ITEMS",
@@ -103,11 +109,13 @@ member ``"...[+N members]": null``."""
 
 MAX_IN_FLIGHT = 64
 """Requests handled at once, not counting those that wait for the client's answer to a
-request of the agent (``session/request_permission``); the next one is read when one is
-answered."""
+request of the agent (``session/request_permission``); a request read beyond them is held
+(read, not started) until one is answered or starts waiting for the client."""
 
 MAX_OPEN = 1024
-"""Requests read and not answered yet, in all; reading stops at this many."""
+"""Requests read and not answered yet, in all (handled, held, or waiting for the client's
+answer to the agent); one more is answered at once with ``-32600`` (``limit``: ``open``),
+on stdio as over HTTP (``429``)."""
 
 EOF_GRACE = 5.0
 """Seconds the agent keeps answering the requests already read after the end of input."""
@@ -247,6 +255,114 @@ def _valid_id(value: Any) -> bool:
     return value is None or type(value) is int
 
 
+def _answerable_id(value: Any) -> bool:
+    """Whether *value* can be the id of an answer: valid, and encodable (no lone surrogate)."""
+    if isinstance(value, str) and not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+    return _valid_id(value)
+
+
+ID_SCAN_BYTES = 64 * 1024
+"""Bytes at each end of a frame refused for its size or shape that are searched for its
+``"id"`` member (:func:`_readable_id`)."""
+
+_TOKEN = re.compile(
+    rb'[ \t\r\n]*(?:("(?:[^"\\]|\\.)*")|(-?[0-9][-+.0-9eE]*|true|false|null)|([][{}:,]))'
+)
+"""One JSON token after blanks: a string (group 1), a scalar (2) or a mark (3)."""
+
+_TAIL_ID = re.compile(
+    rb'[{,][ \t\r\n]*"id"[ \t\r\n]*:[ \t\r\n]*("(?:[^"\\]|\\.)*"|-?[0-9][-+.0-9eE]*|null)'
+    rb"[ \t\r\n]*}[ \t\r\n]*\Z"
+)
+"""An ``"id"`` member that ends the frame's outermost object (its last bytes)."""
+
+
+def _readable_id(head: bytes, tail: bytes = b"") -> Any:
+    """The ``"id"`` of a frame refused unparsed, read from its first and last bytes.
+
+    *head* is the start of the frame, *tail* its end (each at most
+    :data:`ID_SCAN_BYTES`; the caller keeps them while it skips the rest). The id is
+    the outermost object's ``"id"`` member: read from *head* by following the tokens of
+    the members before it (a value that does not end within *head* stops the search),
+    or from *tail* when it is the last member. Time is linear in the bytes searched.
+
+    Returns:
+        The id, or ``None`` when it cannot be read or is not one JSON-RPC allows.
+
+    >>> _readable_id(b'{"jsonrpc":"2.0","id":7,"method":"x","params":{"p":"aaa')
+    7
+    >>> _readable_id(b'{"jsonrpc":"2.0","method":"x","params":{"id":3,"p":"a', b'a"},"id":"r"}')
+    'r'
+    >>> _readable_id(b'{"params":{"id":3,"p":"aaa', b'aaa"}}') is None
+    True
+    """
+    found = _head_id(head[:ID_SCAN_BYTES])
+    if found is _UNREAD and tail:
+        match = _TAIL_ID.search(tail[-ID_SCAN_BYTES:])
+        found = _UNREAD if match is None else _id_value(match.group(1))
+    return None if found is _UNREAD else found
+
+
+_UNREAD = object()
+
+
+def _id_value(token: bytes) -> Any:
+    """The id a JSON scalar *token* holds, or :data:`_UNREAD` if it is not a valid id."""
+    try:
+        value = json.loads(token, parse_constant=_no_constant, parse_float=_finite)
+    except (ValueError, RecursionError):
+        return _UNREAD
+    return value if type(value) is not bool and _answerable_id(value) else _UNREAD
+
+
+def _head_id(data: bytes) -> Any:  # noqa: C901, PLR0911, PLR0912 - one token kind per branch
+    """The outermost object's ``"id"`` read from the start *data* of a frame, or :data:`_UNREAD`."""
+    position, depth, want, key = 0, 0, "object", None
+    while True:
+        match = _TOKEN.match(data, position)
+        if match is None:
+            return _UNREAD
+        position = match.end()
+        text, scalar, mark = match.groups()
+        if depth == 0:
+            if mark != b"{":
+                return _UNREAD
+            depth, want = 1, "key"
+        elif depth > 1:  # inside a member's value: only its nesting counts
+            if mark in (b"{", b"["):
+                depth += 1
+            elif mark in (b"}", b"]"):
+                depth -= 1
+        elif want == "key":
+            if text is None:
+                return _UNREAD
+            try:
+                key = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                return _UNREAD
+            want = "colon"
+        elif want == "colon":
+            if mark != b":":
+                return _UNREAD
+            want = "value"
+        elif want == "value":
+            if key == "id":
+                return _UNREAD if text is None and scalar is None else _id_value(text or scalar)
+            if mark in (b"{", b"["):
+                depth += 1
+            elif mark is not None:
+                return _UNREAD
+            want = "comma"
+        elif mark != b",":  # want == "comma": the object ends, or is not JSON
+            return _UNREAD
+        else:
+            want = "key"
+
+
 def check_frame(line: bytes) -> dict[str, Any]:
     """Parse and check one incoming line as a JSON-RPC 2.0 frame.
 
@@ -307,7 +423,8 @@ def _loads_exactly(line: bytes) -> Any:
     try:
         return json.loads(line.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
     except RecursionError:
-        raise FrameError(-32700, "nested too deeply") from None
+        request_id = _readable_id(line[:ID_SCAN_BYTES], line[-ID_SCAN_BYTES:])
+        raise FrameError(-32700, "nested too deeply", request_id=request_id) from None
     except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise FrameError(-32700, str(exc)) from None
 
@@ -316,7 +433,8 @@ def _parse(line: bytes, *, arrays: bool = False) -> dict[str, Any] | list[Any]:
     values = _count_values(line)
     if values > MAX_VALUES:
         details = f"a frame holds at most {MAX_VALUES} values, not {values}"
-        raise FrameError(-32600, details, limit=("values", MAX_VALUES))
+        request_id = _readable_id(line[:ID_SCAN_BYTES], line[-ID_SCAN_BYTES:])
+        raise FrameError(-32600, details, request_id=request_id, limit=("values", MAX_VALUES))
     exact = _LONG_NUMBER.search(line) is not None
     if exact:
         frame = _loads_exactly(line)
@@ -337,7 +455,7 @@ def _parse(line: bytes, *, arrays: bool = False) -> dict[str, Any] | list[Any]:
         answer, request_id = True, None
     else:
         answer = _answers(frame)
-        request_id = frame.get("id") if "method" in frame and _valid_id(frame.get("id")) else None
+        request_id = frame.get("id") if answer and _answerable_id(frame.get("id")) else None
     try:
         _check_text(frame, strings=exact)
     except RecursionError:
@@ -347,7 +465,7 @@ def _parse(line: bytes, *, arrays: bool = False) -> dict[str, Any] | list[Any]:
         ) from None
     except UnicodeEncodeError:
         details = "a string holds a lone surrogate: not Unicode text"
-        raise FrameError(-32700, details, answer=answer) from None
+        raise FrameError(-32700, details, request_id=request_id, answer=answer) from None
     return frame
 
 
@@ -359,14 +477,13 @@ def _answers(frame: dict[str, Any]) -> bool:
 
 
 def _check_envelope(frame: dict[str, Any]) -> None:
-    is_request = "method" in frame and "id" in frame
     answer = _answers(frame)
     if "id" in frame and not _valid_id(frame["id"]):
         if isinstance(frame["id"], str):
             details = f"id: a string of at most {MAX_ID_CHARS} characters, not {len(frame['id'])}"
             raise FrameError(-32600, details, answer=answer, limit=("id_chars", MAX_ID_CHARS))
         raise FrameError(-32600, "id: a string, an integer or null", answer=answer)
-    request_id = frame.get("id") if is_request else None
+    request_id = frame.get("id") if answer else None  # a request, or a frame of no known kind
 
     def bad(details: str) -> FrameError:
         return FrameError(-32600, details, request_id=request_id, answer=answer)
@@ -831,6 +948,10 @@ class CheckedTransport:
         self.batches: Any = None
         """A :class:`~modefsm.protocol._batch.Batches` once the connection serves them (v2)."""
         self._queued: deque[dict[str, Any]] = deque()  # the entries of a batch still to serve
+        self._held: deque[dict[str, Any]] = deque()  # read and open, not yet handed over
+        self._reading: asyncio.Task[bytes | FrameError | None] | None = None
+        self._ended = False
+        self._deadline = 0.0  # the end of input's grace, once it came (monotonic)
 
     @property
     def open_requests(self) -> int:
@@ -847,8 +968,9 @@ class CheckedTransport:
         return self._ledger.open <= len(self._ledger.awaiting)
 
     def _busy(self) -> bool:
+        """Whether :data:`MAX_IN_FLIGHT` requests are being handled (held ones not counted)."""
         ledger = self._ledger
-        return ledger.open >= MAX_OPEN or ledger.open - len(ledger.awaiting) >= MAX_IN_FLIGHT
+        return ledger.open - len(ledger.awaiting) - len(self._held) >= MAX_IN_FLIGHT
 
     async def _until(self, ready: Callable[[], bool], limit: float | None = None) -> bool:
         """Wait until *ready()* (re-checked whenever requests open or close); whether it is."""
@@ -872,36 +994,49 @@ class CheckedTransport:
     async def receive(self) -> dict[str, Any] | None:
         """The next good frame; bad ones are answered (requests) or dropped, and skipped.
 
-        Nothing is read while the output is not drained, nor while :data:`MAX_IN_FLIGHT`
-        requests are being handled. At the end of input, it waits (up to
-        :data:`EOF_GRACE` seconds) until every request read is answered or waits for the
-        client, then returns ``None``.
+        Reading never waits for the agent's work: a request read while
+        :data:`MAX_IN_FLIGHT` are being handled is held here (it counts as open) and
+        handed over when one of them is answered or starts waiting for the client; one
+        read while :data:`MAX_OPEN` are open is answered at once with ``-32600`` naming
+        the limit; the client's answers to the agent's requests and its cancels are
+        handed over as they come (a ``$/cancel_request`` of a request still held is
+        answered ``-32800`` here). Nothing is read while the output is not drained. At
+        the end of input, the requests held are handed over and it waits (up to
+        :data:`EOF_GRACE` seconds in all) until every request read is answered or waits
+        for the client, then returns ``None``.
 
         Returns:
             A frame, or ``None`` at the end of input.
         """
         while True:
+            if self._held and not self._busy():
+                return self._held.popleft()
+            if self._ended:
+                return await self._end()
+            # a batch's entries are served each as if read alone
             frame = self._queued.popleft() if self._queued else await self._read_frame()
             if frame is None:
-                await self._until(self._settled_but_awaiting, EOF_GRACE)
-                return None
-            if not frame:  # a blank or bad line (answered), or a batch (queued)
+                self._ended = True
+                self._deadline = time.monotonic() + EOF_GRACE
                 continue
-            request = "id" in frame and "method" in frame
-            if request and self._busy():
-                await self._until(lambda: not self._busy())
-            if self._ledger.admit(frame):
-                if request and self.batches is not None:
-                    self.batches.opened(frame)
+            if frame and await self._admitted(frame):
                 return frame
-            if request and self.batches is not None:
-                self.batches.dropped(frame)
 
     async def _read_frame(self) -> dict[str, Any] | None:
-        """The next line's frame; ``{}`` when it has none to serve now; ``None`` at the end."""
-        if self._writer.transport.get_write_buffer_size():
-            await self._writer.drain()
-        line = await self._read_line()
+        """The next line's frame; ``None`` at the end; ``{}`` when it has none to serve now.
+
+        ``{}``: a blank or bad line (answered if a request), a batch (its entries queued),
+        or room for a held request came before the line.
+        """
+        if self._reading is None:
+            if self._writer.transport.get_write_buffer_size():
+                await self._writer.drain()
+            self._reading = asyncio.ensure_future(self._read_line())
+        reading = self._reading
+        if self._held and not await self._line_or_room(reading):
+            return {}  # room for a held request, no line yet
+        self._reading = None
+        line = await reading  # CancelledError once close() stopped the read
         if line is None:
             return None
         checked = await self._checked(line)
@@ -909,6 +1044,57 @@ class CheckedTransport:
             await self._split(checked)
             return {}
         return checked if checked is not None else {}
+
+    async def _line_or_room(self, reading: asyncio.Future[Any]) -> bool:
+        """Wait until the line is read (``True``) or a request in flight ends (``False``)."""
+        self._changed.clear()
+        changed = asyncio.ensure_future(self._changed.wait())
+        try:
+            await asyncio.wait({reading, changed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
+        return reading.done()
+
+    async def _admitted(self, frame: dict[str, Any]) -> bool:
+        """Whether *frame* goes to the SDK now (a request may be held, refused or dropped)."""
+        ledger = self._ledger
+        if "method" in frame and "id" in frame:
+            if ledger.open >= MAX_OPEN:
+                await self._refuse(frame, _over_open(frame["id"]).to_response())
+                return False
+            ledger.admit(frame)
+            if self.batches is not None:
+                self.batches.opened(frame)
+            if ledger.open - len(ledger.awaiting) - len(self._held) > MAX_IN_FLIGHT:
+                self._held.append(frame)
+                return False
+            return True
+        if frame.get("method") == _CANCEL_REQUEST and self._held:
+            params = frame.get("params")
+            held = params.get("requestId", _UNREAD) if isinstance(params, dict) else _UNREAD
+            for request in self._held:
+                if request["id"] == held and type(request["id"]) is type(held):
+                    self._held.remove(request)
+                    cancelled = {"jsonrpc": "2.0", "id": held, "error": _CANCELLED}
+                    await self.send(cancelled)
+                    return False
+        return ledger.admit(frame)
+
+    async def _refuse(self, request: dict[str, Any], answer: dict[str, Any]) -> None:
+        """Write *answer* to *request*, not admitted: alone, or in its batch's array."""
+        batch = self.batches.refused(request, answer) if self.batches is not None else None
+        if batch is None:
+            await self._write(_encode(answer))
+        elif not batch.waiting:
+            await self._write(_encode_array(batch.array()))
+
+    async def _end(self) -> dict[str, Any] | None:
+        """After the end of input: the next held request, or ``None`` once all is settled."""
+        remaining = self._deadline - time.monotonic()
+        if self._held and await self._until(lambda: not self._busy(), remaining):
+            return self._held.popleft()
+        await self._until(self._settled_but_awaiting, max(0.0, self._deadline - time.monotonic()))
+        return None
 
     async def _split(self, value: list[Any]) -> None:
         """Queue the entries of a batch; write its answer now if it has nothing to wait for."""
@@ -968,6 +1154,11 @@ class CheckedTransport:
 
     async def close(self) -> None:
         """Close the output, waiting (boundedly) for what is buffered to be written."""
+        if self._reading is not None:
+            self._reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reading
+            self._reading = None
         self._writer.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._writer.wait_closed(), _CLOSE_WAIT)
@@ -975,29 +1166,51 @@ class CheckedTransport:
             self._writer.transport.abort()
 
     async def _read_line(self) -> bytes | FrameError | None:
-        """The next line; a :class:`FrameError` for one too long; ``None`` at the end."""
+        """The next line; a :class:`FrameError` for one too long; ``None`` at the end.
+
+        Of a line too long, only its first and last :data:`ID_SCAN_BYTES` are kept, for
+        its id (:func:`_readable_id`).
+        """
         chunks: list[bytes] = []
         size = 0
+        head = tail = b""
         while True:
             try:
                 chunk = await self._reader.readuntil(b"\n")
             except asyncio.LimitOverrunError as exc:
                 chunk = await self._reader.readexactly(exc.consumed)
             except asyncio.IncompleteReadError as exc:  # the end, maybe without a newline
-                if not exc.partial and not chunks:
+                if not exc.partial and not chunks and not head:
                     return None
                 chunk = exc.partial + b"\n"
             size += len(chunk)
             if size <= MAX_FRAME_BYTES:
                 chunks.append(chunk)
             else:
-                chunks.clear()
+                if not head:
+                    head = b"".join(chunks)[:ID_SCAN_BYTES] if chunks else chunk[:ID_SCAN_BYTES]
+                    chunks.clear()
+                tail = (tail + chunk)[-ID_SCAN_BYTES:]
             if chunk.endswith(b"\n"):
                 break
         if size > MAX_FRAME_BYTES:
             details = f"a frame is at most {MAX_FRAME_BYTES} bytes, not {size}"
-            return FrameError(-32600, details, limit=("bytes", MAX_FRAME_BYTES))
+            request_id = _readable_id(head, tail)
+            return FrameError(
+                -32600, details, request_id=request_id, limit=("bytes", MAX_FRAME_BYTES)
+            )
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _over_open(request_id: Any) -> FrameError:
+    """The refusal of a request read while :data:`MAX_OPEN` of its connection are open."""
+    details = f"at most {MAX_OPEN} requests of a connection are answered at once"
+    return FrameError(-32600, details, request_id=request_id, limit=("open", MAX_OPEN))
+
+
+_CANCEL_REQUEST = PROTOCOL_METHODS["cancel_request"]
+_CANCELLED = RequestError.request_cancelled().to_error_obj()
+"""The error the SDK answers a request cancelled by ``$/cancel_request`` with (-32800)."""
 
 
 def _encode(message: dict[str, Any]) -> bytes:

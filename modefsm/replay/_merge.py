@@ -26,23 +26,47 @@ from modefsm.store._interface import EXPORT_EVENT
 
 __all__: list[str] = []  # used by replay() only
 
-FileKind = Literal["export", "worker", "plain"]
+FileKind = Literal["export", "worker", "plain", "uncommitted"]
 
 
 def file_kind(path: str, *, workers: bool = True) -> FileKind:
-    """What *path* holds: a database export, a PostgreSQL worker's file, or a plain log.
+    """What *path* holds: a database export, a PostgreSQL worker's file, a plain log, or none.
 
-    A worker's file is one whose first committed record (among its first
-    :data:`_PEEK` records) carries an integer ``gseq``; with *workers* false only an
-    export is told apart. An unreadable file is ``plain`` (the replay reports it).
+    A worker's file is one whose first committed record carries an integer ``gseq``; a
+    file whose first committed record has none is a plain log. A file with no committed
+    record at all (empty, or only rejections and lines that are not records: what a
+    worker that changed nothing writes) is ``uncommitted``: it fits either kind. With
+    *workers* false only an export is told apart. An unreadable file is ``plain`` (the
+    replay reports it).
     """
     if path == "-" or _first_event(path) == EXPORT_EVENT:
         return "plain" if path == "-" else "export"
-    if workers and _regular(path):  # a FIFO's lines are read once, by the replay
-        for item in itertools.islice(read_log([path]), _PEEK):
-            if isinstance(item, LogEntry) and item.record.event != EVENT_REJECTED:
-                return "worker" if item.gseq is not None else "plain"
-    return "plain"
+    if not workers or not _regular(path):  # a FIFO's lines are read once, by the replay
+        return "plain"
+    for item in read_log([path]):
+        if isinstance(item, LogEntry) and item.record.event != EVENT_REJECTED:
+            return "worker" if item.gseq is not None else "plain"
+        if isinstance(item, LogProblem) and item.fatal:
+            return "plain"
+    return "uncommitted"
+
+
+def merged_kinds(kinds: Sequence[FileKind]) -> bool:
+    """Whether files of *kinds* are read as one history merged by ``gseq``.
+
+    They are when none is a plain log and at least one holds records with ``gseq``
+    (a worker's file or an export), several files or one export:
+
+    >>> merged_kinds(["worker", "uncommitted", "uncommitted"])
+    True
+    >>> merged_kinds(["worker", "plain"]), merged_kinds(["uncommitted", "uncommitted"])
+    (False, False)
+    >>> merged_kinds(["worker"]), merged_kinds(["export"])
+    (False, True)
+    """
+    if "plain" in kinds or not any(kind in ("worker", "export") for kind in kinds):
+        return False
+    return len(kinds) > 1 or kinds[0] == "export"
 
 
 def _first_event(path: str) -> object:
@@ -71,9 +95,6 @@ def _regular(path: str) -> bool:
         return False
 
 
-_PEEK = 1000
-
-
 def merge_by_gseq(
     paths: Sequence[str], *, check_digests: bool = False
 ) -> Iterator[LogEntry | LogProblem]:
@@ -81,7 +102,8 @@ def merge_by_gseq(
 
     Streaming: one item per file is held at a time. Each file's items come in their file
     order; an item without ``gseq`` (a rejection, a problem) keeps the place of the record
-    before it in its file; equal ``gseq`` are taken in the order of *paths*.
+    before it in its file (before every record when there is none); equal ``gseq`` are
+    taken in the order of *paths*.
     """
     readers = [read_log([path], check_digests=check_digests) for path in paths]
     keys = [0] * len(readers)  # the gseq of each file's last record, for items without one

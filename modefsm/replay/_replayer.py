@@ -51,7 +51,7 @@ from modefsm.log._records import (
     covered_digest,
     previous_of,
 )
-from modefsm.replay._merge import file_kind, merge_by_gseq
+from modefsm.replay._merge import file_kind, merge_by_gseq, merged_kinds
 from modefsm.restore import LogRestore, RestorePoint, last_points
 from modefsm.spec._model import ModeSpec, preset
 from modefsm.spec._presets import preset_names
@@ -1097,14 +1097,15 @@ def replay(
     Several files of PostgreSQL workers (each committed record with a ``gseq``), or a
     database export, are read as one history: merged by ``gseq`` (their order in *paths*
     does not matter), each file's chain followed on its own and each session's by
-    ``session_prev`` (see :class:`Replayer`'s ``merged``).
+    ``session_prev`` (see :class:`Replayer`'s ``merged``). A file with no committed
+    record (empty, or only rejections) joins such a set.
 
     Returns:
         The :class:`ReplayReport`; nothing is raised for bad input, it is all reported.
     """
     files = [str(path) for path in paths]
     kinds = [file_kind(path, workers=len(files) > 1) for path in files]
-    if "plain" not in kinds and (len(files) > 1 or kinds == ["export"]):
+    if merged_kinds(kinds):
         exports = [path for path, kind in zip(files, kinds, strict=True) if kind == "export"]
         merged = Replayer(
             specs,

@@ -14,12 +14,24 @@ record (``session_prev``).
 A torn last line (a writer killed inside its write) is ended under the lock before the
 next record, with a ``modefsm.log_repaired`` line.
 
+Rotation: every time the lock is taken, the store checks that the path still names the
+file it reads (renamed away by a rotation tool: it reads the old file's last lines, then
+moves to the new file, creating it if missing) and that the file is not shorter than what
+it read, nor changed before that point (copied, then truncated in place: it reads it
+again from its start). Either way each session's head and the file's chain head are
+kept, so the new file's first record continues the old file's chain, and the restore
+index keeps the points of the sessions last written in the old file.
+:meth:`FileStore.reopen` does this at once (``serve`` calls it on ``SIGHUP``).
+
 The restore index beside the file (``<path>.index``, SQLite in WAL mode) is a shared
 cache of the file: :meth:`FileStore.restore_point` catches it up from where this process
-last read, under the file's lock, and commits at once; no process keeps a write
-transaction open, and opening the store never touches the index. An index that is not a
-restore index is refused for restores only (with the command that rebuilds it); the store
-still writes.
+last read, under the file's lock, and commits at once; from then on (or from the first
+record this process appends) the store tells it of every line it reads or writes, so
+that it never falls behind what this process has seen (a file truncated in place keeps
+nothing for a later catch-up to read). Commits are batched as the index's own; no
+process keeps a write transaction open, and opening the store never touches the index.
+An index that is not a restore index is refused for restores only (with the command that
+rebuilds it); the store still writes.
 
 Only for local filesystems: ``flock`` and ``O_APPEND`` are not reliable over NFS.
 """
@@ -36,13 +48,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from modefsm.errors import LogError
 from modefsm.log._files import lock_holders, open_private
 from modefsm.log._reader import LogEntry, read_log
-from modefsm.log._records import EVENT_CHANGED, EVENT_CREATED, RECORD_EVENTS, TransitionRecord
-from modefsm.log._writer import TransitionLog, _check_regular, _end_torn_line
+from modefsm.log._records import (
+    EVENT_CHANGED,
+    EVENT_CREATED,
+    EVENT_REJECTED,
+    RECORD_EVENTS,
+    SEQ_MAX,
+    TransitionRecord,
+    previous_of,
+)
+from modefsm.log._writer import TransitionLog, _check_regular, _end_torn_line, _record_line
 from modefsm.restore import ListAfter, ListedSession, RestoreIndex, RestorePoint, is_index
 from modefsm.store._interface import SessionMoved, StoreBusy
 
@@ -94,19 +112,26 @@ class FileStore:
         self._heads: dict[str, RestorePoint] = {}  # sessions this process holds
         self._index: RestoreIndex | None = None
         self._index_problem: str | None = None
+        self._seen = 0  # bytes of the file read (under the lock)
+        self._mark = b""  # the last bytes before _seen: a file cut and refilled differs
+        self._fed: int | None = None  # bytes the index was told of, once it follows here
+        self._aligning = True  # try to make the index follow at the next append
         try:
             _check_regular(os.fstat(self._fd).st_mode, self.path)
-            self._lock()
+            self._identity = _identity(self._fd)
+            self._lock(follow=False)
             try:  # the writer ends a torn line and finds the chain head: under the lock
                 self._log = TransitionLog.to_file(self.path, fsync=fsync)
-                self._seen = os.lseek(self._fd, 0, os.SEEK_END)
+                self._read_to(os.lseek(self._fd, 0, os.SEEK_END))
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
         except BaseException:
             os.close(self._fd)
             raise
         with contextlib.suppress(LogError):  # opened now (while there is room), used later
-            self._open_index()
+            kept = self._open_index()
+            if self._log.head is None and self._seen == 0:  # a new file after a rotation
+                self._log.follow(kept.head)
 
     @property
     def timeout(self) -> float:
@@ -115,9 +140,32 @@ class FileStore:
 
     # -- the lock ------------------------------------------------------------------------
 
-    def _lock(self) -> None:
+    def _lock(self, *, follow: bool = True) -> None:
+        """Lock the file (see :meth:`_flock`); with *follow*, then notice a rotation.
+
+        Raises:
+            StoreBusy: the lock was not had in time.
+            LogError: a rotated file could not be followed (the lock is not held then).
+        """
+        self._flock(self._fd)
+        if follow:
+            self._followed()
+
+    def _followed(self) -> None:
+        """Notice a rotation, the lock just taken (it is released if that fails).
+
+        Raises:
+            StoreBusy, LogError: as :meth:`_follow_file`.
+        """
+        try:
+            self._follow_file()
+        except BaseException:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            raise
+
+    def _flock(self, fd: int) -> None:
         """``flock(LOCK_EX)`` with a bounded wait: a few yields, then short sleeps."""
-        for pause in self._lock_waits(self.lock_timeout):
+        for pause in self._lock_waits(fd, self.lock_timeout):
             time.sleep(pause)
 
     async def _lock_async(self, deadline: float | None) -> None:
@@ -128,16 +176,16 @@ class FileStore:
         limit = self.lock_timeout
         if deadline is not None:
             limit = min(limit, deadline - asyncio.get_running_loop().time())
-        for pause in self._lock_waits(limit):
+        for pause in self._lock_waits(self._fd, limit):
             await asyncio.sleep(pause)
+        self._followed()
 
-    def _lock_waits(self, limit: float) -> Iterator[float]:
-        """Try the lock; yield each pause to sleep before the next try, until it is taken.
+    def _lock_waits(self, fd: int, limit: float) -> Iterator[float]:
+        """Try the lock of *fd*; yield each pause to sleep before the next try, until taken.
 
         Raises:
             StoreBusy: the lock was not taken within *limit* seconds.
         """
-        fd = self._fd
         for _ in range(_SPIN):
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -164,6 +212,118 @@ class FileStore:
             else:
                 return
 
+    # -- rotation --------------------------------------------------------------------------
+
+    def _follow_file(self) -> None:
+        """Notice a rotation, the lock held: the path names another file, or ours was cut.
+
+        Raises:
+            StoreBusy: the new file's lock was not had in time (nothing changed).
+            LogError: the new file cannot be opened (nothing changed).
+        """
+        try:
+            named = self.path.stat()
+        except FileNotFoundError:
+            named = None
+        except OSError as exc:
+            raise self._cannot_open(exc) from None
+        if named is None or (named.st_dev, named.st_ino) != self._identity:
+            self._move_to_new_file()
+        elif named.st_size < self._seen or (named.st_size > self._seen and not self._unchanged()):
+            self._read_again(continued=self._fed is not None)
+
+    def _cannot_open(self, exc: OSError) -> LogError:
+        return LogError(f"cannot open the transition log: {exc.strerror}", str(self.path))
+
+    def _unchanged(self) -> bool:
+        """Whether the bytes just before :attr:`_seen` still hold :attr:`_mark`."""
+        mark = self._mark
+        if not mark:
+            return True
+        return mark in os.pread(self._fd, _MARK, max(0, self._seen - _MARK))
+
+    def _move_to_new_file(self) -> None:
+        """The file was renamed away: read its last lines, then follow the new one."""
+        old = self._fd
+        self._sync_tail()  # the records appended to the old file since we last looked
+        index = self._usable_index()
+        continued = index is not None
+        if index is not None:  # it learns every record of the old file, through our fd
+            try:
+                index.catch_up(_descriptor_path(old))
+            except LogError:
+                continued = False
+        try:  # created 0600 if missing, as the first one was
+            fd = open_private(
+                self.path, os.O_RDWR | os.O_APPEND | os.O_NONBLOCK, "the transition log"
+            )
+        except OSError as exc:
+            raise self._cannot_open(exc) from None
+        try:
+            _check_regular(os.fstat(fd).st_mode, self.path)
+            self._flock(fd)
+            self._log.reopen()  # ends a torn line, keeps the chain: under the new lock
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self._identity = _identity(fd)
+        fcntl.flock(old, fcntl.LOCK_UN)
+        os.close(old)
+        self._read_again(continued=continued)
+
+    def _read_again(self, *, continued: bool) -> None:
+        """Read the file from its start (new, or cut shorter), keeping every head.
+
+        The index follows it from its start; *continued*: the index holds every record
+        read so far, so it keeps their points as those of an earlier file.
+        """
+        self._seen, self._mark, self._fed = 0, b"", None
+        index = self._usable_index()
+        if index is not None:
+            with contextlib.suppress(LogError):
+                index.rotated(self.path, continued=continued)
+        self._sync_tail()
+        self._align()
+
+    def _usable_index(self) -> RestoreIndex | None:
+        """The index if it can be opened, else ``None``."""
+        try:
+            return self._open_index()
+        except LogError:
+            return None
+
+    def _align(self, at_most: int | None = None) -> None:
+        """Catch the index up with the file (the lock held) and tell it of every line after.
+
+        With *at_most*, only if that reads at most so many bytes (the first record of a
+        process must not wait for a long catch-up: its first restore does that).
+        """
+        self._aligning = False
+        index = self._usable_index()
+        if index is None:
+            return
+        if at_most is not None:
+            lag = index.lag(self.path)
+            if lag is None or lag > at_most:
+                return
+        with contextlib.suppress(LogError):
+            self._index_caught_up()
+
+    # -- reading others' lines --------------------------------------------------------------
+
+    def _read_to(self, size: int, digest: str | None = None) -> None:
+        """Note that the file was read up to *size* bytes.
+
+        What marks that point (:meth:`_unchanged`): *digest*, when the last line is a
+        record whose digest is known, else the last bytes, read.
+        """
+        self._seen = size
+        if digest is not None:
+            self._mark = digest.encode()
+        else:
+            self._mark = os.pread(self._fd, _MARK, max(0, size - _MARK)) if size else b""
+
     def _sync_tail(self) -> None:
         """Read what other processes appended since :attr:`_seen` (the lock is held)."""
         fd = self._fd
@@ -174,29 +334,68 @@ class FileStore:
             size += _end_torn_line(fd, size)
         heads = self._heads
         chain = self._log.head
+        last = None  # the digest of the last line, if it is a record
         position = self._seen
+        feed = self._fed is not None and self._index is not None
         rest = b""
         while position < size:
             chunk = rest + os.pread(fd, min(_CHUNK, size - position), position)
+            start = position - len(rest)
             position += len(chunk) - len(rest)
             end = chunk.rfind(b"\n") + 1
             rest = chunk[end:]
+            line_end = start
             for line in chunk[:end].split(b"\n")[:-1]:
-                if b'"modefsm.' not in line:
+                line_end += len(line) + 1
+                data = _record_line(line)
+                if data is None:
+                    last = None
                     continue
-                try:
-                    data = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    continue
-                if not isinstance(data, dict) or data.get("event") not in RECORD_EVENTS:
-                    continue
-                chain = data.get("digest")
+                chain = last = data.get("digest")
                 held = heads.get(data.get("session_id"))  # type: ignore[arg-type]
                 seq = data.get("seq")
                 if held is not None and isinstance(seq, int) and seq > held.seq:
                     heads[held.session_id] = _after(held, data)
+                if feed:
+                    self._feed(data, line_end)
         self._log.follow(chain if isinstance(chain, str) else None)
-        self._seen = size
+        self._read_to(size, last if isinstance(last, str) else None)
+        if feed:
+            self._fed = size
+
+    def _feed(self, data: dict[str, Any], end: int) -> None:
+        """Tell the index of another process's record *data*, whose line ends at *end*."""
+        digest = data.get("digest")
+        if not isinstance(digest, str):
+            return
+        if data.get("event") == EVENT_REJECTED:
+            self._tell(EVENT_REJECTED, {}, digest, end)
+        elif _committed(data):
+            self._tell(data["event"], data, digest, end)
+
+    def _tell(self, event: str, fields: dict[str, Any], digest: str, end: int) -> None:
+        """Tell the index of a record line (*fields* sound) ending at byte *end*."""
+        index = self._index
+        assert index is not None  # noqa: S101 - told only with an index
+        if event == EVENT_REJECTED:
+            index.advance(end, digest)
+            return
+        previous = previous_of(fields["origin"], fields["from_mode"])
+        index.update(fields["session_id"], fields["to_mode"], fields["seq"], end, digest, previous)
+
+    def _wrote(self, event: str, fields: dict[str, Any], digest: str | None) -> None:
+        """This process appended a line of *event* (a record if *digest*), the lock held.
+
+        Notes how far the file is read and tells the index of the record.
+        """
+        size = os.lseek(self._fd, 0, os.SEEK_END)
+        if self._fed is not None and self._index is not None and self._fed == self._seen:
+            if digest is not None:
+                self._tell(event, fields, digest, size)
+            self._fed = size
+        else:
+            self._fed = None  # lines the index was not told of: a catch-up reads them
+        self._read_to(size, digest)
 
     # -- the interface -------------------------------------------------------------------
 
@@ -233,6 +432,8 @@ class FileStore:
         seq = fields["seq"]
         try:
             self._sync_tail()
+            if self._aligning:
+                self._align(at_most=_ALIGN_MAX)
             held = self._heads.get(session_id)
             if seq != (held.seq if held is not None else 0) + 1:
                 if held is None:  # pragma: no cover - a seq-1 record always fits
@@ -240,12 +441,12 @@ class FileStore:
                 raise SessionMoved(held)
             fields["session_prev"] = held.digest if held is not None else None
             self._log.write(event, fields)
-            self._seen = os.lseek(self._fd, 0, os.SEEK_END)
+            digest = self._log.head
+            assert digest is not None  # noqa: S101 - a record was just written
+            fields["digest"] = digest
+            self._wrote(event, fields, digest)
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
-        digest = self._log.head
-        assert digest is not None  # noqa: S101 - a record was just written
-        fields["digest"] = digest
         self._heads[session_id] = _after(held, fields)
         return digest
 
@@ -272,7 +473,7 @@ class FileStore:
                 if held is not None and held.seq > head.seq:
                     raise SessionMoved(held)
             self._log.write(event, fields)
-            self._seen = os.lseek(self._fd, 0, os.SEEK_END)
+            self._wrote(event, fields, self._log.head if event in RECORD_EVENTS else None)
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
@@ -365,9 +566,15 @@ class FileStore:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def _index_caught_up(self) -> RestoreIndex:
-        """The index, caught up with the file (the lock is held)."""
+        """The index, caught up with the file (the lock is held); told of every line after.
+
+        Raises:
+            LogError: the index cannot be used or cannot catch up (it is not told of lines
+                then).
+        """
         index = self._open_index()
         index.catch_up(self.path)
+        self._fed = self._seen
         return index
 
     def _open_index(self) -> RestoreIndex:
@@ -390,7 +597,24 @@ class FileStore:
     def _report(self, event: str, fields: dict[str, Any]) -> None:
         """Write a diagnostic while the lock is held (the index reports a mismatch)."""
         self._log.write(event, fields)
-        self._seen = os.lseek(self._fd, 0, os.SEEK_END)
+        self._wrote(event, fields, None)
+
+    def reopen(self) -> None:
+        """Follow a rotation now rather than at the next append (``serve`` on ``SIGHUP``).
+
+        If the log was renamed away, the old file's last lines are read and the new file
+        at the path (created if missing) is used from now on; if it was truncated in
+        place, it is read again from its start. Nothing happens when neither is so.
+
+        Raises:
+            StoreBusy: the lock was held too long (the next append tries again).
+            LogError: the new file cannot be opened (the old one is still used).
+        """
+        self._lock()
+        try:
+            self._sync_tail()
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def release(self, session_id: str) -> None:
         """Stop following *session_id* (closed here): held heads stay bounded."""
@@ -415,13 +639,8 @@ class FileStore:
         """
         if self._fd < 0:
             return
-        with contextlib.suppress(LogError):
-            self._lock()
-            try:
-                self._sync_tail()
-                self._open_index().catch_up(self.path)
-            finally:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        with contextlib.suppress(LogError), self._caught_up():
+            pass
         if self._index is not None:
             with contextlib.suppress(LogError):
                 self._index.close()
@@ -456,6 +675,38 @@ def _foreign(path: Path) -> bool:
 
 
 _SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+_ALIGN_MAX = 1 << 20
+"""Bytes an index may be behind the file for a process's first record to catch it up."""
+
+_MARK = 128
+"""Bytes kept from just before the end of what was read (a record's digest is among them)."""
+
+
+def _descriptor_path(fd: int) -> str:
+    """A path that opens the file behind *fd*, wherever it was renamed to."""
+    return f"/proc/self/fd/{fd}" if Path("/proc/self/fd").is_dir() else f"/dev/fd/{fd}"
+
+
+def _committed(data: dict[str, Any]) -> bool:
+    """Whether *data* is a committed record whose fields the index can take."""
+    seq, source = data.get("seq"), data.get("from_mode")
+    return (
+        data.get("event") in (EVENT_CREATED, EVENT_CHANGED)
+        and isinstance(data.get("session_id"), str)
+        and isinstance(data.get("to_mode"), str)
+        and isinstance(data.get("origin"), str)
+        and (source is None or isinstance(source, str))
+        and type(seq) is int
+        and 1 <= seq <= SEQ_MAX
+    )
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    """The device and inode of the file behind *fd*."""
+    status = os.fstat(fd)
+    return status.st_dev, status.st_ino
 
 
 def _index_path(path: Path) -> Path:

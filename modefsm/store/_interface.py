@@ -249,10 +249,13 @@ def export_store(url: str, out: BinaryIO) -> int:
     database, its schema version); then one JSON line per committed record, in commit
     order, each with its ``gseq``. ``modefsm replay --verify`` reads it as one history
     per session. The store's tables are created if missing (then the export is empty).
+    *out* gets the lines as they are read: on an error it holds a part of the export
+    (``modefsm store export`` writes to a temporary file and keeps it only when complete).
 
     Raises:
-        LogError: *url* is not a ``postgresql://`` URL, ``psycopg`` is missing, or the
-            database cannot be read (the message names it).
+        LogError: *url* is not a ``postgresql://`` URL, ``psycopg`` is missing, the
+            database cannot be read, or a row's record is not a JSON object (the message
+            names the database and the row's ``gseq``).
     """
     if not url.startswith(("postgresql://", "postgres://")):
         raise LogError("not a postgresql:// URL", url)

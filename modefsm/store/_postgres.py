@@ -626,7 +626,8 @@ class PgStore:
         """Every record in the database as a JSON object with its ``gseq``, in ``gseq`` order.
 
         Raises:
-            StoreBusy, LogError: as :meth:`restore_point`.
+            StoreBusy, LogError: as :meth:`restore_point`; also a row whose ``record`` is
+                not a JSON object (raised when that row is reached).
         """
         after = 0
         while True:
@@ -639,6 +640,9 @@ class PgStore:
                 )
             )
             for gseq, record in rows:
+                if not isinstance(record, dict):
+                    msg = f"the record of gseq {gseq} is {_json_kind(record)}, not a JSON object"
+                    raise LogError(msg, self.where)
                 yield {**record, "gseq": gseq}
             if len(rows) < _PAGE:
                 return
@@ -727,6 +731,19 @@ def _finish(conn: Connection | None) -> None:
     """Close *conn* now, outside any event loop (libpq's ``PQfinish``)."""
     if conn is not None and not conn.closed:
         conn.pgconn.finish()
+
+
+def _json_kind(value: object) -> str:
+    """What JSON value *value* (parsed) is, for messages: ``a JSON array``, ..."""
+    if isinstance(value, list):
+        return "a JSON array"
+    if isinstance(value, str):
+        return "a JSON string"
+    if isinstance(value, bool):
+        return "a JSON boolean"
+    if isinstance(value, int | float):
+        return "a JSON number"
+    return "JSON null"
 
 
 def _first_line(exc: BaseException) -> str:

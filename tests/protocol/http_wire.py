@@ -66,13 +66,20 @@ def auth(url: str) -> dict[str, str]:
 def http_server(log: Path, *args: str) -> Iterator[Served]:
     """`modefsm serve --http 127.0.0.1:0 --log LOG ARGS`; yields its URL (with its token);
     SIGTERM at the end."""
+    with http_process(log, *args) as (url, _process):
+        yield url
+
+
+@contextlib.contextmanager
+def http_process(log: Path, *args: str) -> Iterator[tuple[Served, subprocess.Popen[bytes]]]:
+    """:func:`http_server`, yielding its URL (with its token) and its process."""
     command = [sys.executable, "-m", "modefsm", "serve", "--http", "127.0.0.1:0"]
     process = subprocess.Popen(
         [*command, "--log", str(log), *args], stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
     )
     assert process.stderr is not None
     try:
-        yield listening(process.stderr.readline().decode())
+        yield listening(process.stderr.readline().decode()), process
     finally:
         end(process)
         process.stderr.close()

@@ -55,6 +55,8 @@ async def test_updates_go_to_the_holders_each_in_its_version(log_path):
     with use_peer(a):
         await engine.set_mode(session.session_id, "ask")
     log.close()
+    for peer in (a, b):
+        await engine.handed_over(peer)  # what each connection's answer waits for
     assert kinds(got_a) == ["current_mode_update", "config_option_update"] * 2
     assert kinds(got_b) == [
         "current_mode_update",
@@ -85,9 +87,12 @@ async def test_a_load_in_progress_sends_to_the_loader_only():
             content=TextContentBlock(type="text", text="from the journal"),
         )
         await engine.notify(session_id, replayed)  # what a load replays
+    await engine.handed_over(b)
     engine.answer_sent(b, {"id": 7, "error": {"code": -32603, "message": "x"}})
     with use_peer(a):
         await engine.set_mode(session_id, "code")
+    await engine.handed_over(a)
+    await engine.handed_over(b)
     assert kinds(got_b) == ["agent_message_chunk"]  # and nothing after the failed load
     assert kinds(got_a) == ["current_mode_update", "config_option_update"]
 
@@ -110,7 +115,9 @@ async def test_a_stuck_connection_is_let_go_and_the_others_keep_getting_updates(
     engine.attach(session_id, stuck)
     engine.attach(session_id, a)
     await asyncio.wait_for(engine.set_mode(session_id, "code"), 5)
-    await asyncio.wait_for(engine.set_mode(session_id, "ask"), 5)
+    await asyncio.wait_for(engine.set_mode(session_id, "ask"), 5)  # never waits for it
+    await asyncio.wait_for(engine.handed_over(stuck), 5)  # let go after SEND_WAIT
+    await engine.handed_over(a)
     log.close()
     assert engine.holders(session_id) == [a]
     assert kinds(got_a) == ["current_mode_update", "config_option_update"] * 2
@@ -183,6 +190,8 @@ async def test_a_stuck_connection_is_let_go_of_every_session_it_holds_at_once(
         engine.attach(session_id, a)
     for session_id in sessions:
         await asyncio.wait_for(engine.set_mode(session_id, "code"), 5)
+    await asyncio.wait_for(engine.handed_over(stuck), 5)  # let go after SEND_WAIT
+    await engine.handed_over(a)
     log.close()
     assert [engine.holders(s) for s in sessions] == [[a]] * 4
     assert (stuck.sessions, stuck.closed) == (set(), False)
@@ -225,3 +234,82 @@ async def test_sessions_of_no_live_connection_are_forgotten_after_the_grace(log_
         (alone, "bypassPermissions", "set_mode"),
         (alone, "default", "restore"),
     ]
+
+
+async def test_a_connection_whose_queue_fills_is_let_go_at_once(
+    log_path, monkeypatch: pytest.MonkeyPatch
+):
+    """The engine never waits for a connection: its updates are queued; with OUTBOX_SIZE
+    queued and its transport taking none for FULL_WAIT, the next update lets it go then
+    and there, long before SEND_WAIT. A burst committed before its queue could be drained
+    (nothing being sent yet) lets no one go."""
+    monkeypatch.setattr(_shared, "SEND_WAIT", 30.0)
+    monkeypatch.setattr(_shared, "FULL_WAIT", 0.05)
+    monkeypatch.setattr(_shared, "OUTBOX_SIZE", 4)
+    log = TransitionLog.to_file(log_path)
+    engine = SharedEngine(SEED, log=log)
+    stuck = Peer()
+    taken: list[str] = []
+
+    async def one_then_never(session_id: str, update: Any) -> None:
+        taken.append(update.session_update)
+        await asyncio.Event().wait()
+
+    with use_peer(stuck):
+        engine.sink = one_then_never
+    a, got_a = connected(engine)
+    session_id = engine.new_session().session_id
+    engine.attach(session_id, stuck)
+    engine.attach(session_id, a)
+    modes = ["code", "ask", "architect", "code", "ask", "code"]
+    for mode in modes[:3]:  # a burst of 6 updates, over OUTBOX_SIZE before any is sent
+        await asyncio.wait_for(engine.set_mode(session_id, mode), 1)
+    await asyncio.sleep(0.1)  # the stuck connection's first update waits FULL_WAIT...
+    assert engine.holders(session_id) == [stuck, a]
+    for mode in modes[3:]:  # ... so the next one lets it go
+        await asyncio.wait_for(engine.set_mode(session_id, mode), 1)
+    await asyncio.wait_for(engine.handed_over(stuck), 1)
+    await engine.handed_over(a)
+    log.close()
+    assert engine.holders(session_id) == [a]
+    assert taken == ["current_mode_update"]
+    assert kinds(got_a) == ["current_mode_update", "config_option_update"] * 6
+    failed = [r for r in read_log(log_path) if r["event"] == "modefsm.notify_failed"]
+    assert [(r["update"], r["error"]) for r in failed] == [
+        (
+            "current_mode_update",
+            "ConnectionError('6 updates queued and not taken by its transport')",
+        )
+    ]
+
+
+async def test_a_connections_own_replay_is_paced_not_let_go(monkeypatch: pytest.MonkeyPatch):
+    """What a connection's own request sends it (a load's replay) waits while its queue is
+    over half full: a slow client gets all of a long replay, in order."""
+    monkeypatch.setattr(_shared, "OUTBOX_SIZE", 8)
+    engine = SharedEngine(SEED)
+    slow = Peer()
+    got: list[str] = []
+    longest = [0]
+
+    async def slowly(session_id: str, update: Any) -> None:
+        longest[0] = max(longest[0], len(slow._outbox.items))
+        await asyncio.sleep(0.001)
+        got.append(update.content.text)
+
+    with use_peer(slow):
+        engine.sink = slowly
+    session_id = engine.new_session().session_id
+    engine.attach(session_id, slow)
+    texts = [f"item {n}" for n in range(100)]
+    with use_peer(slow):
+        for text in texts:
+            chunk = AgentMessageChunk(
+                session_update="agent_message_chunk",
+                content=TextContentBlock(type="text", text=text),
+            )
+            await asyncio.wait_for(engine.notify(session_id, chunk), 5)
+        await asyncio.wait_for(engine.handed_over(slow), 5)
+    assert got == texts
+    assert longest[0] <= 5  # half of OUTBOX_SIZE, and the one just queued
+    assert engine.holders(session_id) == [slow]

@@ -15,7 +15,8 @@ import math
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -310,3 +311,126 @@ async def raw_serve(log: Path, *args: str, stderr: Path | None = None) -> AsyncI
             await reader
         if err is not None:
             err.close()
+
+
+# -- a synchronous peer: modefsm serve over pipes, read by a thread -------------------------
+
+
+def frame(request_id: Any, method: str, params: Any = None) -> bytes:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if request_id is not None:
+        message["id"] = request_id
+    if params is not None:
+        message["params"] = params
+    return json.dumps(message).encode() + b"\n"
+
+
+class Agent:
+    """``modefsm serve`` over pipes; stdout is read by a thread only after :meth:`read`."""
+
+    def __init__(self, *args: str, log: Path | None, stderr: Any = subprocess.PIPE) -> None:
+        command = [sys.executable, "-m", "modefsm", "serve", *args]
+        if log is not None:
+            command += ["--log", str(log)]
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr
+        )
+        self.messages: list[dict[str, Any]] = []
+        self.responses: dict[str, dict[str, Any]] = {}
+        self.sizes: dict[str, int] = {}
+        self.arrived = threading.Condition()
+        self.reader: threading.Thread | None = None
+        self.errors: list[BaseException] = []
+
+    def read(self) -> None:
+        """Start reading stdout (every line strict JSON-RPC)."""
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        try:
+            for line in self.process.stdout:
+                message = strict_loads(line)
+                assert isinstance(message, dict), line[:200]
+                assert message.get("jsonrpc") == "2.0", message
+                with self.arrived:
+                    self.messages.append(message)
+                    if "method" not in message:
+                        key = json.dumps(message.get("id"))
+                        assert key not in self.responses or key == "null", message
+                        self.responses[key] = message
+                        self.sizes[key] = len(line)
+                    self.arrived.notify_all()
+        except BaseException as exc:  # reported by the test thread
+            self.errors.append(exc)
+
+    def send(self, data: bytes) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(data)
+        self.process.stdin.flush()
+
+    def wait(self, ready: Callable[[], bool], limit: float = TIMEOUT) -> None:
+        with self.arrived:
+            assert self.arrived.wait_for(ready, limit), "no answer in time: a hang"
+        assert not self.errors, self.errors
+
+    def response(self, request_id: Any, limit: float = TIMEOUT) -> dict[str, Any]:
+        key = json.dumps(request_id)
+        self.wait(lambda: key in self.responses, limit)
+        return self.responses[key]
+
+    def call(self, request_id: Any, method: str, params: Any = None) -> dict[str, Any]:
+        self.send(frame(request_id, method, params))
+        return self.response(request_id)
+
+    def result(self, request_id: Any, method: str, params: Any = None) -> Any:
+        answer = self.call(request_id, method, params)
+        assert "result" in answer, answer
+        return answer["result"]
+
+    def call_unthreaded(self, request_id: Any, method: str, params: Any = None) -> Any:
+        """Send a request and read stdout in this thread up to its result (no reader thread)."""
+        self.send(frame(request_id, method, params))
+        assert self.process.stdout is not None
+        while True:
+            line = self.process.stdout.readline()
+            assert line, "stdout ended"
+            message = strict_loads(line)
+            if "method" not in message and message.get("id") == request_id:
+                assert "result" in message, message
+                return message["result"]
+
+    def notifications(self, kind: str) -> list[dict[str, Any]]:
+        with self.arrived:
+            return [
+                m["params"]["update"]
+                for m in self.messages
+                if m.get("method") == "session/update"
+                and m["params"]["update"]["sessionUpdate"] == kind
+            ]
+
+    def finish(self, limit: float = TIMEOUT) -> tuple[int, str]:
+        """Close stdin; the exit status and everything on stderr."""
+        assert self.process.stdin is not None
+        if not self.process.stdin.closed:
+            self.process.stdin.close()
+        err = b""
+        if self.process.stderr is not None:
+            err = self.process.stderr.read()
+        code = self.process.wait(limit)
+        if self.reader is not None:
+            self.reader.join(limit)
+        assert not self.errors, self.errors
+        return code, err.decode("utf-8", "replace")
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        if self.reader is not None:
+            self.reader.join(TIMEOUT)
+        for pipe in (self.process.stdin, self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()

@@ -6,9 +6,9 @@ fields dropped, retyped, renamed, added; envelopes broken; ids of every JSON typ
 size) and from raw byte mutations of valid frames. The oracle is JSON-RPC 2.0 itself:
 
 - a line that is not JSON (or not Unicode text) gets one ``-32700`` with id ``null``;
-- a line that is JSON but no JSON-RPC frame gets one ``-32600`` with id ``null``; a
-  request with a bad id type (or a string id longer than ``MAX_ID_CHARS``) gets
-  ``-32600`` with id ``null``;
+- a line that is JSON but no JSON-RPC frame gets one ``-32600``, with its id if it has
+  one JSON-RPC allows (id ``null`` for a bad id type, or a string id longer than
+  ``MAX_ID_CHARS``); one with a lone surrogate gets ``-32700``, with its id likewise;
 - every request with a valid id gets exactly one answer with that id, never ``-32603``;
 - notifications and responses never get an answer;
 
@@ -188,9 +188,10 @@ def expect(line: bytes) -> tuple[str, Any]:  # noqa: PLR0911 - one return per JS
     is_other = "method" in frame or "result" in frame or "error" in frame
     if is_other and not is_request:  # a notification or a response: never answered
         return ("none", None)
+    known = "id" in frame and valid_id(frame["id"]) and not lone_surrogate(frame["id"])
     if lone_surrogate(frame):
-        return ("null", -32700)
-    if is_request and valid_id(frame["id"]):
+        return ("id", frame["id"]) if known else ("null", -32700)
+    if known:  # a request, or a frame of no known kind: its id can be read
         return ("id", frame["id"])
     return ("null", -32600)
 
@@ -526,7 +527,7 @@ class TestFrames:
         )
         peer.write(line + b"\n")
         answer = peer.next()
-        assert (answer["id"], answer["error"]["code"]) == (None, -32600)
+        assert (answer["id"], answer["error"]["code"]) == (1, -32600)  # its id, read at its start
         exchange(peer, [b'{"jsonrpc":"2.0","id":2,"method":"nope"}'])
 
 

@@ -184,6 +184,40 @@ class TestRebuildIndexTargets:
         )
         assert other.read_bytes() == b"precious data\n"
 
+    @pytest.mark.parametrize("journal", [None, b"", b'{"session_id":"s","part":"host"}\n'])
+    def test_the_conversation_journal_is_refused(self, tmp_path: Path, journal: bytes | None):
+        """Rebuilt there, the index would stop the next `serve --log log.jsonl` from starting."""
+        a_log(tmp_path / "log.jsonl")
+        path = tmp_path / "log.jsonl.conversation"
+        if journal is not None:
+            path.write_bytes(journal)
+        assert run(
+            "replay", "log.jsonl", "--rebuild-index", "log.jsonl.conversation", cwd=tmp_path
+        ) == (
+            2,
+            "",
+            (
+                "modefsm replay: log.jsonl.conversation: is the conversation journal of "
+                "log.jsonl: the restore index needs a file of its own\n"
+            ),
+        )
+        assert (path.read_bytes() if path.exists() else None) == journal
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+            ["log.jsonl", *([] if journal is None else ["log.jsonl.conversation"])]
+        )
+
+    def test_a_file_named_like_a_journal_is_refused(self, tmp_path: Path):
+        a_log(tmp_path / "log.jsonl")
+        assert run("replay", "log.jsonl", "--rebuild-index", "old.conversation", cwd=tmp_path) == (
+            2,
+            "",
+            (
+                "modefsm replay: old.conversation: is named like a conversation journal "
+                "(*.conversation): the restore index needs a file of its own\n"
+            ),
+        )
+        assert not (tmp_path / "old.conversation").exists()
+
     def test_an_existing_index_is_rebuilt(self, tmp_path: Path):
         a_log(tmp_path / "log.jsonl")
         expected = (0, "rebuilt log.index: 1 session from 1 log(s)\n", "")

@@ -8,6 +8,7 @@ generous limits: these are bounds, not benchmarks.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,22 +26,23 @@ from typing import Any
 import pytest
 
 from modefsm.cli._serve import STDERR_LOG_WAIT
-from modefsm.protocol._transport import MAX_DEPTH, MAX_ID_CHARS, MAX_VALUES, Diagnostics
+from modefsm.protocol._transport import (
+    EOF_GRACE,
+    MAX_DEPTH,
+    MAX_ID_CHARS,
+    MAX_IN_FLIGHT,
+    MAX_OPEN,
+    MAX_VALUES,
+    CheckedTransport,
+    Diagnostics,
+    _Output,
+)
 
-from .harness import TIMEOUT, read_log, strict_loads
+from .harness import TIMEOUT, Agent, frame, read_log
 
 pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
 
 NEW = {"cwd": ".", "mcpServers": []}
-
-
-def frame(request_id: Any, method: str, params: Any = None) -> bytes:
-    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-    if request_id is not None:
-        message["id"] = request_id
-    if params is not None:
-        message["params"] = params
-    return json.dumps(message).encode() + b"\n"
 
 
 def memory_kb(pid: int, field: str = "VmRSS") -> int:
@@ -49,117 +52,6 @@ def memory_kb(pid: int, field: str = "VmRSS") -> int:
             return int(line.split()[1])
     msg = f"no {field} for {pid}"
     raise AssertionError(msg)
-
-
-class Agent:
-    """``modefsm serve`` over pipes; stdout is read by a thread only after :meth:`read`."""
-
-    def __init__(self, *args: str, log: Path | None, stderr: Any = subprocess.PIPE) -> None:
-        command = [sys.executable, "-m", "modefsm", "serve", *args]
-        if log is not None:
-            command += ["--log", str(log)]
-        self.process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr
-        )
-        self.messages: list[dict[str, Any]] = []
-        self.responses: dict[str, dict[str, Any]] = {}
-        self.sizes: dict[str, int] = {}
-        self.arrived = threading.Condition()
-        self.reader: threading.Thread | None = None
-        self.errors: list[BaseException] = []
-
-    def read(self) -> None:
-        """Start reading stdout (every line strict JSON-RPC)."""
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        try:
-            for line in self.process.stdout:
-                message = strict_loads(line)
-                assert isinstance(message, dict), line[:200]
-                assert message.get("jsonrpc") == "2.0", message
-                with self.arrived:
-                    self.messages.append(message)
-                    if "method" not in message:
-                        key = json.dumps(message.get("id"))
-                        assert key not in self.responses or key == "null", message
-                        self.responses[key] = message
-                        self.sizes[key] = len(line)
-                    self.arrived.notify_all()
-        except BaseException as exc:  # reported by the test thread
-            self.errors.append(exc)
-
-    def send(self, data: bytes) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(data)
-        self.process.stdin.flush()
-
-    def wait(self, ready: Callable[[], bool], limit: float = TIMEOUT) -> None:
-        with self.arrived:
-            assert self.arrived.wait_for(ready, limit), "no answer in time: a hang"
-        assert not self.errors, self.errors
-
-    def response(self, request_id: Any, limit: float = TIMEOUT) -> dict[str, Any]:
-        key = json.dumps(request_id)
-        self.wait(lambda: key in self.responses, limit)
-        return self.responses[key]
-
-    def call(self, request_id: Any, method: str, params: Any = None) -> dict[str, Any]:
-        self.send(frame(request_id, method, params))
-        return self.response(request_id)
-
-    def result(self, request_id: Any, method: str, params: Any = None) -> Any:
-        answer = self.call(request_id, method, params)
-        assert "result" in answer, answer
-        return answer["result"]
-
-    def call_unthreaded(self, request_id: Any, method: str, params: Any = None) -> Any:
-        """Send a request and read stdout in this thread up to its result (no reader thread)."""
-        self.send(frame(request_id, method, params))
-        assert self.process.stdout is not None
-        while True:
-            line = self.process.stdout.readline()
-            assert line, "stdout ended"
-            message = strict_loads(line)
-            if "method" not in message and message.get("id") == request_id:
-                assert "result" in message, message
-                return message["result"]
-
-    def notifications(self, kind: str) -> list[dict[str, Any]]:
-        with self.arrived:
-            return [
-                m["params"]["update"]
-                for m in self.messages
-                if m.get("method") == "session/update"
-                and m["params"]["update"]["sessionUpdate"] == kind
-            ]
-
-    def finish(self, limit: float = TIMEOUT) -> tuple[int, str]:
-        """Close stdin; the exit status and everything on stderr."""
-        assert self.process.stdin is not None
-        if not self.process.stdin.closed:
-            self.process.stdin.close()
-        err = b""
-        if self.process.stderr is not None:
-            err = self.process.stderr.read()
-        code = self.process.wait(limit)
-        if self.reader is not None:
-            self.reader.join(limit)
-        assert not self.errors, self.errors
-        return code, err.decode("utf-8", "replace")
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        if self.reader is not None:
-            self.reader.join(TIMEOUT)
-        for pipe in (self.process.stdin, self.process.stdout, self.process.stderr):
-            if pipe is not None:
-                with contextlib.suppress(OSError):
-                    pipe.close()
 
 
 @pytest.fixture
@@ -458,6 +350,152 @@ class TestUnreadStdout:
         assert len(read_log(log).sessions()) == total
 
 
+# -- answers owed to the client ------------------------------------------------------------
+
+
+def over_open(request_id: Any) -> dict[str, Any]:
+    """The whole answer to a request beyond MAX_OPEN unanswered ones."""
+    details = f"at most {MAX_OPEN} requests of a connection are answered at once"
+    data = {"details": details, "limit": "open", "max": MAX_OPEN}
+    error = {"code": -32600, "message": "Invalid request", "data": data}
+    return {"jsonrpc": "2.0", "id": request_id, "error": error}
+
+
+def in_architect(agent: Agent) -> str:
+    """Read *agent*, initialize it (id 0), make a session (1) and set it to architect (2),
+    where its prompts propose a switch; the session's id."""
+    agent.read()
+    agent.result(0, "initialize", {"protocolVersion": 1})
+    session_id: str = agent.result(1, "session/new", NEW)["sessionId"]
+    agent.result(2, "session/set_mode", {"sessionId": session_id, "modeId": "architect"})
+    return session_id
+
+
+class TestPendingPrompts:
+    """Prompts waiting for the client's permission answers never stop stdin being read."""
+
+    def prompts(self, agent: Agent, session_id: str, ids: list[str]) -> list[dict[str, Any]]:
+        """Send a prompt for each id at once; the permission requests they make, and
+        check that the others were refused at once with the MAX_OPEN error."""
+        params = {"sessionId": session_id, "prompt": [{"type": "text", "text": "go"}]}
+        start = len(self.asked(agent))
+        writer = threading.Thread(
+            target=agent.send, args=(b"".join(frame(i, "session/prompt", params) for i in ids),)
+        )
+        writer.start()
+        keys = [json.dumps(i) for i in ids]
+
+        def settled() -> bool:  # each prompt asked for permission, or was refused
+            return len(self.asked(agent)) - start + sum(k in agent.responses for k in keys) == len(
+                ids
+            )
+
+        agent.wait(settled)
+        writer.join(TIMEOUT)
+        asked = self.asked(agent)[start:]
+        refused = [i for i in ids if json.dumps(i) in agent.responses]
+        assert [agent.responses[json.dumps(i)] for i in refused] == [over_open(i) for i in refused]
+        return asked
+
+    def asked(self, agent: Agent) -> list[dict[str, Any]]:
+        with agent.arrived:
+            return [m for m in agent.messages if m.get("method") == "session/request_permission"]
+
+    def test_5000_prompts_are_answered_and_cancellable(self, agents, tmp_path: Path):
+        log = tmp_path / "log.jsonl"
+        agent = agents(log=log)
+        session_id = in_architect(agent)
+        first = [f"a{n}" for n in range(5_000)]
+        asked = self.prompts(agent, session_id, first)
+        assert len(asked) == MAX_OPEN  # the first 1,024 wait; 3,976 were refused at once
+        assert sum(json.dumps(i) in agent.responses for i in first) == 5_000 - MAX_OPEN
+        # the client answers half of them (reject), then cancels the others' turns
+        reject = next(
+            o["optionId"] for o in asked[0]["params"]["options"] if o["kind"] == "reject_once"
+        )
+        outcome = {"outcome": {"outcome": "selected", "optionId": reject}}
+        answers = [
+            json.dumps({"jsonrpc": "2.0", "id": r["id"], "result": outcome}).encode() + b"\n"
+            for r in asked[: MAX_OPEN // 2]
+        ]
+        agent.send(b"".join(answers))
+        agent.wait(
+            lambda: sum(json.dumps(i) in agent.responses for i in first) == 4_488
+        )  # 3,976 + 512
+        agent.send(frame(None, "session/cancel", {"sessionId": session_id}))
+        agent.wait(lambda: all(json.dumps(i) in agent.responses for i in first))
+        stops = [agent.responses[json.dumps(i)].get("result", {}).get("stopReason") for i in first]
+        assert (stops.count("end_turn"), stops.count("cancelled"), stops.count(None)) == (
+            MAX_OPEN // 2,
+            MAX_OPEN // 2,
+            5_000 - MAX_OPEN,
+        )
+        # nothing is owed any more: the next requests are served, up to the cap again
+        second = [f"b{n}" for n in range(MAX_OPEN + 10)]
+        assert len(self.prompts(agent, session_id, second)) == MAX_OPEN
+        # the end of input ends the waiting prompts as cancelled, at once
+        assert agent.process.stdin is not None
+        agent.process.stdin.close()
+        started = time.monotonic()
+        code, stderr = agent.finish()
+        took = time.monotonic() - started
+        assert (code, stderr) == (0, "")
+        assert took < EOF_GRACE, took
+        stops = [agent.responses[json.dumps(i)].get("result", {}).get("stopReason") for i in second]
+        assert (stops.count("cancelled"), stops.count(None)) == (MAX_OPEN, 10)
+        reasons = Counter(r.get("reason") for r in read_log(log).rejections())
+        assert reasons == {
+            "option_rejected": MAX_OPEN // 2,
+            "cancelled": MAX_OPEN // 2,
+            "session_closed": MAX_OPEN,
+        }
+        assert [r["to_mode"] for r in read_log(log).changes(session_id)] == ["architect"]
+
+
+async def test_requests_beyond_those_in_flight_are_held_and_a_cancel_request_reaches_them():
+    """Real pipes into a CheckedTransport: with MAX_IN_FLIGHT requests handed over and not
+    answered, reading goes on; a request held meanwhile is cancelled by ``$/cancel_request``
+    (answered -32800 at once), the next is handed over once one in flight is answered."""
+    loop = asyncio.get_running_loop()
+    in_read, in_write = os.pipe()
+    out_read, out_write = os.pipe()
+    reader = asyncio.StreamReader()
+    stdin = os.fdopen(in_read, "rb", 0)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
+    output = _Output(loop)
+    pipe, _ = await loop.connect_write_pipe(lambda: output, os.fdopen(out_write, "wb", 0))
+    transport = CheckedTransport(reader, asyncio.StreamWriter(pipe, output, None, loop))
+    held, cancelled = MAX_IN_FLIGHT, MAX_IN_FLIGHT + 1
+    lines = [frame(n, "session/new", NEW) for n in range(MAX_IN_FLIGHT + 2)]
+    lines.append(frame(None, "$/cancel_request", {"requestId": cancelled}))
+    os.write(in_write, b"".join(lines))
+    try:
+        handed = [await transport.receive() for _ in range(MAX_IN_FLIGHT)]
+        assert [f["id"] for f in handed if f is not None] == list(range(MAX_IN_FLIGHT))
+        following = asyncio.ensure_future(transport.receive())
+        answer = await asyncio.wait_for(loop.run_in_executor(None, os.read, out_read, 4096), 10)
+        assert json.loads(answer) == {
+            "jsonrpc": "2.0",
+            "id": cancelled,
+            "error": {"code": -32800, "message": "Request cancelled", "data": None},
+        }  # the SDK's own answer to a cancelled request
+        assert not following.done()  # still MAX_IN_FLIGHT in flight
+        await transport.send({"jsonrpc": "2.0", "id": 0, "result": {}})
+        assert (await asyncio.wait_for(following, 10) or {}).get("id") == held
+        os.close(in_write)
+        in_write = -1
+        for n in range(1, MAX_IN_FLIGHT + 1):
+            await transport.send({"jsonrpc": "2.0", "id": n, "result": {}})
+        assert await asyncio.wait_for(transport.receive(), 10) is None
+        assert transport.open_requests == 0
+    finally:
+        await transport.close()
+        stdin.close()
+        os.close(out_read)
+        if in_write >= 0:
+            os.close(in_write)
+
+
 # -- wide frames and echoes of bad input ---------------------------------------------------
 
 
@@ -488,7 +526,7 @@ class TestWideFrames:
         line = wide(inner)
         started = time.monotonic()
         agent.send(line)
-        answer = agent.response(None)
+        answer = agent.response(1)  # the id, read at the frame's start
         took = time.monotonic() - started
         assert answer["error"]["code"] == -32600
         assert answer["error"]["data"] == {
@@ -598,10 +636,7 @@ class TestEchoes:
 def test_a_hang_up_during_a_permission_request_ends_cleanly(agents, tmp_path: Path):
     log = tmp_path / "log.jsonl"
     agent = agents(log=log)
-    agent.read()
-    agent.result(0, "initialize", {"protocolVersion": 1})
-    session_id = agent.result(1, "session/new", NEW)["sessionId"]
-    agent.result(2, "session/set_mode", {"sessionId": session_id, "modeId": "architect"})
+    session_id = in_architect(agent)
     prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": "## Plan"}]}
     agent.send(frame(3, "session/prompt", prompt))
     agent.wait(lambda: any(m.get("method") == "session/request_permission" for m in agent.messages))

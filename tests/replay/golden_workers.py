@@ -1,13 +1,15 @@
-"""Golden files of three PostgreSQL workers: written by real engines on a real database.
+"""Golden files of PostgreSQL workers: written by real engines on a real database.
 
-:func:`clean_files` runs three :class:`~modefsm.ModeEngine` objects, each with its own
+:func:`clean_files` runs five :class:`~modefsm.ModeEngine` objects, each with its own
 ``PgStore`` on one fresh database and its own JSON-lines file, with a fixed clock: a
-session created in one worker and changed in the other two (one of them stale, so it
-adopts and retries), an approved switch, a stale rejection. Each fault is an edit of
-those files, done here so that it is reviewable. ``tests/replay/golden_workers/<case>/``
-holds ``w1.jsonl``, ``w2.jsonl``, ``w3.jsonl`` and ``expected.txt`` (the report of
-``modefsm replay w1.jsonl w2.jsonl w3.jsonl --verify``). Written again with
-``MODEFSM_REGEN_GOLDEN=1 pytest tests/store/test_golden_workers.py
+session created in one worker and changed in two others (one of them stale, so it
+adopts and retries), an approved switch, a stale rejection; a fourth worker that changes
+nothing (an empty file) and a fifth that only refuses requests (rejections: no ``gseq``).
+:func:`one_worker_files` runs three workers of which only one changes anything. Each
+fault is an edit of those files, done here so that it is reviewable.
+``tests/replay/golden_workers/<case>/`` holds the case's files and ``expected.txt`` (the
+report of ``modefsm replay FILE... --verify``, the files in :data:`CASES` order).
+Written again with ``MODEFSM_REGEN_GOLDEN=1 pytest tests/store/test_golden_workers.py
 tests/replay/test_golden_workers.py`` (the first needs PostgreSQL).
 """
 
@@ -17,6 +19,7 @@ import contextlib
 import io
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 import orjson
 
@@ -24,54 +27,98 @@ from modefsm import ModeEngine, TransitionLog, preset
 from modefsm.errors import ModefsmError
 from tests.replay.golden_logs import fixed_clock, rechain
 
+if TYPE_CHECKING:
+    from modefsm.store._postgres import PgStore
+
 GOLDEN_WORKERS = Path(__file__).parent / "golden_workers"
 FILES = ("w1.jsonl", "w2.jsonl", "w3.jsonl")
+IDLE = "w4.jsonl"
+"""The file of a worker that served and changed nothing: empty."""
+REFUSING = "w5.jsonl"
+"""The file of a worker that only refused requests: rejections, none with a ``gseq``."""
 
 Files = dict[str, list[bytes]]
 
 
+def _workers(
+    url: str, count: int, script: Callable[[list[ModeEngine], list[PgStore]], None]
+) -> Files:
+    """*count* workers' files (``w1.jsonl``...) after *script(engines, stores)*."""
+    from modefsm.store._postgres import PgStore
+
+    buffers = [io.BytesIO() for _ in range(count)]
+    stores = [PgStore(url, log=TransitionLog.to_stream(b)) for b in buffers]
+    try:
+        with fixed_clock():
+            script([ModeEngine(preset("seed"), store=s) for s in stores], stores)
+    finally:
+        for store in stores:
+            store.close()
+    return {f"w{n}.jsonl": b.getvalue().splitlines() for n, b in enumerate(buffers, 1)}
+
+
+def _load(engine: ModeEngine, store: PgStore, session_id: str) -> None:
+    point = store.restore_point(session_id)
+    assert point is not None
+    engine.restore_session(
+        session_id, point.mode, point.seq, previous=point.previous, digest=point.digest
+    )
+
+
 def clean_files(url: str) -> Files:
-    """Three workers' files, from a fresh database.
+    """Five workers' files, from a fresh database.
 
     gseq: 1 w1 a created, 2 w2 b created, 3 w1 a ask->architect, 4 w3 a switch ->code,
     5 w2 b ->code, 6 none (w1's insert from its stale view of a, refused: w1 adopts code),
     7 w1 a ->ask, then w3 rejects a change of a from its stale view (code), 8 w3 c
-    created, 9 w2 c ->architect.
+    created, 9 w2 c ->architect. Then w5 loads b and refuses two requests (an unknown
+    mode, a rejected switch); w4 changes nothing.
     """
-    from modefsm.store._postgres import PgStore
 
-    buffers = [io.BytesIO() for _ in FILES]
-    stores = [PgStore(url, log=TransitionLog.to_stream(b)) for b in buffers]
-    try:
-        with fixed_clock():
-            w1, w2, w3 = (ModeEngine(preset("seed"), store=s) for s in stores)
+    def script(engines: list[ModeEngine], stores: list[PgStore]) -> None:
+        w1, w2, w3, _w4, w5 = engines
+        w1.new_session("sess_a", request_id=0)
+        w2.new_session("sess_b", request_id=0)
+        w1.change("sess_a", "architect", "set_mode", request_id=1)
+        _load(w3, stores[2], "sess_a")
+        w3.apply_switch(
+            "sess_a", "code", tool_call_id="call_1", option_id="code", proposed_in="architect"
+        )
+        w2.change("sess_b", "code", "set_config_option", request_id=1)
+        w1.change("sess_a", "ask", "set_mode", request_id=2)
+        with contextlib.suppress(ModefsmError):
+            w3.change("sess_a", "debug", "set_mode", request_id=1)
+        w3.new_session("sess_c", request_id=2)
+        _load(w2, stores[1], "sess_c")
+        w2.change("sess_c", "architect", "set_mode", request_id=2)
+        _load(w5, stores[4], "sess_b")
+        with contextlib.suppress(ModefsmError):
+            w5.change("sess_b", "debug", "set_mode", request_id=0)
+        w5.reject_switch("sess_b", "option_rejected", tool_call_id="call_2", option_id="reject")
 
-            def load(engine: ModeEngine, store: PgStore, session_id: str) -> None:
-                point = store.restore_point(session_id)
-                assert point is not None
-                engine.restore_session(
-                    session_id, point.mode, point.seq, previous=point.previous,
-                    digest=point.digest,
-                )  # fmt: skip
+    return _workers(url, 5, script)
 
-            w1.new_session("sess_a", request_id=0)
-            w2.new_session("sess_b", request_id=0)
-            w1.change("sess_a", "architect", "set_mode", request_id=1)
-            load(w3, stores[2], "sess_a")
-            w3.apply_switch(
-                "sess_a", "code", tool_call_id="call_1", option_id="code", proposed_in="architect"
-            )
-            w2.change("sess_b", "code", "set_config_option", request_id=1)
-            w1.change("sess_a", "ask", "set_mode", request_id=2)
-            with contextlib.suppress(ModefsmError):
-                w3.change("sess_a", "debug", "set_mode", request_id=1)
-            w3.new_session("sess_c", request_id=2)
-            load(w2, stores[1], "sess_c")
-            w2.change("sess_c", "architect", "set_mode", request_id=2)
-    finally:
-        for store in stores:
-            store.close()
-    return {name: b.getvalue().splitlines() for name, b in zip(FILES, buffers, strict=True)}
+
+def one_worker_files(url: str) -> Files:
+    """Three workers' files, from a fresh database: one makes every change.
+
+    gseq: 1 w1 a created, 2 w1 a ask->architect, 3 w1 b created, 4 w1 a switch ->code,
+    then w3 loads a and refuses a change to an unknown mode; w2 changes nothing.
+    """
+
+    def script(engines: list[ModeEngine], stores: list[PgStore]) -> None:
+        w1, _w2, w3 = engines
+        w1.new_session("sess_a", request_id=0)
+        w1.change("sess_a", "architect", "set_mode", request_id=1)
+        w1.new_session("sess_b", request_id=2)
+        w1.apply_switch(
+            "sess_a", "code", tool_call_id="call_1", option_id="code", proposed_in="architect"
+        )
+        _load(w3, stores[2], "sess_a")
+        with contextlib.suppress(ModefsmError):
+            w3.change("sess_a", "debug", "set_mode", request_id=0)
+
+    return _workers(url, 3, script)
 
 
 def _gseq(line: bytes) -> int | None:
@@ -126,17 +173,33 @@ def rechained(files: Files) -> Files:
     return files
 
 
-CASES: dict[str, Callable[[Files], Files]] = {
-    "clean": lambda files: files,
-    "deleted": deleted,
-    "duplicated": duplicated,
-    "reordered": reordered,
-    "edited": edited,
-    "rechained": rechained,
+class Case(NamedTuple):
+    """A golden worker set: which run, which of its files (in this order), which edit."""
+
+    run: Callable[[str], Files]
+    files: tuple[str, ...]
+    edit: Callable[[Files], Files]
+
+
+def _same(files: Files) -> Files:
+    return files
+
+
+CASES: dict[str, Case] = {
+    "clean": Case(clean_files, FILES, _same),
+    "deleted": Case(clean_files, FILES, deleted),
+    "duplicated": Case(clean_files, FILES, duplicated),
+    "reordered": Case(clean_files, FILES, reordered),
+    "edited": Case(clean_files, FILES, edited),
+    "rechained": Case(clean_files, FILES, rechained),
+    "idle_worker": Case(clean_files, (*FILES, IDLE), _same),
+    "refusing_worker": Case(clean_files, (*FILES, REFUSING), _same),
+    "idle_and_refusing": Case(clean_files, (IDLE, *FILES, REFUSING), _same),
+    "one_worker": Case(one_worker_files, FILES, _same),
 }
-"""Each case's name and its edit of the clean files."""
+"""Each case's name: the run it comes from, the files it keeps, and its edit of them."""
 
 
-def render(files: Files) -> dict[str, bytes]:
-    """Each file's bytes: its lines, each ended by a newline."""
-    return {name: b"".join(line + b"\n" for line in lines) for name, lines in files.items()}
+def render(files: Files, names: tuple[str, ...]) -> dict[str, bytes]:
+    """The bytes of each file of *names*: its lines, each ended by a newline."""
+    return {name: b"".join(line + b"\n" for line in files[name]) for name in names}

@@ -91,11 +91,11 @@ def test_an_edited_log_record_is_not_believed(paths):
 
 
 def first_layout(paths):
-    """Turn the index into the first release's layout (no digest, offset, cwd, updated_at)."""
+    """Turn the index into the first release's layout (none of the columns added since)."""
     with sqlite3.connect(paths[1]) as db:
         db.execute("DROP INDEX sessions_listed")
         db.execute("DROP INDEX sessions_by_cwd")
-        for column in ("digest", "offset", "cwd", "updated_at"):
+        for column in ("digest", "offset", "cwd", "updated_at", "earlier"):
             db.execute(f"ALTER TABLE sessions DROP COLUMN {column}")
         db.execute("INSERT INTO sessions VALUES ('ghost', 'code', 5, NULL)")
     db.close()
@@ -110,24 +110,48 @@ def test_an_index_of_the_first_layout_is_read_again_from_its_log(paths):
     assert mismatches(paths) == [("ghost", problem, None, None)]  # s1's row was read again
 
 
-def test_after_a_rotation_a_session_only_in_the_earlier_file_is_not_vouched_for(paths):
+@pytest.mark.parametrize("how", ["renamed", "copied and truncated"])
+def test_after_a_rotation_a_session_only_in_the_earlier_file_is_restored(paths, how):
+    """The new file continues the chain: the rows of the earlier file are kept as its
+    points (answered as stored: that file is no longer followed), also after a restart."""
     log = RestoreIndex.open_log(paths[0], paths[1])
     engine = ModeEngine(preset("seed"), log=log)
     engine.new_session("old")
+    engine.change("old", "architect", "set_mode")
     engine.new_session("both")
-    paths[0].rename(paths[0].with_name("modes.jsonl.1"))
-    log.reopen()
+    rotated = paths[0].with_name("modes.jsonl.1")
+    if how == "renamed":
+        paths[0].rename(rotated)
+        log.reopen()
+    else:  # the writer notices the shorter file at its next record
+        rotated.write_bytes(paths[0].read_bytes())
+        with paths[0].open("r+b") as file:
+            file.truncate(0)
     engine.change("both", "code", "set_mode")
     assert log.index is not None
     assert (log.index.restore_point("old"), log.index.restore_point("both")) == (
-        None,
+        RestorePoint("old", "architect", 2, "ask"),
         RestorePoint("both", "code", 2, "ask"),
     )
     log.close()
+    assert lookup(paths, "old") == RestorePoint("old", "architect", 2, "ask")  # a restart
+    assert lookup(paths, "both") == RestorePoint("both", "code", 2, "ask")
+    assert mismatches(paths) == []
     assert [orjson.loads(line)["event"] for line in paths[0].read_bytes().splitlines()] == [
-        "modefsm.mode_changed",
-        EVENT_INDEX_MISMATCH,
+        "modefsm.mode_changed"
     ]
+
+
+def test_a_replaced_log_that_does_not_continue_the_chain_is_not_vouched_for(paths, tmp_path):
+    """Another log put at the path (its chain does not continue the records indexed): no
+    row naming a record of the file before is believed."""
+    write(paths, ("old", None), ("both", None))
+    other = (tmp_path / "other.jsonl", tmp_path / "other.index")
+    write(other, ("fresh", None))
+    paths[0].write_bytes(other[0].read_bytes())
+    assert (lookup(paths, "old"), lookup(paths, "fresh")) == (None, RestorePoint("fresh", "ask", 1))
+    problem = "the row names no record of the log the index follows"
+    assert mismatches(paths) == [("old", problem, None, None)]
 
 
 def test_an_index_that_follows_no_log_answers_as_stored(paths):

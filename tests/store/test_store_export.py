@@ -121,3 +121,30 @@ def test_an_export_is_0600_whatever_the_umask(postgres_url: str, tmp_path: Path)
     )
     assert (done.returncode, done.stderr) == (0, "exported 8 records\n")
     assert stat.S_IMODE((tmp_path / "all.jsonl").stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize(
+    ("record", "kind"),
+    [("[1, 2]", "a JSON array"), ('"text"', "a JSON string"), ("7", "a JSON number")],
+)
+def test_a_malformed_row_is_refused_and_nothing_is_written(
+    postgres_url: str, tmp_path: Path, record: str, kind: str
+):
+    import psycopg
+
+    clean_files(postgres_url)  # gseq 1 to 9 (6 refused): then the malformed row, gseq 10
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        db.execute(
+            "INSERT INTO modefsm_records (session_id, seq, to_mode, previous, digest, record) "
+            "VALUES ('sess_x', 1, 'ask', NULL, 'd', %s::jsonb)",
+            (record,),
+        )
+    from modefsm.store._postgres import _display
+
+    where = _display(postgres_url)
+    expected = f"modefsm store: {where}: the record of gseq 10 is {kind}, not a JSON object\n"
+    done = run("store", "export", postgres_url, "-o", "all.jsonl", cwd=tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", expected)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no partial export, no leftover
+    done = run("store", "export", postgres_url, cwd=tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", expected)
