@@ -267,6 +267,25 @@ def _record_head(start: bytes, pieces: list[bytes], length: int) -> tuple[str | 
     return (digest if isinstance(digest, str) else None,)
 
 
+def _index_record(
+    index: LogIndex, event: str, fields: dict[str, Any], digest: str, offset: int | None
+) -> None:
+    """Tell *index* of a record (*fields* of *event*, *digest*) whose line ends at *offset*."""
+    if event == EVENT_REJECTED:
+        index.advance(offset, digest)
+        return
+    index.update(
+        fields["session_id"],
+        fields["to_mode"],
+        fields["seq"],
+        offset,
+        digest,
+        previous_of(fields["origin"], fields["from_mode"]),
+        cwd=fields.get("cwd"),
+        timestamp=fields.get("timestamp"),
+    )
+
+
 def _record_line(line: bytes) -> dict[str, Any] | None:
     """The record on *line* (a committed record or a rejection, parsed), else ``None``."""
     if b'"modefsm.' not in line:
@@ -580,21 +599,8 @@ class TransitionLog:
                 with contextlib.suppress(LogError):  # written: the index catches up later
                     index.catch_up(self._file.path)  # follows it anew, this line included
                 return
-        if digest is None:
-            return
-        if event == EVENT_REJECTED:
-            index.advance(offset, digest)
-        else:
-            index.update(
-                fields["session_id"],
-                fields["to_mode"],
-                fields["seq"],
-                offset,
-                digest,
-                previous_of(fields["origin"], fields["from_mode"]),
-                cwd=fields.get("cwd"),
-                timestamp=fields.get("timestamp"),
-            )
+        if digest is not None:
+            _index_record(index, event, fields, digest, offset)
 
     def reopen(self) -> None:
         """Reopen the file at :attr:`path` after it was rotated, continuing the chain.

@@ -58,9 +58,14 @@ from modefsm.log._records import (
     RECORD_EVENTS,
     SEQ_MAX,
     TransitionRecord,
-    previous_of,
 )
-from modefsm.log._writer import TransitionLog, _check_regular, _end_torn_line, _record_line
+from modefsm.log._writer import (
+    TransitionLog,
+    _check_regular,
+    _end_torn_line,
+    _index_record,
+    _record_line,
+)
 from modefsm.restore import ListAfter, ListedSession, RestoreIndex, RestorePoint, is_index
 from modefsm.store._interface import SessionMoved, StoreBusy
 
@@ -375,13 +380,8 @@ class FileStore:
 
     def _tell(self, event: str, fields: dict[str, Any], digest: str, end: int) -> None:
         """Tell the index of a record line (*fields* sound) ending at byte *end*."""
-        index = self._index
-        assert index is not None  # noqa: S101 - told only with an index
-        if event == EVENT_REJECTED:
-            index.advance(end, digest)
-            return
-        previous = previous_of(fields["origin"], fields["from_mode"])
-        index.update(fields["session_id"], fields["to_mode"], fields["seq"], end, digest, previous)
+        assert self._index is not None  # noqa: S101 - told only with an index
+        _index_record(self._index, event, fields, digest, end)
 
     def _wrote(self, event: str, fields: dict[str, Any], digest: str | None) -> None:
         """This process appended a line of *event* (a record if *digest*), the lock held.
@@ -691,13 +691,15 @@ def _descriptor_path(fd: int) -> str:
 
 def _committed(data: dict[str, Any]) -> bool:
     """Whether *data* is a committed record whose fields the index can take."""
-    seq, source = data.get("seq"), data.get("from_mode")
+    seq, source, cwd = data.get("seq"), data.get("from_mode"), data.get("cwd")
     return (
         data.get("event") in (EVENT_CREATED, EVENT_CHANGED)
         and isinstance(data.get("session_id"), str)
         and isinstance(data.get("to_mode"), str)
         and isinstance(data.get("origin"), str)
+        and isinstance(data.get("timestamp"), str)
         and (source is None or isinstance(source, str))
+        and (cwd is None or isinstance(cwd, str))
         and type(seq) is int
         and 1 <= seq <= SEQ_MAX
     )
