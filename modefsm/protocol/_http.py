@@ -623,8 +623,7 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
         if session_id is not None and session_id not in transport.session_streams:
             return JSONResponse({"error": "Unknown session id"}, status_code=404)
         if requests and wrapper.ledger.open + requests > MAX_OPEN:
-            details = f"at most {MAX_OPEN} requests of a connection are answered at once"
-            return _error(429, -32600, details, limit="open", max=MAX_OPEN)
+            return JSONResponse(_over_open(None).to_response(), status_code=429)
         http_deliver(transport, frames)
         from starlette.responses import Response as Plain  # noqa: PLC0415
 
