@@ -19,13 +19,14 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from modefsm.cli._serve import STDERR_LOG_WAIT
+from modefsm.protocol._batch import MAX_BATCH, Batches
 from modefsm.protocol._transport import (
     EOF_GRACE,
     MAX_DEPTH,
@@ -452,10 +453,31 @@ class TestPendingPrompts:
         assert [r["to_mode"] for r in read_log(log).changes(session_id)] == ["architect"]
 
 
-async def test_requests_beyond_those_in_flight_are_held_and_a_cancel_request_reaches_them():
-    """Real pipes into a CheckedTransport: with MAX_IN_FLIGHT requests handed over and not
-    answered, reading goes on; a request held meanwhile is cancelled by ``$/cancel_request``
-    (answered -32800 at once), the next is handed over once one in flight is answered."""
+class Piped:
+    """A :class:`CheckedTransport` on real pipes: what a client writes, what it reads."""
+
+    def __init__(self, transport: CheckedTransport, write: int, read: int) -> None:
+        self.transport = transport
+        self.write_fd = write
+        self.read_fd = read
+
+    def send(self, data: bytes) -> None:
+        """Write *data* to the transport's input (blocking until the pipe took it all)."""
+        os.write(self.write_fd, data)
+
+    def end_input(self) -> None:
+        os.close(self.write_fd)
+        self.write_fd = -1
+
+    async def read(self, size: int = 4096) -> bytes:
+        """What the transport wrote, up to *size* bytes (waiting up to 10 s for some)."""
+        loop = asyncio.get_running_loop()
+        return await asyncio.wait_for(loop.run_in_executor(None, os.read, self.read_fd, size), 10)
+
+
+@contextlib.asynccontextmanager
+async def piped() -> AsyncIterator[Piped]:
+    """A :class:`Piped` transport, closed with its pipes on the way out."""
     loop = asyncio.get_running_loop()
     in_read, in_write = os.pipe()
     out_read, out_write = os.pipe()
@@ -464,36 +486,102 @@ async def test_requests_beyond_those_in_flight_are_held_and_a_cancel_request_rea
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
     output = _Output(loop)
     pipe, _ = await loop.connect_write_pipe(lambda: output, os.fdopen(out_write, "wb", 0))
-    transport = CheckedTransport(reader, asyncio.StreamWriter(pipe, output, None, loop))
+    peer = Piped(
+        CheckedTransport(reader, asyncio.StreamWriter(pipe, output, None, loop)), in_write, out_read
+    )
+    try:
+        yield peer
+    finally:
+        await peer.transport.close()
+        stdin.close()
+        os.close(out_read)
+        if peer.write_fd >= 0:
+            os.close(peer.write_fd)
+
+
+CANCELLED = {"code": -32800, "message": "Request cancelled", "data": None}
+"""The SDK's own answer to a request cancelled by ``$/cancel_request``."""
+
+
+async def test_requests_beyond_those_in_flight_are_held_and_a_cancel_request_reaches_them():
+    """Real pipes into a CheckedTransport: with MAX_IN_FLIGHT requests handed over and not
+    answered, reading goes on; a request held meanwhile is cancelled by ``$/cancel_request``
+    (answered -32800 at once), the next is handed over once one in flight is answered."""
     held, cancelled = MAX_IN_FLIGHT, MAX_IN_FLIGHT + 1
     lines = [frame(n, "session/new", NEW) for n in range(MAX_IN_FLIGHT + 2)]
     lines.append(frame(None, "$/cancel_request", {"requestId": cancelled}))
-    os.write(in_write, b"".join(lines))
-    try:
+    async with piped() as peer:
+        transport = peer.transport
+        peer.send(b"".join(lines))
         handed = [await transport.receive() for _ in range(MAX_IN_FLIGHT)]
         assert [f["id"] for f in handed if f is not None] == list(range(MAX_IN_FLIGHT))
         following = asyncio.ensure_future(transport.receive())
-        answer = await asyncio.wait_for(loop.run_in_executor(None, os.read, out_read, 4096), 10)
-        assert json.loads(answer) == {
-            "jsonrpc": "2.0",
-            "id": cancelled,
-            "error": {"code": -32800, "message": "Request cancelled", "data": None},
-        }  # the SDK's own answer to a cancelled request
+        answer = await peer.read()
+        assert json.loads(answer) == {"jsonrpc": "2.0", "id": cancelled, "error": CANCELLED}
         assert not following.done()  # still MAX_IN_FLIGHT in flight
         await transport.send({"jsonrpc": "2.0", "id": 0, "result": {}})
         assert (await asyncio.wait_for(following, 10) or {}).get("id") == held
-        os.close(in_write)
-        in_write = -1
+        peer.end_input()
         for n in range(1, MAX_IN_FLIGHT + 1):
             await transport.send({"jsonrpc": "2.0", "id": n, "result": {}})
         assert await asyncio.wait_for(transport.receive(), 10) is None
         assert transport.open_requests == 0
-    finally:
-        await transport.close()
-        stdin.close()
-        os.close(out_read)
-        if in_write >= 0:
-            os.close(in_write)
+
+
+async def test_a_v2_batch_counts_its_requests_one_by_one_and_answers_in_its_array():
+    """Real pipes into a CheckedTransport serving batches: a batch of MAX_BATCH requests
+    after one lone request. Past MAX_IN_FLIGHT handled its requests are held (reading goes
+    on), a ``$/cancel_request`` of a held one is answered -32800 in the array, the one past
+    MAX_OPEN open is refused in the array; the array is written once, when the last request
+    handed over is answered, every entry in the batch's order."""
+    cancelled = MAX_IN_FLIGHT + 5  # held when the cancel is read
+    batch = [
+        {"jsonrpc": "2.0", "id": n, "method": "session/new", "params": NEW}
+        for n in range(MAX_BATCH)
+    ]
+    async with piped() as peer:
+        transport = peer.transport
+        transport.batches = Batches()
+        lines = [
+            frame("lone", "session/new", NEW),
+            json.dumps(batch).encode() + b"\n",
+            frame(None, "$/cancel_request", {"requestId": cancelled}),
+        ]
+        writing = asyncio.ensure_future(asyncio.to_thread(peer.send, b"".join(lines)))
+        served = [await transport.receive() for _ in range(MAX_IN_FLIGHT)]
+        following = asyncio.ensure_future(transport.receive())
+        # every entry read: 1 + 1,023 open (held past MAX_IN_FLIGHT), the last refused;
+        # then the cancel of a held one closes it (nothing written: the array waits)
+        assert await transport._until(lambda: transport.open_requests == MAX_OPEN - 1, 10)
+        await asyncio.wait_for(writing, 10)
+        assert not following.done()  # still MAX_IN_FLIGHT in flight
+        for request in served:
+            await transport.send({"jsonrpc": "2.0", "id": request["id"], "result": {}})
+        served.append(await asyncio.wait_for(following, 10))
+        while len(served) < MAX_BATCH - 1:  # "lone" and every batch request but two
+            request = await asyncio.wait_for(transport.receive(), 10)
+            served.append(request)
+            await transport.send({"jsonrpc": "2.0", "id": request["id"], "result": {}})
+        await transport.send({"jsonrpc": "2.0", "id": served[MAX_IN_FLIGHT]["id"], "result": {}})
+        peer.end_input()
+        assert await asyncio.wait_for(transport.receive(), 10) is None
+        assert transport.open_requests == 0
+        written = b""
+        while written.count(b"\n") < 2:
+            written += await peer.read(1 << 20)
+    kept = [n for n in range(MAX_BATCH - 1) if n != cancelled]
+    assert [request["id"] for request in served] == ["lone", *kept]
+    lone, array = (json.loads(line) for line in written.splitlines())
+    assert lone == {"jsonrpc": "2.0", "id": "lone", "result": {}}
+    assert array == [
+        *(
+            {"jsonrpc": "2.0", "id": n, "error": CANCELLED}
+            if n == cancelled
+            else {"jsonrpc": "2.0", "id": n, "result": {}}
+            for n in range(MAX_BATCH - 1)
+        ),
+        over_open(MAX_BATCH - 1),
+    ]
 
 
 # -- wide frames and echoes of bad input ---------------------------------------------------

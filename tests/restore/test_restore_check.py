@@ -9,7 +9,7 @@ import pytest
 
 from modefsm import ModeEngine, preset
 from modefsm.errors import LogError
-from modefsm.restore import EVENT_INDEX_MISMATCH, RestoreIndex, RestorePoint
+from modefsm.restore import EVENT_INDEX_MISMATCH, ListedSession, RestoreIndex, RestorePoint
 from tests.conftest import read_log
 
 
@@ -113,12 +113,13 @@ def test_an_index_of_the_first_layout_is_read_again_from_its_log(paths):
 @pytest.mark.parametrize("how", ["renamed", "copied and truncated"])
 def test_after_a_rotation_a_session_only_in_the_earlier_file_is_restored(paths, how):
     """The new file continues the chain: the rows of the earlier file are kept as its
-    points (answered as stored: that file is no longer followed), also after a restart."""
+    points (answered as stored: that file is no longer followed), also after a restart,
+    and listed with their cwd and the time of their last record."""
     log = RestoreIndex.open_log(paths[0], paths[1])
     engine = ModeEngine(preset("seed"), log=log)
-    engine.new_session("old")
+    engine.new_session("old", cwd="/o")
     engine.change("old", "architect", "set_mode")
-    engine.new_session("both")
+    engine.new_session("both", cwd="/b")
     rotated = paths[0].with_name("modes.jsonl.1")
     if how == "renamed":
         paths[0].rename(rotated)
@@ -128,15 +129,28 @@ def test_after_a_rotation_a_session_only_in_the_earlier_file_is_restored(paths, 
         with paths[0].open("r+b") as file:
             file.truncate(0)
     engine.change("both", "code", "set_mode")
-    assert log.index is not None
+    assert isinstance(log.index, RestoreIndex)
     assert (log.index.restore_point("old"), log.index.restore_point("both")) == (
         RestorePoint("old", "architect", 2, "ask"),
         RestorePoint("both", "code", 2, "ask"),
     )
+    lines = [*rotated.read_bytes().splitlines(), *paths[0].read_bytes().splitlines()]
+    stamps = {r["session_id"]: r["timestamp"] for r in map(orjson.loads, lines)}
+    listed = [
+        ListedSession("both", "/b", stamps["both"]),
+        ListedSession("old", "/o", stamps["old"]),
+    ]
+    assert log.index.list_sessions() == listed
     log.close()
     assert lookup(paths, "old") == RestorePoint("old", "architect", 2, "ask")  # a restart
     assert lookup(paths, "both") == RestorePoint("both", "code", 2, "ask")
     assert mismatches(paths) == []
+    log = RestoreIndex.open_log(paths[0], paths[1])
+    try:
+        assert isinstance(log.index, RestoreIndex)
+        assert log.index.list_sessions() == listed
+    finally:
+        log.close()
     assert [orjson.loads(line)["event"] for line in paths[0].read_bytes().splitlines()] == [
         "modefsm.mode_changed"
     ]
