@@ -496,15 +496,16 @@ class FileStore:
         """The latest point of *session_id*, for a catch-up before acting on it.
 
         A session held here is current as long as no other process appended since this
-        one last read the file: then the answer costs one ``lseek`` and no lock. Else the
-        lines appended since are read under the lock (awaited); a session not held is
-        looked up as by :meth:`restore_point`.
+        one last read the file and the log's path still names that file (no rotation):
+        then the answer costs one ``lseek``, one ``stat`` and no lock. Else the lines
+        appended since are read under the lock (awaited), in the new file after a
+        rotation; a session not held is looked up as by :meth:`restore_point`.
 
         Raises:
             StoreBusy, LogError: as :meth:`restore_point`.
         """
         held = self._heads.get(session_id)
-        if held is not None and os.lseek(self._fd, 0, os.SEEK_END) == self._seen:
+        if held is not None and self._read_all():
             return held
         await self._lock_async(deadline)
         try:
@@ -514,6 +515,19 @@ class FileStore:
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         return self._hold(session_id, point)
+
+    def _read_all(self) -> bool:
+        """Whether this store has read every line of the log (without taking the lock).
+
+        The file it reads did not grow since, and the log's path still names it.
+        """
+        if os.lseek(self._fd, 0, os.SEEK_END) != self._seen:
+            return False
+        try:
+            named = self.path.stat()
+        except OSError:
+            return False
+        return (named.st_dev, named.st_ino) == self._identity
 
     def _hold(self, session_id: str, point: RestorePoint | None) -> RestorePoint | None:
         """Follow *session_id* from *point* on, unless a later head is held; return *point*."""

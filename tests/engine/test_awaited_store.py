@@ -110,6 +110,31 @@ async def test_changes_of_one_session_take_turns_and_turns_are_dropped(
         assert told == targets
 
 
+async def test_refresh_after_a_rename_reads_the_new_file(log: Path, store: FileStore) -> None:
+    """The log renamed away (a rotation) and the session changed in the new file by another
+    process: a refresh follows the path to the new file, though the file this store has
+    open did not grow."""
+    engine = ModeEngine(SEED, store=store)
+    sid = (await engine.new_session_async("s")).session_id
+    other_store = FileStore(log)
+    try:
+        other = ModeEngine(SEED, store=other_store)
+        point = other_store.restore_point(sid)
+        assert point is not None
+        other.restore_session(sid, point.mode, point.seq, digest=point.digest)
+        rotated = log.with_name("modes.jsonl.1")
+        log.rename(rotated)  # noqa: ASYNC240 - a rotation tool renames it
+        await other.set_mode(sid, "architect")  # the other store follows the path
+    finally:
+        other_store.close()
+    assert commits(log, sid) == [(2, "architect")]
+    assert (await engine.refresh(sid)).state == "architect"
+    assert engine.get(sid).seq == 2
+    await engine.set_mode(sid, "code")
+    assert commits(rotated, sid) == [(1, "ask")]
+    assert commits(log, sid) == [(2, "architect"), (3, "code")]
+
+
 async def test_refresh_takes_what_another_process_committed_and_says_so(
     log: Path, store: FileStore
 ) -> None:
