@@ -8,6 +8,7 @@ two opens of one file, even in one process).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import os
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from modefsm import ModeEngine, SessionMoved, StoreBusy, UnknownModeError, preset
+from modefsm import ModeEngine, ModeSpec, SessionMoved, StoreBusy, UnknownModeError, preset
 from modefsm.store import FileStore
 from tests.conftest import Recorder, announced, read_log
 
@@ -41,6 +42,23 @@ def commits(log: Path, session_id: str) -> list[tuple[int, str]]:
         for r in read_log(log)
         if r.get("session_id") == session_id and r["event"] != "modefsm.change_rejected"
     ]
+
+
+@contextlib.contextmanager
+def elsewhere(log: Path, spec: ModeSpec, sid: str) -> Iterator[ModeEngine]:
+    """An engine on a second store of *log* (another process) holding *sid* as the file has
+    it; the store is closed on the way out."""
+    other_store = FileStore(log)
+    try:
+        point = other_store.restore_point(sid)
+        assert point is not None
+        other = ModeEngine(spec, store=other_store)
+        other.restore_session(
+            sid, point.mode, point.seq, previous=point.previous, digest=point.digest
+        )
+        yield other
+    finally:
+        other_store.close()
 
 
 async def test_a_change_waiting_for_the_file_lock_leaves_the_loop_serving(
@@ -116,17 +134,10 @@ async def test_refresh_after_a_rename_reads_the_new_file(log: Path, store: FileS
     open did not grow."""
     engine = ModeEngine(SEED, store=store)
     sid = (await engine.new_session_async("s")).session_id
-    other_store = FileStore(log)
-    try:
-        other = ModeEngine(SEED, store=other_store)
-        point = other_store.restore_point(sid)
-        assert point is not None
-        other.restore_session(sid, point.mode, point.seq, digest=point.digest)
-        rotated = log.with_name("modes.jsonl.1")
+    rotated = log.with_name("modes.jsonl.1")
+    with elsewhere(log, SEED, sid) as other:
         log.rename(rotated)  # noqa: ASYNC240 - a rotation tool renames it
         await other.set_mode(sid, "architect")  # the other store follows the path
-    finally:
-        other_store.close()
     assert commits(log, sid) == [(2, "architect")]
     assert (await engine.refresh(sid)).state == "architect"
     assert engine.get(sid).seq == 2
@@ -141,15 +152,8 @@ async def test_refresh_takes_what_another_process_committed_and_says_so(
     sink = Recorder()
     engine = ModeEngine(SEED, store=store, sink=sink)
     sid = (await engine.new_session_async("s")).session_id
-    other_store = FileStore(log)
-    try:
-        other = ModeEngine(SEED, store=other_store)
-        point = other_store.restore_point(sid)
-        assert point is not None
-        other.restore_session(sid, point.mode, point.seq, digest=point.digest)
+    with elsewhere(log, SEED, sid) as other:
         await other.set_mode(sid, "architect")
-    finally:
-        other_store.close()
     assert engine.get(sid).state == "ask"  # not looked yet
     assert (await engine.refresh(sid)).state == "architect"
     assert sink.sent == announced(SEED, sid, "architect")
@@ -162,17 +166,8 @@ async def test_a_refusal_is_decided_on_the_committed_mode(log: Path, store: File
     engine = ModeEngine(PERMISSION, store=store)
     sid = (await engine.new_session_async("s")).session_id
     await engine.set_mode(sid, "plan")
-    other_store = FileStore(log)
-    try:  # another process moves it plan -> default
-        point = other_store.restore_point(sid)
-        assert point is not None
-        other = ModeEngine(PERMISSION, store=other_store)
-        other.restore_session(
-            sid, point.mode, point.seq, previous=point.previous, digest=point.digest
-        )
+    with elsewhere(log, PERMISSION, sid) as other:  # another process: plan -> default
         await other.set_mode(sid, "default")
-    finally:
-        other_store.close()
     # acceptEdits is refused from plan (this engine's view) but allowed from default
     change = await engine.set_mode(sid, "acceptEdits")
     assert change is not None
@@ -183,15 +178,8 @@ async def test_a_refusal_is_decided_on_the_committed_mode(log: Path, store: File
 def test_a_rejection_line_is_refused_when_the_session_moved(log: Path, store: FileStore) -> None:
     engine = ModeEngine(SEED, store=store)
     sid = engine.new_session("s").session_id
-    other_store = FileStore(log)
-    try:
-        point = other_store.restore_point(sid)
-        assert point is not None
-        other = ModeEngine(SEED, store=other_store)
-        other.restore_session(sid, point.mode, point.seq, digest=point.digest)
+    with elsewhere(log, SEED, sid) as other:
         other.change(sid, "code", "set_mode")
-    finally:
-        other_store.close()
     head = store.restore_point(sid)
     assert head is not None
     with pytest.raises(SessionMoved) as moved:
