@@ -771,7 +771,9 @@ async def serve_http(
         header_seconds: a TCP connection that has not sent a request's line and headers
             this long after connecting (or after its first byte of a later request) is
             answered ``408`` and closed.
-        body_seconds: see :func:`create_app`.
+        body_seconds: see :func:`create_app`; also, a request answered without its body
+            being read (a refusal) whose body is not complete that long after its headers
+            has its connection closed.
         max_sockets: sockets open at once (HTTP and WebSocket, idle ones too); one more is
             answered ``503`` and closed at once. ``None``: the soft ``RLIMIT_NOFILE`` less
             :data:`RESERVED_DESCRIPTORS`.
@@ -815,7 +817,7 @@ async def serve_http(
         ws_max_size=max_body_bytes,
         lifespan="on",
         timeout_graceful_shutdown=2,
-        http=_bounded_http(header_seconds, max_sockets),
+        http=_bounded_http(header_seconds, body_seconds, max_sockets),
     )
     server = _stoppable(config) if _main_thread() else uvicorn.Server(config)
     if ready is not None:
@@ -857,11 +859,17 @@ def _raw_answer(status: int, reason: str, body: dict[str, Any]) -> bytes:
     return head.encode("ascii") + data
 
 
-def _bounded_http(header_seconds: float, max_sockets: int) -> type[Any]:  # noqa: C901
-    """Uvicorn's h11 protocol with a deadline for each request's headers and a socket cap.
+def _bounded_http(  # noqa: C901
+    header_seconds: float, body_seconds: float, max_sockets: int
+) -> type[Any]:
+    """Uvicorn's h11 protocol with deadlines for a request's headers and body; a socket cap.
 
     uvicorn bounds the wait between requests (``timeout_keep_alive``) but not a request
-    whose headers arrive slowly, nor a connection that never sends a byte.
+    whose headers arrive slowly, nor a connection that never sends a byte, nor a body
+    that trickles in after the request was answered without reading it (a refusal: each
+    byte restarts the keep-alive wait). A body not complete *body_seconds* after its
+    headers ends the connection once the request is answered (the application answers
+    ``408`` at that deadline when it reads the body itself).
     """
     import h11  # noqa: PLC0415 - uvicorn's HTTP/1.1 parser
     from uvicorn.protocols.http.h11_impl import H11Protocol  # noqa: PLC0415
@@ -889,6 +897,7 @@ def _bounded_http(header_seconds: float, max_sockets: int) -> type[Any]:  # noqa
 
     class BoundedH11Protocol(H11Protocol):
         _deadline: asyncio.TimerHandle | None = None
+        _body: asyncio.TimerHandle | None = None  # the request body's deadline
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
@@ -906,8 +915,22 @@ def _bounded_http(header_seconds: float, max_sockets: int) -> type[Any]:  # noqa
             if self.conn.their_state is not h11.IDLE:
                 self._disarm()  # its headers are in
 
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self.transport.get_protocol() is not self:
+                return  # upgraded to a WebSocket: its own deadlines apply
+            if self.conn.their_state is h11.SEND_BODY:
+                if self._body is None:
+                    self._body = self.loop.call_later(body_seconds, self._body_late)
+            elif self._body is not None:
+                self._body.cancel()
+                self._body = None
+
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._body is not None:
+                self._body.cancel()
+                self._body = None
             super().connection_lost(exc)
 
         def _arm(self) -> None:
@@ -924,6 +947,16 @@ def _bounded_http(header_seconds: float, max_sockets: int) -> type[Any]:  # noqa
             if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
                 self.transport.write(slow)
                 self.transport.close()
+
+        def _body_late(self) -> None:
+            self._body = None
+            if self.conn.their_state is not h11.SEND_BODY or self.transport.is_closing():
+                return
+            if self.cycle is not None and not self.cycle.response_started:
+                # the application reads the body: it answers 408 at its own deadline
+                self._body = self.loop.call_later(body_seconds, self._body_late)
+                return
+            self.transport.close()
 
     return BoundedH11Protocol
 

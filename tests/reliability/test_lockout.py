@@ -227,6 +227,46 @@ class TestDeadlines:
         details = "a request body must arrive within 1 s"
         assert json.loads(body) == limit_error(details, "seconds", 1)
 
+    @pytest.mark.parametrize(
+        ("headers", "status"),
+        [
+            ("Content-Type: application/json\r\n", "401 Unauthorized"),  # no token
+            ("Host: attacker.example\r\nContent-Type: application/json\r\n", "403 Forbidden"),
+            ("Authorization: Bearer {token}\r\nContent-Type: text/plain\r\n", "415 "),
+        ],
+        ids=["no-token", "host", "content-type"],
+    )
+    async def test_a_body_trickling_after_an_answer_is_cut_at_the_body_deadline(
+        self, server, headers, status
+    ):
+        # the request is answered at once without its body being read; the peer then
+        # sends the body a byte at a time: it must not keep its socket for ever
+        reader, writer = await silent_socket(server)
+        host, port = address(server)
+        head = headers.format(token=server.token)
+        if not head.startswith("Host:"):
+            head = f"Host: {host}:{port}\r\n{head}"
+        writer.write(f"POST /acp HTTP/1.1\r\n{head}Content-Length: 1000000\r\n\r\n{{".encode())
+        try:
+            answered = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), TIMEOUT)
+            assert answered.startswith(f"HTTP/1.1 {status}".encode())
+            started = time.monotonic()
+            cut = False
+            while time.monotonic() - started < TIMEOUT and not cut:
+                try:
+                    writer.write(b" ")
+                    await writer.drain()
+                    cut = await asyncio.wait_for(reader.read(65536), 0.1) == b""
+                except TimeoutError:
+                    continue
+                except ConnectionError:
+                    cut = True
+            waited = time.monotonic() - started
+        finally:
+            writer.close()
+        assert cut
+        assert waited < 5  # the body deadline is 1 s
+
     async def test_an_initialized_websocket_left_idle_is_closed_1001(self, server):
         socket = await idle_websocket(server)
         await socket.send(INITIALIZE)
