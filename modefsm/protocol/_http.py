@@ -779,6 +779,11 @@ async def serve_http(
             :data:`RESERVED_DESCRIPTORS`.
         protocols: see :func:`create_app`.
 
+    uvicorn's own log records (a malformed request, a failed handshake) go to the handlers
+    of the :mod:`logging` module the host configured (``modefsm serve``'s write to stderr
+    only when it has room, at a bounded rate); no handler of uvicorn's is installed, so no
+    peer can make the server wait on a full stderr.
+
     Raises:
         OSError: the address cannot be bound.
         ValueError: *token* is ``None`` and *host* is not a loopback address, or an
@@ -814,10 +819,12 @@ async def serve_http(
     config = uvicorn.Config(
         app,
         log_level="warning",
+        log_config=None,  # uvicorn's records go to the host's handlers, not straight to stderr
         ws_max_size=max_body_bytes,
         lifespan="on",
         timeout_graceful_shutdown=2,
         http=_bounded_http(header_seconds, body_seconds, max_sockets),
+        ws=_denying_websockets(),
     )
     server = _stoppable(config) if _main_thread() else uvicorn.Server(config)
     if ready is not None:
@@ -959,6 +966,33 @@ def _bounded_http(  # noqa: C901
             self.transport.close()
 
     return BoundedH11Protocol
+
+
+def _denying_websockets() -> Any:
+    """Uvicorn's WebSocket protocol, quiet when a handshake is answered with a refusal.
+
+    uvicorn 0.54's ``websockets`` (sans-I/O) protocol logs an error ("ASGI callable
+    returned without completing handshake") after every upgrade answered through the
+    ``websocket.http.response`` extension, as each refusal of :class:`Access` is: one
+    error line per unauthenticated peer (uvicorn pull request 3138 fixes it upstream).
+    The refusal is marked as the end of the handshake once it is written, as uvicorn's
+    ``wsproto`` protocol does. ``"auto"`` (uvicorn's choice) when ``websockets`` is not
+    installed.
+    """
+    try:
+        from uvicorn.protocols.websockets.websockets_sansio_impl import (  # noqa: PLC0415
+            WebSocketsSansIOProtocol,
+        )
+    except ImportError:  # no websockets: uvicorn picks wsproto, which does this itself
+        return "auto"
+
+    class DenyingProtocol(WebSocketsSansIOProtocol):
+        async def send(self, message: Any) -> None:
+            await super().send(message)
+            if message["type"] == "websocket.http.response.body" and self.close_sent:
+                self.handshake_complete = True
+
+    return DenyingProtocol
 
 
 def _main_thread() -> bool:

@@ -28,6 +28,7 @@ from tests.protocol.http_wire import (
     auth,
     chain,
     end,
+    http_process,
     http_server,
     listening,
     v1_client,
@@ -378,3 +379,53 @@ async def test_the_cli_server_closes_a_silent_websocket_after_10_s(log_path):
         waited = time.monotonic() - started
     assert closed == (1008, "no message within 10 s")
     assert waited >= 9.5
+
+
+async def refused_upgrade(url: str) -> bytes:
+    """A WebSocket upgrade without a token; the status line of its answer."""
+    reader, writer = await silent_socket(url)
+    host, port = address(url)
+    writer.write(
+        f"GET /acp HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        "Sec-WebSocket-Version: 13\r\n\r\n".encode()
+    )
+    try:
+        return (await asyncio.wait_for(reader.readline(), TIMEOUT)).rstrip()
+    finally:
+        writer.close()
+
+
+async def malformed_request(url: str) -> bytes:
+    """A request line h11 cannot parse; the status line of its answer."""
+    reader, writer = await silent_socket(url)
+    writer.write(b"NOT HTTP\r\n\r\n")
+    try:
+        return (await asyncio.wait_for(reader.readline(), TIMEOUT)).rstrip()
+    finally:
+        writer.close()
+
+
+async def test_refused_peers_cannot_stall_the_server_through_an_unread_stderr(log_path):
+    # a client that reads the listening line and never reads stderr again; peers without
+    # a token each make the server say something on stderr: it must never wait for room
+    descriptors(1000)
+    with http_process(log_path) as (url, process):
+        upgrades = await gather_bounded([lambda: refused_upgrade(url)] * 2000, 50)
+        malformed = await gather_bounded([lambda: malformed_request(url)] * 2000, 50)
+        session_id, _seconds = await round_trips(url, 10)
+        end(process)
+        assert process.stderr is not None
+        rest = process.stderr.read().decode()
+    assert process.returncode == 0
+    assert set(upgrades) == {b"HTTP/1.1 401 Unauthorized"}
+    assert set(malformed) == {b"HTTP/1.1 400 Bad Request"}
+    assert len(chain(log_path, session_id)) == 11
+    # what the server said is bounded diagnostics (the rest counted as dropped), and
+    # a refused WebSocket is not an error of the server
+    lines = rest.splitlines()
+    assert all(line.startswith("modefsm serve: ") for line in lines), lines[:3]
+    assert len(lines) < 200
+    assert "handshake" not in rest
+    assert url.token is not None
+    assert url.token not in rest
