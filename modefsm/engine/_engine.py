@@ -75,10 +75,10 @@ from modefsm.log._records import (
     utc_timestamp,
 )
 from modefsm.log._writer import TransitionLog
-from modefsm.restore import RestorePoint
 from modefsm.spec import PREVIOUS, ModeSpec, PermissionOptionKind, SwitchOption
 from modefsm.spec._table import ORIGIN_KINDS, TriggerKind
 from modefsm.store._interface import SessionMoved, SessionStore, StoreBusy, StoreInDoubt
+from modefsm.store._restore import RestorePoint
 
 __all__ = [
     "ModeChange",

@@ -7,7 +7,7 @@ come from, by what the agent has:
 - a :class:`~modefsm.store.SessionStore` (``modefsm serve --log``/``--store``): every
   session of the store, whichever process made it (the file store's SQLite index, or one
   PostgreSQL query; the ``cwd`` filter runs there);
-- a :class:`~modefsm.restore.RestoreIndex` as the restore source: the sessions of its log;
+- a :class:`~modefsm.store._restore.RestoreIndex` as the restore source: the sessions of its log;
 - neither: the sessions live in this process (no ``updatedAt``; ordered by ``sessionId``).
 
 A session is listed with the ``cwd`` its ``session/new`` gave (kept in its
@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 from acp import RequestError
 
-from modefsm.restore import ListAfter, ListedSession
+from modefsm.store._restore import ListAfter, ListedSession
 
 __all__ = ["LIST_PAGE"]
 # Also for the agents of this package (not re-exported): MAX_CURSOR_CHARS, decode_cursor,

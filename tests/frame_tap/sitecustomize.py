@@ -70,8 +70,8 @@ def _patch_http(module: Any) -> None:
 
 
 _PATCHES: dict[str, Callable[[Any], None]] = {
-    "modefsm.protocol._transport": _patch_transport,
-    "modefsm.protocol._http": _patch_http,
+    "modefsm.protocol.transport._stdio": _patch_transport,
+    "modefsm.protocol.transport._http": _patch_http,
 }
 
 

@@ -6,7 +6,7 @@ import pytest
 from acp import RequestError
 
 from modefsm import HookError, LogError, UnknownModeError, UnknownSessionError
-from modefsm.protocol._agent import acp_errors
+from modefsm.protocol.v1._agent import acp_errors
 
 
 class TestAcpErrors:

@@ -946,7 +946,7 @@ class CheckedTransport:
         self._changed = asyncio.Event()
         self._ledger = _Ledger(stray, late, self._changed.set)
         self.batches: Any = None
-        """A :class:`~modefsm.protocol._batch.Batches` once the connection serves them (v2)."""
+        """A :class:`~modefsm.protocol.transport._batch.Batches` once batches are served (v2)."""
         self._queued: deque[dict[str, Any]] = deque()  # the entries of a batch still to serve
         self._held: deque[dict[str, Any]] = deque()  # read and open, not yet handed over
         self._reading: asyncio.Task[bytes | FrameError | None] | None = None

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modefsm.errors import FrameError
-from modefsm.protocol._transport import MAX_OPEN, check_entry
+from modefsm.protocol.transport._stdio import MAX_OPEN, check_entry
 
 __all__ = ["MAX_BATCH"]
 # Also for the transports of this package (not re-exported): Batch, Batches, http_deliver,

@@ -66,11 +66,11 @@ from modefsm.errors import HookError, InvalidParamsError, LogError, UnknownSessi
 from modefsm.log._conversation import ConversationStore, Part
 from modefsm.log._writer import TransitionLog
 from modefsm.protocol._list import list_page
-from modefsm.protocol._shared import SharedEngine
-from modefsm.protocol._switch import SwitchResult, propose_switch
-from modefsm.protocol._transport import PermissionRequest
-from modefsm.restore import RestorePoint
+from modefsm.protocol.transport._shared import SharedEngine
+from modefsm.protocol.transport._stdio import PermissionRequest
+from modefsm.protocol.v1._switch import SwitchResult, propose_switch
 from modefsm.spec._model import ModeSpec
+from modefsm.store._restore import RestorePoint
 
 __all__ = ["CLOSE_WAIT", "MAX_CWD_CHARS", "ModeAgent", "RestoreSource", "acp_errors"]
 

@@ -44,14 +44,14 @@ from acp.experimental.v2 import schema as v2
 
 from modefsm.errors import UnknownSessionError
 from modefsm.log._conversation import ConversationItem
-from modefsm.protocol._agent import (
+from modefsm.protocol._list import list_page
+from modefsm.protocol.v1._agent import (
     ModeAgent,
     _finish,
     _version,
     acp_errors,
     session_not_found,
 )
-from modefsm.protocol._list import list_page
 
 __all__ = ["V2_PROTOCOL_VERSION", "ModeAgentV2"]
 # Also for the other transports of this package (not re-exported): REPLAY_FROM_MESSAGE,

@@ -4,12 +4,12 @@
 ``acp.http.asgi.create_asgi_app`` does (``POST``/``GET``/``DELETE`` streamable HTTP, and a
 WebSocket on the same path, one agent per connection), with what the SDK leaves out:
 
-- every request and WebSocket upgrade passes :class:`~modefsm.protocol._access.Access`
+- every request and WebSocket upgrade passes :class:`~modefsm.protocol.transport._access.Access`
   first: its ``Host``, its ``Origin`` and its bearer token (``403`` or ``401`` with a
   JSON-RPC error body whose ``data.rule`` is ``"host"``, ``"origin"`` or ``"token"``; a
   WebSocket is refused before it is accepted, with the same status and body);
 - each connection negotiates ACP v1 or v2 with the stdio code
-  (:mod:`modefsm.protocol._negotiate`): an ``initialize`` below the versions served gets
+  (:mod:`modefsm.protocol.transport._negotiate`): an ``initialize`` below the versions served gets
   ``400`` with the ``-32022`` error and makes no connection (a WebSocket client may
   initialize again); a v2 client's agent is a :class:`~modefsm.protocol.ModeAgentV2` over
   the factory's agent, behind the same raw-param checks as on stdio;
@@ -73,17 +73,17 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from modefsm.errors import FrameError
-from modefsm.protocol._access import Access, Refusal, is_loopback
-from modefsm.protocol._batch import MAX_BATCH, Batches, http_deliver, http_stream
-from modefsm.protocol._negotiate import (
+from modefsm.protocol.transport._access import Access, Refusal, is_loopback
+from modefsm.protocol.transport._batch import MAX_BATCH, Batches, http_deliver, http_stream
+from modefsm.protocol.transport._negotiate import (
     SUPPORTED_PROTOCOLS,
     _first_frame,
     chosen_version,
     negotiated_connection,
     unsupported,
 )
-from modefsm.protocol._shared import Peer, SharedEngine, connection_context, use_peer
-from modefsm.protocol._transport import (
+from modefsm.protocol.transport._shared import Peer, SharedEngine, connection_context, use_peer
+from modefsm.protocol.transport._stdio import (
     ID_SCAN_BYTES,
     MAX_OPEN,
     _encode,
@@ -465,7 +465,7 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
             return agent
 
         def v2_agent(conn: Any) -> Any:
-            from modefsm.protocol._agent_v2 import ModeAgentV2  # noqa: PLC0415 - v2 only
+            from modefsm.protocol.v2._agent import ModeAgentV2  # noqa: PLC0415 - v2 only
 
             agent = ModeAgentV2(agent_factory(conn), conn)
             wrapper.bind(agent)
