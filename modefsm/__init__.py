@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from modefsm.engine._engine import ModeChange, ModeEngine, NotificationSink, Session
     from modefsm.engine._views import ModeView
     from modefsm.errors import (
+        ChangeRefused,
         DiagramError,
         FrameError,
         HookError,
@@ -68,6 +69,7 @@ else:
     ModuleType = type(sys)  # types.ModuleType, without importing types
 
 _EXPORTS = {
+    "ChangeRefused": "modefsm.errors",
     "ConversationStore": "modefsm.log._conversation",
     "FileStore": "modefsm.store",
     "SessionMoved": "modefsm.store",
@@ -152,6 +154,7 @@ sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "PREVIOUS",
+    "ChangeRefused",
     "ConversationStore",
     "DiagramError",
     "FileStore",

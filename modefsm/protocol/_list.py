@@ -29,8 +29,8 @@ import heapq
 from typing import Any
 
 import orjson
-from acp import RequestError
 
+from modefsm.protocol.errors import invalid_params
 from modefsm.store._restore import ListAfter, ListedSession
 
 __all__ = ["LIST_PAGE"]
@@ -44,7 +44,6 @@ MAX_CURSOR_CHARS = 4096
 """The longest ``cursor`` read; a longer one is ``-32602``."""
 
 _MARK = "l1"
-_INVALID_PARAMS = -32602
 
 
 def encode_cursor(last: ListedSession) -> str:
@@ -77,7 +76,7 @@ def decode_cursor(cursor: str | None) -> ListAfter:
         return value[1], value[2]
     shown = cursor if len(cursor) <= 64 else f"{cursor[:64]}..."  # noqa: PLR2004
     text = f"cursor: {shown!r} is not a cursor of this agent (pass a nextCursor it gave)"
-    raise RequestError(_INVALID_PARAMS, text, {"field": "cursor", "message": text})
+    raise invalid_params(text, {"field": "cursor"})
 
 
 def _live(engine: Any, cwd: str | None, after: ListAfter, limit: int) -> list[ListedSession]:

@@ -24,7 +24,6 @@ from modefsm.protocol.transport._http import (
 )
 from modefsm.protocol.transport._negotiate import (
     SUPPORTED_PROTOCOLS,
-    UNSUPPORTED_PROTOCOL,
     serve_negotiated,
 )
 from modefsm.protocol.transport._shared import (
@@ -82,7 +81,6 @@ __all__ = [
     "SEND_WAIT",
     "SUPPORTED_PROTOCOLS",
     "TOKEN_SUBPROTOCOL",
-    "UNSUPPORTED_PROTOCOL",
     "Access",
     "AgentFactory",
     "BoundedPipeWriter",

@@ -29,6 +29,8 @@ from typing import Any
 
 from acp.agent.connection import AgentSideConnection
 
+from modefsm.errors import INVALID_PARAMS, UNSUPPORTED_PROTOCOL
+from modefsm.protocol.errors import error_response
 from modefsm.protocol.transport._batch import Batches
 from modefsm.protocol.transport._stdio import (
     CheckedTransport,
@@ -37,21 +39,10 @@ from modefsm.protocol.transport._stdio import (
     _stdio,
 )
 
-__all__ = ["SUPPORTED_PROTOCOLS", "UNSUPPORTED_PROTOCOL", "serve_negotiated"]
+__all__ = ["SUPPORTED_PROTOCOLS", "serve_negotiated"]
 
 SUPPORTED_PROTOCOLS = (1, 2)
 """The ACP protocol versions ``modefsm serve`` speaks."""
-
-UNSUPPORTED_PROTOCOL = -32022
-"""JSON-RPC error code of an ``initialize`` whose ``protocolVersion`` cannot be served."""
-
-
-def _error(request_id: Any, code: int, message: str, data: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "error": {"code": code, "message": message, "data": data},
-    }
 
 
 def _v2_params_error(frame: dict[str, Any]) -> dict[str, Any] | None:
@@ -66,7 +57,7 @@ def _v2_params_error(frame: dict[str, Any]) -> dict[str, Any] | None:
             shown = kind if isinstance(kind, str | int | float | bool) or kind is None else "?"
             text = "type: missing" if "type" not in params else f"type: {shown!r} is not 'id'"
             data = {"field": "type", "value": shown, "valid": ["id"], "message": text}
-            return _error(frame["id"], -32602, text, data)
+            return error_response(frame["id"], INVALID_PARAMS, text, data)
     elif method == "session/resume" and params.get("replayFrom") is not None:
         from acp import RequestError  # noqa: PLC0415 - a v2 connection has imported it
 
@@ -75,7 +66,7 @@ def _v2_params_error(frame: dict[str, Any]) -> dict[str, Any] | None:
         try:
             replay_cursor(params["replayFrom"])
         except RequestError as error:
-            return _error(frame["id"], error.code, str(error), dict(error.data or {}))
+            return error_response(frame["id"], error.code, str(error), dict(error.data or {}))
     return None
 
 
@@ -127,7 +118,7 @@ def unsupported(frame: dict[str, Any], protocols: tuple[int, ...]) -> dict[str, 
     if type(version) is int and 0 <= version < min(protocols):
         text = f"protocolVersion: {version} is not supported"
         data = {"requested": version, "supported": list(protocols)}
-        return _error(frame["id"], UNSUPPORTED_PROTOCOL, text, data)
+        return error_response(frame["id"], UNSUPPORTED_PROTOCOL, text, data)
     return None
 
 

@@ -5,10 +5,8 @@ from modefsm.protocol.v1._agent import (
     MAX_CWD_CHARS,
     ModeAgent,
     RestoreSource,
-    acp_errors,
 )
 from modefsm.protocol.v1._switch import (
-    REQUEST_CANCELLED,
     SwitchResult,
     offered_options,
     propose_switch,
@@ -17,11 +15,9 @@ from modefsm.protocol.v1._switch import (
 __all__ = [
     "CLOSE_WAIT",
     "MAX_CWD_CHARS",
-    "REQUEST_CANCELLED",
     "ModeAgent",
     "RestoreSource",
     "SwitchResult",
-    "acp_errors",
     "offered_options",
     "propose_switch",
 ]
