@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from modefsm.engine._engine import ModeChange, ModeEngine, NotificationSink, Session
     from modefsm.engine._views import ModeView
     from modefsm.errors import (
+        ChangeRefused,
         DiagramError,
         FrameError,
         HookError,
@@ -39,13 +40,12 @@ if TYPE_CHECKING:
     from modefsm.log._records import TransitionRecord
     from modefsm.log._writer import TransitionLog
     from modefsm.protocol import ModeAgent, RestoreSource, SwitchResult, run_agent
-    from modefsm.protocol._access import new_token
-    from modefsm.protocol._agent_v2 import ModeAgentV2
-    from modefsm.protocol._http import serve_http
-    from modefsm.protocol._negotiate import serve_negotiated
-    from modefsm.protocol._shared import SharedEngine
+    from modefsm.protocol.transport._access import new_token
+    from modefsm.protocol.transport._http import serve_http
+    from modefsm.protocol.transport._negotiate import serve_negotiated
+    from modefsm.protocol.transport._shared import SharedEngine
+    from modefsm.protocol.v2._agent import ModeAgentV2
     from modefsm.replay import ReplayReport, Violation, replay
-    from modefsm.restore import LogRestore, RestoreIndex, RestorePoint
     from modefsm.spec import (
         PREVIOUS,
         Mode,
@@ -64,10 +64,12 @@ if TYPE_CHECKING:
         StoreInDoubt,
         open_store,
     )
+    from modefsm.store._restore import LogRestore, RestoreIndex, RestorePoint
 else:
     ModuleType = type(sys)  # types.ModuleType, without importing types
 
 _EXPORTS = {
+    "ChangeRefused": "modefsm.errors",
     "ConversationStore": "modefsm.log._conversation",
     "FileStore": "modefsm.store",
     "SessionMoved": "modefsm.store",
@@ -81,10 +83,10 @@ _EXPORTS = {
     "InvalidParamsError": "modefsm.errors",
     "InvalidValueError": "modefsm.errors",
     "LogError": "modefsm.errors",
-    "LogRestore": "modefsm.restore",
+    "LogRestore": "modefsm.store._restore",
     "Mode": "modefsm.spec",
     "ModeAgent": "modefsm.protocol",
-    "ModeAgentV2": "modefsm.protocol._agent_v2",
+    "ModeAgentV2": "modefsm.protocol.v2._agent",
     "ModeChange": "modefsm.engine._engine",
     "ModeEngine": "modefsm.engine._engine",
     "ModeSpec": "modefsm.spec",
@@ -95,12 +97,12 @@ _EXPORTS = {
     "OfferedOption": "modefsm.engine",
     "PREVIOUS": "modefsm.spec",
     "ReplayReport": "modefsm.replay",
-    "RestoreIndex": "modefsm.restore",
-    "RestorePoint": "modefsm.restore",
+    "RestoreIndex": "modefsm.store._restore",
+    "RestorePoint": "modefsm.store._restore",
     "RestoreSource": "modefsm.protocol",
     "Session": "modefsm.engine._engine",
     "SessionExistsError": "modefsm.errors",
-    "SharedEngine": "modefsm.protocol._shared",
+    "SharedEngine": "modefsm.protocol.transport._shared",
     "SpecError": "modefsm.errors",
     "SpecProblem": "modefsm.errors",
     "StaleOptionError": "modefsm.errors",
@@ -116,12 +118,12 @@ _EXPORTS = {
     "UnknownSessionError": "modefsm.errors",
     "Violation": "modefsm.replay",
     "load_spec": "modefsm.spec",
-    "new_token": "modefsm.protocol._access",
+    "new_token": "modefsm.protocol.transport._access",
     "preset": "modefsm.spec",
     "preset_names": "modefsm.spec",
     "replay": "modefsm.replay",
     "run_agent": "modefsm.protocol",
-    "serve_http": "modefsm.protocol._http",
+    "serve_http": "modefsm.protocol.transport._http",
     "serve_negotiated": "modefsm.protocol",
 }
 """Where each public name is defined."""
@@ -152,6 +154,7 @@ sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "PREVIOUS",
+    "ChangeRefused",
     "ConversationStore",
     "DiagramError",
     "FileStore",

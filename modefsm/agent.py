@@ -6,8 +6,8 @@ re-exports the same names and warns on import.
 
 import warnings
 
-from modefsm.protocol import _agent as _moved
-from modefsm.protocol._agent import *  # noqa: F403
+from modefsm.protocol.v1 import _agent as _moved
+from modefsm.protocol.v1._agent import *  # noqa: F403
 
 __all__ = list(_moved.__all__)
 

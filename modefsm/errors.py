@@ -14,9 +14,14 @@ without parsing text::
     │   ├── InvalidValueError        a value of the wrong type
     │   └── TransitionNotAllowedError  the policy forbids this change from the current mode
     ├── NoSwitchError                the agent proposed a switch from a mode that has none
-    ├── HookError                    a host before_change callback refused or failed
+    ├── HookError                    a host before_change callback failed (JSON-RPC -32603)
+    │   └── ChangeRefused            a host's veto: the client gets its code and message
     ├── LogError                     the transition log cannot be written or read
-    └── DiagramError                 a diagram cannot be drawn (no Graphviz, unknown session)
+    ├── DiagramError                 a diagram cannot be drawn (no Graphviz, unknown session)
+    └── FrameError                   a JSON-RPC frame refused on the wire (-32700, -32600)
+
+The JSON-RPC error codes ACP uses are named here once (:data:`INVALID_PARAMS`, ...);
+:mod:`modefsm.protocol.errors` builds the error answers from them.
 """
 
 from __future__ import annotations
@@ -25,6 +30,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "AUTH_REQUIRED",
+    "ERROR_MESSAGES",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
+    "PARSE_ERROR",
+    "REQUEST_CANCELLED",
+    "RESOURCE_NOT_FOUND",
+    "UNSUPPORTED_PROTOCOL",
+    "ChangeRefused",
     "DiagramError",
     "HookError",
     "InvalidParamsError",
@@ -41,6 +57,38 @@ __all__ = [
     "UnknownModeError",
     "UnknownSessionError",
 ]
+
+
+PARSE_ERROR = -32700
+"""JSON-RPC: the frame is not JSON (or not Unicode text)."""
+INVALID_REQUEST = -32600
+"""JSON-RPC: JSON, but not a valid request (or over a limit of the connection)."""
+METHOD_NOT_FOUND = -32601
+"""JSON-RPC: the method is not served."""
+INVALID_PARAMS = -32602
+"""JSON-RPC: a parameter does not fit (an unknown ``modeId``, ``configId``, ``value``)."""
+INTERNAL_ERROR = -32603
+"""JSON-RPC: the agent failed (its log, its store, a bug); never a user's mistake."""
+AUTH_REQUIRED = -32000
+"""ACP: the request needs authentication (an HTTP request without the token)."""
+RESOURCE_NOT_FOUND = -32002
+"""ACP: no such resource (an unknown ``sessionId``)."""
+UNSUPPORTED_PROTOCOL = -32022
+"""ACP v2: ``initialize`` asked for a ``protocolVersion`` that is not served."""
+REQUEST_CANCELLED = -32800
+"""ACP: the request was cancelled by the peer (``$/cancel_request``)."""
+
+ERROR_MESSAGES = {
+    PARSE_ERROR: "Parse error",
+    INVALID_REQUEST: "Invalid request",
+    METHOD_NOT_FOUND: "Method not found",
+    INVALID_PARAMS: "Invalid params",
+    INTERNAL_ERROR: "Internal error",
+    AUTH_REQUIRED: "Authentication required",
+    RESOURCE_NOT_FOUND: "Resource not found",
+    REQUEST_CANCELLED: "Request cancelled",
+}
+"""The standard ``message`` of each code (the SDK's wording), for answers built on the wire."""
 
 
 class ModefsmError(Exception):
@@ -256,6 +304,37 @@ class HookError(ModefsmError):
         super().__init__(f"before_change hook {hook} refused the change: {error!r}")
 
 
+class ChangeRefused(HookError):  # noqa: N818 - a veto, not a failure
+    """A host's veto of a change: raise it from a ``before_change`` hook.
+
+    Nothing changes; the refusal is logged (``hook_failed``) and the client gets a
+    JSON-RPC error with *code* (``-32602`` invalid params unless the host chooses another)
+    and *message* as they are, never ``-32603``. A hook that raises modefsm's own
+    :class:`InvalidParamsError` is answered the same way, with that error's code and data.
+
+    Example:
+        >>> def no_yolo(change):
+        ...     if change.to_mode == "bypassPermissions":
+        ...         raise ChangeRefused("bypassPermissions is off in this workspace")
+
+    Attributes:
+        code: the JSON-RPC error code the client gets.
+        data: the error's ``data`` (``None``: ``{"message": message}``).
+        hook: the refusing callback's qualified name, set when the engine catches it.
+        error: the error itself (as for any :class:`HookError`).
+    """
+
+    def __init__(
+        self, message: str, *, code: int = INVALID_PARAMS, data: dict[str, object] | None = None
+    ) -> None:
+        """Build the veto; *message* is what the client reads."""
+        self.hook = ""
+        self.error = self
+        self.code = code
+        self.data = data
+        ModefsmError.__init__(self, message)
+
+
 class LogError(ModefsmError):
     """The transition log cannot be opened, written or read.
 
@@ -281,8 +360,8 @@ class FrameError(ModefsmError):
     """A JSON-RPC frame refused on the wire, before the SDK sees it.
 
     Attributes:
-        code: the JSON-RPC error code: ``-32700`` (not JSON, or not Unicode text) or
-            ``-32600`` (JSON, but not a valid JSON-RPC 2.0 frame).
+        code: the JSON-RPC error code: :data:`PARSE_ERROR` (not JSON, or not Unicode
+            text) or :data:`INVALID_REQUEST` (JSON, but not a valid JSON-RPC 2.0 frame).
         details: what is wrong, in one sentence.
         request_id: the id to answer with; ``None`` when the id cannot be known.
         answer: whether the frame gets an error answer: requests and frames of unknown
@@ -291,8 +370,6 @@ class FrameError(ModefsmError):
             ``("values", ...)``, ``("depth", ...)``, ``("id_chars", ...)``), or ``None``;
             the answer's ``data`` names it (``limit``, ``max``).
     """
-
-    MESSAGES = {-32700: "Parse error", -32600: "Invalid request"}  # noqa: RUF012
 
     def __init__(
         self,
@@ -309,19 +386,4 @@ class FrameError(ModefsmError):
         self.request_id = request_id
         self.answer = answer
         self.limit = limit
-        super().__init__(f"{self.MESSAGES[code]}: {details}")
-
-    def to_response(self) -> dict[str, object]:
-        """The JSON-RPC error response that answers the frame."""
-        data: dict[str, object] = {"details": self.details}
-        if self.limit is not None:
-            data["limit"], data["max"] = self.limit
-        return {
-            "jsonrpc": "2.0",
-            "id": self.request_id,
-            "error": {
-                "code": self.code,
-                "message": self.MESSAGES[self.code],
-                "data": data,
-            },
-        }
+        super().__init__(f"{ERROR_MESSAGES[code]}: {details}")

@@ -6,8 +6,8 @@ re-exports the same names and warns on import.
 
 import warnings
 
-from modefsm.protocol import _transport as _moved
-from modefsm.protocol._transport import *  # noqa: F403
+from modefsm.protocol.transport import _stdio as _moved
+from modefsm.protocol.transport._stdio import *  # noqa: F403
 
 __all__ = list(_moved.__all__)
 

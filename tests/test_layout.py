@@ -30,7 +30,6 @@ LAYERS: dict[str, float] = {
     "modefsm.spec": 1,
     "modefsm.log._records": 1.5,  # the record format: a leaf below the writer and reader
     "modefsm.log": 2,
-    "modefsm.restore": 3,
     "modefsm.store": 3,
     "modefsm.engine": 4,
     "modefsm.replay": 5,
@@ -193,7 +192,7 @@ class TestLayers:
 
     def test_the_checks_see_imports_of_every_kind(self):
         serve = "modefsm.cli._serve"  # the HTTP transport: inside _serve_http
-        assert ("modefsm.protocol._http", False) in set(imports(serve))
+        assert ("modefsm.protocol.transport._http", False) in set(imports(serve))
         assert ("modefsm.errors", True) in set(imports(serve))
         facade = "modefsm"  # its TYPE_CHECKING block
         assert ("modefsm.errors", False) in set(imports(facade))

@@ -27,7 +27,7 @@ class _V2DictAgent:
         from benchmarks.baselines.handlers import DictHandler  # noqa: PLC0415
         from modefsm import preset  # noqa: PLC0415
         from modefsm.engine._views import build_views  # noqa: PLC0415
-        from modefsm.protocol._agent_v2 import v2_options  # noqa: PLC0415
+        from modefsm.protocol.v2._agent import v2_options  # noqa: PLC0415
 
         self.v2 = v2
         self.conn = conn

@@ -18,7 +18,7 @@ from pathlib import Path
 from modefsm import ModeEngine, TransitionLog, preset
 from modefsm.log._records import EVENT_CHANGED, record_digest
 from modefsm.log._writer import _bind
-from modefsm.restore import RestoreIndex
+from modefsm.store._restore import RestoreIndex
 
 FIELDS = {
     "timestamp": "2026-01-01T00:00:00.000000Z",

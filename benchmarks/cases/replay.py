@@ -1,7 +1,7 @@
 """Benchmarks 3 and 4: replaying a large log, and restoring a session's mode through an index.
 
 Both need modefsm's replay side: ``modefsm.replay.replay(paths, verify=...)`` for 3, and a
-``RestoreIndex`` (in ``modefsm.replay`` or ``modefsm.restore``) with
+``RestoreIndex`` (in ``modefsm.replay`` or ``modefsm.store._restore``) with
 ``RestoreIndex.rebuild(index_path, [log])`` and ``restore_point(session_id)`` for 4. When
 this build of modefsm does not have them, the benchmark reports "not available" instead.
 
@@ -46,7 +46,7 @@ def replay_api() -> Callable[..., Any] | None:
 
 def restore_index() -> Any:
     """The ``RestoreIndex`` class if this build has one (with ``rebuild``), else ``None``."""
-    for name in ("modefsm.replay._replayer", "modefsm.restore"):
+    for name in ("modefsm.replay._replayer", "modefsm.store._restore"):
         try:
             module = importlib.import_module(name)
         except ImportError:

@@ -111,7 +111,7 @@ CHECKED_CALLS = 20_000
 async def _check_cost(calls: int) -> float:
     """µs per request that the guard adds to an ASGI call (a ``session/set_mode`` POST)."""
     from modefsm.protocol import Access, new_token  # noqa: PLC0415
-    from modefsm.protocol._http import _Guard  # noqa: PLC0415 - the checks alone
+    from modefsm.protocol.transport._http import _Guard  # noqa: PLC0415 - the checks alone
 
     token = new_token()
     headers = [

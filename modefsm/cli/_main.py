@@ -185,7 +185,7 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _origin(text: str) -> str:
-    from modefsm.protocol._access import normal_origin  # noqa: PLC0415 - no SDK import
+    from modefsm.protocol.transport._access import normal_origin  # noqa: PLC0415 - no SDK import
 
     try:
         return normal_origin(text)
@@ -194,7 +194,7 @@ def _origin(text: str) -> str:
 
 
 def _host(text: str) -> str:
-    from modefsm.protocol._access import normal_host  # noqa: PLC0415 - no SDK import
+    from modefsm.protocol.transport._access import normal_host  # noqa: PLC0415 - no SDK import
 
     try:
         return normal_host(text)
@@ -371,7 +371,7 @@ def _add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 def _run_replay(args: argparse.Namespace) -> int:
     from modefsm.replay._replayer import replay  # noqa: PLC0415 - keep other commands' start fast
     from modefsm.replay._report import JsonReport, TableReport  # noqa: PLC0415
-    from modefsm.restore import RestoreIndex  # noqa: PLC0415
+    from modefsm.store._restore import RestoreIndex  # noqa: PLC0415
 
     if args.rebuild_index is not None:
         if "-" in args.logs:

@@ -40,9 +40,9 @@ from modefsm.errors import LogError, ModefsmError, NoSwitchError
 from modefsm.log._conversation import ConversationStore, journal_path
 from modefsm.log._files import check_private
 from modefsm.log._writer import TransitionLog, ignore_file_size_signal
-from modefsm.protocol._agent import ModeAgent
-from modefsm.protocol._negotiate import SUPPORTED_PROTOCOLS, serve_negotiated
-from modefsm.protocol._transport import BoundedPipeWriter, Diagnostics, OutputClosedError
+from modefsm.protocol.transport._negotiate import SUPPORTED_PROTOCOLS, serve_negotiated
+from modefsm.protocol.transport._stdio import BoundedPipeWriter, Diagnostics, OutputClosedError
+from modefsm.protocol.v1._agent import ModeAgent
 from modefsm.spec import ModeSpec
 from modefsm.store._interface import SessionStore, open_store
 
@@ -64,12 +64,12 @@ STDERR_LOG_WAIT = 2.0
 
 @dataclass(frozen=True)
 class HttpAccess:
-    """Who may use ``serve --http`` (see :mod:`modefsm.protocol._access`).
+    """Who may use ``serve --http`` (see :mod:`modefsm.protocol.transport._access`).
 
     Attributes:
         token_file: the file holding the token (created with a new one if missing);
             ``None``: a new token in a new ``0600`` file of
-            :func:`~modefsm.protocol._access.token_directory`, removed at exit.
+            :func:`~modefsm.protocol.transport._access.token_directory`, removed at exit.
         no_auth: no token at all (a loopback address only).
         allow_hosts: ``Host`` values answered besides the loopback names and the bound
             address.
@@ -204,7 +204,7 @@ def check_log_path(path: Path, *, index: bool = True) -> None:
 
 def _check_modes(path: Path) -> None:
     """Refuse a log whose file, index or journal others may write (see :func:`check_log_path`)."""
-    from modefsm.restore import check_index_modes  # noqa: PLC0415 - sqlite3 only when serving
+    from modefsm.store._restore import check_index_modes  # noqa: PLC0415 - sqlite3 only when serving
 
     for file, what in (
         (path, "the transition log"),
@@ -217,7 +217,7 @@ def _check_modes(path: Path) -> None:
 
 def _check_index(path: Path) -> None:
     """Refuse a restore index path that holds something else (it is never overwritten)."""
-    from modefsm.restore import check_index_path  # noqa: PLC0415 - sqlite3 only when serving
+    from modefsm.store._restore import check_index_path  # noqa: PLC0415 - sqlite3 only when serving
 
     check_index_path(path, doing="read")
 
@@ -428,7 +428,7 @@ def _served(address: tuple[str, int], protocols: tuple[int, ...], access: HttpAc
             that is not loopback, or the token file is unusable.
     """
     _check_http_extra()
-    from modefsm.protocol._access import (  # noqa: PLC0415 - HTTP only
+    from modefsm.protocol.transport._access import (  # noqa: PLC0415 - HTTP only
         is_loopback,
         new_token,
         read_token_file,
@@ -456,9 +456,9 @@ def _serve_http(
     diagnostics: Diagnostics,
     hangup: Callable[[], None] | None,
 ) -> int:
-    from modefsm.protocol._access import is_loopback, write_token_file  # noqa: PLC0415
-    from modefsm.protocol._http import raise_descriptor_limit, serve_http  # noqa: PLC0415
-    from modefsm.protocol._shared import SharedEngine  # noqa: PLC0415
+    from modefsm.protocol.transport._access import is_loopback, write_token_file  # noqa: PLC0415
+    from modefsm.protocol.transport._http import raise_descriptor_limit, serve_http  # noqa: PLC0415
+    from modefsm.protocol.transport._shared import SharedEngine  # noqa: PLC0415
 
     engine = SharedEngine(spec, log=log) if shared is None else SharedEngine(spec, store=shared)
 

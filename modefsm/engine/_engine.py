@@ -55,7 +55,10 @@ from acp.schema import ConfigOptionUpdate
 from modefsm.engine._machine import ModeMachine, mode_of, state_name
 from modefsm.engine._views import ModeView, build_views
 from modefsm.errors import (
+    INVALID_PARAMS,
+    ChangeRefused,
     HookError,
+    InvalidParamsError,
     InvalidValueError,
     ModefsmError,
     NoSwitchError,
@@ -75,10 +78,10 @@ from modefsm.log._records import (
     utc_timestamp,
 )
 from modefsm.log._writer import TransitionLog
-from modefsm.restore import RestorePoint
 from modefsm.spec import PREVIOUS, ModeSpec, PermissionOptionKind, SwitchOption
 from modefsm.spec._table import ORIGIN_KINDS, TriggerKind
 from modefsm.store._interface import SessionMoved, SessionStore, StoreBusy, StoreInDoubt
+from modefsm.store._restore import RestorePoint
 
 __all__ = [
     "ModeChange",
@@ -234,7 +237,10 @@ class ModeEngine:
         sink: ``await sink(session_id, update)`` for each notification, e.g. the SDK's
             ``conn.session_update``; ``None`` sends none.
         before_change: host callbacks run before a change commits; one that raises cancels
-            the change (:class:`~modefsm.errors.HookError`) and nothing is changed.
+            the change and nothing is changed: a veto
+            (:class:`~modefsm.errors.ChangeRefused`, or an
+            :class:`~modefsm.errors.InvalidParamsError`) reaches the client with its code
+            and message, anything else as a :class:`~modefsm.errors.HookError`.
         after_change: host callbacks run after a change committed; one that raises is logged
             and does not undo the change.
         other_config_options: ``other_config_options(session_id)`` returns the host's own
@@ -1307,7 +1313,10 @@ class ModeEngine:
                     tool_call_id=context.tool_call_id,
                     option_id=context.option_id,
                 )
-                raise HookError(getattr(hook, "__qualname__", repr(hook)), exc) from exc
+                error = _hook_error(hook, exc)
+                if error is exc:
+                    raise
+                raise error from exc
 
     def _run_after_hooks(self, session: Session, context: ModeChange) -> None:
         for hook in self.after_change:
@@ -1553,6 +1562,24 @@ class ModeEngine:
         }
         with contextlib.suppress(ModefsmError):  # nowhere left to report a failed write
             self._write(event, record)
+
+
+def _hook_error(hook: ChangeHook, exc: Exception) -> HookError:
+    """What a ``before_change`` hook that raised *exc* makes the change raise.
+
+    A veto (:class:`~modefsm.errors.ChangeRefused`, or modefsm's own
+    :class:`~modefsm.errors.InvalidParamsError`, whose code and data it keeps) stays the
+    host's answer; anything else is a failure of the hook (``-32603``).
+    """
+    name = getattr(hook, "__qualname__", repr(hook))
+    if isinstance(exc, ChangeRefused):
+        exc.hook = name
+        return exc
+    if isinstance(exc, InvalidParamsError):
+        refused = ChangeRefused(str(exc), code=INVALID_PARAMS, data=exc.to_data())
+        refused.hook = name
+        return refused
+    return HookError(name, exc)
 
 
 _RACES = 3

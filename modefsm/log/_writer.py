@@ -56,7 +56,7 @@ def ignore_file_size_signal() -> None:
 class LogIndex(Protocol):
     """What a :class:`TransitionLog` keeps current as it writes: a restore index.
 
-    :class:`~modefsm.restore.RestoreIndex` is the one modefsm ships; the log only calls
+    :class:`~modefsm.store._restore.RestoreIndex` is the one modefsm ships; the log only calls
     these members (the index module reads the log, the log does not import it).
     """
 
@@ -89,7 +89,7 @@ class LogIndex(Protocol):
         ...  # pragma: no cover
 
     def restore_point(self, session_id: str) -> Any:
-        """The session's last committed point (a :class:`~modefsm.restore.RestorePoint`)."""
+        """The session's last committed point (a :class:`~modefsm.store._restore.RestorePoint`)."""
         ...  # pragma: no cover
 
     def commit(self) -> None:
@@ -425,7 +425,7 @@ class TransitionLog:
             (``None``: a fresh chain).
 
     Attributes:
-        index: the :class:`LogIndex` (a :class:`~modefsm.restore.RestoreIndex`) kept
+        index: the :class:`LogIndex` (a :class:`~modefsm.store._restore.RestoreIndex`) kept
             current by :meth:`write`,
             if the log was opened with one.
     """
@@ -485,9 +485,9 @@ class TransitionLog:
         Args:
             path: the log file; created if missing, never truncated.
             fsync: also ``fsync`` after each record (survives power loss; costs a disk flush).
-            index: a :class:`LogIndex` (a :class:`~modefsm.restore.RestoreIndex`; open
+            index: a :class:`LogIndex` (a :class:`~modefsm.store._restore.RestoreIndex`; open
                 both from paths with :meth:`RestoreIndex.open_log
-                <modefsm.restore.RestoreIndex.open_log>`) to keep current as records are
+                <modefsm.store._restore.RestoreIndex.open_log>`) to keep current as records are
                 written. It is first caught up with the records the log holds beyond what
                 it indexed (a crash between the log write and the index commit loses
                 nothing).
@@ -546,7 +546,7 @@ class TransitionLog:
         events (diagnostics) are written as given. The index, if any, learns the new mode
         of the session after the line is written; an index failure never fails the write
         (the index keeps the update in memory and commits it later, or catches up from
-        the log: see :meth:`~modefsm.restore.RestoreIndex.update`).
+        the log: see :meth:`~modefsm.store._restore.RestoreIndex.update`).
 
         A record is written whole or not at all: a short write (a full disk, the file size
         limit) is completed or, failing that, cut off again, so a failed record leaves no

@@ -1,40 +1,21 @@
 """modefsm.protocol: see the README's Architecture section."""
 
-from modefsm.protocol._access import (
-    ACP_SUBPROTOCOL,
-    LOOPBACK_NAMES,
-    TOKEN_SUBPROTOCOL,
-    Access,
-    Refusal,
-    new_token,
-)
-from modefsm.protocol._agent import CLOSE_WAIT, MAX_CWD_CHARS, ModeAgent, RestoreSource, acp_errors
-from modefsm.protocol._batch import MAX_BATCH
-from modefsm.protocol._http import (
+from modefsm.protocol._list import LIST_PAGE
+from modefsm.protocol.transport import (
     ACP_PATH,
+    ACP_SUBPROTOCOL,
     BODY_SECONDS,
+    EOF_GRACE,
     FIRST_FRAME_SECONDS,
+    FORGET_AFTER,
+    FULL_WAIT,
     HEADER_SECONDS,
+    ID_SCAN_BYTES,
     IDLE_SECONDS,
+    LOOPBACK_NAMES,
+    MAX_BATCH,
     MAX_BODY_BYTES,
     MAX_CONNECTIONS,
-    RESERVED_DESCRIPTORS,
-    AgentFactory,
-    create_app,
-    serve_http,
-)
-from modefsm.protocol._list import LIST_PAGE
-from modefsm.protocol._negotiate import SUPPORTED_PROTOCOLS, UNSUPPORTED_PROTOCOL, serve_negotiated
-from modefsm.protocol._shared import FORGET_AFTER, FULL_WAIT, OUTBOX_SIZE, SEND_WAIT, SharedEngine
-from modefsm.protocol._switch import (
-    REQUEST_CANCELLED,
-    SwitchResult,
-    offered_options,
-    propose_switch,
-)
-from modefsm.protocol._transport import (
-    EOF_GRACE,
-    ID_SCAN_BYTES,
     MAX_DEPTH,
     MAX_ECHO_CHARS,
     MAX_ECHO_ITEMS,
@@ -43,13 +24,35 @@ from modefsm.protocol._transport import (
     MAX_IN_FLIGHT,
     MAX_OPEN,
     MAX_VALUES,
+    OUTBOX_SIZE,
+    RESERVED_DESCRIPTORS,
+    SEND_WAIT,
+    SUPPORTED_PROTOCOLS,
+    TOKEN_SUBPROTOCOL,
+    Access,
+    AgentFactory,
     BoundedPipeWriter,
     CheckedTransport,
     Diagnostics,
     OutputClosedError,
     PermissionRequest,
+    Refusal,
+    SharedEngine,
     check_frame,
+    create_app,
+    new_token,
     run_agent,
+    serve_http,
+    serve_negotiated,
+)
+from modefsm.protocol.v1 import (
+    CLOSE_WAIT,
+    MAX_CWD_CHARS,
+    ModeAgent,
+    RestoreSource,
+    SwitchResult,
+    offered_options,
+    propose_switch,
 )
 
 __all__ = [
@@ -79,12 +82,10 @@ __all__ = [
     "MAX_OPEN",
     "MAX_VALUES",
     "OUTBOX_SIZE",
-    "REQUEST_CANCELLED",
     "RESERVED_DESCRIPTORS",
     "SEND_WAIT",
     "SUPPORTED_PROTOCOLS",
     "TOKEN_SUBPROTOCOL",
-    "UNSUPPORTED_PROTOCOL",
     "Access",
     "AgentFactory",
     "BoundedPipeWriter",
@@ -97,7 +98,6 @@ __all__ = [
     "RestoreSource",
     "SharedEngine",
     "SwitchResult",
-    "acp_errors",
     "check_frame",
     "create_app",
     "new_token",

@@ -7,7 +7,7 @@ come from, by what the agent has:
 - a :class:`~modefsm.store.SessionStore` (``modefsm serve --log``/``--store``): every
   session of the store, whichever process made it (the file store's SQLite index, or one
   PostgreSQL query; the ``cwd`` filter runs there);
-- a :class:`~modefsm.restore.RestoreIndex` as the restore source: the sessions of its log;
+- a :class:`~modefsm.store._restore.RestoreIndex` as the restore source: the sessions of its log;
 - neither: the sessions live in this process (no ``updatedAt``; ordered by ``sessionId``).
 
 A session is listed with the ``cwd`` its ``session/new`` gave (kept in its
@@ -29,9 +29,9 @@ import heapq
 from typing import Any
 
 import orjson
-from acp import RequestError
 
-from modefsm.restore import ListAfter, ListedSession
+from modefsm.protocol.errors import invalid_params
+from modefsm.store._restore import ListAfter, ListedSession
 
 __all__ = ["LIST_PAGE"]
 # Also for the agents of this package (not re-exported): MAX_CURSOR_CHARS, decode_cursor,
@@ -44,7 +44,6 @@ MAX_CURSOR_CHARS = 4096
 """The longest ``cursor`` read; a longer one is ``-32602``."""
 
 _MARK = "l1"
-_INVALID_PARAMS = -32602
 
 
 def encode_cursor(last: ListedSession) -> str:
@@ -77,7 +76,7 @@ def decode_cursor(cursor: str | None) -> ListAfter:
         return value[1], value[2]
     shown = cursor if len(cursor) <= 64 else f"{cursor[:64]}..."  # noqa: PLR2004
     text = f"cursor: {shown!r} is not a cursor of this agent (pass a nextCursor it gave)"
-    raise RequestError(_INVALID_PARAMS, text, {"field": "cursor", "message": text})
+    raise invalid_params(text, {"field": "cursor"})
 
 
 def _live(engine: Any, cwd: str | None, after: ListAfter, limit: int) -> list[ListedSession]:

@@ -8,5 +8,36 @@ from modefsm.store._interface import (
     StoreInDoubt,
     open_store,
 )
+from modefsm.store._restore import (
+    EVENT_INDEX_MISMATCH,
+    MAX_PENDING,
+    RETRY_SECONDS,
+    ListAfter,
+    ListedSession,
+    LogRestore,
+    RestoreIndex,
+    RestorePoint,
+    check_index_path,
+    is_index,
+    last_points,
+)
 
-__all__ = ["FileStore", "SessionMoved", "SessionStore", "StoreBusy", "StoreInDoubt", "open_store"]
+__all__ = [
+    "EVENT_INDEX_MISMATCH",
+    "MAX_PENDING",
+    "RETRY_SECONDS",
+    "FileStore",
+    "ListAfter",
+    "ListedSession",
+    "LogRestore",
+    "RestoreIndex",
+    "RestorePoint",
+    "SessionMoved",
+    "SessionStore",
+    "StoreBusy",
+    "StoreInDoubt",
+    "check_index_path",
+    "is_index",
+    "last_points",
+    "open_store",
+]

@@ -24,7 +24,7 @@ import orjson
 from modefsm.errors import LogError, ModefsmError
 from modefsm.log._records import TransitionRecord
 from modefsm.log._writer import TransitionLog
-from modefsm.restore import ListAfter, ListedSession, RestorePoint
+from modefsm.store._restore import ListAfter, ListedSession, RestorePoint
 
 __all__ = ["SessionMoved", "SessionStore", "StoreBusy", "StoreInDoubt", "open_store"]
 
@@ -182,7 +182,7 @@ class SessionStore(Protocol):
 
         Args:
             cwd: only sessions with exactly this ``cwd`` (filtered by the backend).
-            after: where the page starts (:data:`~modefsm.restore.ListAfter`).
+            after: where the page starts (:data:`~modefsm.store._restore.ListAfter`).
             limit: the most sessions returned.
 
         Raises:

@@ -28,8 +28,8 @@ from modefsm import ModeChange, ModeEngine, ModefsmError, ModeSpec, TransitionLo
 from modefsm.engine._engine import SwitchOffer
 from modefsm.errors import SpecError, StaleOptionError
 from modefsm.replay import replay
-from modefsm.restore import LogRestore
 from modefsm.spec import PREVIOUS
+from modefsm.store._restore import LogRestore
 
 SESSIONS = st.sampled_from(["s0", "s1", "s2"])
 

@@ -47,15 +47,18 @@ def _patch_transport(module: Any) -> None:
         return sent
 
     ledger.admit, ledger.outgoing = tapped_admit, tapped_outgoing
-    error = module.FrameError
-    to_response = error.to_response
 
-    def tapped_response(self: Any) -> Any:
-        response = to_response(self)
+
+def _patch_errors(module: Any) -> None:
+    """The answers to refused frames: imported from here by every transport."""
+    frame_refusal = module.frame_refusal
+
+    def tapped_refusal(error: Any) -> Any:
+        response = frame_refusal(error)
         _record("out", None, response)
         return response
 
-    error.to_response = tapped_response
+    module.frame_refusal = tapped_refusal
 
 
 def _patch_http(module: Any) -> None:
@@ -70,8 +73,9 @@ def _patch_http(module: Any) -> None:
 
 
 _PATCHES: dict[str, Callable[[Any], None]] = {
-    "modefsm.protocol._transport": _patch_transport,
-    "modefsm.protocol._http": _patch_http,
+    "modefsm.protocol.errors": _patch_errors,
+    "modefsm.protocol.transport._stdio": _patch_transport,
+    "modefsm.protocol.transport._http": _patch_http,
 }
 
 

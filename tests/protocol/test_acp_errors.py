@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from acp import RequestError
 
-from modefsm import HookError, LogError, UnknownModeError, UnknownSessionError
-from modefsm.protocol._agent import acp_errors
+from modefsm import ChangeRefused, HookError, LogError, UnknownModeError, UnknownSessionError
+from modefsm.protocol.errors import acp_errors
 
 
 class TestAcpErrors:
@@ -22,6 +22,8 @@ class TestAcpErrors:
                 HookError("refuse", RequestError(-32001, "busy")), -32001, id="hook-request-error"
             ),
             pytest.param(LogError("cannot write", "log.jsonl"), -32603, id="log-failed"),
+            pytest.param(ChangeRefused("no"), -32602, id="veto"),
+            pytest.param(ChangeRefused("no", code=-32001), -32001, id="veto-with-code"),
         ],
     )
     def test_modefsm_error_becomes_request_error(self, error, code):
@@ -35,6 +37,20 @@ class TestAcpErrors:
         with pytest.raises(RequestError) as info, acp_errors():
             raise UnknownSessionError("sess_x")
         assert info.value.data == {"uri": "sess_x"}
+
+    def test_unknown_session_over_v2_names_the_session_id(self):
+        with pytest.raises(RequestError) as info, acp_errors(2):
+            raise UnknownSessionError("sess_x")
+        assert (info.value.code, info.value.data) == (-32002, {"sessionId": "sess_x"})
+
+    def test_a_veto_keeps_the_hosts_message_and_data(self):
+        with pytest.raises(RequestError) as info, acp_errors():
+            raise ChangeRefused("ask your admin", code=-32001, data={"policy": "no-code"})
+        assert info.value.to_error_obj() == {
+            "code": -32001,
+            "message": "ask your admin",
+            "data": {"policy": "no-code"},
+        }
 
     def test_other_errors_pass_through(self):
         with pytest.raises(KeyError), acp_errors():

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from modefsm.protocol import MAX_FRAME_BYTES, MAX_VALUES
-from modefsm.protocol._batch import MAX_BATCH
+from modefsm.protocol.transport._batch import MAX_BATCH
 from tests.protocol.http_wire import TIMEOUT, auth, http_server, ws_connect
 from tests.protocol.raw_wire import INIT_V2, Stdio, call, note, stdio
 from tests.protocol.v2_frames import option_v2

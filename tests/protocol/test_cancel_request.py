@@ -19,7 +19,7 @@ from acp._transport import memory_transport_pair
 from acp.agent.connection import AgentSideConnection
 
 from modefsm import TransitionLog, preset
-from modefsm.protocol._agent import ModeAgent
+from modefsm.protocol.v1._agent import ModeAgent
 from tests.conftest import read_log
 
 REQUESTS = {

@@ -11,8 +11,8 @@ from acp.schema import AgentMessageChunk, TextContentBlock
 
 from modefsm import preset
 from modefsm.log import TransitionLog
-from modefsm.protocol import _shared
-from modefsm.protocol._shared import Peer, SharedEngine, use_peer
+from modefsm.protocol.transport import _shared
+from modefsm.protocol.transport._shared import Peer, SharedEngine, use_peer
 from tests.conftest import read_log
 
 SEED = preset("seed")

@@ -10,8 +10,8 @@ import acp
 from acp.schema import AllowedOutcome, RequestPermissionResponse
 
 from modefsm import ModeChange, preset
-from modefsm.protocol._agent import ModeAgent
-from modefsm.protocol._switch import propose_switch
+from modefsm.protocol.v1._agent import ModeAgent
+from modefsm.protocol.v1._switch import propose_switch
 from tests.conftest import read_log, spec_with
 
 

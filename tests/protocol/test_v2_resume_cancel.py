@@ -34,7 +34,7 @@ from acp.schema import AgentMessageChunk, TextContentBlock, UserMessageChunk
 from modefsm import preset
 from modefsm.cli._serve import ScriptedAgent, conversation_path
 from modefsm.log import ConversationStore
-from modefsm.protocol._agent_v2 import connect_v2
+from modefsm.protocol.v2._agent import connect_v2
 from modefsm.store import open_store
 from tests.conftest import read_log
 

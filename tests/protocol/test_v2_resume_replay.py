@@ -501,7 +501,7 @@ class TestV1SessionOverV2:
 def test_a_refused_cursor_is_named_for_what_is_wrong(cursor: Any, message: str) -> None:
     """A cursor of a served type refused for a member says which member, not that the
     type is not served."""
-    from modefsm.protocol._agent_v2 import replay_cursor
+    from modefsm.protocol.v2._agent import replay_cursor
 
     valid = f"(valid: {{'type': 'start'}}, {{'type': '{CURSOR}', 'messageId': ...}})"
     with pytest.raises(RequestError) as error:

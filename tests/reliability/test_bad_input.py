@@ -165,7 +165,7 @@ def lone_surrogate(value: Any) -> bool:
 
 
 def valid_id(value: Any) -> bool:
-    from modefsm.protocol._transport import MAX_ID_CHARS
+    from modefsm.protocol.transport._stdio import MAX_ID_CHARS
 
     return (
         value is None
@@ -518,7 +518,7 @@ class TestFrames:
         exchange(peer, [json.dumps(frame).encode()])
 
     def test_a_frame_over_the_size_limit_is_refused_and_skipped(self, peer: SyncPeer):
-        from modefsm.protocol._transport import MAX_FRAME_BYTES
+        from modefsm.protocol.transport._stdio import MAX_FRAME_BYTES
 
         line = (
             b'{"jsonrpc":"2.0","id":1,"method":"x","params":{"p":"'

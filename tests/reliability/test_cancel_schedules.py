@@ -29,7 +29,7 @@ from acp.experimental import AgentProtocolRouter
 
 from modefsm import TransitionLog, preset
 from modefsm.cli._serve import ScriptedAgent
-from modefsm.protocol._agent_v2 import ModeAgentV2
+from modefsm.protocol.v2._agent import ModeAgentV2
 from tests.conftest import read_log
 
 SCHEDULES = 240 * (int(os.environ.get("MODEFSM_SOAK", "0") or 0) * 10 or 1)

@@ -18,7 +18,7 @@ from modefsm import ModeEngine, TransitionLog, preset
 from modefsm.cli import main
 from modefsm.cli._serve import check_log_path
 from modefsm.errors import LogError
-from modefsm.restore import RestoreIndex
+from modefsm.store._restore import RestoreIndex
 
 pytestmark = [pytest.mark.reliability]
 

@@ -28,7 +28,7 @@ import pytest
 from modefsm import ModeEngine, TransitionLog, preset
 from modefsm.errors import LogError
 from modefsm.replay import replay
-from modefsm.restore import RestoreIndex
+from modefsm.store._restore import RestoreIndex
 from tests.acp_client import loaded_mode, spawn
 
 from .harness import TIMEOUT, assert_replay_clean, raw_serve, read_log

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 
 from modefsm.cli._serve import STDERR_LOG_WAIT
-from modefsm.protocol._batch import MAX_BATCH, Batches
-from modefsm.protocol._transport import (
+from modefsm.protocol.transport._batch import MAX_BATCH, Batches
+from modefsm.protocol.transport._stdio import (
     EOF_GRACE,
     MAX_DEPTH,
     MAX_ID_CHARS,

@@ -11,7 +11,7 @@ from modefsm import ModeEngine, TransitionLog, preset
 from modefsm.cli import main
 from modefsm.log._reader import LogProblem, read_log
 from modefsm.log._records import record_digest
-from modefsm.restore import RestoreIndex
+from modefsm.store._restore import RestoreIndex
 
 from .harness import raw_serve
 

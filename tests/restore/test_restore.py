@@ -11,9 +11,16 @@ import time
 import orjson
 import pytest
 
-from modefsm import ModeEngine, TransitionLog, preset, restore
+from modefsm import ModeEngine, TransitionLog, preset
 from modefsm.errors import LogError
-from modefsm.restore import RETRY_SECONDS, LogRestore, RestoreIndex, RestorePoint, last_points
+from modefsm.store import _restore as restore
+from modefsm.store._restore import (
+    RETRY_SECONDS,
+    LogRestore,
+    RestoreIndex,
+    RestorePoint,
+    last_points,
+)
 
 _OPENED: list[RestoreIndex | TransitionLog] = []
 

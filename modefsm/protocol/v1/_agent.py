@@ -62,17 +62,18 @@ from acp.schema import (
 )
 
 from modefsm.engine._engine import ModeEngine, Session
-from modefsm.errors import HookError, InvalidParamsError, LogError, UnknownSessionError
+from modefsm.errors import UnknownSessionError
 from modefsm.log._conversation import ConversationStore, Part
 from modefsm.log._writer import TransitionLog
 from modefsm.protocol._list import list_page
-from modefsm.protocol._shared import SharedEngine
-from modefsm.protocol._switch import SwitchResult, propose_switch
-from modefsm.protocol._transport import PermissionRequest
-from modefsm.restore import RestorePoint
+from modefsm.protocol.errors import acp_errors, invalid_params
+from modefsm.protocol.transport._shared import SharedEngine
+from modefsm.protocol.transport._stdio import PermissionRequest
+from modefsm.protocol.v1._switch import SwitchResult, propose_switch
 from modefsm.spec._model import ModeSpec
+from modefsm.store._restore import RestorePoint
 
-__all__ = ["CLOSE_WAIT", "MAX_CWD_CHARS", "ModeAgent", "RestoreSource", "acp_errors"]
+__all__ = ["CLOSE_WAIT", "MAX_CWD_CHARS", "ModeAgent", "RestoreSource"]
 
 _T = TypeVar("_T")
 
@@ -82,56 +83,6 @@ class RestoreSource(Protocol):
 
     def restore_point(self, session_id: str) -> RestorePoint | None:
         """The session's last committed point, or ``None`` if it was never seen."""
-
-
-def session_not_found(session_id: str, version: int = 1) -> RequestError:
-    """The ``-32002`` error for *session_id*.
-
-    ACP v1's ``data`` is ``{"uri": sessionId}``; v2's (*version* 2) ``{"sessionId": ...}``.
-    """
-    if version == 2:  # noqa: PLR2004
-        return RequestError(-32002, f"sessionId: {session_id}", {"sessionId": session_id})
-    message = f"sessionId: {UnknownSessionError(session_id)}"
-    return RequestError(-32002, message, {"uri": session_id})
-
-
-def acp_errors() -> contextlib.AbstractContextManager[None]:
-    """Turn modefsm errors raised inside the block into ACP JSON-RPC errors.
-
-    Raises:
-        RequestError: ``-32002`` for an unknown session (``data: {"uri": sessionId}``),
-            ``-32602`` for invalid params (``data``: field, value, valid, message); when a
-            host hook refused the change, the ``RequestError`` the hook raised, else
-            ``-32603``; ``-32603`` when the log failed.
-    """
-    return _ACP_ERRORS
-
-
-class _ACPErrors(contextlib.AbstractContextManager[None]):
-    """What :func:`acp_errors` returns: one shared, stateless context manager.
-
-    A class rather than ``@contextlib.contextmanager``: every ACP request enters it, and a
-    generator-based context manager costs a generator and a wrapper object per use (see
-    the README's Performance section).
-    """
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, traceback: object) -> None:
-        if isinstance(exc, UnknownSessionError):
-            raise session_not_found(exc.session_id) from None
-        if isinstance(exc, InvalidParamsError):
-            raise RequestError(-32602, str(exc), exc.to_data()) from None
-        if isinstance(exc, HookError):
-            if isinstance(exc.error, RequestError):
-                raise exc.error from None
-            raise RequestError(-32603, str(exc), {"message": str(exc)}) from None
-        if isinstance(exc, LogError):
-            raise RequestError(-32603, str(exc), {"message": str(exc)}) from None
-
-
-_ACP_ERRORS = _ACPErrors()
 
 
 class ModeAgent:
@@ -246,8 +197,7 @@ class ModeAgent:
         del mcp_servers, kwargs
         if isinstance(cwd, str) and len(cwd) > MAX_CWD_CHARS:
             text = f"cwd: a path of at most {MAX_CWD_CHARS} characters, not {len(cwd)}"
-            data = {"field": "cwd", "limit": "cwd_chars", "max": MAX_CWD_CHARS, "message": text}
-            raise RequestError(-32602, text, data)
+            raise invalid_params(text, {"field": "cwd", "limit": "cwd_chars", "max": MAX_CWD_CHARS})
         with acp_errors():
             session = await self.engine.new_session_async(cwd=cwd)
         self.conversation.start(session.session_id)

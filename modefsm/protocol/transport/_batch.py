@@ -33,8 +33,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from modefsm.errors import FrameError
-from modefsm.protocol._transport import MAX_OPEN, check_entry
+from modefsm.errors import INVALID_REQUEST, FrameError
+from modefsm.protocol.errors import frame_refusal
+from modefsm.protocol.transport._stdio import MAX_OPEN, check_entry
 
 __all__ = ["MAX_BATCH"]
 # Also for the transports of this package (not re-exported): Batch, Batches, http_deliver,
@@ -108,10 +109,10 @@ class Batches:
             FrameError: the batch is refused whole (empty, over :data:`MAX_BATCH`).
         """
         if not value:
-            raise FrameError(-32600, "a batch is a non-empty array")
+            raise FrameError(INVALID_REQUEST, "a batch is a non-empty array")
         if len(value) > MAX_BATCH:
             details = f"a batch holds at most {MAX_BATCH} entries, not {len(value)}"
-            raise FrameError(-32600, details, limit=("batch", MAX_BATCH))
+            raise FrameError(INVALID_REQUEST, details, limit=("batch", MAX_BATCH))
         batch = Batch()
         frames: list[dict[str, Any]] = []
         for entry in value:
@@ -119,7 +120,7 @@ class Batches:
                 frame = check_entry(entry)
             except FrameError as bad:
                 if bad.answer:
-                    batch.entries.append(bad.to_response())
+                    batch.entries.append(frame_refusal(bad))
                 continue
             if "method" in frame and "id" in frame:
                 self._slots[id(frame)] = _Slot(batch, len(batch.entries))

@@ -55,13 +55,16 @@ from acp.schema import (
 from pydantic import ValidationError
 
 from modefsm.engine._engine import ModeChange, ModeEngine, SwitchOffer
-from modefsm.errors import HookError, LogError, StaleOptionError, TransitionNotAllowedError
+from modefsm.errors import (
+    REQUEST_CANCELLED,
+    HookError,
+    LogError,
+    StaleOptionError,
+    TransitionNotAllowedError,
+)
 from modefsm.log._records import RejectReason
 
-__all__ = ["REQUEST_CANCELLED", "SwitchResult", "offered_options", "propose_switch"]
-
-REQUEST_CANCELLED = -32800
-"""JSON-RPC error code of a request cancelled by the peer (``$/cancel_request``)."""
+__all__ = ["SwitchResult", "offered_options", "propose_switch"]
 
 _DECLINED_TEXT: dict[RejectReason, str] = {
     "option_rejected": "Declined: staying in {mode} mode.",

@@ -38,7 +38,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from modefsm.errors import ModefsmError
+from modefsm.errors import AUTH_REQUIRED, INVALID_REQUEST, ModefsmError
 
 __all__ = [
     "ACP_SUBPROTOCOL",
@@ -280,7 +280,7 @@ class Access:
                 "the request's Host is not a loopback name or an allowed host "
                 "(modefsm serve --allow-host)"
             )
-            return Refusal(403, -32600, "host", details)
+            return Refusal(403, INVALID_REQUEST, "host", details)
         allowed = None
         if origin is not None:
             allowed = origin.decode("latin-1").lower()
@@ -289,7 +289,7 @@ class Access:
                     "the request's Origin is not a loopback origin or an allowed origin "
                     "(modefsm serve --allow-origin)"
                 )
-                return Refusal(403, -32600, "origin", details)
+                return Refusal(403, INVALID_REQUEST, "origin", details)
         subprotocol = None
         if subprotocols is not None and ACP_SUBPROTOCOL in subprotocols:
             subprotocol = ACP_SUBPROTOCOL
@@ -298,7 +298,7 @@ class Access:
                 "a bearer token is required: Authorization: Bearer TOKEN (a WebSocket may "
                 "instead offer the subprotocols acp and modefsm.token.TOKEN)"
             )
-            return Refusal(401, -32000, "token", details, origin)
+            return Refusal(401, AUTH_REQUIRED, "token", details, origin)
         return _Grant(allowed, subprotocol)
 
     def preflight(self, origin: bytes) -> list[tuple[bytes, bytes]]:

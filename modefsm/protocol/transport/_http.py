@@ -4,12 +4,12 @@
 ``acp.http.asgi.create_asgi_app`` does (``POST``/``GET``/``DELETE`` streamable HTTP, and a
 WebSocket on the same path, one agent per connection), with what the SDK leaves out:
 
-- every request and WebSocket upgrade passes :class:`~modefsm.protocol._access.Access`
+- every request and WebSocket upgrade passes :class:`~modefsm.protocol.transport._access.Access`
   first: its ``Host``, its ``Origin`` and its bearer token (``403`` or ``401`` with a
   JSON-RPC error body whose ``data.rule`` is ``"host"``, ``"origin"`` or ``"token"``; a
   WebSocket is refused before it is accepted, with the same status and body);
 - each connection negotiates ACP v1 or v2 with the stdio code
-  (:mod:`modefsm.protocol._negotiate`): an ``initialize`` below the versions served gets
+  (:mod:`modefsm.protocol.transport._negotiate`): an ``initialize`` below the versions served gets
   ``400`` with the ``-32022`` error and makes no connection (a WebSocket client may
   initialize again); a v2 client's agent is a :class:`~modefsm.protocol.ModeAgentV2` over
   the factory's agent, behind the same raw-param checks as on stdio;
@@ -22,20 +22,20 @@ WebSocket on the same path, one agent per connection), with what the SDK leaves 
   reaches the agent) and within :data:`BODY_SECONDS` (else ``408``), and checked as a
   JSON-RPC frame by :func:`~modefsm.protocol.check_frame` (bad JSON, ``NaN``, a scalar, an
   array, a wrong envelope: ``400`` whose body is the JSON-RPC error response, ``-32700`` or
-  ``-32600``, with the request's id when it can be known);
+  ``INVALID_REQUEST``, with the request's id when it can be known);
 - at most :data:`MAX_CONNECTIONS` connections are served at once (HTTP connections, from
   their ``initialize``, and WebSockets, from their first message, together): a new one
   when all places are taken ends the connection idle the longest (an HTTP connection is
   deleted as by a ``DELETE``, a WebSocket closed with ``1001``); when every connection has
   a request open, the new ``initialize`` gets ``503`` (on a WebSocket: that error as the
-  answer, then close ``1013``) with a ``-32600`` error naming the limit;
+  answer, then close ``1013``) with a ``INVALID_REQUEST`` error naming the limit;
 - a WebSocket that sends no message within :data:`FIRST_FRAME_SECONDS` of its upgrade is
   closed (``1008``); an HTTP connection with no request and no open stream, or a
   WebSocket with no message either way and no request open, for :data:`IDLE_SECONDS` is
   closed (an HTTP connection as a ``DELETE`` would; its id then gets ``404`` like any
   unknown connection id; a WebSocket with ``1001``);
 - at most :data:`~modefsm.protocol.MAX_OPEN` requests per connection are unanswered at once
-  (more: ``429``, a ``-32600`` error naming the limit);
+  (more: ``429``, a ``INVALID_REQUEST`` error naming the limit);
 - what the agent sends is checked as on stdio: an answer that cannot be encoded becomes an
   error answer for the same id, and second or late answers to a permission request reach
   the agent's ``stray_answer``/``late_answer``;
@@ -72,18 +72,19 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from modefsm.errors import FrameError
-from modefsm.protocol._access import Access, Refusal, is_loopback
-from modefsm.protocol._batch import MAX_BATCH, Batches, http_deliver, http_stream
-from modefsm.protocol._negotiate import (
+from modefsm.errors import INVALID_REQUEST, FrameError
+from modefsm.protocol.errors import error_response, frame_refusal
+from modefsm.protocol.transport._access import Access, Refusal, is_loopback
+from modefsm.protocol.transport._batch import MAX_BATCH, Batches, http_deliver, http_stream
+from modefsm.protocol.transport._negotiate import (
     SUPPORTED_PROTOCOLS,
     _first_frame,
     chosen_version,
     negotiated_connection,
     unsupported,
 )
-from modefsm.protocol._shared import Peer, SharedEngine, connection_context, use_peer
-from modefsm.protocol._transport import (
+from modefsm.protocol.transport._shared import Peer, SharedEngine, connection_context, use_peer
+from modefsm.protocol.transport._stdio import (
     ID_SCAN_BYTES,
     MAX_OPEN,
     _encode,
@@ -187,7 +188,7 @@ class _Checked:
         try:
             frames, batch = self.batches.split(value)
         except FrameError as bad:
-            await self._send_raw(bad.to_response(), None)
+            await self._send_raw(frame_refusal(bad), None)
             return
         self._queued.extend(frames)
         if batch is not None and not batch.waiting:
@@ -265,7 +266,7 @@ class _WebSocketMessages:
                 return check_message(raw) if self.arrays else check_frame(raw)  # type: ignore[return-value]
             except FrameError as bad:
                 if bad.answer:
-                    await self.send(bad.to_response())
+                    await self.send(frame_refusal(bad))
         return None
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
@@ -301,20 +302,9 @@ class _Live:
         return self.wrapper is not None and self.wrapper.ledger.open > 0
 
 
-_MESSAGES = {-32000: "Authentication required", **FrameError.MESSAGES}
-
-
 def _error_body(code: int, details: str, request_id: Any = None, **data: Any) -> dict[str, Any]:
     """A JSON-RPC error response whose ``data`` has *details* and *data*."""
-    return {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "error": {
-            "code": code,
-            "message": _MESSAGES.get(code, "Server error"),
-            "data": {"details": details, **data},
-        },
-    }
+    return error_response(request_id, code, None, {"details": details, **data})
 
 
 def _error(status: int, code: int, details: str, request_id: Any = None, **data: Any) -> Response:
@@ -465,7 +455,7 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
             return agent
 
         def v2_agent(conn: Any) -> Any:
-            from modefsm.protocol._agent_v2 import ModeAgentV2  # noqa: PLC0415 - v2 only
+            from modefsm.protocol.v2._agent import ModeAgentV2  # noqa: PLC0415 - v2 only
 
             agent = ModeAgentV2(agent_factory(conn), conn)
             wrapper.bind(agent)
@@ -523,7 +513,9 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
 
     def full(request_id: Any) -> dict[str, Any]:
         details = f"at most {max_connections} connections are served at once"
-        return _error_body(-32600, details, request_id, limit="connections", max=max_connections)
+        return _error_body(
+            INVALID_REQUEST, details, request_id, limit="connections", max=max_connections
+        )
 
     async def read_body(request: Request) -> bytes | Response:
         """The body, or ``413`` past *max_body_bytes* (with the request's id if readable).
@@ -547,7 +539,7 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
         except TimeoutError:
             slow = _error(
                 408,
-                -32600,
+                INVALID_REQUEST,
                 f"a request body must arrive within {body_seconds:g} s",
                 limit="seconds",
                 max=body_seconds,
@@ -556,7 +548,9 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
             return slow
         if announced or len(body) > max_body_bytes:
             request_id = _readable_id(bytes(body[:ID_SCAN_BYTES]))
-            return _error(413, -32600, too_big, request_id, limit="bytes", max=max_body_bytes)
+            return _error(
+                413, INVALID_REQUEST, too_big, request_id, limit="bytes", max=max_body_bytes
+            )
         return bytes(body)
 
     async def post(request: Request) -> Response:  # noqa: C901, PLR0911 - one answer per check
@@ -570,7 +564,7 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
         try:
             frame = check_message(body) if batching(connection_id) else check_frame(body)
         except FrameError as bad:
-            return JSONResponse(bad.to_response(), status_code=400)
+            return JSONResponse(frame_refusal(bad), status_code=400)
         if isinstance(frame, list):
             return await post_batch(frame, connection_id, request.headers.get(SESSION_ID_HEADER))
         is_request = "id" in frame and "method" in frame
@@ -584,7 +578,7 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
             entry = http_live[connection_id]
             entry.last = time.monotonic()
             if is_request and entry.wrapper is not None and entry.wrapper.ledger.open >= MAX_OPEN:
-                return JSONResponse(_over_open(frame["id"]).to_response(), status_code=429)
+                return JSONResponse(frame_refusal(_over_open(frame["id"])), status_code=429)
         response = await server.handle_post(
             frame,
             content_type=content_type,
@@ -615,7 +609,7 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
             entry.last = time.monotonic()
         if len(frames) > MAX_BATCH:
             details = f"a batch holds at most {MAX_BATCH} entries, not {len(frames)}"
-            return _error(400, -32600, details, limit="batch", max=MAX_BATCH)
+            return _error(400, INVALID_REQUEST, details, limit="batch", max=MAX_BATCH)
         methods = [f.get("method") for f in frames if isinstance(f, dict)]
         requests = sum(1 for f in frames if isinstance(f, dict) and "id" in f and "method" in f)
         if any(method_requires_session_header(m) for m in methods) and session_id is None:
@@ -623,7 +617,7 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
         if session_id is not None and session_id not in transport.session_streams:
             return JSONResponse({"error": "Unknown session id"}, status_code=404)
         if requests and wrapper.ledger.open + requests > MAX_OPEN:
-            return JSONResponse(_over_open(None).to_response(), status_code=429)
+            return JSONResponse(frame_refusal(_over_open(None)), status_code=429)
         http_deliver(transport, frames)
         from starlette.responses import Response as Plain  # noqa: PLC0415
 
@@ -885,7 +879,7 @@ def _bounded_http(  # noqa: C901
         408,
         "Request Timeout",
         _error_body(
-            -32600,
+            INVALID_REQUEST,
             f"a request's headers must arrive within {header_seconds:g} s",
             limit="seconds",
             max=header_seconds,
@@ -895,7 +889,7 @@ def _bounded_http(  # noqa: C901
         503,
         "Service Unavailable",
         _error_body(
-            -32600,
+            INVALID_REQUEST,
             f"at most {max_sockets} sockets are open at once",
             limit="sockets",
             max=max_sockets,

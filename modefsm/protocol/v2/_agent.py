@@ -42,16 +42,11 @@ from acp import RequestError
 from acp import schema as v1
 from acp.experimental.v2 import schema as v2
 
-from modefsm.errors import UnknownSessionError
+from modefsm.errors import RESOURCE_NOT_FOUND, UnknownSessionError
 from modefsm.log._conversation import ConversationItem
-from modefsm.protocol._agent import (
-    ModeAgent,
-    _finish,
-    _version,
-    acp_errors,
-    session_not_found,
-)
 from modefsm.protocol._list import list_page
+from modefsm.protocol.errors import acp_errors, invalid_params, session_not_found
+from modefsm.protocol.v1._agent import ModeAgent, _finish, _version
 
 __all__ = ["V2_PROTOCOL_VERSION", "ModeAgentV2"]
 # Also for the other transports of this package (not re-exported): REPLAY_FROM_MESSAGE,
@@ -105,7 +100,6 @@ REPLAY_FROM_MESSAGE = "_modefsm/message"
 "_modefsm/message", "messageId": ...}`` (an implementation-specific cursor: the v2 schema
 reserves types beginning with ``_`` for those)."""
 
-_INVALID_PARAMS = -32602
 _CURSOR_KEYS = {"start": {"type", "_meta"}, REPLAY_FROM_MESSAGE: {"type", "messageId", "_meta"}}
 _JSON_TYPES = {
     list: "an array",
@@ -153,11 +147,7 @@ def replay_cursor(value: Any) -> str | None:
             f"{problem} (valid: {{'type': 'start'}}, "
             f"{{'type': '{REPLAY_FROM_MESSAGE}', 'messageId': ...}})"
         )
-        raise RequestError(
-            _INVALID_PARAMS,
-            text,
-            {"field": "replayFrom", "valid": _VALID_CURSORS, "message": text},
-        )
+        raise invalid_params(text, {"field": "replayFrom", "valid": _VALID_CURSORS})
     return message_id if kind == REPLAY_FROM_MESSAGE else None
 
 
@@ -476,8 +466,7 @@ class ModeAgentV2:
             if kept == message_id:
                 return primed(update for _id, update in pairs[index:])
         text = f"replayFrom.messageId: {message_id!r} is not in the session's kept conversation"
-        data = {"field": "replayFrom.messageId", "value": message_id, "message": text}
-        raise RequestError(_INVALID_PARAMS, text, data)
+        raise invalid_params(text, {"field": "replayFrom.messageId", "value": message_id})
 
     async def close_session(self, session_id: str, **kwargs: Any) -> v2.CloseSessionResponse:
         """``session/close``: forget the session; an unknown one succeeds too (v2).
@@ -620,14 +609,11 @@ def connect_v2(
     return connected
 
 
-_NOT_FOUND = -32002
-
-
 class _V2Errors(contextlib.AbstractContextManager[None]):
     """v1's ``-32002 {uri}`` becomes v2's ``-32002 {sessionId}`` (other errors pass)."""
 
     def __exit__(self, exc_type: object, exc: BaseException | None, traceback: object) -> None:
-        if isinstance(exc, RequestError) and exc.code == _NOT_FOUND:
+        if isinstance(exc, RequestError) and exc.code == RESOURCE_NOT_FOUND:
             data = exc.data if isinstance(exc.data, dict) else {}
             session_id = data.get("uri", data.get("sessionId"))
             raise session_not_found(str(session_id), 2) from None

@@ -58,10 +58,17 @@ from typing import Any
 
 import orjson
 from acp.agent.connection import AgentSideConnection
-from acp.exceptions import RequestError
 from acp.meta import AGENT_METHODS, PROTOCOL_METHODS
 
-from modefsm.errors import FrameError
+from modefsm.errors import (
+    ERROR_MESSAGES,
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    REQUEST_CANCELLED,
+    FrameError,
+)
+from modefsm.protocol.errors import error_object, error_response, frame_refusal
 
 __all__ = [
     "EOF_GRACE",
@@ -413,7 +420,7 @@ def check_entry(entry: Any) -> dict[str, Any]:
     """
     if not isinstance(entry, dict):
         what = "an array" if isinstance(entry, list) else "a scalar"
-        raise FrameError(-32600, f"a batch entry is an object, not {what}")
+        raise FrameError(INVALID_REQUEST, f"a batch entry is an object, not {what}")
     _check_envelope(entry)
     return entry
 
@@ -424,9 +431,9 @@ def _loads_exactly(line: bytes) -> Any:
         return json.loads(line.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
     except RecursionError:
         request_id = _readable_id(line[:ID_SCAN_BYTES], line[-ID_SCAN_BYTES:])
-        raise FrameError(-32700, "nested too deeply", request_id=request_id) from None
+        raise FrameError(PARSE_ERROR, "nested too deeply", request_id=request_id) from None
     except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise FrameError(-32700, str(exc)) from None
+        raise FrameError(PARSE_ERROR, str(exc)) from None
 
 
 def _parse(line: bytes, *, arrays: bool = False) -> dict[str, Any] | list[Any]:
@@ -434,7 +441,9 @@ def _parse(line: bytes, *, arrays: bool = False) -> dict[str, Any] | list[Any]:
     if values > MAX_VALUES:
         details = f"a frame holds at most {MAX_VALUES} values, not {values}"
         request_id = _readable_id(line[:ID_SCAN_BYTES], line[-ID_SCAN_BYTES:])
-        raise FrameError(-32600, details, request_id=request_id, limit=("values", MAX_VALUES))
+        raise FrameError(
+            INVALID_REQUEST, details, request_id=request_id, limit=("values", MAX_VALUES)
+        )
     exact = _LONG_NUMBER.search(line) is not None
     if exact:
         frame = _loads_exactly(line)
@@ -446,9 +455,9 @@ def _parse(line: bytes, *, arrays: bool = False) -> dict[str, Any] | list[Any]:
             frame = _loads_exactly(line)
     if not isinstance(frame, dict) and not (arrays and isinstance(frame, list) and frame):
         if arrays and isinstance(frame, list):
-            raise FrameError(-32600, "a batch is a non-empty array")
+            raise FrameError(INVALID_REQUEST, "a batch is a non-empty array")
         what = "an array (ACP has no batches)" if isinstance(frame, list) else "a scalar"
-        raise FrameError(-32600, f"a frame is an object, not {what}")
+        raise FrameError(INVALID_REQUEST, f"a frame is an object, not {what}")
     if not exact and line.count(b"[") + line.count(b"{") <= MAX_DEPTH:
         return frame  # valid text, and too few containers to nest too deeply
     if isinstance(frame, list):  # a batch: its entries are checked one by one later
@@ -461,11 +470,15 @@ def _parse(line: bytes, *, arrays: bool = False) -> dict[str, Any] | list[Any]:
     except RecursionError:
         details = f"nested deeper than {MAX_DEPTH} levels"
         raise FrameError(
-            -32600, details, request_id=request_id, answer=answer, limit=("depth", MAX_DEPTH)
+            INVALID_REQUEST,
+            details,
+            request_id=request_id,
+            answer=answer,
+            limit=("depth", MAX_DEPTH),
         ) from None
     except UnicodeEncodeError:
         details = "a string holds a lone surrogate: not Unicode text"
-        raise FrameError(-32700, details, request_id=request_id, answer=answer) from None
+        raise FrameError(PARSE_ERROR, details, request_id=request_id, answer=answer) from None
     return frame
 
 
@@ -481,12 +494,14 @@ def _check_envelope(frame: dict[str, Any]) -> None:
     if "id" in frame and not _valid_id(frame["id"]):
         if isinstance(frame["id"], str):
             details = f"id: a string of at most {MAX_ID_CHARS} characters, not {len(frame['id'])}"
-            raise FrameError(-32600, details, answer=answer, limit=("id_chars", MAX_ID_CHARS))
-        raise FrameError(-32600, "id: a string, an integer or null", answer=answer)
+            raise FrameError(
+                INVALID_REQUEST, details, answer=answer, limit=("id_chars", MAX_ID_CHARS)
+            )
+        raise FrameError(INVALID_REQUEST, "id: a string, an integer or null", answer=answer)
     request_id = frame.get("id") if answer else None  # a request, or a frame of no known kind
 
     def bad(details: str) -> FrameError:
-        return FrameError(-32600, details, request_id=request_id, answer=answer)
+        return FrameError(INVALID_REQUEST, details, request_id=request_id, answer=answer)
 
     if frame.get("jsonrpc") != "2.0":
         raise bad('jsonrpc: must be "2.0"')
@@ -946,7 +961,7 @@ class CheckedTransport:
         self._changed = asyncio.Event()
         self._ledger = _Ledger(stray, late, self._changed.set)
         self.batches: Any = None
-        """A :class:`~modefsm.protocol._batch.Batches` once the connection serves them (v2)."""
+        """A :class:`~modefsm.protocol.transport._batch.Batches` once batches are served (v2)."""
         self._queued: deque[dict[str, Any]] = deque()  # the entries of a batch still to serve
         self._held: deque[dict[str, Any]] = deque()  # read and open, not yet handed over
         self._reading: asyncio.Task[bytes | FrameError | None] | None = None
@@ -1060,7 +1075,7 @@ class CheckedTransport:
         ledger = self._ledger
         if "method" in frame and "id" in frame:
             if ledger.open >= MAX_OPEN:
-                await self._refuse(frame, _over_open(frame["id"]).to_response())
+                await self._refuse(frame, frame_refusal(_over_open(frame["id"])))
                 return False
             ledger.admit(frame)
             if self.batches is not None:
@@ -1101,7 +1116,7 @@ class CheckedTransport:
         try:
             frames, batch = self.batches.split(value)
         except FrameError as bad:
-            await self._write(_encode(bad.to_response()))
+            await self._write(_encode(frame_refusal(bad)))
             return
         self._queued.extend(frames)
         if batch is not None and not batch.waiting:
@@ -1122,7 +1137,7 @@ class CheckedTransport:
             return check_frame(line)
         except FrameError as bad:
             if bad.answer:
-                await self._write(_encode(bad.to_response()))
+                await self._write(_encode(frame_refusal(bad)))
             return None
 
     async def send(self, message: dict[str, Any]) -> None:
@@ -1197,7 +1212,7 @@ class CheckedTransport:
             details = f"a frame is at most {MAX_FRAME_BYTES} bytes, not {size}"
             request_id = _readable_id(head, tail)
             return FrameError(
-                -32600, details, request_id=request_id, limit=("bytes", MAX_FRAME_BYTES)
+                INVALID_REQUEST, details, request_id=request_id, limit=("bytes", MAX_FRAME_BYTES)
             )
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
@@ -1205,11 +1220,11 @@ class CheckedTransport:
 def _over_open(request_id: Any) -> FrameError:
     """The refusal of a request read while :data:`MAX_OPEN` of its connection are open."""
     details = f"at most {MAX_OPEN} requests of a connection are answered at once"
-    return FrameError(-32600, details, request_id=request_id, limit=("open", MAX_OPEN))
+    return FrameError(INVALID_REQUEST, details, request_id=request_id, limit=("open", MAX_OPEN))
 
 
 _CANCEL_REQUEST = PROTOCOL_METHODS["cancel_request"]
-_CANCELLED = RequestError.request_cancelled().to_error_obj()
+_CANCELLED = error_object(REQUEST_CANCELLED)
 """The error the SDK answers a request cancelled by ``$/cancel_request`` with (-32800)."""
 
 
@@ -1227,16 +1242,11 @@ def _encode_array(messages: list[dict[str, Any]]) -> bytes:
 def _unencodable(response: dict[str, Any]) -> dict[str, Any]:
     """The error answer for a *response* that cannot be encoded: same id, same code."""
     error = response.get("error")
-    error = error if isinstance(error, dict) else {"code": -32603, "message": "Internal error"}
-    return {
-        "jsonrpc": "2.0",
-        "id": response["id"],
-        "error": {
-            "code": error.get("code", -32603),
-            "message": str(error.get("message", "Internal error")),
-            "data": {"details": "the answer could not be encoded as JSON"},
-        },
-    }
+    error = error if isinstance(error, dict) else {}
+    code = error.get("code", INTERNAL_ERROR)
+    message = str(error.get("message", ERROR_MESSAGES[INTERNAL_ERROR]))
+    details = {"details": "the answer could not be encoded as JSON"}
+    return error_response(response["id"], code, message, details)
 
 
 def _permission_request(message: dict[str, Any]) -> PermissionRequest | None:

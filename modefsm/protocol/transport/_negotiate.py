@@ -4,21 +4,21 @@
 (every frame check applies to both versions) and looks at the first ``initialize``:
 
 - ``protocolVersion`` 2 or more (and v2 served): the SDK's v2 agent connection takes it
-  (:func:`~modefsm.protocol._agent_v2.connect_v2`), with
+  (:func:`~modefsm.protocol.v2._agent.connect_v2`), with
   :class:`~modefsm.protocol.ModeAgentV2` as its agent, the ``initialize`` asking for 2;
   the v2 schema is imported only then;
 - anything else: the v1 agent, exactly as :func:`~modefsm.protocol.run_agent` serves it;
 - an integer below 1: ``-32022`` with ``data: {"requested": N, "supported": [1, 2]}``
   (the router would answer ``-32600``), and the client may initialize again.
 
-A v2 connection serves JSON-RPC batches from then on (:mod:`modefsm.protocol._batch`); an
+A v2 connection serves JSON-RPC batches from then on (:mod:`modefsm.protocol.transport._batch`); an
 array read before the version is chosen, or on a v1 connection, is one ``-32600``.
 
 On a v2 connection two checks the SDK's models skip are made on the raw params, before
 the agent sees the request (which then changes nothing): ``session/set_config_option``
 must carry ``"type": "id"`` (``-32602``, ``data.field`` ``"type"``; the model defaults a
 missing one), and ``session/resume``'s ``replayFrom``, when present, must be a cursor
-:func:`~modefsm.protocol._agent_v2.replay_cursor` serves (``-32602`` naming
+:func:`~modefsm.protocol.v2._agent.replay_cursor` serves (``-32602`` naming
 ``replayFrom``; the model turns a malformed one into ``null``).
 """
 
@@ -29,29 +29,20 @@ from typing import Any
 
 from acp.agent.connection import AgentSideConnection
 
-from modefsm.protocol._batch import Batches
-from modefsm.protocol._transport import (
+from modefsm.errors import INVALID_PARAMS, UNSUPPORTED_PROTOCOL
+from modefsm.protocol.errors import error_response
+from modefsm.protocol.transport._batch import Batches
+from modefsm.protocol.transport._stdio import (
     CheckedTransport,
     OutputClosedError,
     _serve_connection,
     _stdio,
 )
 
-__all__ = ["SUPPORTED_PROTOCOLS", "UNSUPPORTED_PROTOCOL", "serve_negotiated"]
+__all__ = ["SUPPORTED_PROTOCOLS", "serve_negotiated"]
 
 SUPPORTED_PROTOCOLS = (1, 2)
 """The ACP protocol versions ``modefsm serve`` speaks."""
-
-UNSUPPORTED_PROTOCOL = -32022
-"""JSON-RPC error code of an ``initialize`` whose ``protocolVersion`` cannot be served."""
-
-
-def _error(request_id: Any, code: int, message: str, data: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "error": {"code": code, "message": message, "data": data},
-    }
 
 
 def _v2_params_error(frame: dict[str, Any]) -> dict[str, Any] | None:
@@ -66,16 +57,16 @@ def _v2_params_error(frame: dict[str, Any]) -> dict[str, Any] | None:
             shown = kind if isinstance(kind, str | int | float | bool) or kind is None else "?"
             text = "type: missing" if "type" not in params else f"type: {shown!r} is not 'id'"
             data = {"field": "type", "value": shown, "valid": ["id"], "message": text}
-            return _error(frame["id"], -32602, text, data)
+            return error_response(frame["id"], INVALID_PARAMS, text, data)
     elif method == "session/resume" and params.get("replayFrom") is not None:
         from acp import RequestError  # noqa: PLC0415 - a v2 connection has imported it
 
-        from modefsm.protocol._agent_v2 import replay_cursor  # noqa: PLC0415
+        from modefsm.protocol.v2._agent import replay_cursor  # noqa: PLC0415
 
         try:
             replay_cursor(params["replayFrom"])
         except RequestError as error:
-            return _error(frame["id"], error.code, str(error), dict(error.data or {}))
+            return error_response(frame["id"], error.code, str(error), dict(error.data or {}))
     return None
 
 
@@ -127,7 +118,7 @@ def unsupported(frame: dict[str, Any], protocols: tuple[int, ...]) -> dict[str, 
     if type(version) is int and 0 <= version < min(protocols):
         text = f"protocolVersion: {version} is not supported"
         data = {"requested": version, "supported": list(protocols)}
-        return _error(frame["id"], UNSUPPORTED_PROTOCOL, text, data)
+        return error_response(frame["id"], UNSUPPORTED_PROTOCOL, text, data)
     return None
 
 
@@ -168,7 +159,7 @@ def negotiated_connection(
             already checked.
         version: ``1``: the v1 agent on the SDK's ``AgentSideConnection``; ``2``: the
             SDK's v2 ``AgentSideConnection`` with *v2_agent*
-            (:func:`~modefsm.protocol._agent_v2.connect_v2`), behind the v2 raw-param
+            (:func:`~modefsm.protocol.v2._agent.connect_v2`), behind the v2 raw-param
             checks, its ``initialize`` asking for ``protocolVersion`` 2.
         v1_agent: the v1 agent, or a factory called with the SDK's connection.
         v2_agent: called with the SDK's v2 connection; returns the v2 agent.
@@ -177,7 +168,7 @@ def negotiated_connection(
     """
     gate = _Gate(transport, first)
     if version == 2:  # noqa: PLR2004
-        from modefsm.protocol._agent_v2 import connect_v2  # noqa: PLC0415 - v2 only when asked
+        from modefsm.protocol.v2._agent import connect_v2  # noqa: PLC0415 - v2 only when asked
 
         gate.v2 = True
         return connect_v2(v2_agent, gate, listening=listening)
@@ -225,7 +216,7 @@ async def serve_negotiated(
         transport.batches = Batches()
 
     def v2_agent(connection: Any) -> Any:
-        from modefsm.protocol._agent_v2 import ModeAgentV2  # noqa: PLC0415 - v2 only when asked
+        from modefsm.protocol.v2._agent import ModeAgentV2  # noqa: PLC0415 - v2 only when asked
 
         holder["agent"] = ModeAgentV2(agent, connection)
         return holder["agent"]

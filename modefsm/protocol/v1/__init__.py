@@ -1,0 +1,23 @@
+"""modefsm.protocol.v1: the ACP v1 agent adapter."""
+
+from modefsm.protocol.v1._agent import (
+    CLOSE_WAIT,
+    MAX_CWD_CHARS,
+    ModeAgent,
+    RestoreSource,
+)
+from modefsm.protocol.v1._switch import (
+    SwitchResult,
+    offered_options,
+    propose_switch,
+)
+
+__all__ = [
+    "CLOSE_WAIT",
+    "MAX_CWD_CHARS",
+    "ModeAgent",
+    "RestoreSource",
+    "SwitchResult",
+    "offered_options",
+    "propose_switch",
+]
