@@ -1224,8 +1224,10 @@ def _over_open(request_id: Any) -> FrameError:
 
 
 _CANCEL_REQUEST = PROTOCOL_METHODS["cancel_request"]
-_CANCELLED = error_object(REQUEST_CANCELLED)
-"""The error the SDK answers a request cancelled by ``$/cancel_request`` with (-32800)."""
+_CANCELLED = {**error_object(REQUEST_CANCELLED), "data": None}
+"""The error the SDK answers a request cancelled by ``$/cancel_request`` with (-32800),
+``data`` null as the SDK's own ``RequestError`` writes it: a held request and one the
+agent was handling are answered alike."""
 
 
 def _encode(message: dict[str, Any]) -> bytes:
