@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
     from modefsm.engine import OfferedOption, SwitchOffer
     from modefsm.engine._engine import ModeChange, ModeEngine, NotificationSink, Session
-    from modefsm.engine._views import ModeView
+    from modefsm.engine._events import ModeChanged
+    from modefsm.engine._views import ModeView, OptionView
     from modefsm.errors import (
         ChangeRefused,
         DiagramError,
@@ -88,6 +89,7 @@ _EXPORTS = {
     "ModeAgent": "modefsm.protocol",
     "ModeAgentV2": "modefsm.protocol.v2._agent",
     "ModeChange": "modefsm.engine._engine",
+    "ModeChanged": "modefsm.engine._events",
     "ModeEngine": "modefsm.engine._engine",
     "ModeSpec": "modefsm.spec",
     "ModeView": "modefsm.engine._views",
@@ -95,6 +97,7 @@ _EXPORTS = {
     "NoSwitchError": "modefsm.errors",
     "NotificationSink": "modefsm.engine._engine",
     "OfferedOption": "modefsm.engine",
+    "OptionView": "modefsm.engine._views",
     "PREVIOUS": "modefsm.spec",
     "ReplayReport": "modefsm.replay",
     "RestoreIndex": "modefsm.store._restore",
@@ -168,6 +171,7 @@ __all__ = [
     "ModeAgent",
     "ModeAgentV2",
     "ModeChange",
+    "ModeChanged",
     "ModeEngine",
     "ModeSpec",
     "ModeView",
@@ -175,6 +179,7 @@ __all__ = [
     "NoSwitchError",
     "NotificationSink",
     "OfferedOption",
+    "OptionView",
     "ReplayReport",
     "RestoreIndex",
     "RestorePoint",

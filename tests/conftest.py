@@ -13,6 +13,7 @@ from acp.schema import SessionNotification
 from acp.utils import serialize_params
 
 from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
+from modefsm.protocol.v1 import session_updates
 from tests.frame_schemas import FrameLog, available
 
 FRAME_TAP = Path(__file__).resolve().parent / "frame_tap"
@@ -25,13 +26,14 @@ def wire(session_id: str, update: Any) -> dict[str, Any]:
 
 
 class Recorder:
-    """A notification sink that keeps the exact wire dicts, in the order sent."""
+    """A notification sink that keeps the exact v1 wire dicts of its events, in order."""
 
     def __init__(self) -> None:
         self.sent: list[dict[str, Any]] = []
 
-    async def __call__(self, session_id: str, update: Any) -> None:
-        self.sent.append(wire(session_id, update))
+    async def __call__(self, session_id: str, event: Any) -> None:
+        for update in session_updates(event):
+            self.sent.append(wire(session_id, update))
 
 
 def read_log(path: Path) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ from typing import Any, cast
 import orjson
 import pytest
 from acp.agent.connection import AgentSideConnection
+from acp.schema import CurrentModeUpdate
 
 from benchmarks import cli
 from benchmarks.baselines.handlers import HANDLERS, statechart_available
@@ -21,7 +22,9 @@ from benchmarks.cases import roundtrip, roundtrip_http, startup
 from benchmarks.cases.changes import make_plan, session_ids
 from benchmarks.harness import BENCHMARKS, TINY
 from modefsm import ModeEngine, preset
+from modefsm.engine import ModeChanged
 from modefsm.log._records import record_digest
+from modefsm.protocol.v1 import session_updates
 
 SEED = preset("seed")
 
@@ -100,9 +103,9 @@ class TestSameWork:
             cast("Any", object()), writer, asyncio.StreamReader(), listening=False
         )
         engine = ModeEngine(SEED)
-        view = engine.views["code"]
+        event = ModeChanged("sess_1", "code", 2, (engine.views["code"].mode_option,))
         expected = b""
-        for update in (view.current_mode_update, view.config_option_update):
+        for update in session_updates(event):
             await conn.session_update(session_id="sess_1", update=update)
             expected += notification_bytes("sess_1", update)
         await conn.close()
@@ -118,7 +121,7 @@ def _decode(data: bytes) -> list[dict[str, Any]]:
 
 
 def test_notification_bytes_are_one_json_rpc_line():
-    update = ModeEngine(SEED).views["ask"].current_mode_update
+    update = CurrentModeUpdate(session_update="current_mode_update", current_mode_id="ask")
     assert _decode(notification_bytes("sess_1", update)) == [
         {
             "jsonrpc": "2.0",

@@ -120,6 +120,18 @@ def imports(module: str) -> Iterator[tuple[str, bool]]:  # noqa: C901 - one walk
     yield from walk(tree.body, at_import=True)
 
 
+def sdk_imports(module: str) -> list[str]:
+    """The ACP SDK modules (``acp``, ``acp.*``) *module* imports, in any kind of import."""
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.append(node.module)
+    return [n for n in names if n == "acp" or n.startswith("acp.")]
+
+
 def import_time_graph() -> dict[str, set[str]]:
     """What importing each module runs first: its imports, and their parent packages."""
     graph: dict[str, set[str]] = {m: set() for m in MODULES}
@@ -196,6 +208,15 @@ class TestLayers:
         assert ("modefsm.errors", True) in set(imports(serve))
         facade = "modefsm"  # its TYPE_CHECKING block
         assert ("modefsm.errors", False) in set(imports(facade))
+
+    def test_no_stage_below_the_protocol_imports_the_sdk(self):
+        """The engine, spec, log, store, replay and diagram speak modefsm's own types: only
+        ``modefsm.protocol`` and above import ``acp`` (any kind of import, anywhere)."""
+        below = [m for m in MODULES if LAYERS[stage(m)] < LAYERS["modefsm.protocol"]]
+        assert "modefsm.engine._engine" in below
+        found = sorted((m, name) for m in below for name in sdk_imports(m))
+        assert found == []
+        assert sdk_imports("modefsm.protocol.v1._render") == ["acp.schema"]  # the check sees
 
     def test_find_cycle_finds_one(self):
         assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]

@@ -97,6 +97,34 @@ def test_public_names_outside_the_protocol_load_no_sdk(code: str):
     assert result.stdout == "[]\n"
 
 
+def test_the_stages_below_the_protocol_load_no_sdk():
+    """Engine, spec, log, store, replay and diagram, every module of each, and the names an
+    embedder uses: none of them loads any part of the ACP SDK."""
+    code = (
+        "import pkgutil, importlib, sys\n"
+        "from modefsm import ModeEngine, preset\n"
+        "stages = ['engine', 'spec', 'log', 'store', 'replay', 'diagram']\n"
+        "names = []\n"
+        "for stage in stages:\n"
+        "    package = importlib.import_module('modefsm.' + stage)\n"
+        "    for info in pkgutil.walk_packages(package.__path__, package.__name__ + '.'):\n"
+        "        if info.name != 'modefsm.store._postgres':  # psycopg: an optional extra\n"
+        "            importlib.import_module(info.name)\n"
+        "            names.append(info.name)\n"
+        "engine = ModeEngine(preset('seed'))\n"
+        "engine.new_session('s')\n"
+        "print(len(names), 'modefsm.engine._engine' in names)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'acp'))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    count, engine_seen = result.stdout.splitlines()[0].split()
+    assert (int(count) > 20, engine_seen) == (True, "True")
+    assert result.stdout.splitlines()[1] == "[]"
+
+
 def test_the_agent_does_load_the_sdk():
     """The checks above can fail: the protocol layer does import the SDK."""
     modules, result = imported("-c", "import modefsm; modefsm.ModeAgent")

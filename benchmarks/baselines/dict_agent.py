@@ -26,7 +26,8 @@ from acp.schema import (
 
 from benchmarks.baselines.handlers import DictHandler
 from modefsm import preset
-from modefsm.engine._views import build_views
+from modefsm.engine import build_views
+from modefsm.protocol.v1 import config_options, mode_state
 
 __all__ = ["DictAgent", "main"]
 
@@ -60,7 +61,9 @@ class DictAgent:
         self.handler.new_session(session_id)
         view = self.views[self.spec.initial]
         return NewSessionResponse(
-            session_id=session_id, modes=view.modes, config_options=view.config_options
+            session_id=session_id,
+            modes=mode_state(view),
+            config_options=config_options([view.mode_option]),
         )
 
     async def set_session_mode(

@@ -23,15 +23,10 @@ from acp.experimental.v2 import schema as s2
 
 from benchmarks.baselines.handlers import DictHandler
 from modefsm import preset
-from modefsm.engine._views import build_views
+from modefsm.engine import build_views
+from modefsm.protocol.v2._render import config_options
 
 __all__ = ["DictAgentV2", "main"]
-
-
-def _v2_option(option: Any) -> s2.SelectSessionConfigOption:
-    data = option.model_dump(mode="json", by_alias=True, exclude_none=True)
-    data["configId"] = data.pop("id")
-    return s2.SelectSessionConfigOption.model_validate(data)
 
 
 class DictAgentV2:
@@ -41,9 +36,7 @@ class DictAgentV2:
         """Serve the seed spec; log to *log* if given."""
         self.spec = preset("seed")
         views = build_views(self.spec)
-        self.options = {
-            mode: [_v2_option(o) for o in view.config_options] for mode, view in views.items()
-        }
+        self.options = {mode: config_options([view.mode_option]) for mode, view in views.items()}
         self.updates = {
             mode: s2.ConfigOptionUpdate(config_options=options)
             for mode, options in self.options.items()

@@ -26,14 +26,14 @@ class _V2DictAgent:
 
         from benchmarks.baselines.handlers import DictHandler  # noqa: PLC0415
         from modefsm import preset  # noqa: PLC0415
-        from modefsm.engine._views import build_views  # noqa: PLC0415
-        from modefsm.protocol.v2._agent import v2_options  # noqa: PLC0415
+        from modefsm.engine import build_views  # noqa: PLC0415
+        from modefsm.protocol.v2._render import config_options  # noqa: PLC0415
 
         self.v2 = v2
         self.conn = conn
         self.spec = preset("seed")
         views = build_views(self.spec)
-        self.options = {m: v2_options(view.config_options) for m, view in views.items()}
+        self.options = {m: config_options([view.mode_option]) for m, view in views.items()}
         self.announced = {m: v2.ConfigOptionUpdate(config_options=self.options[m]) for m in views}
         self.handler = DictHandler(self.spec, log, self._send)
 

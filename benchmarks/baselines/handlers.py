@@ -27,8 +27,9 @@ import orjson
 from transitions import Machine, MachineError
 
 from modefsm import ModeEngine, ModeSpec, TransitionLog
-from modefsm.engine._views import build_views
+from modefsm.engine import ModeChanged, build_views
 from modefsm.log._records import EVENT_CHANGED, EVENT_CREATED, record_digest, utc_timestamp
+from modefsm.protocol.v1 import session_updates
 
 __all__ = [
     "HANDLERS",
@@ -39,6 +40,7 @@ __all__ = [
     "Sink",
     "StatechartPerSession",
     "statechart_available",
+    "v1_updates",
 ]
 
 Sink = Callable[[str, Any], Awaitable[None]]
@@ -75,6 +77,14 @@ def _open_log(path: Path | None) -> IO[bytes] | None:
         return None
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     return os.fdopen(fd, "ab", buffering=0)
+
+
+def v1_updates(spec: ModeSpec) -> dict[str, tuple[Any, ...]]:
+    """The ACP v1 notifications of a change to each mode, as modefsm's v1 adapter sends them."""
+    views = build_views(spec)
+    return {
+        m: tuple(session_updates(ModeChanged("", m, 0, (v.mode_option,)))) for m, v in views.items()
+    }
 
 
 async def _announce(sink: Any, updates: tuple[Any, Any], session_id: str) -> None:
@@ -118,6 +128,16 @@ class _Lines:
             self._file.close()
 
 
+def _v1(sink: Sink) -> Sink:
+    """*sink* behind the engine: each event sent as its ACP v1 updates (as the v1 adapter does)."""
+
+    async def send(session_id: str, event: Any) -> None:
+        for update in session_updates(event):
+            await sink(session_id, update)
+
+    return send
+
+
 class ModefsmHandler:
     """modefsm's :class:`~modefsm.ModeEngine` with a :class:`~modefsm.TransitionLog` file."""
 
@@ -126,7 +146,7 @@ class ModefsmHandler:
     def __init__(self, spec: ModeSpec, log_path: Path | None, sink: Sink | None) -> None:
         """Build the engine; no log when *log_path* is ``None``, no notification without *sink*."""
         self.log = None if log_path is None else TransitionLog.to_file(log_path)
-        self.engine = ModeEngine(spec, log=self.log, sink=sink)
+        self.engine = ModeEngine(spec, log=self.log, sink=None if sink is None else _v1(sink))
         self.new_session = self.engine.new_session
         self.set_mode = self.engine.set_mode
 
@@ -156,10 +176,7 @@ class DictHandler:
         self._initial = spec.initial
         self._valid = frozenset(spec.mode_ids)
         self._allowed = {m: frozenset(spec.client_targets(m)) for m in spec.mode_ids}
-        views = build_views(spec)
-        self._updates = {
-            m: (v.current_mode_update, v.config_option_update) for m, v in views.items()
-        }
+        self._updates = v1_updates(spec)
         self._lines = _Lines(spec, log_path)
         self._sink = sink
 
@@ -232,10 +249,7 @@ class MachinePerSession:
         ]
         self._valid = frozenset(spec.mode_ids)
         self.models: dict[str, _Model] = {}
-        views = build_views(spec)
-        self._updates = {
-            m: (v.current_mode_update, v.config_option_update) for m, v in views.items()
-        }
+        self._updates = v1_updates(spec)
         self._lines = _Lines(spec, log_path)
         self._sink = sink
 
@@ -341,10 +355,7 @@ class StatechartPerSession:
         self._chart = type("SpecChart", (StateMachine,), attrs)
         self._valid = frozenset(spec.mode_ids)
         self.machines: dict[str, Any] = {}
-        views = build_views(spec)
-        self._updates = {
-            m: (v.current_mode_update, v.config_option_update) for m, v in views.items()
-        }
+        self._updates = v1_updates(spec)
         self._sink = sink
 
     def new_session(self, session_id: str) -> None:

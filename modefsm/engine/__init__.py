@@ -7,7 +7,9 @@ from modefsm.engine._engine import (
     OfferedOption,
     Session,
     SwitchOffer,
+    notification_kind,
 )
+from modefsm.engine._events import ModeChanged
 from modefsm.engine._machine import (
     MATERIALIZED_MAX,
     MODEL_ATTRIBUTE,
@@ -15,20 +17,25 @@ from modefsm.engine._machine import (
     mode_of,
     state_name,
 )
-from modefsm.engine._views import ModeView, build_views
+from modefsm.engine._views import Choice, ModeInfo, ModeView, OptionView, build_views
 
 __all__ = [
     "MATERIALIZED_MAX",
     "MODEL_ATTRIBUTE",
+    "Choice",
     "ModeChange",
+    "ModeChanged",
     "ModeEngine",
+    "ModeInfo",
     "ModeMachine",
     "ModeView",
     "NotificationSink",
     "OfferedOption",
+    "OptionView",
     "Session",
     "SwitchOffer",
     "build_views",
     "mode_of",
+    "notification_kind",
     "state_name",
 ]

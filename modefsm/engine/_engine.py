@@ -2,8 +2,8 @@
 
 Data flows one way: a request is validated against the spec, fired through the
 transitions machine, written to the transition log *before* the state changes
-(write-ahead), committed in memory, and its two ACP notifications are queued in commit
-order; :meth:`ModeEngine.flush` then sends them through the host's sink. The async
+(write-ahead), committed in memory, and its :class:`~modefsm.engine.ModeChanged` event is
+queued in commit order; :meth:`ModeEngine.flush` then sends them through the host's sink. The async
 methods (:meth:`ModeEngine.set_mode`, ...) do both, so a request's notifications have
 left before its response.
 
@@ -29,15 +29,15 @@ Example:
     >>> import asyncio
     >>> from modefsm import ModeEngine, preset
     >>> sent = []
-    >>> async def sink(session_id, update):
-    ...     sent.append((session_id, update.session_update))
+    >>> async def sink(session_id, event):
+    ...     sent.append((session_id, event.mode_id, event.seq))
     >>> engine = ModeEngine(preset("seed"), sink=sink)
     >>> session = engine.new_session("sess_1")
     >>> change = asyncio.run(engine.set_mode("sess_1", "architect"))
     >>> (change.seq, change.from_mode, change.to_mode, session.state)
     (2, 'ask', 'architect', 'architect')
     >>> sent
-    [('sess_1', 'current_mode_update'), ('sess_1', 'config_option_update')]
+    [('sess_1', 'architect', 2)]
 """
 
 from __future__ import annotations
@@ -50,8 +50,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from acp.schema import ConfigOptionUpdate
-
+from modefsm.engine._events import ModeChanged
 from modefsm.engine._machine import ModeMachine, mode_of, state_name
 from modefsm.engine._views import ModeView, build_views
 from modefsm.errors import (
@@ -90,12 +89,13 @@ __all__ = [
     "OfferedOption",
     "Session",
     "SwitchOffer",
+    "notification_kind",
 ]
 
-Update = Any
-"""A ``session/update`` payload: an SDK model such as ``CurrentModeUpdate``."""
-NotificationSink = Callable[[str, Update], Awaitable[None]]
-"""``await sink(session_id, update)``: the signature of the SDK's ``conn.session_update``."""
+NotificationSink = Callable[[str, Any], Awaitable[None]]
+"""``await sink(session_id, event)``: a :class:`~modefsm.engine.ModeChanged`, or a host's
+own update given to :meth:`ModeEngine.notify`, as given (see
+:func:`modefsm.protocol.v1.session_updates` for their ACP v1 ``session/update`` models)."""
 
 _KIND = ORIGIN_KINDS
 
@@ -234,8 +234,10 @@ class ModeEngine:
     Args:
         spec: the modes and policy.
         log: where records go; ``None`` writes none (tests and benchmarks of the bare engine).
-        sink: ``await sink(session_id, update)`` for each notification, e.g. the SDK's
-            ``conn.session_update``; ``None`` sends none.
+        sink: ``await sink(session_id, event)`` for each notification: a
+            :class:`~modefsm.engine.ModeChanged` per change, or a host's own update given
+            to :meth:`notify`, in order (:func:`modefsm.protocol.v1.session_updates`
+            renders them as ACP v1 ``session/update`` models); ``None`` sends none.
         before_change: host callbacks run before a change commits; one that raises cancels
             the change and nothing is changed: a veto
             (:class:`~modefsm.errors.ChangeRefused`, or an
@@ -278,7 +280,7 @@ class ModeEngine:
         self.views: Mapping[str, ModeView] = build_views(spec)
         self._sessions: dict[str, Session] = {}
         self._turns: dict[str, _Turn] = {}
-        self._outbox: deque[tuple[str, Update]] = deque()
+        self._outbox: deque[tuple[str, object]] = deque()
         self._flush_lock = asyncio.Lock()
         self._spec_name = spec.name
         self._spec_hash = spec.content_hash
@@ -713,7 +715,10 @@ class ModeEngine:
     ) -> None:
         """Refuse (and log) a ``configId`` that is not the mode option, or a non-string value."""
         session = self.get(session_id)
-        option_ids = tuple(o.id for o in self.config_options(session_id))
+        option_ids = tuple(
+            str(getattr(o, "id", None) or getattr(o, "config_id", ""))  # v1 or v2 host models
+            for o in self.config_options(session_id)
+        )
         if config_id != self.spec.config_option_id:
             self._reject(
                 session, None, "set_config_option", "unknown_config_option", request_id=request_id
@@ -1081,7 +1086,7 @@ class ModeEngine:
         value: object,
         *,
         request_id: str | int | None = None,
-    ) -> list[Any]:
+    ) -> tuple[object, ...]:
         """``session/set_config_option``: change, send notifications, return ``configOptions``.
 
         Returns:
@@ -1106,7 +1111,7 @@ class ModeEngine:
         on the mode. With a store, the session's point is read back (cheap when nothing
         moved: see :meth:`SessionStore.restore_point_async
         <modefsm.store.SessionStore.restore_point_async>`); if another process moved the
-        session, it takes that mode and both notifications are sent (after anything queued
+        session, it takes that mode and its notification is sent (after anything queued
         before them) before this returns; else nothing is sent.
 
         Returns:
@@ -1130,8 +1135,11 @@ class ModeEngine:
         await self.flush()
         return session
 
-    def config_options(self, session_id: str) -> list[Any]:
+    def config_options(self, session_id: str) -> tuple[object, ...]:
         """The session's complete ``configOptions``: the mode option, then the host's others.
+
+        The mode option is an :class:`~modefsm.engine.OptionView`; the host's entries are
+        as its ``other_config_options`` returns them.
 
         Raises:
             UnknownSessionError: no such session.
@@ -1193,7 +1201,10 @@ class ModeEngine:
                         await sink(session_id, update)
                     except Exception as exc:  # noqa: BLE001 - a broken sink must not stop the queue
                         self._log_failure(
-                            "modefsm.notify_failed", session_id, exc, update=update.session_update
+                            "modefsm.notify_failed",
+                            session_id,
+                            exc,
+                            update=notification_kind(update),
                         )
 
     # -- internals ------------------------------------------------------------------------
@@ -1387,7 +1398,7 @@ class ModeEngine:
     def adopt(self, current: RestorePoint) -> bool:
         """Move a live session to *current*, a later point another process committed.
 
-        Both notifications are queued (send them with :meth:`flush`). Used when
+        Its notification is queued (send it with :meth:`flush`). Used when
         ``session/load`` or ``session/resume`` finds the session moved on in the store.
 
         Returns:
@@ -1410,7 +1421,7 @@ class ModeEngine:
         session.previous = current.previous
         session.digest = current.digest
         session.doubt = False
-        self._enqueue(session.session_id, mode)
+        self._enqueue(session.session_id, mode, current.seq)
 
     def _confirm(self, session: Session) -> None:
         """Before deciding on the session's mode: is it still where this process saw it?
@@ -1447,26 +1458,18 @@ class ModeEngine:
         # The machine has set fsm_state already, except for a restore from a mode the spec
         # no longer has, which has no machine state to leave: set it here for both.
         session.fsm_state = state_name(dest)
-        self._enqueue(session.session_id, dest)
+        self._enqueue(session.session_id, dest, context.seq)
 
-    def _enqueue(self, session_id: str, mode_id: str) -> None:
+    def _enqueue(self, session_id: str, mode_id: str, seq: int) -> None:
         if self.sink is not None:
-            view = self.views[mode_id]
-            self._outbox.append((session_id, view.current_mode_update))
-            if self.other_config_options is None:
-                self._outbox.append((session_id, view.config_option_update))
-            else:
-                options = self._complete(view, session_id)
-                update = ConfigOptionUpdate(
-                    session_update="config_option_update", config_options=options
-                )
-                self._outbox.append((session_id, update))
+            options = self._complete(self.views[mode_id], session_id)
+            self._outbox.append((session_id, ModeChanged(session_id, mode_id, seq, options)))
 
-    def _complete(self, view: ModeView, session_id: str) -> list[Any]:
+    def _complete(self, view: ModeView, session_id: str) -> tuple[object, ...]:
         """The mode option of *view* followed by the host's other options of the session."""
         if self.other_config_options is None:
-            return list(view.config_options)
-        return [*view.config_options, *self.other_config_options(session_id)]
+            return (view.mode_option,)
+        return (view.mode_option, *self.other_config_options(session_id))
 
     def _reject(
         self,
@@ -1671,6 +1674,14 @@ class _Turn:
 
 CLIP = 256
 """Client-supplied strings in a rejection record keep at most this many characters."""
+
+
+def notification_kind(update: object) -> str:
+    """What a notification is, for the log: an update's ``sessionUpdate`` or an event's class.
+
+    ``"ModeChanged"`` for a :class:`~modefsm.engine.ModeChanged`.
+    """
+    return str(getattr(update, "session_update", type(update).__name__))
 
 
 def _clip(value: str) -> str:

@@ -1,21 +1,24 @@
-"""The ACP views of a session's mode, built with the SDK's own wire models.
+"""What ACP shows of a session's mode, as plain frozen data built from the spec.
 
 A session's mode is one value; ACP shows it twice: as ``modes`` (``SessionModeState``,
-with ``current_mode_update`` notifications) and as the ``category: "mode"`` config option
-(``configOptions``, with ``config_option_update`` notifications). Both views of a mode
-never change for a given spec, so they are built once per mode and shared.
+with ``current_mode_update`` notifications; v1 only) and as the ``category: "mode"``
+config option (``configOptions``, with ``config_option_update`` notifications). The
+engine keeps both views of each mode here, as plain data; :mod:`modefsm.protocol` renders
+them as the SDK's wire models of each ACP version. Both views of a mode never change for
+a given spec, so they are built once per mode and shared.
 
 What each view offers:
 
-- the config option's ``options`` are the modes a client may select from the current
-  mode: the current mode itself and the ones its ``client_changes`` allow, in spec order
-  (every mode when the spec does not restrict the current one). Clients replace their
-  list on every ``config_option_update``, which every change sends, so the choices shown
-  are always ones ``session/set_config_option`` accepts;
-- ``modes.availableModes`` is the spec's whole catalogue: v1 has no notification that
-  updates it (``current_mode_update`` carries only the id), so a list filtered for one
-  mode would be wrong after the next change. A mode the policy refuses from the current
-  one is answered ``-32602`` with ``data.valid`` listing the modes allowed from there.
+- the mode option's ``options`` are the modes a client may select from the current mode:
+  the current mode itself and the ones its ``client_changes`` allow, in spec order (every
+  mode when the spec does not restrict the current one). Clients replace their list on
+  every ``config_option_update``, which every change sends, so the choices shown are
+  always ones ``session/set_config_option`` accepts;
+- :attr:`ModeView.available_modes` (v1's ``modes.availableModes``) is the spec's whole
+  catalogue: v1 has no notification that updates it (``current_mode_update`` carries only
+  the id), so a list filtered for one mode would be wrong after the next change. A mode
+  the policy refuses from the current one is answered ``-32602`` with ``data.valid``
+  listing the modes allowed from there.
 """
 
 from __future__ import annotations
@@ -23,18 +26,60 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from acp.schema import (
-    ConfigOptionUpdate,
-    CurrentModeUpdate,
-    SessionConfigOptionSelect,
-    SessionConfigSelectOption,
-    SessionMode,
-    SessionModeState,
-)
+from modefsm.spec import ModeSpec
 
-from modefsm.spec._model import ModeSpec
+__all__ = ["Choice", "ModeInfo", "ModeView", "OptionView", "build_views"]
 
-__all__ = ["ModeView", "build_views"]
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """One value a select config option offers (ACP ``SessionConfigSelectOption``).
+
+    Attributes:
+        value: ACP ``value``: what ``session/set_config_option`` sends.
+        name: ACP ``name``, shown to the user.
+        description: ACP ``description``, if any.
+    """
+
+    value: str
+    name: str
+    description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModeInfo:
+    """One advertised mode (ACP v1 ``SessionMode``).
+
+    Attributes:
+        id: ACP ``id`` (the mode id).
+        name: ACP ``name``.
+        description: ACP ``description``, if any.
+    """
+
+    id: str
+    name: str
+    description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OptionView:
+    """A select config option at its current value (ACP ``SessionConfigOptionSelect``).
+
+    Attributes:
+        id: ACP v1 ``id`` (v2 ``configId``).
+        name: ACP ``name``.
+        current_value: ACP ``currentValue``: one of :attr:`options`' values.
+        options: ACP ``options``: the values a client may select now, in order.
+        category: ACP ``category`` (``"mode"`` for the mode option), or ``None``.
+        description: ACP ``description``, or ``None``.
+    """
+
+    id: str
+    name: str
+    current_value: str
+    options: tuple[Choice, ...]
+    category: str | None = None
+    description: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,27 +87,22 @@ class ModeView:
     """Everything ACP says about a session whose current mode is :attr:`mode_id`.
 
     Attributes:
-        mode_id: the mode.
-        modes: ``SessionModeState`` for ``session/new``/``load``/``resume`` responses.
-        config_options: the complete ``configOptions`` list (one select option, category
-            mode, whose ``options`` are the modes selectable from :attr:`mode_id`).
-        current_mode_update: the ``current_mode_update`` session update.
-        config_option_update: the ``config_option_update`` session update (complete list).
+        mode_id: the mode (ACP ``currentModeId``, and the mode option's ``currentValue``).
+        available_modes: the spec's modes, in order (ACP v1 ``availableModes``).
+        mode_option: the ``category: "mode"`` config option at :attr:`mode_id`.
     """
 
     mode_id: str
-    modes: SessionModeState
-    config_options: list[SessionConfigOptionSelect]
-    current_mode_update: CurrentModeUpdate
-    config_option_update: ConfigOptionUpdate
+    available_modes: tuple[ModeInfo, ...]
+    mode_option: OptionView
 
 
 def build_views(spec: ModeSpec) -> Mapping[str, ModeView]:
     """The :class:`ModeView` of every mode of *spec*, keyed by mode id.
 
-    The views share their lists; treat them as read-only. Each view is built the first
-    time it is asked for and kept, so the time to build the mapping is linear in the
-    number of modes whatever the spec, and only the modes sessions use cost a view.
+    Each view is built the first time it is asked for and kept, so the time to build the
+    mapping is linear in the number of modes whatever the spec, and only the modes
+    sessions use cost a view. The views share their tuples.
     """
     return _Views(spec)
 
@@ -73,24 +113,8 @@ class _Views(Mapping[str, ModeView]):
     def __init__(self, spec: ModeSpec) -> None:
         self._spec = spec
         self._views: dict[str, ModeView] = {}
-        self._available = [
-            SessionMode(id=m.id, name=m.name, description=m.description) for m in spec.modes
-        ]
-        self._choices = [
-            SessionConfigSelectOption(value=m.id, name=m.name, description=m.description)
-            for m in spec.modes
-        ]
-        # validated once, with the lists; each view then shares them without validating
-        # them again (model_construct), which keeps a view's cost independent of the spec
-        self._template = SessionConfigOptionSelect(
-            id=spec.config_option_id,
-            name=spec.config_option_name,
-            category="mode",
-            type="select",
-            current_value=spec.initial,
-            options=self._choices,
-        ).model_dump(include={"id", "name", "category", "type"})
-        SessionModeState(current_mode_id=spec.initial, available_modes=self._available)
+        self._available = tuple(ModeInfo(m.id, m.name, m.description) for m in spec.modes)
+        self._choices = tuple(Choice(m.id, m.name, m.description) for m in spec.modes)
 
     def __getitem__(self, mode_id: str) -> ModeView:
         view = self._views.get(mode_id)
@@ -107,23 +131,12 @@ class _Views(Mapping[str, ModeView]):
         return len(self._spec.mode_ids)
 
     def _make(self, mode_id: str) -> ModeView:
+        spec = self._spec
         choices = self._choices
-        if self._spec.client_restricted(mode_id):  # the modes selectable from mode_id
-            selectable = {mode_id, *self._spec.client_targets(mode_id)}
-            choices = [choice for choice in choices if choice.value in selectable]
-        option = SessionConfigOptionSelect.model_construct(
-            **self._template, current_value=mode_id, options=choices
+        if spec.client_restricted(mode_id):  # the modes selectable from mode_id
+            selectable = {mode_id, *spec.client_targets(mode_id)}
+            choices = tuple(choice for choice in choices if choice.value in selectable)
+        option = OptionView(
+            spec.config_option_id, spec.config_option_name, mode_id, choices, category="mode"
         )
-        return ModeView(
-            mode_id=mode_id,
-            modes=SessionModeState.model_construct(
-                current_mode_id=mode_id, available_modes=self._available
-            ),
-            config_options=[option],
-            current_mode_update=CurrentModeUpdate(
-                session_update="current_mode_update", current_mode_id=mode_id
-            ),
-            config_option_update=ConfigOptionUpdate(
-                session_update="config_option_update", config_options=[option]
-            ),
-        )
+        return ModeView(mode_id, self._available, option)

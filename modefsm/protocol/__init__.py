@@ -1,4 +1,8 @@
-"""modefsm.protocol: see the README's Architecture section."""
+"""modefsm.protocol: see the README's Architecture section.
+
+``config_options``, ``mode_state`` and ``session_updates`` are ACP v1's renderers
+(:mod:`modefsm.protocol.v1`); v2's are :mod:`modefsm.protocol.v2`'s.
+"""
 
 from modefsm.protocol._list import LIST_PAGE
 from modefsm.protocol.transport import (
@@ -51,8 +55,11 @@ from modefsm.protocol.v1 import (
     ModeAgent,
     RestoreSource,
     SwitchResult,
+    config_options,
+    mode_state,
     offered_options,
     propose_switch,
+    session_updates,
 )
 
 __all__ = [
@@ -99,11 +106,14 @@ __all__ = [
     "SharedEngine",
     "SwitchResult",
     "check_frame",
+    "config_options",
     "create_app",
+    "mode_state",
     "new_token",
     "offered_options",
     "propose_switch",
     "run_agent",
     "serve_http",
     "serve_negotiated",
+    "session_updates",
 ]

@@ -25,6 +25,9 @@ from modefsm import (
     UnknownSessionError,
     preset,
 )
+from modefsm.engine import ModeChanged
+from modefsm.protocol.v1 import config_options as v1
+from modefsm.protocol.v1 import session_updates
 from tests.conftest import Recorder, announced, mode_option, read_log, spec_with
 
 SEED = preset("seed")
@@ -100,9 +103,8 @@ class TestClientChanges:
         engine = make_engine()
         engine.new_session("s1")
         options = await engine.set_config_option("s1", "mode", "code", request_id=7)
-        assert [o.model_dump(mode="json", by_alias=True, exclude_none=True) for o in options] == [
-            mode_option(SEED, "code")
-        ]
+        wire = [o.model_dump(mode="json", by_alias=True, exclude_none=True) for o in v1(options)]
+        assert wire == [mode_option(SEED, "code")]
         assert recorder.sent == announced(SEED, "s1", "code")
         assert read_log(log_path)[1] == changed(2, "ask", "code", "set_config_option", request_id=7)
 
@@ -570,12 +572,14 @@ class TestOrdering:
     async def test_concurrent_changes_notify_in_commit_order(self, log_path):
         order: list[tuple[str, str, str]] = []
 
-        async def slow_sink(session_id: str, update: Any) -> None:
+        async def slow_sink(session_id: str, event: Any) -> None:
             await asyncio.sleep(0)
-            current = (
-                getattr(update, "current_mode_id", None) or update.config_options[0].current_value
-            )
-            order.append((session_id, update.session_update, current))
+            for update in session_updates(event):
+                current = (
+                    getattr(update, "current_mode_id", None)
+                    or update.config_options[0].current_value
+                )
+                order.append((session_id, update.session_update, current))
 
         log = TransitionLog.to_file(log_path)
         engine = ModeEngine(SEED, log=log, sink=slow_sink)
@@ -594,10 +598,10 @@ class TestOrdering:
         assert [s for sid, s in seqs if sid == "a"] == [1, 2, 3, 4, 5, 6]
 
     async def test_broken_sink_drops_the_notification_and_keeps_going(self, make_engine, log_path):
-        calls: list[str] = []
+        calls: list[tuple[str, int]] = []
 
-        async def flaky(session_id: str, update: Any) -> None:
-            calls.append(update.session_update)
+        async def flaky(session_id: str, event: Any) -> None:
+            calls.append((event.mode_id, event.seq))
             if len(calls) == 1:
                 raise ConnectionError("client gone")
 
@@ -605,17 +609,23 @@ class TestOrdering:
         engine.sink = flaky
         engine.new_session("s1")
         await engine.set_mode("s1", "code")
-        assert calls == ["current_mode_update", "config_option_update"]
+        await engine.set_mode("s1", "architect")
+        assert calls == [("code", 2), ("architect", 3)]
         assert engine.pending() == 0
-        assert read_log(log_path)[-1]["event"] == "modefsm.notify_failed"
+        failed = [r for r in read_log(log_path) if r["event"] == "modefsm.notify_failed"]
+        assert [(r["update"], r["error"]) for r in failed] == [
+            ("ModeChanged", "ConnectionError('client gone')")
+        ]
 
     async def test_uneven_sink_keeps_commit_order(self):
         sent: list[str] = []
 
-        async def sink(session_id: str, update: Any) -> None:
-            mode = getattr(update, "current_mode_id", None)
-            await asyncio.sleep(0.002 if mode == "architect" else 0)
-            sent.append(f"{update.session_update}:{mode or update.config_options[0].current_value}")
+        async def sink(session_id: str, event: Any) -> None:
+            for update in session_updates(event):
+                mode = getattr(update, "current_mode_id", None)
+                await asyncio.sleep(0.002 if mode == "architect" else 0)
+                current = mode or update.config_options[0].current_value
+                sent.append(f"{update.session_update}:{current}")
 
         engine = ModeEngine(preset("seed"), sink=sink)
         engine.new_session("s")
@@ -630,9 +640,10 @@ class TestOrdering:
     async def test_response_waits_for_its_own_notifications(self):
         order: list[str] = []
 
-        async def sink(session_id: str, update: Any) -> None:
-            await asyncio.sleep(0.001)
-            order.append(update.session_update)
+        async def sink(session_id: str, event: Any) -> None:
+            for update in session_updates(event):
+                await asyncio.sleep(0.001)
+                order.append(update.session_update)
 
         engine = ModeEngine(preset("seed"), sink=sink)
         engine.new_session("s")
@@ -656,17 +667,9 @@ class TestOrdering:
 
 def test_recorder_records_exact_wire_dicts():
     recorder = Recorder()
-    asyncio.run(
-        recorder(
-            "s", preset("seed") and ModeEngine(preset("seed")).views["ask"].current_mode_update
-        )
-    )
-    assert recorder.sent == [
-        {
-            "sessionId": "s",
-            "update": {"sessionUpdate": "current_mode_update", "currentModeId": "ask"},
-        }
-    ]
+    option = ModeEngine(SEED).views["ask"].mode_option
+    asyncio.run(recorder("s", ModeChanged("s", "ask", 1, (option,))))
+    assert recorder.sent == announced(SEED, "s", "ask")
 
 
 class TestOtherConfigOptions:

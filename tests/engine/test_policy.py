@@ -8,6 +8,8 @@ from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
 from modefsm.diagram import build_diagram, to_markdown
 from modefsm.engine._engine import OfferedOption
 from modefsm.errors import StaleOptionError, TransitionNotAllowedError
+from modefsm.protocol.v1 import config_options as v1_options
+from modefsm.protocol.v1 import mode_state
 from modefsm.replay import replay
 from modefsm.replay._replayer import last_points
 from tests.conftest import read_log
@@ -242,12 +244,12 @@ class TestSelectable:
         engine = ModeEngine(PERMISSION, sink=recorder)
         engine.new_session("s")
         engine.change("s", "plan", "set_mode")
-        option = engine.config_options("s")[0].model_dump(mode="json", by_alias=True)
+        option = v1_options(engine.config_options("s"))[0].model_dump(mode="json", by_alias=True)
         assert (option["currentValue"], [o["value"] for o in option["options"]]) == (
             "plan",
             ["default", "plan"],
         )
-        modes = engine.view("s").modes.model_dump(mode="json", by_alias=True)
+        modes = mode_state(engine.view("s")).model_dump(mode="json", by_alias=True)
         assert [m["id"] for m in modes["availableModes"]] == [
             "default",
             "acceptEdits",
@@ -258,7 +260,7 @@ class TestSelectable:
     def test_unrestricted_modes_offer_every_mode(self):
         engine = ModeEngine(PERMISSION)
         engine.new_session("s")
-        option = engine.config_options("s")[0]
+        option = engine.views[engine.get("s").state].mode_option
         assert [o.value for o in option.options] == [m.id for m in PERMISSION.modes]
 
     def test_every_offered_value_is_accepted_and_a_refused_one_names_the_valid(self):

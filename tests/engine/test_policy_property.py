@@ -231,7 +231,7 @@ class PolicyRuns(RuleBasedStateMachine):
             return
         for session_id in self.created & set(self.live._sessions):
             current = self.live.get(session_id).state
-            option = self.live.config_options(session_id)[0]
+            option = self.live.view(session_id).mode_option
             offered = [choice.value for choice in option.options]
             selectable = [
                 m.id

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from modefsm import ModeEngine, ModefsmError, TransitionLog, preset
+from modefsm.protocol.v1 import session_updates
 from modefsm.replay._replayer import last_points
 from tests.conftest import read_log
 
@@ -34,11 +35,12 @@ class EngineMachine(RuleBasedStateMachine):
         self.model: dict[str, str] = {}
         self.commits: dict[str, int] = {}
 
-    async def _sink(self, session_id: str, update: Any) -> None:
-        mode = getattr(update, "current_mode_id", None)
-        if mode is None:
-            mode = update.config_options[0].current_value
-        self.sent.append((session_id, update.session_update, mode))
+    async def _sink(self, session_id: str, event: Any) -> None:
+        for update in session_updates(event):
+            mode = getattr(update, "current_mode_id", None)
+            if mode is None:
+                mode = update.config_options[0].current_value
+            self.sent.append((session_id, update.session_update, mode))
 
     @precondition(lambda self: self.engine is None)
     @rule(index=st.integers(0, len(SPECS) - 1))

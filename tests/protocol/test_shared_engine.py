@@ -13,6 +13,7 @@ from modefsm import preset
 from modefsm.log import TransitionLog
 from modefsm.protocol.transport import _shared
 from modefsm.protocol.transport._shared import Peer, SharedEngine, use_peer
+from modefsm.protocol.v1 import session_updates
 from tests.conftest import read_log
 
 SEED = preset("seed")
@@ -27,7 +28,8 @@ class Recorder:
 
 
 def kinds(recorder: Recorder) -> list[str]:
-    return [update.session_update for _session_id, update in recorder.got]
+    """What the recorded notifications are as ACP v1 updates, in order."""
+    return [u.session_update for _session_id, e in recorder.got for u in session_updates(e)]
 
 
 def connected(engine: SharedEngine, protocol: int | None = None) -> tuple[Peer, Recorder]:
@@ -122,9 +124,7 @@ async def test_a_stuck_connection_is_let_go_and_the_others_keep_getting_updates(
     assert engine.holders(session_id) == [a]
     assert kinds(got_a) == ["current_mode_update", "config_option_update"] * 2
     failed = [r for r in read_log(log_path) if r["event"] == "modefsm.notify_failed"]
-    assert [(r["update"], r["error"]) for r in failed] == [
-        ("current_mode_update", "TimeoutError()")
-    ]
+    assert [(r["update"], r["error"]) for r in failed] == [("ModeChanged", "TimeoutError()")]
 
 
 async def test_closing_a_session_or_a_connection_drops_its_holders():
@@ -197,9 +197,7 @@ async def test_a_stuck_connection_is_let_go_of_every_session_it_holds_at_once(
     assert (stuck.sessions, stuck.closed) == (set(), False)
     assert kinds(got_a) == ["current_mode_update", "config_option_update"] * 4
     failed = [r for r in read_log(log_path) if r["event"] == "modefsm.notify_failed"]
-    assert [(r["session_id"], r["update"]) for r in failed] == [
-        (sessions[0], "current_mode_update")
-    ]
+    assert [(r["session_id"], r["update"]) for r in failed] == [(sessions[0], "ModeChanged")]
     assert engine.attach(sessions[0], stuck) is True  # a later load holds it again
 
 
@@ -245,14 +243,14 @@ async def test_a_connection_whose_queue_fills_is_let_go_at_once(
     (nothing being sent yet) lets no one go."""
     monkeypatch.setattr(_shared, "SEND_WAIT", 30.0)
     monkeypatch.setattr(_shared, "FULL_WAIT", 0.05)
-    monkeypatch.setattr(_shared, "OUTBOX_SIZE", 4)
+    monkeypatch.setattr(_shared, "OUTBOX_SIZE", 2)
     log = TransitionLog.to_file(log_path)
     engine = SharedEngine(SEED, log=log)
     stuck = Peer()
     taken: list[str] = []
 
     async def one_then_never(session_id: str, update: Any) -> None:
-        taken.append(update.session_update)
+        taken.append(type(update).__name__)
         await asyncio.Event().wait()
 
     with use_peer(stuck):
@@ -262,7 +260,7 @@ async def test_a_connection_whose_queue_fills_is_let_go_at_once(
     engine.attach(session_id, stuck)
     engine.attach(session_id, a)
     modes = ["code", "ask", "architect", "code", "ask", "code"]
-    for mode in modes[:3]:  # a burst of 6 updates, over OUTBOX_SIZE before any is sent
+    for mode in modes[:3]:  # a burst of 3 updates, over OUTBOX_SIZE before any is sent
         await asyncio.wait_for(engine.set_mode(session_id, mode), 1)
     await asyncio.sleep(0.1)  # the stuck connection's first update waits FULL_WAIT...
     assert engine.holders(session_id) == [stuck, a]
@@ -272,14 +270,11 @@ async def test_a_connection_whose_queue_fills_is_let_go_at_once(
     await engine.handed_over(a)
     log.close()
     assert engine.holders(session_id) == [a]
-    assert taken == ["current_mode_update"]
+    assert taken == ["ModeChanged"]
     assert kinds(got_a) == ["current_mode_update", "config_option_update"] * 6
     failed = [r for r in read_log(log_path) if r["event"] == "modefsm.notify_failed"]
     assert [(r["update"], r["error"]) for r in failed] == [
-        (
-            "current_mode_update",
-            "ConnectionError('6 updates queued and not taken by its transport')",
-        )
+        ("ModeChanged", "ConnectionError('3 updates queued and not taken by its transport')")
     ]
 
 

@@ -65,7 +65,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from modefsm.engine._engine import ModeEngine
+from modefsm.engine import ModeEngine, notification_kind
 
 __all__ = ["FORGET_AFTER", "FULL_WAIT", "OUTBOX_SIZE", "SEND_WAIT", "SharedEngine"]
 
@@ -194,8 +194,9 @@ class _Targeted:
     peer: Peer
 
     @property
-    def session_update(self) -> Any:
-        return getattr(self.update, "session_update", None)
+    def session_update(self) -> str:
+        """What the update is, for the log (see :func:`~modefsm.engine.notification_kind`)."""
+        return notification_kind(self.update)
 
 
 _ATTACHING = frozenset({"session/load", "session/resume"})
@@ -459,7 +460,7 @@ class SharedEngine(ModeEngine):
                         self._give_up(peer, session_id, update, exc)
                     continue
                 except Exception as exc:  # noqa: BLE001 - one bad update must not stop the rest
-                    kind = getattr(update, "session_update", None)
+                    kind = notification_kind(update)
                     self._log_failure("modefsm.notify_failed", session_id, exc, update=kind)
                 finally:
                     outbox.sending = None
@@ -474,5 +475,5 @@ class SharedEngine(ModeEngine):
         """Let *peer* go (its transport is stuck for every session it holds), drop its queue."""
         self._let_go(peer)
         peer._outbox.drop()  # noqa: SLF001 - the peer's bookkeeping is the engine's
-        kind = getattr(update, "session_update", None)
+        kind = notification_kind(update)
         self._log_failure("modefsm.notify_failed", session_id, exc, update=kind)

@@ -6,6 +6,7 @@ from modefsm.protocol.v1._agent import (
     ModeAgent,
     RestoreSource,
 )
+from modefsm.protocol.v1._render import config_options, mode_state, session_updates
 from modefsm.protocol.v1._switch import (
     SwitchResult,
     offered_options,
@@ -18,6 +19,9 @@ __all__ = [
     "ModeAgent",
     "RestoreSource",
     "SwitchResult",
+    "config_options",
+    "mode_state",
     "offered_options",
     "propose_switch",
+    "session_updates",
 ]

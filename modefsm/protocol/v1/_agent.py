@@ -69,6 +69,7 @@ from modefsm.protocol._list import list_page
 from modefsm.protocol.errors import acp_errors, invalid_params
 from modefsm.protocol.transport._shared import SharedEngine
 from modefsm.protocol.transport._stdio import PermissionRequest
+from modefsm.protocol.v1._render import config_options, mode_state, session_updates
 from modefsm.protocol.v1._switch import SwitchResult, propose_switch
 from modefsm.spec._model import ModeSpec
 from modefsm.store._restore import RestorePoint
@@ -155,7 +156,8 @@ class ModeAgent:
             msg = "ModeAgent has no connection: the SDK calls on_connect(conn); a host that "
             msg += "delegates to a ModeAgent must call it too"
             raise ConnectionError(msg)
-        await self.conn.session_update(session_id=session_id, update=update)
+        for item in session_updates(update):
+            await self.conn.session_update(session_id=session_id, update=item)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -204,8 +206,8 @@ class ModeAgent:
         view = self.engine.views[session.state]
         return NewSessionResponse(
             session_id=session.session_id,
-            modes=view.modes.model_copy(deep=True),
-            config_options=_copy(self.engine.config_options(session.session_id)),
+            modes=mode_state(view),
+            config_options=config_options(self.engine.config_options(session.session_id)),
         )
 
     async def load_session(
@@ -227,8 +229,8 @@ class ModeAgent:
             await self.replay(session_id)
         view = await self._restore(session_id, point)
         return LoadSessionResponse(
-            modes=view.modes.model_copy(deep=True),
-            config_options=_copy(self.engine.config_options(session_id)),
+            modes=mode_state(view),
+            config_options=config_options(self.engine.config_options(session_id)),
         )
 
     async def resume_session(
@@ -238,8 +240,8 @@ class ModeAgent:
         del cwd, kwargs
         view = await self._restore(session_id)
         return ResumeSessionResponse(
-            modes=view.modes.model_copy(deep=True),
-            config_options=_copy(self.engine.config_options(session_id)),
+            modes=mode_state(view),
+            config_options=config_options(self.engine.config_options(session_id)),
         )
 
     async def close_session(self, session_id: str, **kwargs: Any) -> None:
@@ -437,7 +439,7 @@ class ModeAgent:
         with acp_errors():
             self._held(session_id)
             options = await _finish(self.engine.set_config_option(session_id, config_id, value))
-        return SetSessionConfigOptionResponse(config_options=_copy(options))
+        return SetSessionConfigOptionResponse(config_options=config_options(options))
 
     # -- prompts and the switch_mode tool ---------------------------------------------------
 
@@ -648,11 +650,6 @@ async def _finish(change: Coroutine[Any, Any, _T]) -> _T:
             if current is None or task.cancelled():
                 raise
             current.uncancel()
-
-
-def _copy(options: list[Any]) -> list[Any]:
-    """Deep copies of the shared, cached option models, for a response a host may edit."""
-    return [option.model_copy(deep=True) for option in options]
 
 
 @functools.cache

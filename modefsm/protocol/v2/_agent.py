@@ -42,11 +42,13 @@ from acp import RequestError
 from acp import schema as v1
 from acp.experimental.v2 import schema as v2
 
+from modefsm.engine import ModeChanged
 from modefsm.errors import RESOURCE_NOT_FOUND, UnknownSessionError
 from modefsm.log._conversation import ConversationItem
 from modefsm.protocol._list import list_page
 from modefsm.protocol.errors import acp_errors, invalid_params, session_not_found
 from modefsm.protocol.v1._agent import ModeAgent, _finish, _version
+from modefsm.protocol.v2._render import config_options, session_updates
 
 __all__ = ["V2_PROTOCOL_VERSION", "ModeAgentV2"]
 # Also for the other transports of this package (not re-exported): REPLAY_FROM_MESSAGE,
@@ -54,45 +56,6 @@ __all__ = ["V2_PROTOCOL_VERSION", "ModeAgentV2"]
 
 V2_PROTOCOL_VERSION = 2
 """The ACP protocol version :class:`ModeAgentV2` speaks."""
-
-
-def _v2_option(option: Any) -> Any:
-    """The v2 model of a v1 ``configOptions`` entry (``id`` becomes ``configId``)."""
-    if isinstance(option, v1.SessionConfigOptionSelect):
-        data = option.model_dump(mode="json", by_alias=True, exclude_none=True)
-        data["configId"] = data.pop("id")
-        return v2.SelectSessionConfigOption.model_validate(data)
-    if isinstance(option, v1.SessionConfigOptionBoolean):
-        data = option.model_dump(mode="json", by_alias=True, exclude_none=True)
-        data["configId"] = data.pop("id")
-        return v2.BooleanSessionConfigOption.model_validate(data)
-    return option  # already a v2 model (a host's own option)
-
-
-_CACHE_LIMIT = 4096
-"""How many v1 option models (the engine's cached views) keep their v2 model cached."""
-
-_converted: dict[int, tuple[Any, Any]] = {}
-
-
-def v2_options(options: list[Any]) -> list[Any]:
-    """The complete v2 ``configOptions`` list for a v1 one (same order).
-
-    The engine's views are built once per mode, so their v2 models are converted once
-    (kept alongside the v1 model, whose ``id`` is the key); a host's fresh options are
-    converted each time once the cache is full.
-    """
-    out = []
-    for option in options:
-        cached = _converted.get(id(option))
-        if cached is not None and cached[0] is option:
-            out.append(cached[1])
-            continue
-        converted = _v2_option(option)
-        if len(_converted) < _CACHE_LIMIT:
-            _converted[id(option)] = (option, converted)
-        out.append(converted)
-    return out
 
 
 REPLAY_FROM_MESSAGE = "_modefsm/message"
@@ -267,20 +230,6 @@ def primed(updates: Iterable[Any]) -> list[Any]:
     return out
 
 
-_updates: dict[int, tuple[Any, Any]] = {}
-
-
-def _v2_options_update(update: v1.ConfigOptionUpdate) -> v2.ConfigOptionUpdate:
-    """The v2 ``config_option_update`` for a v1 one; the engine's per-mode ones are cached."""
-    cached = _updates.get(id(update))
-    if cached is not None and cached[0] is update:
-        return cached[1]  # type: ignore[no-any-return]
-    converted = v2.ConfigOptionUpdate(config_options=v2_options(update.config_options))
-    if len(_updates) < _CACHE_LIMIT:
-        _updates[id(update)] = (update, converted)
-    return converted
-
-
 class _PermissionPort:
     """What :func:`~modefsm.protocol.propose_switch` calls as ``client``, over v2."""
 
@@ -334,12 +283,12 @@ class ModeAgentV2:
         base.conn = _PermissionPort(self)
 
     async def _send(self, session_id: str, update: Any) -> None:
-        """The engine's sink: v1 updates rendered as v2 models, v2 ones as they are."""
-        if isinstance(update, v1.CurrentModeUpdate):
-            return  # v2 has no current_mode_update: the config_option_update says it
-        if isinstance(update, v1.ConfigOptionUpdate):
-            update = _v2_options_update(update)
-        elif isinstance(update, v1.ToolCallStart | v1.ToolCallProgress):
+        """The engine's sink: its events and a host's v1 updates as v2 models, v2 ones as given."""
+        if isinstance(update, ModeChanged):
+            for item in session_updates(update):
+                await self.conn.session_update(session_id=session_id, update=item)
+            return
+        if isinstance(update, v1.ToolCallStart | v1.ToolCallProgress):
             data = update.model_dump(mode="json", by_alias=True, exclude_none=True)
             data["sessionUpdate"] = "tool_call_update"
             update = v2.SessionToolCallUpdate.model_validate(data)
@@ -384,7 +333,7 @@ class ModeAgentV2:
         response = await self.base.new_session(cwd=cwd)
         return v2.NewSessionResponse(
             session_id=response.session_id,
-            config_options=v2_options(response.config_options or []),
+            config_options=config_options(self.base.engine.config_options(response.session_id)),
         )
 
     async def list_sessions(
@@ -444,7 +393,7 @@ class ModeAgentV2:
             await base._restore(session_id, point)  # noqa: SLF001
         await base.engine.notify(session_id, v2.IdleSessionStateUpdate())
         return v2.ResumeSessionResponse(
-            config_options=v2_options(base.engine.config_options(session_id))
+            config_options=config_options(base.engine.config_options(session_id))
         )
 
     async def replay_from(self, session_id: str, message_id: str | None = None) -> list[Any]:
@@ -500,7 +449,7 @@ class ModeAgentV2:
             if not self.base.holds(session_id):
                 raise UnknownSessionError(session_id)
             options = await _finish(engine.set_config_option(session_id, config_id, value))
-        return v2.SetSessionConfigOptionResponse(config_options=v2_options(options))
+        return v2.SetSessionConfigOptionResponse(config_options=config_options(options))
 
     # -- prompts -----------------------------------------------------------------------
 
