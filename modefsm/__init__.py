@@ -65,7 +65,8 @@ if TYPE_CHECKING:
         StoreInDoubt,
         open_store,
     )
-    from modefsm.store._restore import LogRestore, RestoreIndex, RestorePoint
+    from modefsm.store._interface import RestorePoint
+    from modefsm.store._restore import LogRestore, RestoreIndex
 else:
     ModuleType = type(sys)  # types.ModuleType, without importing types
 
@@ -101,7 +102,7 @@ _EXPORTS = {
     "PREVIOUS": "modefsm.spec",
     "ReplayReport": "modefsm.replay",
     "RestoreIndex": "modefsm.store._restore",
-    "RestorePoint": "modefsm.store._restore",
+    "RestorePoint": "modefsm.store._interface",
     "RestoreSource": "modefsm.protocol",
     "Session": "modefsm.engine._engine",
     "SessionExistsError": "modefsm.errors",

@@ -137,7 +137,7 @@ async def _writes(
     store: Any, log: TransitionLog, index: int, changes: int, *, go: Any, out: Any
 ) -> tuple[float, float]:
     """One writer's sessions, then its timed changes: awaited as ``modefsm serve`` does."""
-    from modefsm.store._restore import RestorePoint  # noqa: PLC0415
+    from modefsm.store import RestorePoint  # noqa: PLC0415
 
     heads: dict[str, tuple[str, int, str | None]] = {}
     for i in range(OWN_SESSIONS):
@@ -204,7 +204,7 @@ def _append_ms(url: str, changes: int) -> list[float]:
 
 
 async def _append_samples(store: Any, changes: int) -> list[float]:
-    from modefsm.store._restore import RestorePoint  # noqa: PLC0415
+    from modefsm.store import RestorePoint  # noqa: PLC0415
 
     digest = await store.append_async(EVENT_CREATED, _fields("s", 1, None, "ask"), None)
     point = RestorePoint("s", "ask", 1, None, digest)

@@ -461,7 +461,7 @@ def _run_store(args: argparse.Namespace) -> int:
     import shutil  # noqa: PLC0415 - keep other commands' start fast
     import tempfile  # noqa: PLC0415
 
-    from modefsm.store._interface import export_store  # noqa: PLC0415 - psycopg only when asked
+    from modefsm.store import export_store  # noqa: PLC0415 - psycopg only when asked
 
     output: Path | None = args.output
     if output is None:

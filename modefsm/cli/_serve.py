@@ -44,7 +44,7 @@ from modefsm.protocol.transport._negotiate import SUPPORTED_PROTOCOLS, serve_neg
 from modefsm.protocol.transport._stdio import BoundedPipeWriter, Diagnostics, OutputClosedError
 from modefsm.protocol.v1._agent import ModeAgent
 from modefsm.spec import ModeSpec
-from modefsm.store._interface import SessionStore, open_store
+from modefsm.store import SessionStore, open_store
 
 __all__ = [
     "STDERR_LOG_WAIT",

@@ -79,8 +79,7 @@ from modefsm.log._records import (
 from modefsm.log._writer import TransitionLog
 from modefsm.spec import PREVIOUS, ModeSpec, PermissionOptionKind, SwitchOption
 from modefsm.spec._table import ORIGIN_KINDS, TriggerKind
-from modefsm.store._interface import SessionMoved, SessionStore, StoreBusy, StoreInDoubt
-from modefsm.store._restore import RestorePoint
+from modefsm.store import RestorePoint, SessionMoved, SessionStore, StoreBusy, StoreInDoubt
 
 __all__ = [
     "ModeChange",

@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 
 from modefsm.protocol.errors import invalid_params
-from modefsm.store._restore import ListAfter, ListedSession
+from modefsm.store import ListAfter, ListedSession
 
 __all__ = ["LIST_PAGE"]
 # Also for the agents of this package (not re-exported): MAX_CURSOR_CHARS, decode_cursor,

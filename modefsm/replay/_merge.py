@@ -22,7 +22,7 @@ import orjson
 
 from modefsm.log._reader import MAX_LINE, LogEntry, LogProblem, read_log
 from modefsm.log._records import EVENT_REJECTED
-from modefsm.store._interface import EXPORT_EVENT
+from modefsm.store import EXPORT_EVENT
 
 __all__: list[str] = []  # used by replay() only
 

@@ -55,7 +55,7 @@ from modefsm.replay._merge import file_kind, merge_by_gseq, merged_kinds
 from modefsm.spec._model import ModeSpec, preset
 from modefsm.spec._presets import preset_names
 from modefsm.spec._table import PREVIOUS, TransitionTable
-from modefsm.store._restore import LogRestore, RestorePoint, last_points
+from modefsm.store import LogRestore, RestorePoint, last_points
 
 __all__ = [
     "ChainSummary",

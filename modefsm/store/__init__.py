@@ -1,29 +1,43 @@
-"""modefsm.store: see the README's Architecture section."""
+"""modefsm.store: the session store, the one way the engine writes and restores.
 
-from modefsm.store._file import FileStore
+Exports the seam (:mod:`modefsm.store._interface`: ``SessionStore``, ``RestorePoint``,
+``SessionMoved``, ``StoreBusy``, ``StoreInDoubt``, what ``session/list`` reads), loaded
+with the package; the backends and the restore index (``FileStore``, ``open_store``,
+``RestoreIndex``, ``LogRestore``, ...) load on first use, so that an engine loads no
+SQLite and no log reader until it opens a store. Imports ``errors`` and ``log`` only.
+"""
+
+from typing import TYPE_CHECKING
+
+from modefsm._lazy import lazy_exports
 from modefsm.store._interface import (
+    EXPORT_EVENT,
+    ListAfter,
+    ListedSession,
+    RestorePoint,
     SessionMoved,
     SessionStore,
     StoreBusy,
     StoreInDoubt,
-    open_store,
 )
-from modefsm.store._restore import (
-    EVENT_INDEX_MISMATCH,
-    MAX_PENDING,
-    RETRY_SECONDS,
-    ListAfter,
-    ListedSession,
-    LogRestore,
-    RestoreIndex,
-    RestorePoint,
-    check_index_path,
-    is_index,
-    last_points,
-)
+
+if TYPE_CHECKING:
+    from modefsm.store._file import FileStore
+    from modefsm.store._open import export_store, open_store
+    from modefsm.store._restore import (
+        EVENT_INDEX_MISMATCH,
+        MAX_PENDING,
+        RETRY_SECONDS,
+        LogRestore,
+        RestoreIndex,
+        check_index_path,
+        is_index,
+        last_points,
+    )
 
 __all__ = [
     "EVENT_INDEX_MISMATCH",
+    "EXPORT_EVENT",
     "MAX_PENDING",
     "RETRY_SECONDS",
     "FileStore",
@@ -37,7 +51,30 @@ __all__ = [
     "StoreBusy",
     "StoreInDoubt",
     "check_index_path",
+    "export_store",
     "is_index",
     "last_points",
     "open_store",
 ]
+
+_LAZY = {
+    "FileStore": "modefsm.store._file",
+    "export_store": "modefsm.store._open",
+    "open_store": "modefsm.store._open",
+    **dict.fromkeys(
+        (
+            "EVENT_INDEX_MISMATCH",
+            "MAX_PENDING",
+            "RETRY_SECONDS",
+            "LogRestore",
+            "RestoreIndex",
+            "check_index_path",
+            "is_index",
+            "last_points",
+        ),
+        "modefsm.store._restore",
+    ),
+}
+"""The names loaded on first use, and their modules."""
+
+__getattr__ = lazy_exports(__name__, _LAZY)

@@ -66,8 +66,14 @@ from modefsm.log._writer import (
     _index_record,
     _record_line,
 )
-from modefsm.store._interface import SessionMoved, StoreBusy
-from modefsm.store._restore import ListAfter, ListedSession, RestoreIndex, RestorePoint, is_index
+from modefsm.store._interface import (
+    ListAfter,
+    ListedSession,
+    RestorePoint,
+    SessionMoved,
+    StoreBusy,
+)
+from modefsm.store._restore import RestoreIndex, is_index
 
 __all__ = ["FileStore"]
 

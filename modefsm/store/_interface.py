@@ -8,29 +8,75 @@ session's next (another process moved the session first: :class:`SessionMoved`).
 
 Backends: :class:`~modefsm.store.FileStore` (one JSON-lines file shared by the processes
 of one machine, the ``--log`` path) and ``modefsm.store._postgres.PgStore``
-(``postgresql://...``, for processes on several hosts). :func:`open_store` picks one.
+(``postgresql://...``, for processes on several hosts). :func:`~modefsm.store.open_store`
+picks one. This module is the seam the engine writes and restores through: it imports no
+backend (and no SQLite, no log reader).
 """
 
 from __future__ import annotations
 
-import importlib
-import io
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any, BinaryIO, Protocol
-
-import orjson
+from typing import Any, NamedTuple, Protocol
 
 from modefsm.errors import LogError, ModefsmError
 from modefsm.log._records import TransitionRecord
-from modefsm.log._writer import TransitionLog
-from modefsm.store._restore import ListAfter, ListedSession, RestorePoint
 
-__all__ = ["SessionMoved", "SessionStore", "StoreBusy", "StoreInDoubt", "open_store"]
+__all__ = [
+    "EXPORT_EVENT",
+    "ListAfter",
+    "ListedSession",
+    "RestorePoint",
+    "SessionMoved",
+    "SessionStore",
+    "StoreBusy",
+    "StoreInDoubt",
+]
+
 
 EXPORT_EVENT = "modefsm.store_export"
 """The event of an export's first line (not a record): ``{"event": ..., "store": ...,
 "schema": N}``."""
+
+
+class RestorePoint(NamedTuple):
+    """Where a session stood at its last committed record.
+
+    Attributes:
+        session_id: ACP ``sessionId``.
+        mode: the ``to_mode`` of its last ``session_created``/``mode_changed`` record.
+        seq: that record's ``seq``.
+        previous: the ``from_mode`` of its last client or switch change, which
+            ``$previous`` switch options return to (``None`` if there was none).
+        digest: the ``digest`` of that record (the head of the session's chain, which
+            the session's next record names as ``session_prev``), or ``None`` when unknown.
+    """
+
+    session_id: str
+    mode: str
+    seq: int
+    previous: str | None = None
+    digest: str | None = None
+
+
+class ListedSession(NamedTuple):
+    """A session as ``session/list`` reports it.
+
+    Attributes:
+        session_id: ACP ``sessionId``.
+        cwd: ACP ``cwd``: the one its ``session/new`` gave (its ``session_created`` record).
+        updated_at: the ``timestamp`` of its last committed record (UTC, ISO 8601 with
+            ``Z``), or ``""`` when not known (a live session listed from memory).
+    """
+
+    session_id: str
+    cwd: str
+    updated_at: str
+
+
+ListAfter = tuple[str, str] | None
+"""Where a page of ``session/list`` starts: after ``(updated_at, session_id)`` of the
+previous page's last session (sessions are listed newest ``updated_at`` first, then by
+``session_id``), or ``None`` for the first page."""
 
 
 class SessionMoved(ModefsmError):  # noqa: N818 - the shared interface names it
@@ -203,75 +249,3 @@ class SessionStore(Protocol):
     def close(self) -> None:
         """Release the store's files or connections (idempotent)."""
         ...  # pragma: no cover
-
-
-def open_store(
-    target: str | Path,
-    *,
-    fsync: bool = False,
-    lock_timeout: float = 1.0,
-    log: TransitionLog | None = None,
-) -> SessionStore:
-    """Open the store at *target*: a file path, or a ``postgresql://`` URL.
-
-    Args:
-        target: a JSON-lines log path (a :class:`~modefsm.store.FileStore`, its restore
-            index beside it as ``<path>.index``), or ``postgresql://...`` /
-            ``postgres://...`` (``PgStore``; needs ``psycopg``).
-        fsync: make every acknowledged record survive power loss (a disk flush each); a
-            PostgreSQL commit is as durable as the server's settings make it.
-        lock_timeout: the longest wait for another process, in seconds, before
-            :class:`StoreBusy`.
-        log: for PostgreSQL, the worker's own JSON-lines log that every committed record
-            is also written to (``None``: stderr); a file store is its own log.
-
-    Raises:
-        LogError: the store cannot be opened (the message names the file or URL), or
-            *target* is a URL of another scheme.
-    """
-    text = str(target)
-    if text.startswith(("postgresql://", "postgres://")):
-        # psycopg is optional: the PostgreSQL backend is imported only when asked for
-        postgres = importlib.import_module("modefsm.store._postgres")
-        store: SessionStore = postgres.PgStore(text, log=log, lock_timeout=lock_timeout)
-        return store
-    if "://" in text:
-        raise LogError("not a postgresql:// URL", text)
-    from modefsm.store._file import FileStore  # noqa: PLC0415 - no circle: _file imports this
-
-    return FileStore(target, fsync=fsync, lock_timeout=lock_timeout)
-
-
-def export_store(url: str, out: BinaryIO) -> int:
-    """Write every record of the PostgreSQL store at *url* to *out*; return how many.
-
-    The first line names the export (:data:`EXPORT_EVENT`, the store's host, port and
-    database, its schema version); then one JSON line per committed record, in commit
-    order, each with its ``gseq``. ``modefsm replay --verify`` reads it as one history
-    per session. The store's tables are created if missing (then the export is empty).
-    *out* gets the lines as they are read: on an error it holds a part of the export
-    (``modefsm store export`` writes to a temporary file and keeps it only when complete).
-
-    Raises:
-        LogError: *url* is not a ``postgresql://`` URL, ``psycopg`` is missing, the
-            database cannot be read, or a row's record is not a JSON object (the message
-            names the database and the row's ``gseq``).
-    """
-    if not url.startswith(("postgresql://", "postgres://")):
-        raise LogError("not a postgresql:// URL", url)
-    try:
-        postgres = importlib.import_module("modefsm.store._postgres")
-    except ImportError:
-        msg = "the PostgreSQL store needs psycopg: pip install 'modefsm[postgresql]'"
-        raise LogError(msg) from None
-    store = postgres.PgStore(url, log=TransitionLog.to_stream(io.BytesIO()))
-    try:
-        header = {"event": EXPORT_EVENT, "store": store.where, "schema": postgres.SCHEMA_VERSION}
-        out.write(orjson.dumps(header) + b"\n")
-        count = 0
-        for record in store.export():
-            out.write(orjson.dumps(record) + b"\n")
-            count += 1
-    finally:
-        store.close()
-    return count

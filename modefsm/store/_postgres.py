@@ -39,8 +39,15 @@ from psycopg.pq import TransactionStatus
 
 from modefsm.errors import LogError
 from modefsm.log import TransitionLog, TransitionRecord, previous_of, record_digest
-from modefsm.store._interface import SessionMoved, StoreBusy, StoreInDoubt
-from modefsm.store._restore import ListAfter, ListedSession, RestorePoint, list_where
+from modefsm.store._interface import (
+    ListAfter,
+    ListedSession,
+    RestorePoint,
+    SessionMoved,
+    StoreBusy,
+    StoreInDoubt,
+)
+from modefsm.store._restore import list_where
 
 __all__ = ["SCHEMA_VERSION", "PgStore"]
 

@@ -56,7 +56,7 @@ import stat
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 
@@ -73,16 +73,14 @@ from modefsm.log._records import (
     utc_timestamp,
 )
 from modefsm.log._writer import TransitionLog, _line_ending_at
+from modefsm.store._interface import ListAfter, ListedSession, RestorePoint
 
 __all__ = [
     "EVENT_INDEX_MISMATCH",
     "MAX_PENDING",
     "RETRY_SECONDS",
-    "ListAfter",
-    "ListedSession",
     "LogRestore",
     "RestoreIndex",
-    "RestorePoint",
     "check_index_path",
     "is_index",
     "last_points",
@@ -92,26 +90,6 @@ EVENT_INDEX_MISMATCH = "modefsm.restore_index_mismatch"
 """A diagnostic, not a record: a restore index row disagreed with the log (``problem``);
 the restore used the log's point (``log_mode``, ``log_seq``; null if the log never had the
 session) instead of the row's (``index_mode``, ``index_seq``)."""
-
-
-class RestorePoint(NamedTuple):
-    """Where a session stood at its last committed record.
-
-    Attributes:
-        session_id: ACP ``sessionId``.
-        mode: the ``to_mode`` of its last ``session_created``/``mode_changed`` record.
-        seq: that record's ``seq``.
-        previous: the ``from_mode`` of its last client or switch change, which
-            ``$previous`` switch options return to (``None`` if there was none).
-        digest: the ``digest`` of that record (the head of the session's chain, which
-            the session's next record names as ``session_prev``), or ``None`` when unknown.
-    """
-
-    session_id: str
-    mode: str
-    seq: int
-    previous: str | None = None
-    digest: str | None = None
 
 
 def last_points(paths: Iterable[str | Path], *, digests: bool = False) -> dict[str, RestorePoint]:
@@ -213,27 +191,6 @@ _LIST = (
     "WHERE cwd IS NOT NULL AND updated_at IS NOT NULL{where} "
     "ORDER BY updated_at DESC, session_id LIMIT ?"
 )
-
-
-class ListedSession(NamedTuple):
-    """A session as ``session/list`` reports it.
-
-    Attributes:
-        session_id: ACP ``sessionId``.
-        cwd: ACP ``cwd``: the one its ``session/new`` gave (its ``session_created`` record).
-        updated_at: the ``timestamp`` of its last committed record (UTC, ISO 8601 with
-            ``Z``), or ``""`` when not known (a live session listed from memory).
-    """
-
-    session_id: str
-    cwd: str
-    updated_at: str
-
-
-ListAfter = tuple[str, str] | None
-"""Where a page of ``session/list`` starts: after ``(updated_at, session_id)`` of the
-previous page's last session (sessions are listed newest ``updated_at`` first, then by
-``session_id``), or ``None`` for the first page."""
 
 
 def list_where(

@@ -12,7 +12,7 @@ import pytest
 from modefsm import ModeEngine, TransitionLog, preset
 from modefsm.cli import _main as cli
 from modefsm.cli._main import main
-from modefsm.store._restore import RestoreIndex, RestorePoint
+from modefsm.store import RestoreIndex, RestorePoint
 
 GOLDEN = Path(__file__).resolve().parents[1] / "replay" / "golden"
 

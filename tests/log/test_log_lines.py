@@ -14,7 +14,7 @@ from modefsm import ModeEngine, preset
 from modefsm.errors import LogError
 from modefsm.log import MAX_LINE
 from modefsm.log._writer import _line_ending_at, _line_start
-from modefsm.store._restore import EVENT_INDEX_MISMATCH, RestoreIndex, RestorePoint
+from modefsm.store import EVENT_INDEX_MISMATCH, RestoreIndex, RestorePoint
 
 
 @pytest.fixture

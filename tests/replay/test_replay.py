@@ -10,7 +10,7 @@ import pytest
 
 from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
 from modefsm.replay._replayer import Replayer, iter_records, last_points, replay
-from modefsm.store._restore import RestorePoint
+from modefsm.store import RestorePoint
 from tests.replay.golden_logs import rechain
 from tests.replay.test_replay_fast import by_feed
 

@@ -13,14 +13,14 @@ import pytest
 
 from modefsm import ModeEngine, TransitionLog, preset
 from modefsm.errors import LogError
-from modefsm.store import _restore as restore
-from modefsm.store._restore import (
+from modefsm.store import (
     RETRY_SECONDS,
     LogRestore,
     RestoreIndex,
     RestorePoint,
     last_points,
 )
+from modefsm.store import _restore as restore
 
 _OPENED: list[RestoreIndex | TransitionLog] = []
 

@@ -9,7 +9,7 @@ import pytest
 
 from modefsm import ModeEngine, preset
 from modefsm.errors import LogError
-from modefsm.store._restore import EVENT_INDEX_MISMATCH, ListedSession, RestoreIndex, RestorePoint
+from modefsm.store import EVENT_INDEX_MISMATCH, ListedSession, RestoreIndex, RestorePoint
 from tests.conftest import read_log
 
 

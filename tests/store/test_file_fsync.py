@@ -17,7 +17,7 @@ WRITER = """
 import sys
 from modefsm.errors import ModefsmError
 from modefsm.log import EVENT_CHANGED, EVENT_CREATED
-from modefsm.store._restore import RestorePoint
+from modefsm.store import RestorePoint
 from modefsm.store import FileStore, SessionMoved
 
 path, index, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

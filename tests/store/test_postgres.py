@@ -26,9 +26,13 @@ from modefsm.log import (  # noqa: E402
     TransitionLog,
     record_digest,
 )
-from modefsm.store import SessionMoved, StoreBusy, open_store  # noqa: E402
+from modefsm.store import (  # noqa: E402
+    RestorePoint,
+    SessionMoved,
+    StoreBusy,
+    open_store,
+)
 from modefsm.store._postgres import HEAD_QUERY, PgStore  # noqa: E402
-from modefsm.store._restore import RestorePoint  # noqa: E402
 from tests.reliability.harness import soak_factor  # noqa: E402
 from tests.store.pg_writer import write  # noqa: E402
 

@@ -72,7 +72,7 @@ from modefsm.protocol.transport._stdio import PermissionRequest
 from modefsm.protocol.v1._render import config_options, mode_state, session_updates
 from modefsm.protocol.v1._switch import SwitchResult, propose_switch
 from modefsm.spec._model import ModeSpec
-from modefsm.store._restore import RestorePoint
+from modefsm.store import RestorePoint
 
 __all__ = ["CLOSE_WAIT", "MAX_CWD_CHARS", "ModeAgent", "RestoreSource"]
 
