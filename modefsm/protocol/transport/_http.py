@@ -35,7 +35,10 @@ WebSocket on the same path, one agent per connection), with what the SDK leaves 
   closed (an HTTP connection as a ``DELETE`` would; its id then gets ``404`` like any
   unknown connection id; a WebSocket with ``1001``);
 - at most :data:`~modefsm.protocol.MAX_OPEN` requests per connection are unanswered at once
-  (more: ``429``, a ``INVALID_REQUEST`` error naming the limit);
+  (more: ``429``, a ``INVALID_REQUEST`` error naming the limit; on a WebSocket that error
+  is the request's answer), and at most as many frames ``POST``ed on a connection wait to
+  be read by its agent (more: ``429`` too), so a connection whose reading stopped holds a
+  bounded queue;
 - what the agent sends is checked as on stdio: an answer that cannot be encoded becomes an
   error answer for the same id, and second or late answers to a permission request reach
   the agent's ``stray_answer``/``late_answer``;
@@ -150,6 +153,27 @@ class _Checked:
         self.ledger = _Ledger()
         self.batches: Batches | None = None  # a v2 connection's JSON-RPC batches
         self._queued: deque[dict[str, Any]] = deque()  # a batch's entries still to serve
+        self.waiting = 0  # frames POSTed (batch entries one by one) the SDK has not read yet
+
+    def posted(self, count: int = 1) -> None:
+        """*count* frames were handed to the SDK's HTTP transport (its unbounded queue)."""
+        self.waiting += count
+
+    def refusal(self, requests: int, frames: int, request_id: Any = None) -> FrameError | None:
+        """The refusal of a POST over :data:`~modefsm.protocol.MAX_OPEN`, or ``None``.
+
+        The POST holds *frames* frames, *requests* of them requests; the refusal answers
+        *request_id*.
+
+        Requests count against the open ones and those queued; every frame (a cancel or an
+        answer to the agent too) against those queued, so that a connection whose reading
+        has stopped (its own stream unread) holds at most :data:`MAX_OPEN` frames.
+        """
+        if self.waiting + frames > MAX_OPEN or (
+            requests and self.ledger.open + self.waiting + requests > MAX_OPEN
+        ):
+            return _over_open(request_id)
+        return None
 
     def bind(self, agent: Any) -> None:
         self.ledger.stray = getattr(agent, "stray_answer", None)
@@ -166,13 +190,21 @@ class _Checked:
 
     async def receive(self) -> dict[str, Any] | None:
         while True:
-            frame = self._queued.popleft() if self._queued else await self.inner.receive()
+            if self._queued:
+                frame = self._queued.popleft()
+            else:
+                frame = await self.inner.receive()
+                # (nothing is POSTed before the initialize, the first frame read)
+                self.waiting -= min(self.waiting, len(frame) if isinstance(frame, list) else 1)
             if frame is None:
                 return None
             if isinstance(frame, list):  # a batch (a v2 connection's)
                 await self._split(frame)
                 continue
             request = "id" in frame and "method" in frame
+            if request and self.ledger.open >= MAX_OPEN:
+                await self._refuse(frame, frame_refusal(_over_open(frame["id"])))
+                continue
             if not self.ledger.admit(frame):
                 if request and self.batches is not None:
                     self.batches.dropped(frame)
@@ -192,6 +224,20 @@ class _Checked:
             return
         self._queued.extend(frames)
         if batch is not None and not batch.waiting:
+            await self._send_raw(batch.array(), batch)
+
+    async def _refuse(self, request: dict[str, Any], answer: dict[str, Any]) -> None:
+        """Send *answer* to *request*, not admitted: alone, or in its batch's array.
+
+        Over HTTP it takes the stream the SDK's transport routes the request's answer to.
+        """
+        batch = self.batches.refused(request, answer) if self.batches is not None else None
+        if batch is None:
+            await self.inner.send(answer)
+            return
+        if not isinstance(self.inner, _WebSocketMessages):
+            batch.route[batch.last] = http_stream(self.inner, answer)
+        if not batch.waiting:
             await self._send_raw(batch.array(), batch)
 
     async def send(self, message: dict[str, Any]) -> None:
@@ -577,14 +623,21 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
         elif connection_id is not None and connection_id in http_live:
             entry = http_live[connection_id]
             entry.last = time.monotonic()
-            if is_request and entry.wrapper is not None and entry.wrapper.ledger.open >= MAX_OPEN:
-                return JSONResponse(frame_refusal(_over_open(frame["id"])), status_code=429)
+            wrapper = entry.wrapper
+            request_id = frame["id"] if is_request else None
+            over = wrapper.refusal(int(is_request), 1, request_id) if wrapper else None
+            if over is not None:
+                return JSONResponse(frame_refusal(over), status_code=429)
         response = await server.handle_post(
             frame,
             content_type=content_type,
             connection_id=connection_id,
             session_id=request.headers.get(SESSION_ID_HEADER),
         )
+        if response.status_code == 202 and connection_id in http_live:  # noqa: PLR2004
+            wrapper = http_live[connection_id].wrapper
+            if wrapper is not None:
+                wrapper.posted()
         minted = response.headers.get(CONNECTION_ID_HEADER)
         if minted is not None and minted in server._connections:  # noqa: SLF001
             wrapper = checked.get(id(server._connections[minted][1]))  # noqa: SLF001
@@ -616,9 +669,11 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
             return JSONResponse({"error": "Missing session id header"}, status_code=400)
         if session_id is not None and session_id not in transport.session_streams:
             return JSONResponse({"error": "Unknown session id"}, status_code=404)
-        if requests and wrapper.ledger.open + requests > MAX_OPEN:
-            return JSONResponse(frame_refusal(_over_open(None)), status_code=429)
+        refused = wrapper.refusal(requests, len(frames))
+        if refused is not None:
+            return JSONResponse(frame_refusal(refused), status_code=429)
         http_deliver(transport, frames)
+        wrapper.posted(len(frames))
         from starlette.responses import Response as Plain  # noqa: PLC0415
 
         return Plain(status_code=202)
