@@ -362,20 +362,37 @@ def _reopener(
 ) -> Callable[[], None] | None:
     """What ``SIGHUP`` does: reopen the log file after a rotation (``None``: no file).
 
-    The file store follows a renamed or truncated log at once (:meth:`FileStore.reopen
-    <modefsm.store.FileStore.reopen>`); a PostgreSQL worker's own log file is reopened
-    (:meth:`TransitionLog.reopen <modefsm.log.TransitionLog.reopen>`). A failure is one
-    line on stderr; the file store tries again at its next record.
+    The file store follows a renamed or truncated log at once (:meth:`FileStore.reopen_async
+    <modefsm.store.FileStore.reopen_async>`, on a task of its own: the loop serves on while
+    it waits for the file's lock; signals that come meanwhile are one more reopen after
+    it); a PostgreSQL worker's own log file is reopened (:meth:`TransitionLog.reopen
+    <modefsm.log.TransitionLog.reopen>`, no lock). A failure is one line on stderr; the
+    file store tries again at its next record.
     """
-    reopen = getattr(store, "reopen", None) or (log.reopen if log is not None else None)
-    if reopen is None:
+    reopen_async = getattr(store, "reopen_async", None)
+    if reopen_async is None and log is None:
         return None
+    running: list[asyncio.Task[None]] = []
+    again = [False]
+
+    async def reopen() -> None:
+        while True:
+            again[0] = False
+            try:
+                if reopen_async is not None:
+                    await reopen_async()
+                else:
+                    log.reopen()  # type: ignore[union-attr]  # checked above
+            except ModefsmError as exc:
+                diagnostics.say(f"cannot reopen the log: {exc}", force=True)
+            if not again[0]:
+                return
 
     def hangup() -> None:
-        try:
-            reopen()
-        except ModefsmError as exc:
-            diagnostics.say(f"cannot reopen the log: {exc}", force=True)
+        if running and not running[0].done():
+            again[0] = True
+            return
+        running[:] = [asyncio.get_running_loop().create_task(reopen())]
 
     return hangup
 

@@ -44,11 +44,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from modefsm.engine._events import ModeChanged
 from modefsm.engine._machine import ModeMachine, mode_of, state_name
@@ -594,8 +595,10 @@ class ModeEngine:
         async with self._turn(session_id) as deadline:
             for _ in range(_RACES):
                 try:
-                    return await self._change_async(
-                        session_id, mode_id, origin, request_id, field, deadline
+                    return await self._noting(
+                        lambda: self._change_async(
+                            session_id, mode_id, origin, request_id, field, deadline
+                        )
                     )
                 except SessionMoved as moved:
                     self._adopt(moved.current)
@@ -827,7 +830,9 @@ class ModeEngine:
             return self.approve_switch(
                 offer, option_id, tool_call_id=tool_call_id, request_id=request_id
             )
-        target = self._offered(offer, option_id, tool_call_id, request_id)
+        target = await self._noting(
+            lambda: _now(self._offered, offer, option_id, tool_call_id, request_id)
+        )
         switch = _Switch(target, tool_call_id, option_id, offer.proposed_in, request_id)
         # stale or not is judged in the session's turn: a change may commit while it waits
         return await self._switch_async(offer.session_id, switch, offered_seq=offer.seq)
@@ -953,7 +958,9 @@ class ModeEngine:
         async with self._turn(session_id) as deadline:
             for _ in range(_RACES):
                 session = self.get(session_id)
-                try:
+
+                async def attempt(session: Session = session) -> ModeChange | None:
+                    nonlocal stale
                     if session.doubt:
                         await self._confirm_async(session, deadline)
                     if dest == session.state:
@@ -968,11 +975,13 @@ class ModeEngine:
                         self._refuse_switch(session, switch, refusal)
                     context = switch.change(session, stale=stale)
                     await self._fire_async(session, "switch_mode", dest, context, deadline)
+                    return context
+
+                try:
+                    return await self._noting(attempt)
                 except SessionMoved as moved:
                     self._adopt(moved.current)
                     stale = True
-                else:
-                    return context
         raise self._busy(session_id)
 
     def _apply_switch(  # noqa: PLR0917 - apply_switch's arguments, in order
@@ -1070,6 +1079,31 @@ class ModeEngine:
             proposed_in=proposed_in,
         )
 
+    async def reject_switch_async(
+        self,
+        session_id: str,
+        reason: RejectReason,
+        *,
+        dest: str | None = None,
+        tool_call_id: str | None = None,
+        option_id: str | None = None,
+        proposed_in: str | None = None,
+        request_id: str | int | None = None,
+    ) -> None:
+        """:meth:`reject_switch`, the store's wait for its lock awaited."""
+        await self._noting(
+            lambda: _now(
+                self.reject_switch,
+                session_id,
+                reason,
+                dest=dest,
+                tool_call_id=tool_call_id,
+                option_id=option_id,
+                proposed_in=proposed_in,
+                request_id=request_id,
+            )
+        )
+
     async def set_mode(
         self, session_id: str, mode_id: object, *, request_id: str | int | None = None
     ) -> ModeChange | None:
@@ -1093,7 +1127,12 @@ class ModeEngine:
             (ACP requires the complete list), for the session's mode at that moment.
         """
         session = self.get(session_id)
-        self._check_config(session_id, config_id, value, request_id)
+        if self.store is None:
+            self._check_config(session_id, config_id, value, request_id)
+        else:
+            await self._noting(
+                lambda: _now(self._check_config, session_id, config_id, value, request_id)
+            )
         await self.change_async(
             session_id, value, "set_config_option", request_id=request_id, field="value"
         )
@@ -1485,7 +1524,8 @@ class ModeEngine:
         A store that sees the session move past this process's view as it writes (the
         file store) refuses the line: the session then takes the committed point and the
         line is written from there, unless the rejection depended on the mode
-        (*redecide*), whose caller decides again.
+        (*redecide*), whose caller decides again. Within :meth:`_noting` (the coroutines),
+        the line is only noted here and written, awaited, when the call ends.
 
         Raises:
             SessionMoved: with *redecide*, the session moved (nothing written).
@@ -1494,19 +1534,17 @@ class ModeEngine:
         if self._write is None:
             return
         ids = {key: _clip(value) if isinstance(value, str) else value for key, value in ids.items()}
-        clipped = _clip(dest) if isinstance(dest, str) else None
+        note = _Rejection(session, _clip(dest) if isinstance(dest, str) else None, origin, reason)
+        store = self.store
+        if store is None:
+            self._write(EVENT_REJECTED, self._rejected(note, ids)[0])
+            return
+        noted = _NOTED.get()
+        if noted is not None:
+            noted.append((note, ids, redecide))
+            return
         for _ in range(_RACES):
-            fields = self._fields(
-                session.session_id, None, session.state or None, clipped, origin, **ids
-            )
-            fields["reason"] = reason
-            store = self.store
-            if store is None:
-                self._write(EVENT_REJECTED, fields)
-                return
-            head = None
-            if session.seq:
-                head = RestorePoint(session.session_id, session.state, session.seq)
+            fields, head = self._rejected(note, ids)
             try:
                 store.note(EVENT_REJECTED, fields, head)
             except SessionMoved as moved:
@@ -1516,6 +1554,59 @@ class ModeEngine:
             else:
                 return
         raise self._busy(session.session_id)
+
+    async def _reject_async(self, note: _Rejection, ids: dict[str, Any], *, redecide: bool) -> None:
+        """:meth:`_reject`'s write with a store, awaited (see :meth:`_noting`)."""
+        assert self.store is not None  # noqa: S101 - noted only with a store
+        for _ in range(_RACES):
+            fields, head = self._rejected(note, ids)
+            try:
+                await self.store.note_async(EVENT_REJECTED, fields, head)
+            except SessionMoved as moved:
+                if redecide:
+                    raise
+                self._adopt(moved.current)
+            else:
+                return
+        raise self._busy(note.session.session_id)
+
+    def _rejected(
+        self, note: _Rejection, ids: dict[str, Any]
+    ) -> tuple[dict[str, Any], RestorePoint | None]:
+        """The rejection line's fields (from the session's mode now) and the session's head."""
+        session = note.session
+        fields = self._fields(
+            session.session_id, None, session.state or None, note.dest, note.origin, **ids
+        )
+        fields["reason"] = note.reason
+        head = None
+        if session.seq:
+            head = RestorePoint(session.session_id, session.state, session.seq)
+        return fields, head
+
+    async def _noting(self, work: Callable[[], Awaitable[_T]]) -> _T:
+        """Await ``work()``; the rejection lines it logs are written afterwards, awaited.
+
+        The decisions stay synchronous (a rejection is raised as it is decided); only the
+        wait for the store's lock, to write its line, is awaited, so that another
+        process holding the lock never stalls the event loop. A line that cannot be
+        written (or whose session moved, for a decision to take again) raises that error
+        instead of the refusal, as :meth:`_reject` does.
+        """
+        noted: list[tuple[_Rejection, dict[str, Any], bool]] = []
+        token = _NOTED.set(noted)
+        try:
+            try:
+                result = await work()
+            finally:
+                _NOTED.reset(token)
+        except Exception:
+            for note, ids, redecide in noted:
+                await self._reject_async(note, ids, redecide=redecide)
+            raise
+        for note, ids, redecide in noted:
+            await self._reject_async(note, ids, redecide=redecide)
+        return result
 
     def _fields(
         self,
@@ -1582,6 +1673,29 @@ def _hook_error(hook: ChangeHook, exc: Exception) -> HookError:
         refused.hook = name
         return refused
     return HookError(name, exc)
+
+
+_T = TypeVar("_T")
+
+_NOTED: contextvars.ContextVar[list[tuple[_Rejection, dict[str, Any], bool]] | None] = (
+    contextvars.ContextVar("modefsm_noted_rejections", default=None)
+)
+"""The rejections a coroutine of the engine decided, to write once it ends (see _noting)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Rejection:
+    """A rejection to log: the session (its mode when written), the target, why."""
+
+    session: Session
+    dest: str | None
+    origin: Origin
+    reason: RejectReason
+
+
+async def _now(call: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    """``call(*args, **kwargs)`` as a coroutine (a synchronous step given to _noting)."""
+    return call(*args, **kwargs)
 
 
 _RACES = 3

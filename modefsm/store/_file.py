@@ -152,31 +152,13 @@ class FileStore:
     # -- the lock ------------------------------------------------------------------------
 
     def _lock(self, *, follow: bool = True) -> None:
-        """Lock the file (see :meth:`_flock`); with *follow*, then notice a rotation.
+        """Lock the file (see :meth:`_lock_steps`), sleeping between tries.
 
         Raises:
             StoreBusy: the lock was not had in time.
             LogError: a rotated file could not be followed (the lock is not held then).
         """
-        self._flock(self._fd)
-        if follow:
-            self._followed()
-
-    def _followed(self) -> None:
-        """Notice a rotation, the lock just taken (it is released if that fails).
-
-        Raises:
-            StoreBusy, LogError: as :meth:`_follow_file`.
-        """
-        try:
-            self._follow_file()
-        except BaseException:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            raise
-
-    def _flock(self, fd: int) -> None:
-        """``flock(LOCK_EX)`` with a bounded wait: a few yields, then short sleeps."""
-        for pause in self._lock_waits(fd, self.lock_timeout):
+        for pause in self._lock_steps(self.lock_timeout, follow=follow):
             time.sleep(pause)
 
     async def _lock_async(self, deadline: float | None) -> None:
@@ -187,15 +169,46 @@ class FileStore:
         limit = self.lock_timeout
         if deadline is not None:
             limit = min(limit, deadline - asyncio.get_running_loop().time())
-        for pause in self._lock_waits(self._fd, limit):
+        for pause in self._lock_steps(limit):
             await asyncio.sleep(pause)
-        self._followed()
 
-    def _lock_waits(self, fd: int, limit: float) -> Iterator[float]:
+    def _lock_steps(self, limit: float, *, follow: bool = True) -> Iterator[float]:
+        """Lock the file; with *follow*, then notice a rotation (:meth:`_follow_file`).
+
+        Yields each pause to sleep (or await) before the next try, for at most *limit*
+        seconds in all. The lock is held only between two pauses, never across one: when
+        the file was renamed away and another process holds the new file's lock, ours is
+        let go and both are tried again after the pause.
+
+        Raises:
+            StoreBusy: the locks were not had in time.
+            LogError: a rotated file could not be followed (the lock is not held then).
+        """
+        started = time.monotonic()
+        pause = 50e-6
+        while True:
+            yield from self._lock_waits(self._fd, limit, started)
+            if not follow:
+                return
+            try:
+                busy = self._follow_file()
+            except BaseException:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                raise
+            if busy is None:
+                return
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            if time.monotonic() - started >= limit:
+                raise busy
+            yield pause
+            pause = min(pause * 2, 2e-3)
+
+    def _lock_waits(self, fd: int, limit: float, since: float) -> Iterator[float]:
         """Try the lock of *fd*; yield each pause to sleep before the next try, until taken.
 
         Raises:
-            StoreBusy: the lock was not taken within *limit* seconds.
+            StoreBusy: the lock was not taken within *limit* seconds of *since* (a
+                ``time.monotonic()``).
         """
         for _ in range(_SPIN):
             try:
@@ -204,7 +217,7 @@ class FileStore:
                 os.sched_yield()
                 continue
             return
-        deadline = time.monotonic() + limit
+        deadline = since + limit
         pause = 50e-6
         while True:
             yield pause
@@ -212,24 +225,31 @@ class FileStore:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    holders = lock_holders(fd)
-                    who = f" ({holders})" if holders else ""
-                    msg = (
-                        f"the transition log is locked by another process{who} for over "
-                        f"{max(limit, 0):g} s; nothing was written"
-                    )
-                    raise StoreBusy(msg, str(self.path)) from None
+                    raise self._busy(fd, limit) from None
                 pause = min(pause * 2, 2e-3)
             else:
                 return
 
+    def _busy(self, fd: int, limit: float) -> StoreBusy:
+        """The error for the lock of *fd* not had within *limit* seconds (who holds it)."""
+        holders = lock_holders(fd)
+        who = f" ({holders})" if holders else ""
+        msg = (
+            f"the transition log is locked by another process{who} for over "
+            f"{max(limit, 0):g} s; nothing was written"
+        )
+        return StoreBusy(msg, str(self.path))
+
     # -- rotation --------------------------------------------------------------------------
 
-    def _follow_file(self) -> None:
+    def _follow_file(self) -> StoreBusy | None:
         """Notice a rotation, the lock held: the path names another file, or ours was cut.
 
+        Returns:
+            ``None``; or, when another process holds the new file's lock, the error to
+            raise if that lasts (nothing changed).
+
         Raises:
-            StoreBusy: the new file's lock was not had in time (nothing changed).
             LogError: the new file cannot be opened (nothing changed).
         """
         try:
@@ -239,9 +259,10 @@ class FileStore:
         except OSError as exc:
             raise self._cannot_open(exc) from None
         if named is None or (named.st_dev, named.st_ino) != self._identity:
-            self._move_to_new_file()
-        elif named.st_size < self._seen or (named.st_size > self._seen and not self._unchanged()):
+            return self._move_to_new_file()
+        if named.st_size < self._seen or (named.st_size > self._seen and not self._unchanged()):
             self._read_again(continued=self._fed is not None)
+        return None
 
     def _cannot_open(self, exc: OSError) -> LogError:
         return LogError(f"cannot open the transition log: {exc.strerror}", str(self.path))
@@ -253,17 +274,14 @@ class FileStore:
             return True
         return mark in os.pread(self._fd, _MARK, max(0, self._seen - _MARK))
 
-    def _move_to_new_file(self) -> None:
-        """The file was renamed away: read its last lines, then follow the new one."""
+    def _move_to_new_file(self) -> StoreBusy | None:
+        """The file was renamed away: read its last lines, then follow the new one.
+
+        Returns:
+            ``None``, or the error to raise when another process holds the new file's
+            lock (one try: nothing changed, see :meth:`_follow_file`).
+        """
         old = self._fd
-        self._sync_tail()  # the records appended to the old file since we last looked
-        index = self._usable_index()
-        continued = index is not None
-        if index is not None:  # it learns every record of the old file, through our fd
-            try:
-                index.catch_up(_descriptor_path(old))
-            except LogError:
-                continued = False
         try:  # created 0600 if missing, as the first one was
             fd = open_private(
                 self.path, os.O_RDWR | os.O_APPEND | os.O_NONBLOCK, "the transition log"
@@ -272,7 +290,20 @@ class FileStore:
             raise self._cannot_open(exc) from None
         try:
             _check_regular(os.fstat(fd).st_mode, self.path)
-            self._flock(fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                busy = self._busy(fd, self.lock_timeout)
+                os.close(fd)
+                return busy
+            self._sync_tail()  # the records appended to the old file since we last looked
+            index = self._usable_index()
+            continued = index is not None
+            if index is not None:  # it learns every record of the old file, through our fd
+                try:
+                    index.catch_up(_descriptor_path(old))
+                except LogError:
+                    continued = False
             self._log.reopen()  # ends a torn line, keeps the chain: under the new lock
         except BaseException:
             os.close(fd)
@@ -282,6 +313,7 @@ class FileStore:
         fcntl.flock(old, fcntl.LOCK_UN)
         os.close(old)
         self._read_again(continued=continued)
+        return None
 
     def _read_again(self, *, continued: bool) -> None:
         """Read the file from its start (new, or cut shorter), keeping every head.
@@ -472,6 +504,17 @@ class FileStore:
             StoreBusy, LogError: the lock or the write failed.
         """
         self._lock()
+        self._note_locked(event, fields, head)
+
+    async def note_async(
+        self, event: str, fields: dict[str, Any], head: RestorePoint | None = None
+    ) -> None:
+        """:meth:`note`, with the wait for the lock awaited; the write itself is local."""
+        await self._lock_async(None)
+        self._note_locked(event, fields, head)
+
+    def _note_locked(self, event: str, fields: dict[str, Any], head: RestorePoint | None) -> None:
+        """The rest of :meth:`note`, the lock held (released here)."""
         try:
             self._sync_tail()
             if head is not None:
@@ -631,6 +674,18 @@ class FileStore:
             LogError: the new file cannot be opened (the old one is still used).
         """
         self._lock()
+        try:
+            self._sync_tail()
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    async def reopen_async(self) -> None:
+        """:meth:`reopen`, the waits for the locks awaited (``serve`` on ``SIGHUP``).
+
+        Raises:
+            StoreBusy, LogError: as :meth:`reopen`.
+        """
+        await self._lock_async(None)
         try:
             self._sync_tail()
         finally:

@@ -192,6 +192,16 @@ class SessionStore(Protocol):
         """
         ...  # pragma: no cover
 
+    async def note_async(
+        self, event: str, fields: dict[str, Any], head: RestorePoint | None = None
+    ) -> None:
+        """:meth:`note`, awaited: a wait for another process (a lock) leaves the loop free.
+
+        Raises:
+            SessionMoved, StoreBusy, LogError: as :meth:`note`.
+        """
+        ...  # pragma: no cover
+
     def restore_point(self, session_id: str) -> RestorePoint | None:
         """The session's latest committed point (never stale), or ``None`` if never seen.
 

@@ -544,6 +544,12 @@ class PgStore:
             return
         self.log.write(event, fields)
 
+    async def note_async(
+        self, event: str, fields: dict[str, Any], head: RestorePoint | None = None
+    ) -> None:
+        """:meth:`note` (a local write: nothing to await)."""
+        self.note(event, fields, head)
+
     def _write_note(self, event: str, fields: dict[str, Any]) -> None:
         try:
             self.log.write(event, fields)

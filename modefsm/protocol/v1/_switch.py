@@ -205,7 +205,7 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
             reason = "invalid_answer"
         except ConnectionError:
             await _caught_up(engine, session_id)
-            engine.reject_switch(
+            await engine.reject_switch_async(
                 session_id, "session_closed", tool_call_id=tool_call_id, proposed_in=source
             )
             raise
@@ -231,7 +231,7 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
             reason = "log_failed"  # nothing could be logged
     elif reason != "log_failed":
         await _caught_up(engine, session_id)
-        engine.reject_switch(
+        await engine.reject_switch_async(
             session_id,
             reason,
             dest=offered.get(option_id) if option_id else None,
@@ -276,7 +276,11 @@ async def _end_cancelled(
     abandoned: Callable[[], None] | None,
 ) -> None:
     """A cancelled turn ends its switch: logged ``cancelled``, the tool call ``failed``."""
-    engine.reject_switch(session_id, "cancelled", tool_call_id=tool_call_id, proposed_in=source)
+    await _shielded(
+        engine.reject_switch_async(
+            session_id, "cancelled", tool_call_id=tool_call_id, proposed_in=source
+        )
+    )
     if abandoned is not None:
         abandoned()  # the SDK drops the answer if it comes: log it as late_answer
     if session_id in engine:

@@ -1,0 +1,132 @@
+"""Another process holding the log's lock never stalls the event loop of ``modefsm serve``.
+
+A real ``flock`` process holds the lock (of the log, or of the new file after a rename)
+while the server gets ``SIGHUP``s, changes and rejected requests; meanwhile the server
+answers what needs no lock (``initialize``) at once, and what waited for the lock fails
+within ``lock_timeout`` or goes on once the lock is free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from modefsm import ModeEngine, StoreBusy, UnknownModeError, preset
+from modefsm.store import FileStore
+from tests.protocol.http_wire import http_process, post, v1_client
+
+pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
+
+SEED = preset("seed")
+LOCK_TIMEOUT = 1.0  # seconds: `modefsm serve`'s wait for the log's lock
+INITIALIZE = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}'
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``flock --exclusive PATH`` in another process, held until the block ends."""
+    holder = subprocess.Popen(
+        ["flock", "--exclusive", str(path), "sh", "-c", "echo locked; exec cat >/dev/null"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert holder.stdout is not None
+    assert holder.stdin is not None
+    try:
+        assert holder.stdout.readline() == b"locked\n"
+        yield holder
+    finally:
+        holder.stdin.close()
+        holder.wait(30)
+        holder.stdout.close()
+
+
+@pytest.mark.parametrize("rotation", ["none", "renamed"])
+async def test_sighup_while_another_process_holds_the_lock_leaves_the_server_answering(
+    tmp_path: Path, rotation: str
+):
+    """Three ``SIGHUP``s while the lock is held (of the log, or of the new file after a
+    rename): ``initialize`` is answered at once, not after three waits of 1 s; once the
+    lock is free the server writes to the file at the path."""
+    log = tmp_path / "modes.jsonl"
+    with http_process(log) as (url, process):
+        assert (await asyncio.to_thread(post, url, INITIALIZE))[0] == 200
+        if rotation == "renamed":
+            log.rename(tmp_path / "modes.jsonl.1")
+            os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        with locked(log):
+            for _ in range(3):
+                process.send_signal(signal.SIGHUP)
+                await asyncio.sleep(0.1)
+            started = time.monotonic()
+            status, _answer = await asyncio.to_thread(post, url, INITIALIZE)
+            took = time.monotonic() - started
+            assert (status, took < LOCK_TIMEOUT / 2) == (200, True), took
+        async with v1_client(url, "http") as (conn, _client):
+            session_id = (await conn.new_session(cwd=".")).session_id
+        assert process.poll() is None
+    records = [json.loads(line) for line in log.read_bytes().splitlines()]
+    assert [(r["event"], r["session_id"]) for r in records] == [
+        ("modefsm.session_created", session_id)
+    ]
+
+
+async def test_a_rejection_waiting_for_the_lock_leaves_the_loop_serving(tmp_path: Path):
+    """A rejected request's line waits for the lock awaited, as a change does: the loop
+    runs meanwhile; the line is written once the lock is free."""
+    log = tmp_path / "modes.jsonl"
+    store = FileStore(log, lock_timeout=5.0)
+    try:
+        engine = ModeEngine(SEED, store=store)
+        one = (await engine.new_session_async("one")).session_id
+        with locked(log):
+            waiting = asyncio.ensure_future(engine.set_mode(one, "nope"))
+            await asyncio.sleep(0.2)
+            assert not waiting.done()  # it waits for the lock, and the loop runs this test
+        with pytest.raises(UnknownModeError):
+            await asyncio.wait_for(waiting, 10)
+    finally:
+        store.close()
+    lines = [json.loads(line) for line in log.read_bytes().splitlines()]
+    assert [(r["event"], r.get("to_mode"), r.get("reason")) for r in lines] == [
+        ("modefsm.session_created", "ask", None),
+        ("modefsm.change_rejected", "nope", "unknown_mode"),
+    ]
+
+
+async def test_a_rename_whose_new_file_is_locked_leaves_the_loop_serving(tmp_path: Path):
+    """After a rename, the new file's lock held by another process: the change waits
+    awaited (the loop runs), then fails within ``lock_timeout`` with the holder named, and
+    nothing was written; once the lock is free the change goes to the new file."""
+    log = tmp_path / "modes.jsonl"
+    store = FileStore(log, lock_timeout=1.0)
+    try:
+        engine = ModeEngine(SEED, store=store)
+        one = (await engine.new_session_async("one")).session_id
+        log.rename(tmp_path / "modes.jsonl.1")
+        os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        with locked(log) as holder:
+            waiting = asyncio.ensure_future(engine.set_mode(one, "code"))
+            await asyncio.sleep(0.2)
+            assert not waiting.done()
+            with pytest.raises(StoreBusy) as busy:
+                await asyncio.wait_for(waiting, 10)
+        assert f"pid {holder.pid}" in str(busy.value)
+        assert engine.get(one).state == "ask"
+        await engine.set_mode(one, "code")
+    finally:
+        store.close()
+    old = [json.loads(line) for line in (tmp_path / "modes.jsonl.1").read_bytes().splitlines()]
+    new = [json.loads(line) for line in log.read_bytes().splitlines()]
+    assert [(r["seq"], r["to_mode"]) for r in old] == [(1, "ask")]
+    assert [(r["seq"], r["to_mode"]) for r in new] == [(2, "code")]
+    assert new[0]["prev"] == old[-1]["digest"]
