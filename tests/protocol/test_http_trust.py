@@ -448,6 +448,21 @@ class TestTokenFile:
         )
         assert (code, err) == (2, expected)
 
+    @pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user")
+    def test_a_token_file_of_another_user_is_refused(self, tmp_path):
+        """Another user who made the file (in a shared directory, before the server
+        started) chose the token: as root (who can read any file) it must not be used."""
+        token_file = tmp_path / "token"
+        token_file.write_text("t" * 40)
+        token_file.chmod(0o600)
+        os.chown(token_file, 65534, 65534)  # nobody's
+        code, err = refused_at_start(tmp_path / "modes.jsonl", "--token-file", str(token_file))
+        expected = (
+            f"modefsm serve: {token_file}: the token file belongs to another user "
+            f"(uid 65534): only a file of this user is trusted\n"
+        )
+        assert (code, err) == (2, expected)
+
     @pytest.mark.parametrize(("content", "length"), [("short", 5), ("", 0), ("bad token " * 5, 49)])
     def test_a_token_file_without_a_token_is_refused(self, tmp_path, content, length):
         token_file = tmp_path / "token"

@@ -95,12 +95,14 @@ def read_token_file(path: Path) -> tuple[str, bool]:
 
     A missing file is created (``0600``, whatever the umask) holding a new token
     (:func:`new_token`); it stays after the server ends. An existing one must be a regular
-    file that neither group nor others may read or write, holding one token
-    (:func:`check_token`) and optionally a newline.
+    file of this user (a file another user made chose the token, even when this user,
+    root, can read it) that neither group nor others may read or write, holding one
+    token (:func:`check_token`) and optionally a newline.
 
     Raises:
-        ModefsmError: the file cannot be read or created, others may read or write it, or
-            it holds no usable token (the message names the file, never the token).
+        ModefsmError: the file cannot be read or created, is another user's, others may
+            read or write it, or it holds no usable token (the message names the file,
+            never the token).
     """
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -124,6 +126,12 @@ def read_token_file(path: Path) -> tuple[str, bool]:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
             raise ModefsmError(f"{path}: the token file is not a regular file")
+        if status.st_uid != os.geteuid():
+            msg = (
+                f"{path}: the token file belongs to another user (uid {status.st_uid}): "
+                "only a file of this user is trusted"
+            )
+            raise ModefsmError(msg)
         if status.st_mode & 0o077:
             msg = (
                 f"{path}: other users may read or write the token file "
