@@ -57,7 +57,7 @@ def decode_cursor(cursor: str | None) -> ListAfter:
 
     Raises:
         RequestError: ``-32602`` with ``data.field`` ``"cursor"`` for a cursor this agent
-            did not give.
+            did not give (one holding a NUL too: no timestamp or ``sessionId`` has one).
     """
     if cursor is None:
         return None
@@ -71,7 +71,7 @@ def decode_cursor(cursor: str | None) -> ListAfter:
         isinstance(value, list)
         and len(value) == 3  # noqa: PLR2004 - mark, updatedAt, sessionId
         and value[0] == _MARK
-        and all(isinstance(item, str) for item in value[1:])
+        and all(isinstance(item, str) and "\x00" not in item for item in value[1:])
     ):
         return value[1], value[2]
     shown = cursor if len(cursor) <= 64 else f"{cursor[:64]}..."  # noqa: PLR2004

@@ -624,12 +624,15 @@ class PgStore:
     ) -> list[ListedSession]:
         """One page of the database's sessions (see :meth:`SessionStore.list_sessions`).
 
-        One query: the ``cwd`` filter, the order and the page are the server's work.
+        One query: the ``cwd`` filter, the order and the page are the server's work. A
+        *cwd* holding a NUL matches nothing (PostgreSQL text holds none): no query.
 
         Raises:
             StoreBusy: the query ran out of time (the server's or the client's).
             LogError: the database is unreachable after one reconnection.
         """
+        if cwd is not None and "\x00" in cwd:
+            return []
         columns = ("c.record->>'cwd'", "h.updated_at", "c.session_id")
         where, params = list_where(cwd, after, mark="%s", columns=columns)
         rows = await self._query(_LIST.format(where=where), (*params, limit), "the sessions")

@@ -194,12 +194,15 @@ class ModeAgent:
 
         Raises:
             RequestError: ``-32602`` naming ``cwd`` for one over :data:`MAX_CWD_CHARS`
-                characters (no path is that long; nothing is created).
+                characters (no path is that long), or holding a NUL (no path does; a
+                PostgreSQL store could not keep it); nothing is created.
         """
         del mcp_servers, kwargs
         if isinstance(cwd, str) and len(cwd) > MAX_CWD_CHARS:
             text = f"cwd: a path of at most {MAX_CWD_CHARS} characters, not {len(cwd)}"
             raise invalid_params(text, {"field": "cwd", "limit": "cwd_chars", "max": MAX_CWD_CHARS})
+        if isinstance(cwd, str) and "\x00" in cwd:
+            raise invalid_params("cwd: a path holds no NUL character", {"field": "cwd"})
         with acp_errors():
             session = await self.engine.new_session_async(cwd=cwd)
         self.conversation.start(session.session_id)
