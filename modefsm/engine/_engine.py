@@ -1080,29 +1080,10 @@ class ModeEngine:
         )
 
     async def reject_switch_async(
-        self,
-        session_id: str,
-        reason: RejectReason,
-        *,
-        dest: str | None = None,
-        tool_call_id: str | None = None,
-        option_id: str | None = None,
-        proposed_in: str | None = None,
-        request_id: str | int | None = None,
+        self, session_id: str, reason: RejectReason, **ids: str | int | None
     ) -> None:
-        """:meth:`reject_switch`, the store's wait for its lock awaited."""
-        await self._noting(
-            lambda: _now(
-                self.reject_switch,
-                session_id,
-                reason,
-                dest=dest,
-                tool_call_id=tool_call_id,
-                option_id=option_id,
-                proposed_in=proposed_in,
-                request_id=request_id,
-            )
-        )
+        """:meth:`reject_switch` (the same keywords), the store's wait for its lock awaited."""
+        await self._noting(lambda: _now(self.reject_switch, session_id, reason, **ids))
 
     async def set_mode(
         self, session_id: str, mode_id: object, *, request_id: str | int | None = None
