@@ -448,6 +448,34 @@ class TestTokenFile:
         )
         assert (code, err) == (2, expected)
 
+    @pytest.mark.parametrize("given", [True, False], ids=["token-file", "generated"])
+    def test_a_token_file_that_cannot_be_written_is_one_line_and_left_nowhere(
+        self, tmp_path, given
+    ):
+        """No room for the token (a file size limit of 0: as a full disk, EFBIG for
+        ENOSPC): one line, exit 2, and no empty token file left to refuse the next start."""
+        runtime = tmp_path / "run"
+        runtime.mkdir(mode=0o700)
+        token_file = tmp_path / "token"
+        args = ("--token-file", str(token_file)) if given else ()
+        result = subprocess.run(
+            [
+                *("prlimit", "--fsize=0", sys.executable, "-m", "modefsm", "serve"),
+                *("--http", "127.0.0.1:0", "--log", str(tmp_path / "modes.jsonl"), *args),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "XDG_RUNTIME_DIR": str(runtime)},
+        )
+        folder = tmp_path if given else runtime / "modefsm"
+        assert (result.returncode, result.stderr.count("\n")) == (2, 1), result.stderr
+        assert result.stderr.startswith(f"modefsm serve: {folder}/"), result.stderr
+        assert result.stderr.endswith(": cannot write the token file: File too large\n")
+        assert [p.name for p in folder.iterdir() if "token" in p.name] == []
+
     @pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user")
     def test_a_token_file_of_another_user_is_refused(self, tmp_path):
         """Another user who made the file (in a shared directory, before the server

@@ -29,6 +29,8 @@ No refusal says more than the rule and what would be accepted: the token, the re
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hmac
 import ipaddress
 import os
@@ -113,10 +115,9 @@ def read_token_file(path: Path) -> tuple[str, bool]:
     else:
         token = new_token()
         try:
-            os.fchmod(fd, 0o600)
-            os.write(fd, f"{token}\n".encode())
-        finally:
-            os.close(fd)
+            _fill(fd, path, token)
+        except OSError as exc:
+            raise ModefsmError(f"{path}: cannot write the token file: {exc.strerror}") from None
         return token, True
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -412,11 +413,31 @@ def write_token_file(token: str, name: str) -> Path:
         except FileExistsError:
             path.unlink()
             fd = os.open(path, flags, 0o600)
-        try:
-            os.fchmod(fd, 0o600)
-            os.write(fd, f"{token}\n".encode("ascii"))
-        finally:
-            os.close(fd)
+        _fill(fd, path, token)
     except OSError as exc:
         raise ModefsmError(f"{path}: cannot write the token file: {exc.strerror}") from None
     return path
+
+
+def _fill(fd: int, path: Path, token: str) -> None:
+    """Write *token* and a newline to the new file *path* open as *fd*, ``0600``; close it.
+
+    A file that cannot be written whole (a full disk) is removed: no empty token file is
+    left for the next start to refuse.
+
+    Raises:
+        OSError: the write failed (the file is gone).
+    """
+    data = f"{token}\n".encode("ascii")
+    error: OSError | None = None
+    try:
+        os.fchmod(fd, 0o600)
+        if os.write(fd, data) < len(data):
+            error = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    except OSError as exc:
+        error = exc
+    os.close(fd)
+    if error is not None:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        raise error

@@ -812,7 +812,8 @@ async def serve_http(
         token: see :func:`create_app`.
         allow_hosts: see :func:`create_app`; the bound ``host:port`` is always accepted.
         allow_origins: see :func:`create_app`.
-        ready: called with the endpoint URL (``http://HOST:PORT/acp``) once it listens.
+        ready: called with the endpoint URL (``http://HOST:PORT/acp``) once it listens;
+            if it raises, the server stops at once and this raises that error.
         max_body_bytes: see :func:`create_app`; also the largest WebSocket message.
         max_connections: see :func:`create_app`.
         idle_seconds: see :func:`create_app`.
@@ -886,6 +887,10 @@ async def serve_http(
         if ready is not None:
             started.cancel()
         sock.close()
+    if ready is not None and started.done() and not started.cancelled():
+        failed = started.exception()
+        if failed is not None:  # ready raised: the server stopped at once
+            raise failed
 
 
 def _socket_limit() -> int:
@@ -1080,6 +1085,11 @@ def _stoppable(config: Any) -> Any:
 
 
 async def _when_started(server: Any, then: Callable[[], None]) -> None:
+    """Call *then* once *server* listens; if it raises, stop the server (and re-raise)."""
     while not server.started:  # noqa: ASYNC110 - uvicorn offers only this flag
         await asyncio.sleep(0.01)
-    then()
+    try:
+        then()
+    except BaseException:
+        server.should_exit = True
+        raise
