@@ -23,7 +23,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from itertools import chain
+from itertools import chain, islice
 from typing import NoReturn
 
 from modefsm.diagram._model import (
@@ -84,7 +84,8 @@ def build_diagram(spec: ModeSpec, traffic: Traffic | None = None) -> Diagram:
         ),
         *_client_edges(spec, ids, groups),
     ]
-    choices, switch_edges = _switch_edges(spec, ids)
+    reach = option_reach(spec)
+    choices, switch_edges = _switch_edges(spec, ids, reach)
     edges += switch_edges
     edges += [
         DiagramEdge(
@@ -111,8 +112,6 @@ def build_diagram(spec: ModeSpec, traffic: Traffic | None = None) -> Diagram:
         for mode in spec.modes
     ]
     nodes += choices
-    if any(e.dest == "prev" for e in edges):
-        nodes.append(DiagramNode(id="prev", kind="previous", label="previous mode"))
     nodes.append(DiagramNode(id="start", kind="start"))
     caption = ""
     if traffic is not None:
@@ -125,7 +124,7 @@ def build_diagram(spec: ModeSpec, traffic: Traffic | None = None) -> Diagram:
         groups=tuple(groups),
         edges=tuple(edges),
         legend=_legend(nodes, edges, groups, traffic),
-        reach=option_reach(spec),
+        reach=reach,
         traffic=traffic,
         caption=caption,
     )
@@ -163,8 +162,7 @@ def option_reach(spec: ModeSpec) -> tuple[OptionReach, ...]:
         target = spec.restore_target(mode_id)
         if target != mode_id:
             fallen.setdefault(target, []).append(mode_id)
-    choice = 0
-    for switch in spec.switches:
+    for choice, switch in enumerate(spec.switches):
         explicit = {o.target for o in switch.options if o.allows and o.target != PREVIOUS}
         for source in switch.source:
             entered: set[str] | None = None
@@ -190,7 +188,6 @@ def option_reach(spec: ModeSpec) -> tuple[OptionReach, ...]:
                         stale=tuple(m for m in reaches if spec.mode(m).restorable),
                     )
                 )
-            choice += 1
     return tuple(reach)
 
 
@@ -493,53 +490,139 @@ def _client_edge(
 
 
 def _switch_edges(
-    spec: ModeSpec, ids: dict[str, str]
+    spec: ModeSpec, ids: dict[str, str], reach: Sequence[OptionReach]
 ) -> tuple[list[DiagramNode], list[DiagramEdge]]:
-    """One choice node per (switch, source mode), with its entry arrow and option arrows."""
-    choices: list[DiagramNode] = []
+    """One choice node per switch, its entry arrows and its option arrows (see :func:`_options`).
+
+    Every source mode of a switch has a ``switch`` arrow to the one choice node; a reject
+    option has an arrow back to each source.
+    """
+    nodes: list[DiagramNode] = []
     edges: list[DiagramEdge] = []
-    for switch in spec.switches:
-        for source in switch.source:
-            choice = f"c{len(choices)}"
-            choices.append(DiagramNode(id=choice, kind="choice", tooltip=switch.title))
-            edges.append(
-                DiagramEdge(
-                    kind="switch",
-                    source=ids[source],
-                    dest=choice,
-                    label=f"switch_mode: {switch.title}",
-                    line="dashed",
-                    transitions=tuple(("switch_mode", source, o.option_id) for o in switch.options),
-                )
+    reach_of: dict[str, list[OptionReach]] = {}
+    for item in reach:
+        reach_of.setdefault(item.choice, []).append(item)
+    for number, switch in enumerate(spec.switches):
+        choice = f"c{number}"
+        nodes.append(DiagramNode(id=choice, kind="choice", label=switch.title))
+        edges += [
+            DiagramEdge(
+                kind="switch",
+                source=ids[source],
+                dest=choice,
+                label="switch_mode",
+                line="dashed",
+                transitions=tuple(("switch_mode", source, o.option_id) for o in switch.options),
             )
-            edges += _option_edges(switch, source, choice, ids)
-    return choices, edges
+            for source in switch.source
+        ]
+        previous, option_edges = _options(spec, switch, choice, ids, reach_of.get(choice, []))
+        nodes += previous
+        edges += option_edges
+    return nodes, edges
 
 
-def _option_edges(
-    switch: Switch, source: str, choice: str, ids: dict[str, str]
-) -> list[DiagramEdge]:
-    """One arrow per destination of the options, in option order."""
-    by_dest: dict[str, list[SwitchOption]] = {}
+def _options(
+    spec: ModeSpec,
+    switch: Switch,
+    choice: str,
+    ids: dict[str, str],
+    reach: Sequence[OptionReach],
+) -> tuple[list[DiagramNode], list[DiagramEdge]]:
+    """The arrows from a choice node: one per destination, its options in option order.
+
+    An allow option with a named target leads to that mode. A ``$previous`` option leads to
+    the one mode it can return to from every source (:func:`option_reach`), or else to a
+    ``previous`` node (``p`` and the choice's number) naming the modes it can be. A reject
+    option leads back to each source. An option's name is shown as the user sees it:
+    ``{mode}`` filled in (see :func:`_shown_name`).
+    """
+    back = _previous_reach(reach)
+    previous: list[DiagramNode] = []
+    by_dest: dict[tuple[str, bool], list[tuple[str, SwitchOption]]] = {}
     for option in switch.options:
         if not option.allows or option.target is None:
-            dest = ids[source]
-        elif option.target == PREVIOUS:
-            dest = "prev"
-        else:
+            for source in switch.source:
+                by_dest.setdefault((ids[source], False), []).append((source, option))
+            continue
+        if option.target != PREVIOUS:
             dest = ids[option.target]
-        by_dest.setdefault(dest, []).append(option)
-    return [
-        DiagramEdge(
-            kind="option" if options[0].allows else "reject",
-            source=choice,
-            dest=dest,
-            label="\n".join(f"{o.name} ({o.kind})" for o in options),
-            line="dashed",
-            transitions=tuple(("switch_mode", source, o.option_id) for o in options),
+        elif back is not None:
+            dest = ids[back]
+        else:
+            dest = f"p{choice[1:]}"
+            previous.append(
+                DiagramNode(id=dest, kind="previous", label=_previous_label(spec, reach))
+            )
+        by_dest.setdefault((dest, True), []).extend((s, option) for s in switch.source)
+    edges = []
+    for (dest, allows), picked in by_dest.items():
+        options = list(dict.fromkeys(option for _, option in picked))
+        edges.append(
+            DiagramEdge(
+                kind="option" if allows else "reject",
+                source=choice,
+                dest=dest,
+                label="\n".join(f"{_shown_name(spec, o, back)}\n({o.kind})" for o in options),
+                line="dashed",
+                transitions=tuple(("switch_mode", s, o.option_id) for s, o in picked),
+            )
         )
-        for dest, options in by_dest.items()
-    ]
+    return previous, edges
+
+
+def _previous_reach(reach: Sequence[OptionReach]) -> str | None:
+    """The mode a ``$previous`` option of one switch returns to, if it is one from every source."""
+    modes = {m for r in reach if r.target == PREVIOUS for m in r.reaches}
+    return next(iter(modes)) if len(modes) == 1 else None
+
+
+def _previous_label(spec: ModeSpec, reach: Sequence[OptionReach]) -> str:
+    r"""The text of a ``previous`` node: the modes its option can return to.
+
+    One line per source mode where they differ (``in Plan: A, B``); at most
+    :data:`NAMES_MAX` names a line, then how many more.
+    """
+    by_source = {r.source: r.reaches for r in reach if r.target == PREVIOUS}
+    lists = set(by_source.values())
+    if len(lists) == 1:
+        [reaches] = lists
+        return f"the mode before:\n{_names(spec, reaches)}"
+    lines = ["the mode before"]
+    lines += [f"in {spec.mode(s).name}: {_names(spec, r)}" for s, r in by_source.items()]
+    return "\n".join(lines)
+
+
+NAMES_MAX = 12
+"""The most mode names a label lists before ``and N more``."""
+
+
+def _names(spec: ModeSpec, modes: Sequence[str]) -> str:
+    """The names of the first :data:`NAMES_MAX` of *modes*, and how many more there are."""
+    if not modes:
+        return "none, never offered"
+    names = ", ".join(spec.mode(m).name for m in islice(modes, NAMES_MAX))
+    more = len(modes) - NAMES_MAX
+    return names + (f" and {more} more" if more > 0 else "")
+
+
+def _shown_name(spec: ModeSpec, option: SwitchOption, target: str | None) -> str:
+    """An option's name as the permission request shows it (``ModeEngine.offer_switch``).
+
+    ``{mode}`` is the target's name. A ``$previous`` option names its one possible mode
+    (*target*) the way the engine does, or, where it can be several, says ``the previous
+    mode`` for ``{mode}``.
+    """
+    if option.target == PREVIOUS:
+        if target is None:
+            return option.name.replace("{mode}", "the previous mode")
+        name = spec.mode(target).name
+        if "{mode}" in option.name:
+            return option.name.replace("{mode}", name)
+        return f"{option.name} ({name})"
+    if option.target is None:
+        return option.name
+    return option.name.replace("{mode}", spec.mode(option.target).name)
 
 
 def _overlay(
@@ -627,14 +710,14 @@ def _legend(
 
 
 _LEGEND_TEXT: dict[LegendKind, str] = {
-    "start": "session/new starts in the initial mode (bold border)",
-    "client_change": "client change (set_mode or set_config_option)",
-    "group": "the client may change between any two modes in a box",
-    "switch": "agent switch (switch_mode): the user picks an option (its kind)",
+    "start": "session/new: the initial mode (bold)",
+    "client_change": "set_mode by the client",
+    "group": "set_mode between any two in a box",
+    "switch": "switch_mode: the user picks an option",
     "reject": "a reject option: the mode stays",
-    "previous": "back to the mode the session was in before",
-    "restore": "not restorable: load or resume gives the mode it points to",
-    "count": "times taken in the log (on a mode: times entered)",
+    "previous": "the mode the session was in before",
+    "restore": "not restored: load gives the mode it points to",
+    "count": "times taken (on a mode: times entered)",
     "faded": "never taken in the log",
     "path": "the steps of session {session}",
     "current": "its current mode",

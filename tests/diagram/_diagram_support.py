@@ -14,11 +14,14 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
+
+if TYPE_CHECKING:
+    from tests.diagram._browser import Browser
 
 HARD_MODES: tuple[tuple[str, str], ...] = (
     ("plan-mode", "Plan-mode"),
@@ -187,3 +190,113 @@ def mermaid_parse(texts: list[str]) -> Any:
         check=True,
     )
     return json.loads(result.stdout)
+
+
+# -- pictures in Chromium ------------------------------------------------------------------
+
+PAGE = """<!doctype html><html><head><meta charset="utf-8">
+<style>body {{ margin: 0; background: #ffffff; }}
+#holder {{ display: inline-block; padding: 8px; }}</style>
+</head><body><div id="holder"></div>
+<script src="{mermaid}"></script>
+<script>
+mermaid.initialize({{startOnLoad: false}});
+const holder = document.getElementById('holder');
+const textOf = (g) => {{
+  const label = g.querySelector('foreignObject div');
+  return label ? label.innerText : g.textContent;
+}};
+// Draw a Mermaid text at its natural size: its size and the texts of its nodes and arrows.
+async function drawMermaid(text) {{
+  const {{svg}} = await mermaid.render('diagram', text);
+  holder.innerHTML = svg;
+  const drawn = holder.querySelector('svg');
+  const box = drawn.viewBox.baseVal;
+  drawn.style.maxWidth = 'none';
+  drawn.setAttribute('width', box.width);
+  drawn.setAttribute('height', box.height);
+  const nodes = {{}};
+  for (const g of holder.querySelectorAll('g.node')) {{
+    const id = g.id.match(/-flowchart-(.+)-\\d+$/);
+    if (id) nodes[id[1]] = textOf(g);
+  }}
+  const edges = [...holder.querySelectorAll('g.edgeLabel')].map(textOf);
+  return {{size: size(), nodes, edges}};
+}}
+// Show a picture file (an SVG) at its natural size.
+async function showImage(url) {{
+  holder.innerHTML = '<img id="image">';
+  const image = document.getElementById('image');
+  image.src = url;
+  await image.decode();
+  return {{size: size()}};
+}}
+function size() {{
+  const box = holder.getBoundingClientRect();
+  return [Math.ceil(box.width), Math.ceil(box.height)];
+}}
+// Compare two PNGs (data URLs) as a person would: in blocks of BLOCK x BLOCK pixels,
+// each block's mean brightness; see tests/diagram/test_screenshots.py.
+async function compare(expected, actual, block, threshold) {{
+  const load = async (url) => {{
+    const image = new Image();
+    image.src = url;
+    await image.decode();
+    const canvas = document.createElement('canvas');
+    canvas.width = image.naturalWidth;
+    canvas.height = image.naturalHeight;
+    const context = canvas.getContext('2d');
+    context.drawImage(image, 0, 0);
+    return context.getImageData(0, 0, canvas.width, canvas.height);
+  }};
+  const [a, b] = [await load(expected), await load(actual)];
+  const width = Math.min(a.width, b.width), height = Math.min(a.height, b.height);
+  const mean = (data, x0, y0) => {{
+    let sum = 0, n = 0;
+    for (let y = y0; y < Math.min(y0 + block, height); y++) {{
+      for (let x = x0; x < Math.min(x0 + block, width); x++) {{
+        const i = (y * data.width + x) * 4;
+        sum += 0.299 * data.data[i] + 0.587 * data.data[i + 1] + 0.114 * data.data[i + 2];
+        n++;
+      }}
+    }}
+    return sum / n;
+  }};
+  const diff = document.createElement('canvas');
+  diff.width = width;
+  diff.height = height;
+  const paint = diff.getContext('2d');
+  paint.putImageData(b, 0, 0);
+  paint.fillStyle = 'rgba(255, 0, 0, 0.5)';
+  let blocks = 0, differing = 0;
+  for (let y = 0; y < height; y += block) {{
+    for (let x = 0; x < width; x += block) {{
+      blocks++;
+      if (Math.abs(mean(a, x, y) - mean(b, x, y)) > threshold) {{
+        differing++;
+        paint.fillRect(x, y, block, block);
+      }}
+    }}
+  }}
+  return {{
+    expected: [a.width, a.height], actual: [b.width, b.height], blocks, differing,
+    diff: diff.toDataURL('image/png'),
+  }};
+}}
+</script></body></html>
+"""
+"""The page every picture is drawn on: Mermaid's own script, then the functions above."""
+
+
+def picture_page(directory: Path) -> Path:
+    """Write :data:`PAGE` into *directory* (after :func:`need_node`) and return its path."""
+    need_node()
+    page = directory / "pictures.html"
+    page.write_text(PAGE.format(mermaid=MERMAID_JS.as_uri()), encoding="utf-8")
+    return page
+
+
+def draw_mermaid(browser: Browser, page: Path, text: str) -> Any:
+    """Draw *text* with the real Mermaid on a fresh *page*: its size, node and arrow texts."""
+    browser.open(page)
+    return browser.evaluate(f"drawMermaid({json.dumps(text)})")

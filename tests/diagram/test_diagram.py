@@ -89,8 +89,7 @@ class TestModel:
             ("s1", "mode", "Accept Edits", "acceptEdits"),
             ("s2", "mode", "Plan", "plan"),
             ("s3", "mode", "Bypass Permissions", "bypassPermissions"),
-            ("c0", "choice", "", None),
-            ("prev", "previous", "previous mode", None),
+            ("c0", "choice", "Exit plan mode", None),
             ("start", "start", "", None),
         ]
 
@@ -101,11 +100,17 @@ class TestModel:
             ("start", "start", "s0", "session/new", "solid"),
             ("client_change", "g0", "s2", "set_mode\nfrom any", "solid"),
             ("client_change", "s2", "s0", "set_mode", "solid"),
-            ("switch", "s2", "c0", "switch_mode: Exit plan mode", "dashed"),
-            ("option", "c0", "s1", "Yes, and auto-accept edits (allow_always)", "dashed"),
-            ("option", "c0", "prev", "Yes, and return to the mode I was in (allow_once)", "dashed"),
-            ("option", "c0", "s0", "Yes, and manually approve edits (allow_once)", "dashed"),
-            ("reject", "c0", "s2", "No, keep planning (reject_once)", "dashed"),
+            ("switch", "s2", "c0", "switch_mode", "dashed"),
+            ("option", "c0", "s1", "Yes, and auto-accept edits\n(allow_always)", "dashed"),
+            (
+                "option",
+                "c0",
+                "s3",
+                "Yes, and return to the mode I was in (Bypass Permissions)\n(allow_once)",
+                "dashed",
+            ),
+            ("option", "c0", "s0", "Yes, and manually approve edits\n(allow_once)", "dashed"),
+            ("reject", "c0", "s2", "No, keep planning\n(reject_once)", "dashed"),
             ("restore", "s3", "s0", "on load/resume", "dotted"),
         ]
 
@@ -215,9 +220,9 @@ class TestEscaping:
             ("two\nlines", "two<br>lines"),
             (" two  spaces ", "#160;two #160;spaces#160;"),
             ("Café ☕ 日本語", "Café ☕ 日本語"),
-            ("%% [*] --> {x}", "#37;#37; #91;#92;#42;#93; --#62; #123;x#125;"),
-            ("*a* _b_ snake_case", "#92;#42;a#92;#42; #92;#95;b#92;#95; snake_case"),
-            ("$$x$$ \\N", "#36;#8288;#36;x#36;#8288;#36; #92;#92;N"),
+            ("%% [*] --> {x}", "#37;#37; #91;#42;#93; --#62; #123;x#125;"),
+            ("*a* _b_ snake_case", "#42;a#42; #95;b#95; snake_case"),
+            ("$$x$$ \\N \\n", "#36;#8288;#36;x#36;#8288;#36; #92;N #92;#8288;n"),
             ("zero\u200bwidth", "zero#8203;width"),
         ],
         ids=[
@@ -231,7 +236,7 @@ class TestEscaping:
             "non-ascii",
             "mermaid-syntax",
             "markdown",
-            "katex-and-backslash",
+            "katex-and-backslash-n",
             "format-character",
         ],
     )
@@ -307,7 +312,7 @@ class TestTraffic:
             ("s2", "s0", 1, ()),
             ("s2", "c0", 2, (3, 4)),
             ("c0", "s1", 1, (4,)),
-            ("c0", "prev", 0, ()),
+            ("c0", "s3", 0, ()),
             ("c0", "s0", 0, ()),
             ("c0", "s2", 1, (3,)),
             ("s3", "s0", 1, (6,)),
@@ -417,16 +422,30 @@ class TestTraffic:
 
         assert {True} == {e.faded for e in diagram.edges}
 
-    def test_mermaid_overlay_draws_group_arrows_per_mode_with_counts(self, permission_log):
+    def test_mermaid_overlay_counts_group_arrows_and_styles_arrows_by_traffic(self, permission_log):
         spec = preset("permission")
-        diagram = build_diagram(spec, read_traffic(spec, [permission_log]))
+        diagram = build_diagram(spec, read_traffic(spec, [permission_log], session_id="sess_a"))
 
         lines = to_mermaid(diagram).splitlines()
 
-        assert [line for line in lines if " --> s2 : set_mode" in line] == [
-            "    s0 --> s2 : set_mode<br>\N{MULTIPLICATION SIGN}2",
-            "    s1 --> s2 : set_mode<br>\N{MULTIPLICATION SIGN}0",
-            "    s3 --> s2 : set_mode<br>\N{MULTIPLICATION SIGN}0",
+        times = "\N{MULTIPLICATION SIGN}"
+        assert [line for line in lines if "-->|" in line and "s2" in line] == [
+            f'    g0 -->|"set_mode<br>from any<br>{times}2 (step 2)"| s2',
+            f'    s2 -->|"set_mode<br>{times}1"| s0',
+        ]
+        assert [line for line in lines if line.startswith("    linkStyle")] == [
+            "    linkStyle 0,1,2 stroke:#24292f,stroke-width:1.5px",
+            "    linkStyle 3,4,13 stroke:#1f6feb,color:#1f6feb,stroke-width:3px",
+            "    linkStyle 5,12 stroke:#24292f,color:#24292f,stroke-width:1.5px",
+            (
+                "    linkStyle 6,7,10 stroke:#1f6feb,color:#1f6feb,stroke-width:3px,"
+                "stroke-dasharray:6 4"
+            ),
+            (
+                "    linkStyle 8,9 stroke:#c9ced4,color:#8c959f,stroke-width:1.5px,"
+                "stroke-dasharray:6 4"
+            ),
+            "    linkStyle 11 stroke:#1f6feb,color:#1f6feb,stroke-width:3px,stroke-dasharray:2 4",
         ]
 
 
@@ -471,7 +490,7 @@ class TestMarkdown:
                 "| reject\\_once | stays |"
             ),
             (
-                "| Read Only | <code>auto</code> | Auto | Read Only, Full Access "
+                "| Read Only | <code>auto</code> | Auto "
                 "| Auto, if a switch may reach it from the new mode; else refused |"
             ),
         ]

@@ -1,4 +1,4 @@
-"""Every rendering shows each switch option's resolved target and the modes it never reaches.
+"""Every rendering shows where each switch option leads, and only there.
 
 One function (``option_reach``) states where an approval can lead; the Mermaid, DOT, SVG
 and Markdown renderers all read it from the diagram. It is checked here against the
@@ -217,58 +217,196 @@ def small_specs(draw: st.DrawFn) -> ModeSpec:
 
 # -- what each renderer shows ---------------------------------------------------------------
 
-PERMISSION_NOTE = [
-    "Where each approval leads",
-    "• Yes, and auto-accept edits → Accept Edits; never Default, Plan, Bypass Permissions",
-    (
-        "• Yes, and return to the mode I was in → $previous, the mode before: "
-        "Bypass Permissions; never Default, Accept Edits, Plan"
-    ),
-    "• Yes, and manually approve edits → Default; never Accept Edits, Plan, Bypass Permissions",
-]
-NOTES = {
-    "permission": PERMISSION_NOTE,
+TWO_SOURCES = ModeSpec.from_data(
+    {
+        "name": "two-sources",
+        "initial": "a",
+        "modes": [
+            {"id": "a", "name": "Alpha"},
+            {"id": "b", "name": "Bravo"},
+            {"id": "p", "name": "Plan"},
+        ],
+        "client_changes": {"a": ["b", "p"], "b": ["p"], "p": []},
+        "switches": [
+            {
+                "source": ["p"],
+                "title": "Leave plan",
+                "options": [
+                    {"option_id": "back", "name": "Back to {mode}", "kind": "allow_once",
+                     "target": "$previous"},
+                    {"option_id": "stay", "name": "Stay", "kind": "reject_once"},
+                ],
+            },
+            {
+                "source": ["a", "b"],
+                "title": "Plan first?",
+                "options": [
+                    {"option_id": "plan", "name": "Yes, {mode}", "kind": "allow_always",
+                     "target": "p"},
+                    {"option_id": "no", "name": "No", "kind": "reject_once"},
+                ],
+            },
+        ],
+    }
+)  # fmt: skip
+"""One switch from two modes; Plan's ``$previous`` can be Alpha or Bravo."""
+
+OPTION_ARROWS = {
+    "permission": [
+        '    c0 -.->|"Yes, and auto-accept edits<br>(allow_always)"| s1',
+        ('    c0 -.->|"Yes, and return to the mode I was in (Bypass Permissions)<br>'
+         '(allow_once)"| s3'),
+        '    c0 -.->|"Yes, and manually approve edits<br>(allow_once)"| s0',
+        '    c0 -.->|"No, keep planning<br>(reject_once)"| s2',
+    ],
     "sandbox": [
-        "Where each approval leads",
-        "• Yes, work in the workspace → Auto; never Read Only, Full Access",
+        '    c0 -.->|"Yes, work in the workspace<br>(allow_once)"| s1',
+        '    c0 -.->|"No, stay read-only<br>(reject_once)"| s0',
     ],
     "seed": [
-        "Where each approval leads",
-        "• Yes, and auto-accept all actions → Code; never Ask, Architect",
-        "• Yes, and manually accept actions → Ask; never Architect, Code",
+        '    c0 -.->|"Yes, and auto-accept all actions<br>(allow_always)"| s2',
+        '    c0 -.->|"Yes, and manually accept actions<br>(allow_once)"| s0',
+        '    c0 -.->|"No, stay in architect mode<br>(reject_once)"| s1',
     ],
 }  # fmt: skip
+"""Each preset's arrows out of its permission request, in Mermaid."""
 
 
-def mermaid_notes(text: str) -> list[str]:
-    return [line for line in text.splitlines() if line.startswith("    note right of c")]
+def arrows_from(text: str, node: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(f"    {node} -")]
+
+
+def dot_lines(text: str, node: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(f"    {node} ")]
 
 
 class TestRenderers:
-    """Mermaid, DOT and Markdown draw ``Diagram.reach``: a note by each permission request."""
+    """Mermaid, DOT and Markdown draw ``Diagram.reach``: each option's arrow goes where it leads."""
 
     @pytest.mark.parametrize("name", preset_names())
-    def test_mermaid_note_of_each_preset(self, name):
-        notes = mermaid_notes(to_mermaid(build_diagram(preset(name))))
+    def test_each_option_of_a_preset_is_an_arrow_to_where_it_leads(self, name):
+        diagram = build_diagram(preset(name))
 
-        escaped = "<br>".join(NOTES[name]).replace(";", "#59;").replace(":", "#58;")
-        assert notes == [f"    note right of c0 : {escaped.replace('$', '#36;')}"]
+        mermaid = to_mermaid(diagram)
 
-    def test_dot_note_of_the_permission_preset(self):
-        dot = to_dot(build_diagram(preset("permission"))).splitlines()
+        assert arrows_from(mermaid, "c0") == OPTION_ARROWS[name]
+        page = to_markdown(diagram, preset(name))
+        dot = to_dot(diagram)
+        never = [re.findall(r"never [A-Z]", text) for text in (mermaid, page, dot)]
+        assert never == [[], [], []]
+        assert "Never reaches" not in page
+        assert [re.findall(r"\bp\d+\b", text) for text in (mermaid, dot)] == [[], []]
 
-        left = '<BR ALIGN="LEFT"/>'
-        label = f"<B>{PERMISSION_NOTE[0]}</B>{left}" + left.join(PERMISSION_NOTE[1:]) + left
-        assert [line for line in dot if "c0_note" in line] == [
-            (
-                '    c0_note [class="reach", shape=note, style=filled, fillcolor="#f4ecfb", '
-                'color="#7a3fb0", fontsize=9, margin="0.12,0.06", '
-                f"label=<{label}>];"
-            ),
-            '    c0 -> c0_note [class="note", style=dotted, arrowhead=none, color="#7a3fb0"];',
+    def test_a_previous_option_with_one_possible_mode_leads_to_it_in_every_format(self):
+        spec = preset("permission")
+        diagram = build_diagram(spec)
+
+        dot = to_dot(diagram)
+        page = to_markdown(diagram, spec)
+
+        assert [n.id for n in diagram.nodes if n.kind == "previous"] == []
+        assert [line.split(" [")[0] for line in dot_lines(dot, "c0")] == [
+            "    c0",
+            "    c0 -> s1",
+            "    c0 -> s3",
+            "    c0 -> s0",
+            "    c0 -> s2",
+        ]
+        assert (
+            'label=<Yes, and return to the mode I was in (Bypass Permissions)<BR ALIGN="LEFT"/>'
+            '(allow_once)<BR ALIGN="LEFT"/>>'
+        ) in dot
+        assert (
+            "| Plan | Exit plan mode | Yes, and return to the mode I was in (Bypass Permissions) "
+            "| <code>exit\\_plan\\_previous</code> | allow\\_once | Bypass Permissions |"
+        ) in page.splitlines()
+
+    def test_a_previous_option_with_several_modes_leads_to_a_box_naming_them(self):
+        diagram = build_diagram(TWO_SOURCES)
+
+        mermaid = to_mermaid(diagram)
+        dot = to_dot(diagram)
+
+        assert [(n.id, n.kind, n.label) for n in diagram.nodes if n.kind == "previous"] == [
+            ("p0", "previous", "the mode before:\nAlpha, Bravo")
+        ]
+        assert arrows_from(mermaid, "c0") == [
+            '    c0 -.->|"Back to the previous mode<br>(allow_once)"| p0',
+            '    c0 -.->|"Stay<br>(reject_once)"| s2',
+        ]
+        assert '    p0("the mode before#58;<br>Alpha, Bravo")' in mermaid.splitlines()
+        assert "label=<the mode before:<BR/>Alpha, Bravo>];" in dot_lines(dot, "p0")[0]
+
+    def test_a_switch_from_two_modes_is_one_diamond_with_an_arrow_from_each(self):
+        diagram = build_diagram(TWO_SOURCES)
+
+        mermaid = to_mermaid(diagram)
+
+        assert [(n.id, n.label) for n in diagram.nodes if n.kind == "choice"] == [
+            ("c0", "Leave plan"),
+            ("c1", "Plan first?"),
+        ]
+        assert [line for line in mermaid.splitlines() if re.search(r"\bc1\b", line)] == [
+            '    c1{"Plan first?"}',
+            '    s0 -.->|"switch_mode"| c1',
+            '    s1 -.->|"switch_mode"| c1',
+            '    c1 -.->|"Yes, Plan<br>(allow_always)"| s2',
+            '    c1 -.->|"No<br>(reject_once)"| s0',
+            '    c1 -.->|"No<br>(reject_once)"| s1',
+            "    class c0,c1 choice",
+        ]
+        dot = to_dot(diagram).splitlines()
+        assert [line.split(" [")[0] for line in dot if re.search(r"\bc1\b", line)] == [
+            "    c1",
+            "    s0 -> c1",
+            "    s1 -> c1",
+            "    c1 -> s2",
+            "    c1 -> s0",
+            "    c1 -> s1",
         ]
 
-    def test_a_spec_without_switches_has_no_note(self):
+    def test_a_mode_placeholder_is_filled_in_every_format(self):
+        diagram = build_diagram(LETTERS)
+
+        texts = [to_mermaid(diagram), to_dot(diagram), to_markdown(diagram, LETTERS)]
+
+        assert ["{mode}" in text for text in texts] == [False] * 3
+        assert ["To Bravo" in text for text in texts] == [True] * 3
+        assert ["Back (Alpha)" in text for text in texts] == [True] * 3
+
+    def test_reject_arrows_are_red_and_dashed_apart_from_approvals(self):
+        diagram = build_diagram(TWO_SOURCES)
+
+        mermaid = to_mermaid(diagram).splitlines()
+        dot = to_dot(diagram)
+
+        assert [line for line in mermaid if line.startswith("    linkStyle")] == [
+            "    linkStyle 0,1,2,3 stroke:#24292f,color:#24292f,stroke-width:1.5px",
+            (
+                "    linkStyle 4,5,7,8,9 stroke:#7a3fb0,color:#7a3fb0,stroke-width:1.5px,"
+                "stroke-dasharray:6 4"
+            ),
+            (
+                "    linkStyle 6,10,11 stroke:#b42318,color:#b42318,stroke-width:1.5px,"
+                "stroke-dasharray:6 4"
+            ),
+        ]
+        arrows = [line for line in mermaid if re.search(r" (-->|-\.->)\|", line)]
+        assert [arrows[i] for i in (6, 10, 11)] == [
+            '    c0 -.->|"Stay<br>(reject_once)"| s2',
+            '    c1 -.->|"No<br>(reject_once)"| s0',
+            '    c1 -.->|"No<br>(reject_once)"| s1',
+        ]
+        assert [
+            line.split(", label")[0] for line in dot.splitlines() if 'class="reject"' in line
+        ] == [
+            '    c0 -> s2 [class="reject"',
+            '    c1 -> s0 [class="reject"',
+            '    c1 -> s1 [class="reject"',
+        ]
+        assert dot.count('color="#b42318", fontcolor="#b42318", penwidth=1.2, style=dashed') == 3
+
+    def test_a_spec_without_switches_has_no_diamond(self):
         spec = ModeSpec.from_data(
             {
                 "name": "two",
@@ -278,35 +416,31 @@ class TestRenderers:
         )
         diagram = build_diagram(spec)
 
-        assert (diagram.reach, mermaid_notes(to_mermaid(diagram))) == ((), [])
-        assert "_note" not in to_dot(diagram)
+        assert (diagram.reach, [n for n in diagram.nodes if n.kind == "choice"]) == ((), [])
+        texts = (to_mermaid(diagram), to_dot(diagram))
+        assert [re.findall(r"\bc0\b", text) for text in texts] == [[], []]
 
     def test_every_renderer_reads_the_diagrams_reach(self):
         spec = preset("permission")
         diagram = build_diagram(spec)
         told = diagram.reach[1].model_copy(update={"reaches": ("default", "acceptEdits")})
-        diagram = diagram.model_copy(update={"reach": (told,)})
+        diagram = build_diagram(spec).model_copy(update={"reach": (told,)})
 
-        line = (
-            "• Yes, and return to the mode I was in → $previous, the mode before: "
-            "Default, Accept Edits; never Plan, Bypass Permissions"
-        )
-        mermaid = to_mermaid(diagram)
-        assert mermaid_notes(mermaid) == [
-            "    note right of c0 : Where each approval leads<br>"
-            + line.replace(";", "#59;").replace(":", "#58;").replace("$", "#36;")
-        ]
-        assert f'<BR ALIGN="LEFT"/>{line}<BR ALIGN="LEFT"/>' in to_dot(diagram)
         page = to_markdown(diagram, spec)
-        table = page[page.index("### Where each approval can lead") :].splitlines()[9:]
-        assert table == [
+
+        table = page[page.index("### Where each approval can lead") :].splitlines()
+        assert [row for row in table if row.startswith("| Plan |")] == [
             (
                 "| Plan | <code>exit\\_plan\\_previous</code> | the mode before this one (Default, "
                 "Accept Edits), named in the option when asked; not offered if another option "
                 "leads there or there is none (a non-restorable mode is not remembered across a "
-                "restart) | Plan, Bypass Permissions | refused |"
+                "restart) | refused |"
             )
         ]
+        assert (
+            "| Plan | Exit plan mode | Yes, and return to the mode I was in | "
+            "<code>exit\\_plan\\_previous</code> | allow\\_once | the previous mode |"
+        ) in page.splitlines()
 
     def test_long_lists_name_twelve_modes_and_count_the_rest(self):
         ids = [f"m{i}" for i in range(20)]
@@ -330,13 +464,15 @@ class TestRenderers:
             }
         )  # fmt: skip
 
-        [note] = mermaid_notes(to_mermaid(build_diagram(spec)))
+        diagram = build_diagram(spec)
 
-        first = ", ".join(f"M{i}" for i in range(12))
         back = ", ".join(f"M{i}" for i in range(1, 13))
-        assert note.split("<br>")[1:] == [
-            f"• One → M19#59; never {first} and 7 more",
-            f"• Back → #36;previous, the mode before#58; {back} and 6 more#59; never M0, M19",
+        assert [(n.id, n.label) for n in diagram.nodes if n.kind == "previous"] == [
+            ("p0", f"the mode before:\n{back} and 6 more")
+        ]
+        assert arrows_from(to_mermaid(diagram), "c0") == [
+            '    c0 -.->|"One<br>(allow_once)"| s19',
+            '    c0 -.->|"Back<br>(allow_once)"| p0',
         ]
 
 
@@ -344,21 +480,25 @@ class TestRenderers:
 
 
 class TestRealTools:
-    """The real Mermaid parser and Graphviz read the notes as written."""
+    """The real Mermaid parser and Graphviz read the options' arrows as written."""
 
-    def test_mermaid_parses_each_presets_note(self):
+    def test_mermaid_parses_each_presets_options(self):
         names = preset_names()
 
         parsed = mermaid_parse([to_mermaid(build_diagram(preset(n))) for n in names])
 
         for name, result in zip(names, parsed, strict=True):
-            assert (result["ok"], result["type"]) == (True, "stateDiagram"), result
-            notes = [n["label"] for n in result["nodes"] if n["id"].startswith("c0----note")]
-            assert notes == ["\n".join(NOTES[name])]
+            assert (result["ok"], result["type"]) == (True, "flowchart-v2"), result
+            drawn = [
+                f'    c0 -.->|"{e["label"].replace(chr(10), "<br>")}"| {e["end"]}'
+                for e in result["edges"]
+                if e["start"] == "c0"
+            ]
+            assert drawn == OPTION_ARROWS[name]
 
-    def test_graphviz_draws_the_note_by_its_request(self):
+    def test_graphviz_draws_one_diamond_per_switch_and_its_arrows(self):
         need_dot()
-        dot = to_dot(build_diagram(preset("permission")))
+        dot = to_dot(build_diagram(TWO_SOURCES))
 
         result = subprocess.run(
             ["dot", "-Tjson"],
@@ -371,13 +511,24 @@ class TestRealTools:
 
         graph = json.loads(result.stdout)
         names = {o["_gvid"]: o["name"] for o in graph["objects"]}
-        [note] = [o for o in graph["objects"] if o.get("class") == "reach"]
-        drawn = [op["text"] for op in note["_ldraw_"] if op["op"] == "T"]
-        assert (note["name"], drawn) == ("c0_note", PERMISSION_NOTE)
-        ties = [
-            (names[e["tail"]], names[e["head"]]) for e in graph["edges"] if e.get("class") == "note"
+        diamonds = [
+            (o["name"], [op["text"] for op in o["_ldraw_"] if op["op"] == "T"])
+            for o in graph["objects"]
+            if o.get("shape") == "diamond"
         ]
-        assert ties == [("c0", "c0_note")]
+        assert diamonds == [("c0", ["Leave plan"]), ("c1", ["Plan first?"])]
+        arrows = sorted(
+            (e["class"], names[e["tail"]], names[e["head"]])
+            for e in graph["edges"]
+            if "c1" in (names[e["tail"]], names[e["head"]])
+        )
+        assert arrows == [
+            ("option", "c1", "s2"),
+            ("reject", "c1", "s0"),
+            ("reject", "c1", "s1"),
+            ("switch", "s0", "c1"),
+            ("switch", "s1", "c1"),
+        ]
 
 
 # -- the committed folder -------------------------------------------------------------------

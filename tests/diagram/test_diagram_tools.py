@@ -1,12 +1,13 @@
 """Diagrams checked by the real tools: Mermaid (under Node and in Chromium), Graphviz, Chromium.
 
+The screenshots are compared in ``test_screenshots.py``.
+
 Where a tool is missing the test is skipped, or fails in CI (see
 ``tests/diagram/_diagram_support``).
 """
 
 from __future__ import annotations
 
-import html
 import json
 import re
 import subprocess
@@ -18,7 +19,6 @@ import pytest
 from modefsm import ModeSpec, preset, preset_names
 from modefsm.diagram import (
     Diagram,
-    DiagramEdge,
     build_diagram,
     read_traffic,
     to_dot,
@@ -26,24 +26,25 @@ from modefsm.diagram import (
     to_png,
     to_svg,
 )
-from modefsm.diagram.renderers._mermaid import _per_mode
+from modefsm.diagram.renderers._text import _edge_text, _wrapped
 from tests.diagram._diagram_support import (
     HARD_MODES,
     HARD_OPTION_NAMES,
     HARD_SWITCH_TITLE,
-    MERMAID_JS,
     ROOT,
     TIMEOUT,
+    draw_mermaid,
     hard_spec,
     mermaid_parse,
     need_dot,
-    need_node,
     run_chromium,
     write_permission_log,
 )
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from tests.diagram._browser import Browser
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 
@@ -63,8 +64,9 @@ def as_drawn(text: str) -> str:
 
 
 def expected_mermaid_edges(diagram: Diagram) -> list[tuple[str, str, str]]:
-    edges: list[DiagramEdge] = [part for e in diagram.edges for part in _per_mode(diagram, e)]
-    return [("root_start" if e.kind == "start" else e.source, e.dest, e.label) for e in edges]
+    """Each group's spokes (a mode to its hub, no label), then every arrow of the diagram."""
+    spokes = [(m, g.id, "") for g in diagram.groups for m in g.members]
+    return spokes + [(e.source, e.dest, as_drawn(_edge_text(e))) for e in diagram.edges]
 
 
 # -- Mermaid under Node ---------------------------------------------------------------------
@@ -89,23 +91,32 @@ class TestMermaidParser:
 
         [parsed] = mermaid_parse([to_mermaid(diagram)])
 
-        drawn = [
-            (e["start"], e["end"], as_drawn(e["label"]))
-            for e in parsed["edges"]
-            if "note" not in e["start"] + e["end"]
-        ]
+        drawn = [(e["start"], e["end"], as_drawn(e["label"])) for e in parsed["edges"]]
         assert expected_mermaid_edges(diagram) == drawn
-        assert f"switch_mode: {HARD_SWITCH_TITLE}" in [label for _, _, label in drawn]
+        assert f"{HARD_OPTION_NAMES[2]}\n(reject_once)" in [label for _, _, label in drawn]
+
+    def test_the_switch_title_is_in_its_diamond(self):
+        [parsed] = mermaid_parse([to_mermaid(build_diagram(hard_spec()))])
+
+        assert [(n["id"], n["shape"], as_drawn(n["label"])) for n in parsed["nodes"]][-4:] == [
+            ("c0", "diamond", _wrapped(HARD_SWITCH_TITLE)),
+            ("p0", "roundedRect", ("the mode before:\nPlan-mode, Say \"hi\" 'there', "
+             "<tag> & </tag> &amp;, Two  words  , first line\nsecond line, Café ☕ 日本語 "
+             "Ωmega, a:b, %% not a comment; [*] --> {x} | end note `tick` $$x$$ \\n \\N, "
+             "*bold* _it_ **x** __init__ snake_case")),
+            ("start", "circle", " "),
+            ("g0", "stadium", "set_mode between\nany two of these"),
+        ]  # fmt: skip
 
     @pytest.mark.parametrize("name", preset_names())
-    def test_preset_parses_as_a_state_diagram(self, name):
+    def test_preset_parses_as_a_flowchart(self, name):
         diagram = build_diagram(preset(name))
 
         [parsed] = mermaid_parse([to_mermaid(diagram)])
 
-        assert (parsed["ok"], parsed["type"]) == (True, "stateDiagram")
+        assert (parsed["ok"], parsed["type"]) == (True, "flowchart-v2")
         drawn = [(e["start"], e["end"], e["label"]) for e in parsed["edges"]]
-        assert expected_mermaid_edges(diagram) == [e for e in drawn if "note" not in e[0] + e[1]]
+        assert expected_mermaid_edges(diagram) == drawn
 
     def test_diagram_with_a_log_parses(self, tmp_path):
         log = tmp_path / "modes.jsonl"
@@ -118,7 +129,7 @@ class TestMermaidParser:
         assert parsed["ok"], parsed
 
     def test_broken_text_is_reported_not_accepted(self):
-        [parsed] = mermaid_parse(["stateDiagram-v2\n    s0 --> : x\n    state {\n"])
+        [parsed] = mermaid_parse(["flowchart LR\n    s0 -->|x| \n    subgraph {\n"])
 
         assert False is parsed["ok"]
 
@@ -126,80 +137,30 @@ class TestMermaidParser:
 # -- Mermaid drawn in Chromium --------------------------------------------------------------
 
 
-def mermaid_in_chromium(texts: list[str], tmp_path: Path) -> Any:
-    """Draw *texts* with mermaid.min.js in Chromium; return each one's node and edge texts."""
-    need_node()
-    page = tmp_path / "mermaid.html"
-    page.write_text(
-        f"""<!doctype html><html><head><meta charset="utf-8"></head><body>
-<pre id="result"></pre>
-<script src="{MERMAID_JS.as_uri()}"></script>
-<script>
-mermaid.initialize({{startOnLoad: false}});
-(async () => {{
-  const out = [];
-  const texts = {json.dumps(texts)};
-  for (const [i, text] of texts.entries()) {{
-    try {{
-      const {{svg}} = await mermaid.render('diagram' + i, text);
-      const holder = document.createElement('div');
-      holder.innerHTML = svg;
-      document.body.appendChild(holder);
-      const text_of = (g) => {{
-        const label = g.querySelector('foreignObject div');
-        return label ? label.innerText : g.textContent;
-      }};
-      const nodes = {{}};
-      for (const g of holder.querySelectorAll('g.node')) {{
-        const id = g.id.match(/-state-(.+)-\\d+$/);
-        if (id) nodes[id[1]] = text_of(g);
-      }}
-      const edges = [...holder.querySelectorAll('g.edgeLabel')].map(text_of);
-      out.push({{ok: true, nodes, edges}});
-      holder.remove();
-    }} catch (error) {{
-      out.push({{ok: false, error: String(error)}});
-    }}
-  }}
-  document.getElementById('result').textContent = JSON.stringify(out);
-}})();
-</script></body></html>""",
-        encoding="utf-8",
-    )
-    dom = run_chromium(page.as_uri(), tmp_path / "profile")
-    found = re.search(r'<pre id="result">(.*?)</pre>', dom, re.DOTALL)
-    assert found is not None, dom[:2000]
-    return json.loads(html.unescape(found.group(1)))
-
-
 class TestMermaidInChromium:
-    """Mermaid draws every name exactly as written (it reads labels as Markdown and KaTeX)."""
+    """Mermaid draws every name exactly as written (it reads labels as HTML and KaTeX)."""
 
-    def test_every_hard_name_is_drawn_as_written(self, tmp_path):
+    def test_every_hard_name_is_drawn_as_written(self, browser: Browser, page: Path):
         spec = hard_spec()
 
-        [drawn] = mermaid_in_chromium([to_mermaid(build_diagram(spec))], tmp_path)
+        drawn = draw_mermaid(browser, page, to_mermaid(build_diagram(spec)))
 
-        assert drawn["ok"], drawn
         nodes = drawn["nodes"]
         assert [mode_label(spec, m) for m in spec.mode_ids] == [
             as_drawn(nodes[f"s{i}"]) for i in range(len(HARD_MODES))
         ]
+        assert as_drawn(nodes["c0"]) == _wrapped(HARD_SWITCH_TITLE)
         edges = [as_drawn(e) for e in drawn["edges"]]
-        assert f"switch_mode: {HARD_SWITCH_TITLE}" in edges
         assert [
-            f"{HARD_OPTION_NAMES[0]} (allow_once)",
-            f"{HARD_OPTION_NAMES[2]} (reject_once)",
+            f"{HARD_OPTION_NAMES[0]}\n(allow_once)",
+            f"{HARD_OPTION_NAMES[2]}\n(reject_once)",
         ] == [e for e in edges if e.endswith(("(allow_once)", "(reject_once)"))]
 
-    def test_every_preset_is_drawn(self, tmp_path):
-        specs = [preset(name) for name in preset_names()]
+    def test_every_preset_is_drawn(self, browser: Browser, page: Path):
+        for spec in [preset(name) for name in preset_names()]:
+            drawn = draw_mermaid(browser, page, to_mermaid(build_diagram(spec)))
 
-        drawn = mermaid_in_chromium([to_mermaid(build_diagram(s)) for s in specs], tmp_path)
-
-        for spec, result in zip(specs, drawn, strict=True):
-            assert result["ok"], result
-            nodes = result["nodes"]
+            nodes = drawn["nodes"]
             assert [mode_label(spec, m) for m in spec.mode_ids] == [
                 nodes[f"s{i}"] for i in range(len(spec.modes))
             ]
@@ -244,24 +205,34 @@ def drawn_graph(graph: Any) -> tuple[dict[str, Any], set[tuple[str, str, str]]]:
 
 
 def spec_graph(spec: ModeSpec) -> set[tuple[str, str, str]]:
-    """The spec's transitions as ``(class, tail, head)`` over the diagram's node ids."""
+    """The spec's transitions as ``(class, tail, head)`` over the diagram's node ids.
+
+    One choice node per switch. A ``$previous`` option leads to the one mode it can return
+    to (``Diagram.reach``, checked against the engine in ``test_diagram_policy``), or else
+    to the choice's ``previous`` node.
+    """
     ids = {m: f"s{i}" for i, m in enumerate(spec.mode_ids)}
+    reach = build_diagram(spec).reach
     edges = {("start", "start", ids[spec.initial])}
     edges |= {
         ("client_change", ids[s], ids[d]) for s in spec.mode_ids for d in spec.client_targets(s)
     }
-    choice = 0
-    for switch in spec.switches:
+    for number, switch in enumerate(spec.switches):
+        choice = f"c{number}"
+        back = {
+            m for r in reach if r.choice == choice and r.target == "$previous" for m in r.reaches
+        }
         for source in switch.source:
-            edges.add(("switch", ids[source], f"c{choice}"))
+            edges.add(("switch", ids[source], choice))
             for option in switch.options:
                 if not option.allows:
-                    edges.add(("reject", f"c{choice}", ids[source]))
+                    edges.add(("reject", choice, ids[source]))
                 elif option.target == "$previous":
-                    edges.add(("option", f"c{choice}", "prev"))
+                    edges.add(
+                        ("option", choice, ids[back.pop()] if len(back) == 1 else f"p{number}")
+                    )
                 else:
-                    edges.add(("option", f"c{choice}", ids[option.target or ""]))
-            choice += 1
+                    edges.add(("option", choice, ids[option.target or ""]))
     edges |= {
         ("restore", ids[m], ids[spec.restore_target(m)])
         for m in spec.mode_ids
@@ -302,10 +273,18 @@ class TestDot:
 
         labels = [texts(e) for e in graph["edges"]]
 
-        assert [f"switch_mode: {HARD_SWITCH_TITLE}"] in labels
-        assert [f"{HARD_OPTION_NAMES[0]} (allow_once)"] in labels
-        assert ["Back", "to before (allow_always)"] in labels
-        assert [f"{HARD_OPTION_NAMES[2]} (reject_once)"] in labels
+        assert [["switch_mode"]] == [t for t in labels if "switch_mode" in t]
+        assert [HARD_OPTION_NAMES[0], "(allow_once)"] in labels
+        assert ["Back", "to before", "(allow_always)"] in labels
+        assert [HARD_OPTION_NAMES[2], "(reject_once)"] in labels
+
+    def test_the_switch_title_is_drawn_in_its_diamond(self):
+        nodes, _ = drawn_graph(dot_json(to_dot(build_diagram(hard_spec()))))
+
+        assert ("diamond", _wrapped(HARD_SWITCH_TITLE).split("\n")) == (
+            nodes["c0"]["shape"],
+            texts(nodes["c0"]),
+        )
 
 
 class TestSvgAndPng:

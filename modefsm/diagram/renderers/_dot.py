@@ -6,7 +6,7 @@ import html
 from collections.abc import Sequence
 
 from modefsm.diagram._model import Diagram, DiagramEdge, DiagramNode, EdgeKind, LegendKind, NodeKind
-from modefsm.diagram.renderers._text import _TIMES, _edge_text, _reach_notes, _visible
+from modefsm.diagram.renderers._text import _TIMES, _edge_text, _visible, _wrapped
 
 __all__ = ["to_dot"]
 
@@ -60,7 +60,8 @@ def to_dot(diagram: Diagram, *, dpi: int | None = None) -> str:
 
     Every node and cluster carries an SVG ``class`` (``mode``, ``choice``, ``previous``,
     ``start``; ``client_group``) and every edge its :data:`EdgeKind`, so the rendered
-    picture can be styled or checked. An arrow from or to a whole group is clipped at the
+    picture can be styled or checked. A permission request is a diamond holding the
+    switch's title. An arrow from or to a whole group is clipped at the
     group's box (``ltail``/``lhead``).
 
     Args:
@@ -114,10 +115,6 @@ def to_dot(diagram: Diagram, *, dpi: int | None = None) -> str:
             lines.append(f"        {{rank=same; {'; '.join(group.members)}}}")
         lines.append("    }")
     lines += [f"    {_dot_node(n)}" for n in diagram.nodes if n.id not in members]
-    notes = _reach_notes(diagram)
-    lines += [
-        f"    {choice}_note {_attrs(_dot_note_attrs(note))};" for choice, note in notes.items()
-    ]
     groups = {g.id: g for g in diagram.groups}
     for edge in diagram.edges:
         attrs = _dot_edge_attrs(edge)
@@ -129,31 +126,8 @@ def to_dot(diagram: Diagram, *, dpi: int | None = None) -> str:
             attrs["lhead"] = f"cluster_{dest}"
             dest = _middle(groups[dest].members)
         lines.append(f"    {source} -> {dest} {_attrs(attrs)};")
-    lines += [f"    {choice} -> {choice}_note {_attrs(_DOT_NOTE_EDGE)};" for choice in notes]
     lines.append("}")
     return "\n".join(lines) + "\n"
-
-
-def _dot_note_attrs(note: str) -> dict[str, str]:
-    title, _, rest = note.partition("\n")
-    return {
-        "class": '"reach"',
-        "shape": "note",
-        "style": "filled",
-        "fillcolor": f'"{_AGENT_FILL}"',
-        "color": f'"{_AGENT}"',
-        "fontsize": "9",
-        "margin": '"0.12,0.06"',
-        "label": f"<<B>{_html(title)}</B>{_LEFT}{_html(rest, _LEFT)}{_LEFT}>",
-    }
-
-
-_DOT_NOTE_EDGE = {
-    "class": '"note"',
-    "style": "dotted",
-    "arrowhead": "none",
-    "color": f'"{_AGENT}"',
-}
 
 
 def _middle(members: Sequence[str]) -> str:
@@ -162,8 +136,8 @@ def _middle(members: Sequence[str]) -> str:
 
 def _dot_node(node: DiagramNode) -> str:
     attrs = _DOT_PSEUDO_NODES.get(node.kind) or _dot_mode_attrs(node)
-    if node.kind == "previous":
-        attrs = {**attrs, "label": f"<{_html(node.label)}>"}
+    if node.kind in {"previous", "choice"}:
+        attrs = {**attrs, "label": f"<{_html(_wrapped(node.label))}>"}
     if node.tooltip is not None:
         attrs = {**attrs, "tooltip": _quoted(node.tooltip)}
     return f"{node.id} {_attrs(attrs)};"
@@ -186,10 +160,8 @@ _DOT_PSEUDO_NODES: dict[NodeKind, dict[str, str]] = {
         "style": "filled",
         "fillcolor": f'"{_AGENT_FILL}"',
         "color": f'"{_AGENT}"',
-        "width": "0.3",
-        "height": "0.3",
-        "fixedsize": "true",
-        "label": '""',
+        "fontsize": "10",
+        "margin": '"0.02,0.02"',
     },
     "previous": {
         "class": '"previous"',
@@ -264,17 +236,20 @@ def _dot_edge_attrs(edge: DiagramEdge) -> dict[str, str]:
 
 
 def _dot_legend(diagram: Diagram) -> str:
-    rows = "".join(
-        f'<TR><TD WIDTH="44">{_DOT_LEGEND_SAMPLE[entry.kind]}</TD>'
-        f'<TD ALIGN="LEFT">{_html(entry.text)}</TD><TD WIDTH="6"></TD></TR>'
+    """The key: the spec's name, the caption, then two entries a row (a sample and its text)."""
+    cells = [
+        f'<TD WIDTH="34">{_DOT_LEGEND_SAMPLE[entry.kind]}</TD>'
+        f'<TD ALIGN="LEFT">{_html(entry.text)}</TD><TD WIDTH="8"></TD>'
         for entry in diagram.legend
-    )
+    ]
+    cells += ['<TD COLSPAN="3"></TD>'] * (len(cells) % 2)
+    rows = "".join(f"<TR>{a}{b}</TR>" for a, b in zip(cells[::2], cells[1::2], strict=True))
     if diagram.caption:
-        rows = f'<TR><TD COLSPAN="3" ALIGN="LEFT"><I>{_html(diagram.caption)}</I></TD></TR>{rows}'
+        rows = f'<TR><TD COLSPAN="6" ALIGN="LEFT"><I>{_html(diagram.caption)}</I></TD></TR>{rows}'
     return (
-        f'<FONT POINT-SIZE="10"><TABLE BORDER="1" STYLE="rounded" COLOR="{_GROUP_LINE}" '
-        'CELLBORDER="0" CELLSPACING="1" CELLPADDING="3">'
-        f'<TR><TD COLSPAN="3" ALIGN="LEFT"><B>{_html(diagram.spec_name)}</B></TD></TR>'
+        f'<FONT POINT-SIZE="9"><TABLE BORDER="1" STYLE="rounded" COLOR="{_GROUP_LINE}" '
+        'CELLBORDER="0" CELLSPACING="0" CELLPADDING="2">'
+        f'<TR><TD COLSPAN="6" ALIGN="LEFT"><B>{_html(diagram.spec_name)}</B></TD></TR>'
         f"{rows}</TABLE></FONT>"
     )
 
@@ -284,8 +259,8 @@ def _line_sample(color: str, style: str = "solid") -> str:
     dash = "" if style == "solid" else f' STYLE="{style}"'
     return (
         '<TABLE BORDER="0" CELLPADDING="0" CELLSPACING="0">'
-        f'<TR><TD WIDTH="40" HEIGHT="6" SIDES="B" BORDER="2"{dash} COLOR="{color}"></TD></TR>'
-        '<TR><TD HEIGHT="6"></TD></TR></TABLE>'
+        f'<TR><TD WIDTH="30" HEIGHT="5" SIDES="B" BORDER="2"{dash} COLOR="{color}"></TD></TR>'
+        '<TR><TD HEIGHT="5"></TD></TR></TABLE>'
     )
 
 
@@ -293,7 +268,7 @@ def _box_sample(fill: str, color: str, style: str, width: int = 1) -> str:
     """A small box, like a node or a group."""
     return (
         f'<TABLE BORDER="{width}" STYLE="{style}" COLOR="{color}" BGCOLOR="{fill}" '
-        'CELLPADDING="0" CELLSPACING="0"><TR><TD WIDTH="30" HEIGHT="10"></TD></TR></TABLE>'
+        'CELLPADDING="0" CELLSPACING="0"><TR><TD WIDTH="24" HEIGHT="8"></TD></TR></TABLE>'
     )
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from modefsm.diagram._build import DRAWN_MAX
+from modefsm.diagram._build import DRAWN_MAX, _previous_reach, _shown_name
 from modefsm.diagram._model import Diagram, Traffic, TransitionKey
-from modefsm.diagram.renderers._mermaid import to_mermaid
+from modefsm.diagram.renderers._mermaid import mermaid_key, to_mermaid
 from modefsm.diagram.renderers._text import _visible
 from modefsm.errors import DiagramError
 from modefsm.spec._model import ModeSpec, SwitchOption
@@ -35,7 +35,7 @@ def _md(text: str) -> str:
 
 
 def to_markdown(diagram: Diagram, spec: ModeSpec) -> str:
-    """Render a review page: the Mermaid diagram, then tables of modes and switches.
+    """Render a review page: the Mermaid diagram and its key, then tables of modes and switches.
 
     Args:
         diagram: the picture (from :func:`build_diagram` of *spec*).
@@ -53,6 +53,10 @@ def to_markdown(diagram: Diagram, spec: ModeSpec) -> str:
         "```mermaid",
         to_mermaid(diagram).rstrip("\n"),
         "```",
+        "",
+        "How to read it:",
+        "",
+        *(f"- {_md(line)}" for line in mermaid_key(diagram)),
         "",
         "## Modes",
         "",
@@ -97,30 +101,32 @@ def _markdown_switches(diagram: Diagram, spec: ModeSpec) -> list[str]:
         "| In | Title | Option | optionId | Kind | Leads to |",
         "|---|---|---|---|---|---|",
     ]
-    for switch in spec.switches:
+    for number, switch in enumerate(spec.switches):
         sources = ", ".join(_md(spec.mode(s).name) for s in switch.source)
+        back = _previous_reach([r for r in diagram.reach if r.choice == f"c{number}"])
         out.extend(
-            f"| {sources} | {_md(switch.title)} | {_md(option.name)} "
+            f"| {sources} | {_md(switch.title)} | {_md(_shown_name(spec, option, back))} "
             f"| <code>{_md(option.option_id)}</code> | {_md(option.kind)} "
-            f"| {_option_result(spec, option)} |"
+            f"| {_option_result(spec, option, back)} |"
             for option in switch.options
         )
     return out + _markdown_option_targets(diagram, spec)
 
 
 def _markdown_option_targets(diagram: Diagram, spec: ModeSpec) -> list[str]:
-    """Where each allow option can lead, and where it never can (the policy safety rule)."""
+    """Where each allow option can lead, and nowhere else (the policy safety rule)."""
     out = [
         "",
         "### Where each approval can lead",
         "",
-        "Targets are resolved when the permission request is built: a `$previous` option",
-        "names the concrete mode it returns to, and an approval given after the mode changed",
-        "meanwhile applies exactly that shown mode, and only if it is restorable and a switch",
-        "may reach it from the new mode.",
+        "An approval leads to the mode in *Leads to* and never to another. Targets are",
+        "resolved when the permission request is built: a `$previous` option names the",
+        "concrete mode it returns to, and an approval given after the mode changed meanwhile",
+        "applies exactly that shown mode, and only if it is restorable and a switch may reach",
+        "it from the new mode.",
         "",
-        "| In | optionId | Resolved target | Never reaches | Approved after the mode changed |",
-        "|---|---|---|---|---|",
+        "| In | optionId | Leads to | Approved after the mode changed |",
+        "|---|---|---|---|",
     ]
     for reach in diagram.reach:
         if reach.target == PREVIOUS:
@@ -131,10 +137,9 @@ def _markdown_option_targets(diagram: Diagram, spec: ModeSpec) -> list[str]:
             )
         else:
             rule = _md(spec.mode(reach.target).name)
-        never = _names(spec, diagram.never_reached(reach))
         out.append(
             f"| {_md(spec.mode(reach.source).name)} | <code>{_md(reach.option_id)}</code> "
-            f"| {rule} | {never} | {_stale_rule(spec, reach.stale)} |"
+            f"| {rule} | {_stale_rule(spec, reach.stale)} |"
         )
     return out
 
@@ -149,11 +154,11 @@ def _stale_rule(spec: ModeSpec, modes: Sequence[str]) -> str:
     return f"{_names(spec, modes)}, if a switch may reach it from the new mode; else refused"
 
 
-def _option_result(spec: ModeSpec, option: SwitchOption) -> str:
+def _option_result(spec: ModeSpec, option: SwitchOption, back: str | None) -> str:
     if not option.allows or option.target is None:
         return "stays"
     if option.target == PREVIOUS:
-        return "the previous mode"
+        return "the previous mode" if back is None else _md(spec.mode(back).name)
     return _md(spec.mode(option.target).name)
 
 

@@ -1,14 +1,13 @@
-"""The Mermaid ``stateDiagram-v2`` renderer."""
+"""The Mermaid ``flowchart`` renderer."""
 
 from __future__ import annotations
 
 import unicodedata
 
-from modefsm.diagram._build import _client_edge, _counted_edge
-from modefsm.diagram._model import Diagram, DiagramEdge, DiagramNode, LegendKind
-from modefsm.diagram.renderers._text import _TIMES, _edge_text, _reach_notes, _visible
+from modefsm.diagram._model import Diagram, DiagramEdge, DiagramNode, EdgeKind, LegendKind
+from modefsm.diagram.renderers._text import _TIMES, _edge_text, _visible, _wrapped
 
-__all__ = ["to_mermaid"]
+__all__ = ["mermaid_key", "to_mermaid"]
 
 
 _MERMAID_PLAIN = frozenset(
@@ -16,27 +15,64 @@ _MERMAID_PLAIN = frozenset(
 )
 
 
-_MERMAID_CLASSES = (
+_INK = "#24292f"
+_MUTED = "#57606a"
+_AGENT = "#7a3fb0"
+_AGENT_FILL = "#f4ecfb"
+_REJECT = "#b42318"
+_RESTORE = "#c05a00"
+_PATH = "#1f6feb"
+_FADED = "#c9ced4"
+_FADED_TEXT = "#8c959f"
+
+_CLASSES = (
+    ("mode", f"fill:#ffffff,stroke:{_MUTED},color:{_INK}"),
     ("initial", "stroke-width:3px"),
-    ("unrestorable", "fill:#fff4e5,stroke:#c05a00,stroke-dasharray:5 3"),
-    ("previous", "fill:#f4ecfb,stroke:#7a3fb0,stroke-dasharray:5 3"),
-    ("current", "fill:#d8ecff,stroke:#1f6feb,stroke-width:3px"),
+    ("unrestorable", f"fill:#fff4e5,stroke:{_RESTORE},stroke-dasharray:5 3"),
+    ("current", f"fill:#d8ecff,stroke:{_PATH},stroke-width:3px"),
+    ("choice", f"fill:{_AGENT_FILL},stroke:{_AGENT},color:{_INK}"),
+    ("previous", f"fill:{_AGENT_FILL},stroke:{_AGENT},stroke-dasharray:5 3,color:{_AGENT}"),
+    ("start", f"fill:{_INK},stroke:{_INK}"),
+    ("group", f"fill:#f6f8fa,stroke:#afb8c1,color:{_MUTED}"),
+    ("caption", f"fill:#ffffff,stroke:#ffffff,color:{_MUTED},font-style:italic"),
 )
+"""Mermaid ``classDef`` styles, in the order they are applied (a later one wins)."""
 
-
-_MERMAID_LEGEND: dict[LegendKind, str] = {
-    "start": "● to the initial mode (bold border): session/new",
-    "client_change": "set_mode: a client change (set_mode or set_config_option)",
-    "group": "a set_mode note: the client may change between any two of its modes",
-    "switch": "switch_mode to ◇: the agent asks, the user picks an option (its kind)",
-    "reject": "◇ back to the mode: a reject option, the mode stays",
-    "previous": "previous mode: the mode the session was in before",
-    "restore": "orange, dashed: not restorable; load/resume gives the mode it points to",
-    "count": f"{_TIMES}N: times taken in the log",
-    "faded": f"{_TIMES}0: never taken in the log",
-    "path": "steps: the steps of session {session}",
-    "current": "blue: its current mode",
+_LINKS: dict[EdgeKind, tuple[str, str]] = {
+    "start": (_INK, ""),
+    "client_change": (_INK, ""),
+    "switch": (_AGENT, "6 4"),
+    "option": (_AGENT, "6 4"),
+    "reject": (_REJECT, "6 4"),
+    "restore": (_RESTORE, "2 4"),
 }
+"""Each kind of arrow's colour and dashes (``stroke-dasharray``; none: solid)."""
+
+_KEY: dict[LegendKind, str] = {
+    "start": "● to the mode with a bold border: session/new starts there",
+    "client_change": "black arrow: set_mode by the client (or set_config_option)",
+    "group": "rounded hub, two-way arrows: set_mode between any two of its modes",
+    "switch": (
+        "purple dashed arrows through a diamond: switch_mode, the agent asks and the user "
+        "picks an option (its kind in brackets)"
+    ),
+    "reject": "red dashed arrow: a reject option, the mode stays",
+    "previous": "purple dashed box: the mode the session was in before, one of those named",
+    "restore": (
+        "orange box and dotted arrow: not restored, load or resume gives the mode it points to"
+    ),
+    "count": f"{_TIMES}N: times taken in the log (on a mode: times entered)",
+    "faded": "grey arrow: never taken in the log",
+    "path": "blue arrow: the steps of session {session}",
+    "current": "blue box: its current mode",
+}
+"""What each style of the Mermaid picture means, for the Markdown page under it."""
+
+
+def mermaid_key(diagram: Diagram) -> list[str]:
+    """The key of :func:`to_mermaid`'s picture: one line per style it draws."""
+    session = diagram.traffic.session_id if diagram.traffic is not None else None
+    return [_KEY[entry.kind].format(session=session) for entry in diagram.legend]
 
 
 def _mermaid_text(text: str) -> str:
@@ -44,14 +80,14 @@ def _mermaid_text(text: str) -> str:
 
     Letters of every script stay as they are. ASCII punctuation that Mermaid or HTML might
     read (``"#;:<>&%$`{}[]|``), and control, format and separator characters, become
-    ``#NNN;`` entity codes, which Mermaid turns back into characters as it draws the label.
-    Mermaid then reads the label as Markdown, so ``*``, ``\`` and ``_`` (unless inside a
-    word) also get a Markdown backslash. A space that HTML would collapse (leading, trailing
-    or repeated) becomes a no-break space, and a word joiner (U+2060) splits ``$$`` so that
-    it is not read as KaTeX math.
+    ``#NNN;`` entity codes, which Mermaid turns back into characters as it draws the label
+    (a flowchart's quoted labels are HTML, not Markdown). A space that HTML would collapse
+    (leading, trailing or repeated) becomes a no-break space, and a word joiner (U+2060)
+    splits ``$$`` so that it is not read as KaTeX math, and ``\n`` so that a label holding
+    HTML does not break the line there.
 
     >>> _mermaid_text('say "hi" #1 <b> set_mode _x_ $$')
-    'say #34;hi#34; #35;1 #60;b#62; set_mode #92;#95;x#92;#95; #36;#8288;#36;'
+    'say #34;hi#34; #35;1 #60;b#62; set_mode #95;x#95; #36;#8288;#36;'
     """
     text = _visible(text)
     out: list[str] = []
@@ -64,10 +100,10 @@ def _mermaid_text(text: str) -> str:
             out.append("#160;" if " " in before or "\n" in (before, after) else " ")
         elif _mermaid_plain(ch, before, after):
             out.append(ch)
-        elif ch in _MERMAID_MARKDOWN:  # Mermaid reads labels as Markdown: escape it there too
-            out.append(f"#92;#{ord(ch)};")
         else:
-            out.append(f"#{_WORD_JOINER};" * (ch == before == "$") + f"#{ord(ch)};")
+            joined = ch == before == "$"
+            out.append(f"#{_WORD_JOINER};" * joined + f"#{ord(ch)};")
+            out.append(f"#{_WORD_JOINER};" * (ch == "\\" and after == "n"))
     return "".join(out)
 
 
@@ -78,94 +114,96 @@ def _mermaid_plain(ch: str, before: str, after: str) -> bool:
 
 
 _WORD_JOINER = 0x2060
-_MERMAID_MARKDOWN = frozenset("*_\\")
 
 
 def to_mermaid(diagram: Diagram) -> str:
-    """Render *diagram* as Mermaid ``stateDiagram-v2`` text (GitHub renders it).
+    """Render *diagram* as a Mermaid ``flowchart`` (GitHub renders it).
 
-    Mermaid draws every transition alike and lays composite states out poorly, so this
-    renderer adapts the picture: a client group is a note listing its modes (arrows from or
-    to a whole group are drawn once per mode), agent switches are told apart by their
-    ``switch_mode`` labels and the choice diamond, and the legend is a note on the initial
-    mode. With traffic, counts are in the labels and the session's current mode is blue;
-    fading the edges never taken needs DOT, SVG or PNG.
+    A flowchart, not a ``stateDiagram-v2``: Mermaid styles the arrows of a flowchart
+    (``linkStyle``: colour, dashes) and draws every state transition alike. Modes are
+    rounded boxes (the initial one with a bold border); a permission request is a diamond
+    holding the switch's title; each kind of arrow has its colour and dashes (a reject
+    option red). A client group is a hub, a rounded node with a two-way arrow to each of its
+    modes, and an arrow from or to the whole group leaves or enters the hub: Mermaid's
+    layout puts edge labels on top of each other around subgraphs that arrows enter. The
+    key is on the Markdown page (:func:`to_markdown`), and the labels name what each arrow
+    does. With traffic, the caption is a borderless node, counts are in the labels, arrows
+    never taken are grey, and the session's steps and current mode are blue.
 
     Returns:
         The text, ending with a newline.
     """
-    lines = ["stateDiagram-v2", "    direction LR"]
-    lines += [f"    classDef {name} {style}" for name, style in _MERMAID_CLASSES]
-    lines += [line for node in diagram.nodes for line in _mermaid_node(node)]
-    node_of = {n.mode_id: n.id for n in diagram.nodes if n.mode_id is not None}
-    groups = {g.id for g in diagram.groups}
-    for edge in diagram.edges:
-        for part in _per_mode(diagram, edge, node_of, groups):
-            source = "[*]" if part.kind == "start" else part.source
-            lines.append(f"    {source} --> {part.dest} : {_mermaid_text(_edge_text(part))}")
-    for group in diagram.groups:
-        names = ", ".join(diagram.node(m).label for m in group.members)
-        text = _mermaid_text(f"{group.label}:\n{names}")
-        lines.append(f"    note right of {group.members[0]} : {text}")
-    lines += [
-        f"    note right of {choice} : {_mermaid_text(note)}"
-        for choice, note in _reach_notes(diagram).items()
-    ]
-    legend = [f"Legend of {diagram.spec_name}"]
-    legend += [diagram.caption] if diagram.caption else []
-    session = diagram.traffic.session_id if diagram.traffic is not None else None
-    legend += [_MERMAID_LEGEND[e.kind].format(session=session) for e in diagram.legend]
-    lines.append(f"    note left of {diagram.initial.id} : {_mermaid_text(chr(10).join(legend))}")
-    for name, _ in _MERMAID_CLASSES:
+    lines = [f"%% modes of spec {_comment(diagram.spec_name)}", "flowchart LR"]
+    lines += [f"    classDef {name} {style}" for name, style in _CLASSES]
+    if diagram.caption:
+        lines.append(f'    caption["{_mermaid_text(diagram.caption)}"]')
+    lines += [f"    {_mermaid_node(n)}" for n in diagram.nodes]
+    lines += [f'    {g.id}(["{_mermaid_text(g.label)}"])' for g in diagram.groups]
+    styles: dict[str, list[int]] = {}
+    spokes = [(m, g.id) for g in diagram.groups for m in g.members]
+    lines += [f"    {member} <--> {hub}" for member, hub in spokes]
+    styles[_link_style(None)] = list(range(len(spokes)))
+    for number, edge in enumerate(diagram.edges, start=len(spokes)):
+        arrow = "-->" if edge.line == "solid" else "-.->"
+        text = _mermaid_text(_edge_text(edge))
+        lines.append(f'    {edge.source} {arrow}|"{text}"| {edge.dest}')
+        styles.setdefault(_link_style(edge), []).append(number)
+    for name, _ in _CLASSES:
         ids = [n.id for n in diagram.nodes if _mermaid_has_class(n, name)]
+        ids += [g.id for g in diagram.groups] if name == "group" else []
+        ids += ["caption"] if name == "caption" and diagram.caption else []
         lines += [f"    class {','.join(ids)} {name}"] if ids else []
+    lines += [f"    linkStyle {','.join(map(str, n))} {style}" for style, n in styles.items() if n]
     return "\n".join(lines) + "\n"
 
 
-def _mermaid_node(node: DiagramNode) -> list[str]:
+def _comment(text: str) -> str:
+    """*text* on one line, for a ``%%`` comment."""
+    return _visible(text).replace("\n", " ")
+
+
+def _link_style(edge: DiagramEdge | None) -> str:
+    """The ``linkStyle`` of *edge* (``None``: a group's spoke).
+
+    Its kind's colour and dashes; grey if never taken, blue on the session's path.
+    """
+    if edge is None:
+        return f"stroke:{_INK},stroke-width:1.5px"
+    color, dashes = _LINKS[edge.kind]
+    stroke, width = color, "1.5px"
+    if edge.faded:
+        stroke, color = _FADED, _FADED_TEXT
+    if edge.on_path:
+        stroke, color, width = _PATH, _PATH, "3px"
+    style = f"stroke:{stroke},color:{color},stroke-width:{width}"
+    return style + f",stroke-dasharray:{dashes}" * bool(dashes)
+
+
+def _mermaid_node(node: DiagramNode) -> str:
+    text = _mermaid_text(node.label)
     if node.kind == "start":
-        return []
+        return f'{node.id}(("#160;"))'
     if node.kind == "choice":
-        return [f"    state {node.id} <<choice>>"]
-    label = node.label
-    if node.mode_id is not None:
-        label += f"\n{node.mode_id}"
+        return f'{node.id}{{"{_mermaid_text(_wrapped(node.label))}"}}'
+    if node.kind == "previous":
+        return f'{node.id}("{text}")'
+    label = f"{node.mode_id}"
     if node.restore_to is not None:
         label += f"\nnot restored, load gives {node.restore_to}"
     if node.entered is not None:
         label += f"\nentered {_TIMES}{node.entered}"
-    return [f'    state "{_mermaid_text(label)}" as {node.id}']
+    return f'{node.id}("<b>{text}</b><br>{_mermaid_text(label)}")'
 
 
 def _mermaid_has_class(node: DiagramNode, name: str) -> bool:
     return {
+        "mode": node.kind == "mode",
         "initial": node.initial,
         "unrestorable": node.restore_to is not None,
-        "previous": node.kind == "previous",
         "current": node.current,
+        "choice": node.kind == "choice",
+        "previous": node.kind == "previous",
+        "start": node.kind == "start",
+        "group": False,
+        "caption": False,
     }[name]
-
-
-def _per_mode(
-    diagram: Diagram,
-    edge: DiagramEdge,
-    node_of: dict[str, str] | None = None,
-    groups: set[str] | None = None,
-) -> list[DiagramEdge]:
-    """*edge* itself, or one edge per client change when it leaves or reaches a group.
-
-    *node_of* (node id by mode id) and *groups* (group ids) are the diagram's; a caller
-    drawing every edge passes them once.
-    """
-    groups = {g.id for g in diagram.groups} if groups is None else groups
-    if edge.source not in groups and edge.dest not in groups:
-        return [edge]
-    if node_of is None:
-        node_of = {n.mode_id: n.id for n in diagram.nodes if n.mode_id is not None}
-    parts = []
-    for key in edge.transitions:
-        part = _client_edge(node_of[key[1]], node_of[key[2]], "set_mode", [(key[1], key[2])])
-        if diagram.traffic is not None:
-            part = _counted_edge(part, diagram.traffic)
-        parts.append(part)
-    return parts

@@ -1,12 +1,10 @@
-"""Text shared by the renderers: visible control characters, edge texts, approval notes."""
+"""Text shared by the renderers: visible control characters, edge texts, wrapped titles."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from itertools import islice
+import textwrap
 
-from modefsm.diagram._model import Diagram, DiagramEdge
-from modefsm.spec._table import PREVIOUS
+from modefsm.diagram._model import DiagramEdge
 
 __all__: list[str] = []
 
@@ -44,37 +42,18 @@ def _edge_text(edge: DiagramEdge) -> str:
     return text
 
 
-_NOTE_NAMES_MAX = 12
-"""The most mode names a line of an approval note lists before ``and N more``."""
+_WRAP = 18
+"""The most characters a line of a diamond's text holds (longer words stay whole)."""
 
 
-def _reach_notes(diagram: Diagram) -> dict[str, str]:
-    r"""For each choice node with allow options, its note: where each approval leads.
+def _wrapped(text: str) -> str:
+    r"""*text* with its lines wrapped at :data:`_WRAP` characters, for a diamond.
 
-    One line per allow option (``\n`` between them): its name, its target (a mode, or
-    ``$previous`` and the modes it can be), and the modes it never reaches, from
-    :attr:`Diagram.reach`.
+    >>> _wrapped("Ready for implementation\nnow")
+    'Ready for\nimplementation\nnow'
     """
-    modes = len(diagram.nodes) - sum(n.mode_id is None for n in diagram.nodes)
-    notes: dict[str, list[str]] = {}
-    for reach in diagram.reach:
-        if reach.target == PREVIOUS:
-            can = _listed(map(diagram.mode_name, reach.reaches), len(reach.reaches))
-            target = f"$previous, the mode before: {can or 'none, never offered'}"
-        else:
-            target = diagram.mode_name(reach.target)
-        never = _listed(
-            map(diagram.mode_name, diagram.never_reached(reach)), modes - len(reach.reaches)
-        )
-        lines = notes.setdefault(reach.choice, ["Where each approval leads"])
-        lines.append(
-            f"\N{BULLET} {reach.name} \N{RIGHTWARDS ARROW} {target}; never {never or 'none'}"
-        )
-    return {choice: "\n".join(lines) for choice, lines in notes.items()}
-
-
-def _listed(names: Iterable[str], count: int) -> str:
-    """The first :data:`_NOTE_NAMES_MAX` of *count* names, and how many more there are."""
-    shown = list(islice(names, _NOTE_NAMES_MAX))
-    more = f" and {count - len(shown)} more" if count > len(shown) else ""
-    return ", ".join(shown) + more
+    return "\n".join(
+        wrapped
+        for line in text.split("\n")
+        for wrapped in textwrap.wrap(line, _WRAP, break_long_words=False) or [""]
+    )

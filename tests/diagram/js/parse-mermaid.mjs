@@ -3,9 +3,9 @@
 // Usage: node parse-mermaid.mjs < texts.json
 // Input: a JSON array of Mermaid texts. Output: a JSON array with, for each text,
 // {"ok": true, "type", "nodes": [{"id", "label", "shape"}], "edges": [{"start", "end", "label"}]}
-// or {"ok": false, "error"}. Labels are decoded the way Mermaid draws them: its entity
-// codes (#35; #quot;) become characters, <br> a newline, and, as Mermaid reads labels as
-// Markdown, a backslash before ASCII punctuation escapes it.
+// or {"ok": false, "error"}. Labels are decoded the way Mermaid draws them: <br> becomes
+// a newline, other HTML tags (<b>) are dropped, and its entity codes (#35; #quot;) become
+// characters.
 //
 // Mermaid needs a DOM even to parse (DOMPurify), so jsdom provides one.
 import { readFileSync } from 'node:fs';
@@ -20,13 +20,15 @@ mermaid.initialize({ startOnLoad: false });
 function decode(text) {
   // Mermaid keeps "#35;" as an internal placeholder until rendering; a browser then
   // reads the resulting "&#35;" as "#".
+  // Tags here are the renderer's own markup: a "<" of a name is still an entity code.
   const html = String(text ?? '')
+    .replace(/<br\s*\/?>/gi, '\n')
+    .replace(/<[^>]*>/g, '')
     .replace(/ﬂ°°(\d+)¶ß/g, '&#$1;')
-    .replace(/ﬂ°(\w+)¶ß/g, '&$1;')
-    .replace(/<br\s*\/?>/gi, '\n');
+    .replace(/ﬂ°(\w+)¶ß/g, '&$1;');
   const element = document.createElement('textarea');
   element.innerHTML = html;
-  return element.value.replace(/\\([!-/:-@[-`{-~])/g, '$1');
+  return element.value;
 }
 
 const texts = JSON.parse(readFileSync(0, 'utf8'));
