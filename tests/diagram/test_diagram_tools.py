@@ -64,8 +64,8 @@ def as_drawn(text: str) -> str:
 
 
 def expected_mermaid_edges(diagram: Diagram) -> list[tuple[str, str, str]]:
-    """Each group's spokes (a mode to its hub, no label), then every arrow of the diagram."""
-    spokes = [(m, g.id, "") for g in diagram.groups for m in g.members]
+    """Each group's spokes (its hub to a mode, no label), then every arrow of the diagram."""
+    spokes = [(g.id, m, "") for g in diagram.groups for m in g.members]
     return spokes + [(e.source, e.dest, as_drawn(_edge_text(e))) for e in diagram.edges]
 
 

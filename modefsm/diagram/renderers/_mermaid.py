@@ -117,15 +117,15 @@ _WORD_JOINER = 0x2060
 
 
 def to_mermaid(diagram: Diagram) -> str:
-    """Render *diagram* as a Mermaid ``flowchart`` (GitHub renders it).
+    """Render *diagram* as a Mermaid ``flowchart``, top to bottom (GitHub renders it).
 
     A flowchart, not a ``stateDiagram-v2``: Mermaid styles the arrows of a flowchart
     (``linkStyle``: colour, dashes) and draws every state transition alike. Modes are
     rounded boxes (the initial one with a bold border); a permission request is a diamond
     holding the switch's title; each kind of arrow has its colour and dashes (a reject
-    option red). A client group is a hub, a rounded node with a two-way arrow to each of its
-    modes, and an arrow from or to the whole group leaves or enters the hub: Mermaid's
-    layout puts edge labels on top of each other around subgraphs that arrows enter. The
+    option red). A client group is a hub, a stadium-shaped node with a two-way arrow to each
+    of its modes, and an arrow from or to the whole group leaves or enters the hub (in a
+    ``subgraph`` box, Mermaid's layout stacks the labels of the arrows entering it). The
     key is on the Markdown page (:func:`to_markdown`), and the labels name what each arrow
     does. With traffic, the caption is a borderless node, counts are in the labels, arrows
     never taken are grey, and the session's steps and current mode are blue.
@@ -133,15 +133,15 @@ def to_mermaid(diagram: Diagram) -> str:
     Returns:
         The text, ending with a newline.
     """
-    lines = [f"%% modes of spec {_comment(diagram.spec_name)}", "flowchart LR"]
+    lines = [f"%% modes of spec {_comment(diagram.spec_name)}", "flowchart TB"]
     lines += [f"    classDef {name} {style}" for name, style in _CLASSES]
     if diagram.caption:
         lines.append(f'    caption["{_mermaid_text(diagram.caption)}"]')
     lines += [f"    {_mermaid_node(n)}" for n in diagram.nodes]
     lines += [f'    {g.id}(["{_mermaid_text(g.label)}"])' for g in diagram.groups]
     styles: dict[str, list[int]] = {}
-    spokes = [(m, g.id) for g in diagram.groups for m in g.members]
-    lines += [f"    {member} <--> {hub}" for member, hub in spokes]
+    spokes = [(g.id, m) for g in diagram.groups for m in g.members]
+    lines += [f"    {hub} <--> {member}" for hub, member in spokes]
     styles[_link_style(None)] = list(range(len(spokes)))
     for number, edge in enumerate(diagram.edges, start=len(spokes)):
         arrow = "-->" if edge.line == "solid" else "-.->"
