@@ -113,6 +113,11 @@ class Browser:
         """Send one DevTools command to the tab and return its result."""
         return self._call(method, session=self._session, **params)
 
+    def version(self) -> str:
+        """Chromium's version, e.g. ``156.0.8078.114``."""
+        product: str = self._call("Browser.getVersion")["product"]
+        return product.rpartition("/")[2]
+
     def open(self, page: Path) -> None:
         """Load the file *page* and wait for its ``load`` event."""
         self.call("Page.navigate", url=page.as_uri())

@@ -235,8 +235,9 @@ function size() {{
   const box = holder.getBoundingClientRect();
   return [Math.ceil(box.width), Math.ceil(box.height)];
 }}
-// Compare two PNGs (data URLs) as a person would: in blocks of BLOCK x BLOCK pixels,
-// each block's mean brightness; see tests/diagram/test_screenshots.py.
+// Compare two PNGs (data URLs) as a person would: in blocks of BLOCK x BLOCK pixels, the
+// mean of each colour channel; a block differs where one channel's means differ by more
+// than THRESHOLD (0-255). See tests/diagram/test_screenshots.py.
 async function compare(expected, actual, block, threshold) {{
   const load = async (url) => {{
     const image = new Image();
@@ -251,16 +252,17 @@ async function compare(expected, actual, block, threshold) {{
   }};
   const [a, b] = [await load(expected), await load(actual)];
   const width = Math.min(a.width, b.width), height = Math.min(a.height, b.height);
-  const mean = (data, x0, y0) => {{
-    let sum = 0, n = 0;
+  const means = (data, x0, y0) => {{
+    const sum = [0, 0, 0];
+    let n = 0;
     for (let y = y0; y < Math.min(y0 + block, height); y++) {{
       for (let x = x0; x < Math.min(x0 + block, width); x++) {{
         const i = (y * data.width + x) * 4;
-        sum += 0.299 * data.data[i] + 0.587 * data.data[i + 1] + 0.114 * data.data[i + 2];
+        for (let c = 0; c < 3; c++) sum[c] += data.data[i + c];
         n++;
       }}
     }}
-    return sum / n;
+    return sum.map((s) => s / n);
   }};
   const diff = document.createElement('canvas');
   diff.width = width;
@@ -268,11 +270,14 @@ async function compare(expected, actual, block, threshold) {{
   const paint = diff.getContext('2d');
   paint.putImageData(b, 0, 0);
   paint.fillStyle = 'rgba(255, 0, 0, 0.5)';
-  let blocks = 0, differing = 0;
+  let blocks = 0, differing = 0, worst = 0;
   for (let y = 0; y < height; y += block) {{
     for (let x = 0; x < width; x += block) {{
       blocks++;
-      if (Math.abs(mean(a, x, y) - mean(b, x, y)) > threshold) {{
+      const [ma, mb] = [means(a, x, y), means(b, x, y)];
+      const distance = Math.max(...ma.map((m, c) => Math.abs(m - mb[c])));
+      worst = Math.max(worst, distance);
+      if (distance > threshold) {{
         differing++;
         paint.fillRect(x, y, block, block);
       }}
@@ -280,7 +285,7 @@ async function compare(expected, actual, block, threshold) {{
   }}
   return {{
     expected: [a.width, a.height], actual: [b.width, b.height], blocks, differing,
-    diff: diff.toDataURL('image/png'),
+    worst: Math.round(worst), diff: diff.toDataURL('image/png'),
   }};
 }}
 </script></body></html>
