@@ -15,7 +15,7 @@ Example:
     >>> [(g.label, g.members) for g in diagram.groups]
     [('set_mode between\nany two of these', ('s0', 's1', 's2'))]
     >>> [(e.source, e.dest, e.label) for e in diagram.edges if e.kind == "reject"]
-    [('c0', 's1', 'No, stay in architect mode (reject_once)')]
+    [('c0', 's1', 'No, stay in architect mode\n(reject_once)')]
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ _GROUP_MIN = 3
 DRAWN_MAX = 100_000
 """The most client changes a diagram's arrows outside client groups may stand for.
 
-An arrow from or to a whole group stands for one change per member (Mermaid draws each).
+An arrow from or to a whole group stands for one change per member (its ``transitions``).
 A spec beyond it (``DiagramError``) has many modes that cannot change to any mode and are
 in no group; so has a log table (Markdown with ``--log``) of more rows.
 """

@@ -13,7 +13,7 @@ the shipped presets. The data flows one way: this model, then the building of it
 the renderers, then the files.
 
 Every node has a synthetic id (``s0``, ``s1``, ... for the modes in spec order, ``c0``, ...
-for permission requests, ``prev`` for "the previous mode", ``start``) and every human text
+for permission requests, ``p0``, ... for "the previous mode", ``start``) and every human text
 (mode ids and names, switch titles, option names) is escaped for its format, so any valid
 spec renders exactly: hyphens, quotes, ``#``, ``<``/``>``, spaces, newlines, a mode named
 ``state``, ``a:b`` and non-ASCII text included. A carriage return counts as a line break;
@@ -23,21 +23,22 @@ transitions' own ``GraphMachine`` is not used: its Mermaid breaks on such names,
 reads ``a:b`` as a port, it keeps a graph per model, and it knows nothing of permission
 options or restore policy, which live in the spec, not in the machine.
 
-The visual grammar (every picture carries its legend):
+The visual grammar (every picture carries its key, Mermaid's on the Markdown page):
 
 - a start dot leads to the initial mode (``session/new``), which has a bold border;
 - client changes (``session/set_mode`` or ``session/set_config_option``) are solid arrows
   labelled ``set_mode``; three or more modes between which the client may change every way
-  round are drawn as one group (a box in DOT, a note in Mermaid) instead of n² arrows;
-- an agent-initiated switch (the ``switch_mode`` tool) is a dashed arrow labelled with the
-  switch's title to a diamond, the permission request; from the diamond, one dashed arrow
-  per target carries the options leading there with their kinds; reject options lead back
-  to the source mode and a ``$previous`` target leads to a "previous mode" node;
+  round are drawn as one group (a box in DOT, a hub with two-way arrows in Mermaid)
+  instead of n² arrows;
+- an agent-initiated switch (the ``switch_mode`` tool) is one diamond per switch, the
+  permission request, holding the switch's title, with a dashed ``switch_mode`` arrow from
+  each source mode; from the diamond, one dashed arrow per destination carries the options
+  leading there (the names the user sees) with their kinds; a reject option leads back to
+  each source mode; a ``$previous`` option leads to the one mode it can return to, or to a
+  ``previous`` node naming the modes it can be, from
+  :func:`~modefsm.diagram.option_reach` (:attr:`Diagram.reach`);
 - a mode that ``session/load`` or ``session/resume`` does not restore is orange, with a
-  dotted arrow to the mode restored instead;
-- a note by each permission request lists, for every allow option, the mode it leads to
-  (for ``$previous``, the modes it can return to) and the modes it never reaches, from
-  :func:`~modefsm.diagram.option_reach` (:attr:`Diagram.reach`).
+  dotted arrow to the mode restored instead.
 
 With traffic, each edge shows how often it was taken and each mode how often it was
 entered; edges never taken are faded (DOT, SVG, PNG), and one session's steps and current
@@ -116,11 +117,12 @@ class DiagramNode(BaseModel):
     """A node of a :class:`Diagram`.
 
     Attributes:
-        id: the synthetic id every renderer uses (``s0``, ``c0``, ``prev``, ``start``).
+        id: the synthetic id every renderer uses (``s0``, ``c0``, ``p0``, ``start``).
         kind: see :data:`NodeKind`.
-        label: the human text: a mode's name, ``previous mode``; ``""`` for the others.
+        label: the human text: a mode's name, a choice's switch title, the modes a
+            ``previous`` node can be; ``""`` for the start.
         mode_id: a mode node's ACP ``SessionMode.id``.
-        tooltip: a mode's description, or a choice's switch title.
+        tooltip: a mode's description.
         initial: whether this is the spec's initial mode.
         restore_to: for a mode that is not restorable, the name of the mode restored instead.
         entered: with traffic, how many committed records entered this mode.
@@ -299,7 +301,8 @@ class Diagram(BaseModel):
     Attributes:
         spec_name: the spec's name.
         spec_hash: its :attr:`~modefsm.spec.ModeSpec.content_hash`.
-        nodes: the modes (in spec order), then choices, ``prev`` and ``start``.
+        nodes: the modes (in spec order), then each choice followed by its ``previous``
+            node if it has one, then ``start``.
         groups: the client groups.
         edges: the arrows, in a stable order.
         legend: the legend's lines, only for what the picture shows.
