@@ -6,25 +6,13 @@ import html
 from collections.abc import Sequence
 
 from modefsm.diagram._model import Diagram, DiagramEdge, DiagramNode, EdgeKind, LegendKind, NodeKind
-from modefsm.diagram.renderers._text import _TIMES, _edge_text, _visible, _wrapped
+from modefsm.diagram.renderers._text import _TIMES, _Colour, _edge_text, _visible, _wrapped
 
 __all__ = ["to_dot"]
 
 
 _FONT = "Helvetica,Arial,sans-serif"
 _MONO = "Courier New,Courier,monospace"
-_INK = "#24292f"
-_MUTED = "#57606a"
-_AGENT = "#7a3fb0"
-_AGENT_FILL = "#f4ecfb"
-_REJECT = "#b42318"
-_RESTORE = "#c05a00"
-_RESTORE_FILL = "#fff4e5"
-_PATH = "#1f6feb"
-_PATH_FILL = "#d8ecff"
-_FADED = "#c9ced4"
-_GROUP_FILL = "#f6f8fa"
-_GROUP_LINE = "#afb8c1"
 _LEFT = '<BR ALIGN="LEFT"/>'
 
 
@@ -87,7 +75,10 @@ def to_dot(diagram: Diagram, *, dpi: int | None = None) -> str:
     lines = [
         "digraph modefsm {",
         f"    graph {_attrs(graph)};",
-        f'    node [fontname="{_FONT}", fontsize=11, color="{_MUTED}", fontcolor="{_INK}"];',
+        (
+            f'    node [fontname="{_FONT}", fontsize=11, color="{_Colour.MUTED}", '
+            f'fontcolor="{_Colour.INK}"];'
+        ),
         f'    edge [fontname="{_FONT}", fontsize=9, arrowsize=0.7];',
     ]
     members = {m for g in diagram.groups for m in g.members}
@@ -102,10 +93,10 @@ def to_dot(diagram: Diagram, *, dpi: int | None = None) -> str:
             "class": '"client_group"',
             "label": f"<{_html(group.label, _LEFT)}{_LEFT}>",
             "style": '"rounded,filled"',
-            "fillcolor": f'"{_GROUP_FILL}"',
-            "color": f'"{_GROUP_LINE}"',
+            "fillcolor": f'"{_Colour.GROUP_FILL}"',
+            "color": f'"{_Colour.GROUP_LINE}"',
             "fontsize": "10",
-            "fontcolor": f'"{_MUTED}"',
+            "fontcolor": f'"{_Colour.MUTED}"',
             "labelloc": "t",
             "labeljust": "l",
         }
@@ -148,8 +139,8 @@ _DOT_PSEUDO_NODES: dict[NodeKind, dict[str, str]] = {
         "class": '"start"',
         "shape": "circle",
         "style": "filled",
-        "fillcolor": f'"{_INK}"',
-        "color": f'"{_INK}"',
+        "fillcolor": f'"{_Colour.INK}"',
+        "color": f'"{_Colour.INK}"',
         "width": "0.16",
         "fixedsize": "true",
         "label": '""',
@@ -158,8 +149,8 @@ _DOT_PSEUDO_NODES: dict[NodeKind, dict[str, str]] = {
         "class": '"choice"',
         "shape": "diamond",
         "style": "filled",
-        "fillcolor": f'"{_AGENT_FILL}"',
-        "color": f'"{_AGENT}"',
+        "fillcolor": f'"{_Colour.AGENT_FILL}"',
+        "color": f'"{_Colour.AGENT}"',
         "fontsize": "10",
         "margin": '"0.02,0.02"',
     },
@@ -167,9 +158,9 @@ _DOT_PSEUDO_NODES: dict[NodeKind, dict[str, str]] = {
         "class": '"previous"',
         "shape": "box",
         "style": '"rounded,dashed,filled"',
-        "fillcolor": f'"{_AGENT_FILL}"',
-        "color": f'"{_AGENT}"',
-        "fontcolor": f'"{_AGENT}"',
+        "fillcolor": f'"{_Colour.AGENT_FILL}"',
+        "color": f'"{_Colour.AGENT}"',
+        "fontcolor": f'"{_Colour.AGENT}"',
         "fontsize": "10",
     },
 }
@@ -178,18 +169,18 @@ _DOT_PSEUDO_NODES: dict[NodeKind, dict[str, str]] = {
 def _dot_mode_attrs(node: DiagramNode) -> dict[str, str]:
     small = '<BR/><FONT POINT-SIZE="9" COLOR="{}">{}</FONT>'
     label = f"<B>{_html(node.label)}</B>"
-    label += f'<BR/><FONT FACE="{_MONO}" POINT-SIZE="9" COLOR="{_MUTED}">'
+    label += f'<BR/><FONT FACE="{_MONO}" POINT-SIZE="9" COLOR="{_Colour.MUTED}">'
     label += f"{_html(node.mode_id or '')}</FONT>"
-    fill, color, width = "#ffffff", _MUTED, "2" if node.initial else "1"
+    fill, color, width = _Colour.PAPER, _Colour.MUTED, "2" if node.initial else "1"
     classes = ["mode"] + ["initial"] * node.initial
     if node.restore_to is not None:
-        label += small.format(_RESTORE, "not restored on load")
-        fill, color = _RESTORE_FILL, _RESTORE
+        label += small.format(_Colour.RESTORE, "not restored on load")
+        fill, color = _Colour.RESTORE_FILL, _Colour.RESTORE
         classes.append("unrestorable")
     if node.entered is not None:
-        label += small.format(_MUTED, f"entered {_TIMES}{node.entered}")
+        label += small.format(_Colour.MUTED, f"entered {_TIMES}{node.entered}")
     if node.current:
-        fill, color, width = _PATH_FILL, _PATH, "3"
+        fill, color, width = _Colour.PATH_FILL, _Colour.PATH, "3"
         classes.append("current")
     return {
         "class": f'"{" ".join(classes)}"',
@@ -204,21 +195,21 @@ def _dot_mode_attrs(node: DiagramNode) -> dict[str, str]:
 
 
 _DOT_EDGE_COLOR: dict[EdgeKind, str] = {
-    "start": _INK,
-    "client_change": _INK,
-    "switch": _AGENT,
-    "option": _AGENT,
-    "reject": _REJECT,
-    "restore": _RESTORE,
+    "start": _Colour.INK,
+    "client_change": _Colour.INK,
+    "switch": _Colour.AGENT,
+    "option": _Colour.AGENT,
+    "reject": _Colour.REJECT,
+    "restore": _Colour.RESTORE,
 }
 
 
 def _dot_edge_attrs(edge: DiagramEdge) -> dict[str, str]:
     color, width = _DOT_EDGE_COLOR[edge.kind], "1.2"
     if edge.faded:
-        color = _FADED
+        color = _Colour.FADED
     if edge.on_path:
-        color, width = _PATH, "2.5"
+        color, width = _Colour.PATH, "2.5"
     text = _edge_text(edge)
     if edge.kind == "start":  # the start dot needs no words, only a count
         text = text.removeprefix(edge.label).removeprefix("\n")
@@ -247,7 +238,7 @@ def _dot_legend(diagram: Diagram) -> str:
     if diagram.caption:
         rows = f'<TR><TD COLSPAN="6" ALIGN="LEFT"><I>{_html(diagram.caption)}</I></TD></TR>{rows}'
     return (
-        f'<FONT POINT-SIZE="9"><TABLE BORDER="1" STYLE="rounded" COLOR="{_GROUP_LINE}" '
+        f'<FONT POINT-SIZE="9"><TABLE BORDER="1" STYLE="rounded" COLOR="{_Colour.GROUP_LINE}" '
         'CELLBORDER="0" CELLSPACING="0" CELLPADDING="2">'
         f'<TR><TD COLSPAN="6" ALIGN="LEFT"><B>{_html(diagram.spec_name)}</B></TD></TR>'
         f"{rows}</TABLE></FONT>"
@@ -273,15 +264,15 @@ def _box_sample(fill: str, color: str, style: str, width: int = 1) -> str:
 
 
 _DOT_LEGEND_SAMPLE: dict[LegendKind, str] = {
-    "start": f'<FONT COLOR="{_INK}">●</FONT>',
-    "client_change": _line_sample(_INK),
-    "group": _box_sample(_GROUP_FILL, _GROUP_LINE, "rounded"),
-    "switch": _line_sample(_AGENT, "dashed"),
-    "reject": _line_sample(_REJECT, "dashed"),
-    "previous": _box_sample(_AGENT_FILL, _AGENT, "dashed"),
-    "restore": _line_sample(_RESTORE, "dotted"),
-    "count": f'<FONT COLOR="{_INK}">{_TIMES}N</FONT>',
-    "faded": _line_sample(_FADED),
-    "path": _line_sample(_PATH),
-    "current": _box_sample(_PATH_FILL, _PATH, "rounded", 2),
+    "start": f'<FONT COLOR="{_Colour.INK}">●</FONT>',
+    "client_change": _line_sample(_Colour.INK),
+    "group": _box_sample(_Colour.GROUP_FILL, _Colour.GROUP_LINE, "rounded"),
+    "switch": _line_sample(_Colour.AGENT, "dashed"),
+    "reject": _line_sample(_Colour.REJECT, "dashed"),
+    "previous": _box_sample(_Colour.AGENT_FILL, _Colour.AGENT, "dashed"),
+    "restore": _line_sample(_Colour.RESTORE, "dotted"),
+    "count": f'<FONT COLOR="{_Colour.INK}">{_TIMES}N</FONT>',
+    "faded": _line_sample(_Colour.FADED),
+    "path": _line_sample(_Colour.PATH),
+    "current": _box_sample(_Colour.PATH_FILL, _Colour.PATH, "rounded", 2),
 }

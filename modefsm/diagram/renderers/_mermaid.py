@@ -5,7 +5,7 @@ from __future__ import annotations
 import unicodedata
 
 from modefsm.diagram._model import Diagram, DiagramEdge, DiagramNode, EdgeKind, LegendKind
-from modefsm.diagram.renderers._text import _TIMES, _edge_text, _visible, _wrapped
+from modefsm.diagram.renderers._text import _TIMES, _Colour, _edge_text, _visible, _wrapped
 
 __all__ = ["mermaid_key", "to_mermaid"]
 
@@ -15,36 +15,37 @@ _MERMAID_PLAIN = frozenset(
 )
 
 
-_INK = "#24292f"
-_MUTED = "#57606a"
-_AGENT = "#7a3fb0"
-_AGENT_FILL = "#f4ecfb"
-_REJECT = "#b42318"
-_RESTORE = "#c05a00"
-_PATH = "#1f6feb"
-_FADED = "#c9ced4"
 _FADED_TEXT = "#8c959f"
 
 _CLASSES = (
-    ("mode", f"fill:#ffffff,stroke:{_MUTED},color:{_INK}"),
+    ("mode", f"fill:{_Colour.PAPER},stroke:{_Colour.MUTED},color:{_Colour.INK}"),
     ("initial", "stroke-width:3px"),
-    ("unrestorable", f"fill:#fff4e5,stroke:{_RESTORE},stroke-dasharray:5 3"),
-    ("current", f"fill:#d8ecff,stroke:{_PATH},stroke-width:3px"),
-    ("choice", f"fill:{_AGENT_FILL},stroke:{_AGENT},color:{_INK}"),
-    ("previous", f"fill:{_AGENT_FILL},stroke:{_AGENT},stroke-dasharray:5 3,color:{_AGENT}"),
-    ("start", f"fill:{_INK},stroke:{_INK}"),
-    ("group", f"fill:#f6f8fa,stroke:#afb8c1,color:{_MUTED}"),
-    ("caption", f"fill:#ffffff,stroke:#ffffff,color:{_MUTED},font-style:italic"),
+    ("unrestorable", f"fill:{_Colour.RESTORE_FILL},stroke:{_Colour.RESTORE},stroke-dasharray:5 3"),
+    ("current", f"fill:{_Colour.PATH_FILL},stroke:{_Colour.PATH},stroke-width:3px"),
+    ("choice", f"fill:{_Colour.AGENT_FILL},stroke:{_Colour.AGENT},color:{_Colour.INK}"),
+    (
+        "previous",
+        (
+            f"fill:{_Colour.AGENT_FILL},stroke:{_Colour.AGENT},stroke-dasharray:5 3,"
+            f"color:{_Colour.AGENT}"
+        ),
+    ),
+    ("start", f"fill:{_Colour.INK},stroke:{_Colour.INK}"),
+    ("group", f"fill:{_Colour.GROUP_FILL},stroke:{_Colour.GROUP_LINE},color:{_Colour.MUTED}"),
+    (
+        "caption",
+        f"fill:{_Colour.PAPER},stroke:{_Colour.PAPER},color:{_Colour.MUTED},font-style:italic",
+    ),
 )
 """Mermaid ``classDef`` styles, in the order they are applied (a later one wins)."""
 
 _LINKS: dict[EdgeKind, tuple[str, str]] = {
-    "start": (_INK, ""),
-    "client_change": (_INK, ""),
-    "switch": (_AGENT, "6 4"),
-    "option": (_AGENT, "6 4"),
-    "reject": (_REJECT, "6 4"),
-    "restore": (_RESTORE, "2 4"),
+    "start": (_Colour.INK, ""),
+    "client_change": (_Colour.INK, ""),
+    "switch": (_Colour.AGENT, "6 4"),
+    "option": (_Colour.AGENT, "6 4"),
+    "reject": (_Colour.REJECT, "6 4"),
+    "restore": (_Colour.RESTORE, "2 4"),
 }
 """Each kind of arrow's colour and dashes (``stroke-dasharray``; none: solid)."""
 
@@ -168,13 +169,13 @@ def _link_style(edge: DiagramEdge | None) -> str:
     Its kind's colour and dashes; grey if never taken, blue on the session's path.
     """
     if edge is None:
-        return f"stroke:{_INK},stroke-width:1.5px"
+        return f"stroke:{_Colour.INK},stroke-width:1.5px"
     color, dashes = _LINKS[edge.kind]
     stroke, width = color, "1.5px"
     if edge.faded:
-        stroke, color = _FADED, _FADED_TEXT
+        stroke, color = _Colour.FADED, _FADED_TEXT
     if edge.on_path:
-        stroke, color, width = _PATH, _PATH, "3px"
+        stroke, color, width = _Colour.PATH, _Colour.PATH, "3px"
     style = f"stroke:{stroke},color:{color},stroke-width:{width}"
     return style + f",stroke-dasharray:{dashes}" * bool(dashes)
 

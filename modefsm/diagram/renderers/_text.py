@@ -1,4 +1,4 @@
-"""Text shared by the renderers: visible control characters, edge texts, wrapped titles."""
+"""What the renderers share: the colours, visible control characters, edge texts, wrapped titles."""
 
 from __future__ import annotations
 
@@ -7,6 +7,30 @@ import textwrap
 from modefsm.diagram._model import DiagramEdge
 
 __all__: list[str] = []
+
+
+class _Colour:
+    """The colours of every picture."""
+
+    INK = "#24292f"
+    """Text, modes' borders' ink, client arrows."""
+    MUTED = "#57606a"
+    PAPER = "#ffffff"
+    AGENT = "#7a3fb0"
+    """Agent switches: the diamond's border, ``switch_mode`` and approval arrows."""
+    AGENT_FILL = "#f4ecfb"
+    REJECT = "#b42318"
+    """Reject options' arrows."""
+    RESTORE = "#c05a00"
+    """Modes not restored on load, and their arrow to the mode load gives."""
+    RESTORE_FILL = "#fff4e5"
+    PATH = "#1f6feb"
+    """With a log, one session's steps and current mode."""
+    PATH_FILL = "#d8ecff"
+    FADED = "#c9ced4"
+    """With a log, arrows never taken."""
+    GROUP_FILL = "#f6f8fa"
+    GROUP_LINE = "#afb8c1"
 
 
 _TIMES = "\N{MULTIPLICATION SIGN}"
