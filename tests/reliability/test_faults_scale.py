@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -195,19 +196,27 @@ class TestDiagram:
         assert b"Mode 1999" in done.stdout
         assert took < BOUND, f"diagram --format {fmt} took {took:.1f} s"
 
-    def test_mermaid_draws_one_arrow_per_change_reaching_the_restricted_mode(self, drawn):
+    def test_mermaid_draws_the_group_as_a_hub_and_the_restricted_mode_apart(self, drawn):
         done, _ = drawn["mermaid"]
-        arrows = [line for line in done.stdout.decode().splitlines() if " --> " in line]
+        lines = done.stdout.decode().splitlines()
+        spokes = [line for line in lines if " <--> " in line]
+        arrows = [line for line in lines if re.match(r"    \S+ (-->|-\.->)\|", line)]
 
-        # every mode but m1 may change to m1; m1 only to m0 and m2; the switch in m0:
-        # one arrow to its choice, one back (reject), one to "previous"; m1999 restores to m0
-        to_m1 = [a for a in arrows if a.split(" --> ")[1].startswith("s1 :")]
-        assert len(to_m1) == MODES - 1
-        assert [a for a in arrows if a.startswith("    s1 -->")] == [
-            "    s1 --> s0 : set_mode",
-            "    s1 --> s2 : set_mode",
+        # every mode but m1 may change to any other: one group, its hub g0 with a two-way
+        # spoke to each member, one arrow from the hub to m1; m1 only to m0 and m2; the
+        # switch in m0: one arrow to its choice, one to "previous", one back (reject);
+        # m1999 restores to m0
+        assert spokes == [f"    g0 <--> s{i}" for i in range(MODES) if i != 1]
+        assert arrows == [
+            '    start -->|"session/new"| s0',
+            '    g0 -->|"set_mode<br>from any"| s1',
+            '    s1 -->|"set_mode"| s0',
+            '    s1 -->|"set_mode"| s2',
+            '    s0 -.->|"switch_mode"| c0',
+            '    c0 -.->|"Back<br>(allow_once)"| p0',
+            '    c0 -.->|"No<br>(reject_once)"| s0',
+            f'    s{MODES - 1} -.->|"on load/resume"| s0',
         ]
-        assert len(arrows) == 1 + (MODES - 1) + 2 + 3 + 1
 
     @pytest.mark.parametrize("fmt", ["svg", "png"])
     def test_graphviz_formats_are_refused_past_the_node_cap(self, spec_file, tmp_path, fmt):
@@ -236,7 +245,7 @@ class TestDiagram:
             f"{DRAWN_MAX} rows (the limit); draw it as mermaid or dot instead\n"
         )
         assert (mermaid.returncode, mermaid.stderr) == (0, b"")
-        taken = "    s0 --> s7 : set_mode<br>\N{MULTIPLICATION SIGN}1"
+        taken = '    s0 -->|"set_mode<br>\N{MULTIPLICATION SIGN}1"| s7'
         assert taken in mermaid.stdout.decode().splitlines()
         assert took < BOUND
 
