@@ -7,7 +7,7 @@ import unicodedata
 from modefsm.diagram._model import Diagram, DiagramEdge, DiagramNode, EdgeKind, LegendKind
 from modefsm.diagram.renderers._text import _TIMES, _Colour, _edge_text, _visible, _wrapped
 
-__all__ = ["mermaid_key", "to_mermaid"]
+__all__ = ["to_mermaid"]
 
 
 _MERMAID_PLAIN = frozenset(
