@@ -34,6 +34,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="modefsm",
         description="ACP session modes as explicit, logged, replayable state machines.",
+        epilog="Exit status: 0 success; 2 a usage or input error (one line on stderr); "
+        "demo: 1 a step did not behave as ACP says; serve: 1 its output closed; "
+        "replay: 1 violations, 3 spec mismatch (see modefsm replay --help).",
     )
     parser.add_argument(
         "--version", action=_Version, nargs=0, help="show program's version number and exit"
@@ -328,7 +331,10 @@ def _add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
             "Replay modefsm transition logs (oldest first; gzip files and - for stdin "
             "accepted): print every session's timeline and final mode, and check each "
             "change against the spec it was written with. Exit status: 0 clean, "
-            "1 violations found, 2 unusable input."
+            "1 violations found, 2 usage error or unusable input (a file that cannot be "
+            "read, is not text, or has more lines that are not JSON objects than modefsm "
+            "records), 3 spec mismatch (the only violations are records written with a spec "
+            "not given, or with an earlier version of one given)."
         ),
     )
     parser.add_argument("logs", nargs="+", metavar="LOG", help="a transition log, or -")

@@ -7,8 +7,13 @@ with the log.
 
 What it does with each line:
 
-- a host's own line (anything that is not a modefsm record) is skipped silently; so are
-  modefsm's diagnostics (``modefsm.notify_failed``, ...), which are not records;
+- a host's own JSON object (a structured event that is not a modefsm record) is skipped
+  silently; so are modefsm's diagnostics (``modefsm.notify_failed``, ...), which are not
+  records;
+- a host's line that is not a JSON object (prose: it does not begin with ``{``) is skipped
+  too, but a file with more such lines than modefsm records (a Markdown file quoting a
+  record, a host's text log) is not a transition log: ``not_a_log``, reported after its
+  last line;
 - a torn line (a crash mid-write: the last line without its newline, or a record cut
   short) is a ``torn`` problem: reported, skipped, never fatal. A record cut short with
   more of the log after it (:attr:`LogProblem.inside`; also a torn last line of a file
@@ -21,7 +26,7 @@ What it does with each line:
   not valid JSON (``not_json``) or does not fit :class:`~modefsm.log.TransitionRecord`
   (``not_a_record``) is reported with what is wrong;
 - a file that cannot be read, or whose first line is binary, is ``unreadable`` or
-  ``not_text``: the only :attr:`LogProblem.fatal` kinds.
+  ``not_text``: with ``not_a_log``, the :attr:`LogProblem.fatal` kinds.
 
 Example:
     >>> import io
@@ -61,7 +66,7 @@ __all__ = ["MAX_LINE", "Location", "LogEntry", "LogProblem", "ProblemKind", "Tak
 
 ProblemKind = Literal[
     "torn", "not_json", "not_a_record", "binary", "too_long", "empty", "no_records",
-    "unreadable", "not_text",
+    "unreadable", "not_text", "not_a_log",
 ]  # fmt: skip
 """What is wrong with a line or a file (see :class:`LogProblem`)."""
 
@@ -74,7 +79,7 @@ for it and builds no model), ``False`` to have the reader treat it as usual. A `
 must not change anything before it returns ``False``, and may change *data*.
 """
 
-_FATAL: frozenset[ProblemKind] = frozenset({"unreadable", "not_text"})
+_FATAL: frozenset[ProblemKind] = frozenset({"unreadable", "not_text", "not_a_log"})
 _BAD_RECORD: frozenset[ProblemKind] = frozenset({"not_json", "not_a_record"})
 _MARKS = tuple(f'"{event}"'.encode() for event in sorted(RECORD_EVENTS))
 _MARK = b'"modefsm.'
@@ -130,8 +135,9 @@ class LogProblem:
         kind: ``torn`` (a crash mid-write), ``not_json`` and ``not_a_record`` (a modefsm
             record that does not parse), ``binary`` (a line of binary data among text),
             ``too_long`` (over :data:`MAX_LINE`), ``empty`` (an empty file),
-            ``no_records`` (a file without modefsm records), ``unreadable`` and
-            ``not_text`` (the file is unusable).
+            ``no_records`` (a file without modefsm records), ``unreadable``,
+            ``not_text`` and ``not_a_log`` (more lines that are not JSON objects than
+            records: the file is unusable).
         message: what is wrong, for people.
         session_id: the record's ``session_id``, when the line got far enough to say.
         seq: the record's ``seq``, likewise.
@@ -150,7 +156,7 @@ class LogProblem:
 
     @property
     def fatal(self) -> bool:
-        """Whether the file is unusable (``unreadable`` or ``not_text``)."""
+        """Whether the file is unusable (``unreadable``, ``not_text`` or ``not_a_log``)."""
         return self.kind in _FATAL
 
     @property
@@ -246,7 +252,7 @@ class _FileReader:
         stream: Any = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
         if start:
             stream.seek(start)
-        offset, lineno, records, content_lines = start, 0, 0, 0
+        offset, lineno, records, content_lines, text_lines = start, 0, 0, 0, 0
         next_report = _PROGRESS_STEP if progress is not None else _NEVER
         take, loads, readline = self.take, orjson.loads, stream.readline
         limit, brace, newline, mark = MAX_LINE + 1, _BRACE, _NEWLINE, _MARK
@@ -311,6 +317,8 @@ class _FileReader:
                     location, "not_text", "binary data, not a JSON-lines log: file skipped"
                 )
                 break
+            if content[0] != brace and not content.lstrip().startswith(b"{"):
+                text_lines += 1  # prose, Markdown, a traceback: a host's or not a log at all
             if _REPAIRED in content and (torn is None or torn.problem.location.line < lineno - 1):
                 repaired = _repaired_tear(content, prior, Location(name, lineno - 1))
                 if repaired is not None:
@@ -339,7 +347,9 @@ class _FileReader:
         elif torn is not None:
             yield torn.resolve(None, None)
         self.consumed = _tell(raw, offset) if compressed else offset
-        if not start and records == 0:
+        if not start and records >= 0 and text_lines > records:
+            yield _not_a_log(name, content_lines, text_lines, records)
+        elif not start and records == 0:
             yield _no_records(name, lineno)
 
     def _parse(  # noqa: C901, PLR0911 - one return per kind of line
@@ -498,6 +508,15 @@ def _read_problem(name: str, lineno: int, exc: Exception) -> LogProblem:
         message = f"the gzip data ends early, after line {lineno} (an unfinished archive)"
         return LogProblem(Location(name, 0), "torn", message)
     return LogProblem(Location(name, 0), "unreadable", f"corrupt after line {lineno}: {exc}")
+
+
+def _not_a_log(name: str, lines: int, text: int, records: int) -> LogProblem:
+    noun = "record" if records == 1 else "records"
+    message = (
+        f"{text} of its {lines} lines are not JSON objects, more than its {records} "
+        f"modefsm {noun}: not a transition log"
+    )
+    return LogProblem(Location(name, 0), "not_a_log", message)
 
 
 def _no_records(name: str, lines: int) -> LogProblem:

@@ -231,12 +231,21 @@ class ReplayReport:
 
     @property
     def exit_status(self) -> int:
-        """``2`` if some input was unusable, else ``1`` if there are violations, else ``0``."""
+        """What ``modefsm replay`` exits with.
+
+        ``2`` if some input was unusable; else ``1`` if there is a violation other than
+        ``unknown_spec`` and ``spec_changed``; else ``3`` if there are only those (records
+        whose spec was not given: unchecked, so neither clean nor shown to be wrong);
+        else ``0``.
+        """
         if self.errors:
             return 2
-        return 1 if self.violations else 0
+        if any(v.kind not in _SPEC_KINDS for v in self.violations):
+            return 1
+        return 3 if self.violations else 0
 
 
+_SPEC_KINDS = frozenset({"unknown_spec", "spec_changed"})
 _At = tuple[str, int]
 """A place as ``(path, line)``: what the replayer keeps; a :class:`Location` for reports."""
 

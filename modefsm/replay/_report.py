@@ -16,24 +16,44 @@ if TYPE_CHECKING:
     from modefsm.log._reader import LogEntry
     from modefsm.replay._replayer import ReplayReport
 
-__all__ = ["JsonReport", "TableReport", "verdict"]
+__all__ = ["HELD_ROWS", "JsonReport", "TableReport", "verdict"]
 
 _HEADER = ("TIME", "SESSION", "SEQ", "CHANGE", "ORIGIN", "TOOL CALL / OPTION")
-_WIDTHS = (27, 12, 4, 26, 18)
+HELD_ROWS = 10_000
+"""Timeline rows a :class:`TableReport` holds to fit its columns to the longest value; past
+them the widths are fixed, and a longer value in a later row pushes the rest of its row
+right."""
+_SPEC_KINDS = frozenset({"unknown_spec", "spec_changed"})
 
 
 def verdict(report: ReplayReport) -> str:
-    """``clean``, ``N violation(s)``, or ``unusable input``: the last line of a report."""
+    """The last line of a report: what :attr:`~ReplayReport.exit_status` says, in words.
+
+    ``unusable input`` (2), ``N violation(s)`` (1), ``spec mismatch`` (3: the only
+    violations are records whose spec was not given) or ``clean`` (0).
+    """
     if report.errors:
         return "unusable input"
     count = len(report.violations)
+    if count and all(v.kind in _SPEC_KINDS for v in report.violations):
+        hints = sorted({_spec_hint(v.kind) for v in report.violations})
+        return "spec mismatch: " + "; ".join(hints)
     if count:
         return f"{count} violation" + ("" if count == 1 else "s")
     return "clean"
 
 
+def _spec_hint(kind: str) -> str:
+    if kind == "spec_changed":
+        return "the spec given changed since the records were written"
+    return "records written with a spec not given"
+
+
 class TableReport:
     """The timeline as an aligned table, then the summary sections.
+
+    The columns fit their longest value among the first :data:`HELD_ROWS` rows, which are
+    held until then (or until :meth:`finish`); later rows are written as they come.
 
     Args:
         out: where to write (text).
@@ -42,13 +62,11 @@ class TableReport:
     def __init__(self, out: TextIO) -> None:
         """Write to *out*."""
         self.out = out
-        self._rows = 0
+        self._held: list[tuple[str, ...]] | None = []
+        self._widths = [len(name) for name in _HEADER[:-1]]
 
     def entry(self, entry: LogEntry) -> None:
-        """Write the timeline row of one record."""
-        if self._rows == 0:
-            self._row(*_HEADER)
-        self._rows += 1
+        """Write (or hold) the timeline row of one record."""
         r = entry.record
         change = f"{r.from_mode or ''} -> {r.to_mode or '?'}".lstrip()
         origin = r.origin if r.reason is None else f"{r.origin} rejected: {r.reason}"
@@ -58,11 +76,25 @@ class TableReport:
         if r.proposed_in is not None:
             tool += f" (proposed in {r.proposed_in})"
         seq = "-" if r.seq is None else str(r.seq)
-        self._row(r.timestamp, r.session_id, seq, change, origin, tool)
+        cells = (r.timestamp, r.session_id, seq, change, origin, tool)
+        if self._held is None:
+            self._row(cells)
+            return
+        self._held.append(cells)
+        self._widths = [max(w, len(c)) for w, c in zip(self._widths, cells, strict=False)]
+        if len(self._held) >= HELD_ROWS:
+            self._release()
 
-    def _row(self, *cells: str) -> None:
+    def _release(self) -> None:
+        held, self._held = self._held, None
+        if held:
+            self._row(_HEADER)
+            for cells in held:
+                self._row(cells)
+
+    def _row(self, cells: tuple[str, ...]) -> None:
         time, session, seq, change, origin, tool = cells
-        w = _WIDTHS
+        w = self._widths
         line = (
             f"{time:<{w[0]}}  {session:<{w[1]}}  {seq:>{w[2]}}  {change:<{w[3]}}  "
             f"{origin:<{w[4]}}  {tool}"
@@ -72,14 +104,18 @@ class TableReport:
     def finish(self, report: ReplayReport) -> None:
         """Write the summary: sessions, violations, notes, chain, verdict."""
         write = self.out.write
-        if self._rows:
+        rows = self._held is None or bool(self._held)
+        self._release()
+        if rows:
             write("\n")
         write(f"SESSIONS ({len(report.sessions)})\n")
+        ids = max((len(s.session_id) for s in report.sessions), default=0)
+        modes = max((len(s.mode or "?") for s in report.sessions), default=0)
         for s in report.sessions:
             rejected = f", {s.rejections} rejected" if s.rejections else ""
             write(
-                f"  {s.session_id}  {s.mode or '?'}  (seq {s.seq}, spec {s.spec}, "
-                f"{s.records} records{rejected})\n"
+                f"  {s.session_id:<{ids}}  {s.mode or '?':<{modes}}  (seq {s.seq}, "
+                f"spec {s.spec}, {s.records} records{rejected})\n"
             )
         if report.violations:
             write(f"VIOLATIONS ({len(report.violations)})\n")

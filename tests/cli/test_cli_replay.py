@@ -91,6 +91,108 @@ class TestFormats:
         assert (0, "RESULT  clean") == (status, out.splitlines()[-1])
 
 
+LONG_ID = "sess_0f8e1c2a9b7d4e3f8a6b5c4d3e2f1a0b"  # 37 characters, as serve's ids are
+
+
+@pytest.fixture
+def long_ids_log(tmp_path) -> Path:
+    from tests.replay.golden_logs import fixed_clock
+
+    path = tmp_path / "long.jsonl"
+    log = TransitionLog.to_file(path)
+    with fixed_clock():
+        engine = ModeEngine(preset("seed"), log=log)
+        engine.new_session(LONG_ID)
+        engine.new_session("s2")
+        engine.change(LONG_ID, "architect", "set_mode")
+        engine.apply_switch(
+            LONG_ID, "code", tool_call_id="call_1", option_id="code", proposed_in="architect"
+        )
+    log.close()
+    return Path(path)
+
+
+class TestTable:
+    """The timeline's and the summary's columns fit their longest value."""
+
+    def test_columns_fit_37_character_session_ids(self, capsys, long_ids_log):
+        status, out, _ = _run(capsys, str(long_ids_log))
+        assert 0 == status
+        assert (
+            "TIME                         SESSION                                SEQ  CHANGE"
+            "             ORIGIN       TOOL CALL / OPTION\n"
+            f"2026-01-01T00:00:01.000000Z  {LONG_ID}    1  -> ask             new\n"
+            "2026-01-01T00:00:02.000000Z  s2                                       1  -> ask"
+            "             new\n"
+            f"2026-01-01T00:00:03.000000Z  {LONG_ID}    2  ask -> architect   set_mode\n"
+            f"2026-01-01T00:00:04.000000Z  {LONG_ID}    3  architect -> code  switch_mode"
+            "  call_1 / code\n"
+            "\n"
+            "SESSIONS (2)\n"
+            f"  {LONG_ID}  code  (seq 3, spec seed, 3 records)\n"
+            "  s2                                     ask   (seq 1, spec seed, 1 records)\n"
+            "RESULT  clean\n"
+        ) == out
+
+    def test_rows_past_the_held_ones_keep_the_widths(self, capsys, long_ids_log, monkeypatch):
+        from modefsm.replay import _report
+
+        monkeypatch.setattr(_report, "HELD_ROWS", 2)
+        _, out, _ = _run(capsys, str(long_ids_log))
+        assert [
+            (
+                "TIME                         SESSION                                SEQ  CHANGE  "
+                "ORIGIN  TOOL CALL / OPTION"
+            ),
+            f"2026-01-01T00:00:01.000000Z  {LONG_ID}    1  -> ask  new",
+            "2026-01-01T00:00:02.000000Z  s2                                       1  -> ask  new",
+            f"2026-01-01T00:00:03.000000Z  {LONG_ID}    2  ask -> architect  set_mode",
+        ] == out.splitlines()[:4]
+
+
+class TestExitStatus:
+    """0 clean, 1 violations, 2 unusable input, 3 only records whose spec was not given."""
+
+    def test_unknown_spec_alone_is_3(self, capsys):
+        status, out, err = _run(capsys, str(GOLDEN / "unknown_spec.jsonl"))
+        assert (3, "RESULT  spec mismatch: records written with a spec not given", "") == (
+            status,
+            out.splitlines()[-1],
+            err,
+        )
+
+    def test_unknown_spec_with_another_violation_is_1(self, capsys, tmp_path):
+        path = tmp_path / "gap.jsonl"
+        lines = (GOLDEN / "unknown_spec.jsonl").read_bytes().splitlines(keepends=True)
+        path.write_bytes(lines[0] + lines[2])  # seq 2 deleted: a gap
+        status, out, _ = _run(capsys, str(path))
+        assert (1, "RESULT  3 violations") == (status, out.splitlines()[-1])
+        assert ["gap", "from_mode", "unknown_spec"] == [
+            line.split(": ")[2] for line in out.splitlines() if line.startswith(f"  {path}:")
+        ]
+
+    def test_every_commands_statuses_are_in_the_top_help(self, capsys):
+        with pytest.raises(SystemExit):
+            main(["--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert text.endswith(
+            "Exit status: 0 success; 2 a usage or input error (one line on stderr); demo: 1 a "
+            "step did not behave as ACP says; serve: 1 its output closed; replay: 1 "
+            "violations, 3 spec mismatch (see modefsm replay --help)."
+        )
+
+    def test_statuses_are_in_the_help(self, capsys):
+        with pytest.raises(SystemExit):
+            main(["replay", "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert (
+            "Exit status: 0 clean, 1 violations found, 2 usage error or unusable input (a "
+            "file that cannot be read, is not text, or has more lines that are not JSON "
+            "objects than modefsm records), 3 spec mismatch (the only violations are records "
+            "written with a spec not given, or with an earlier version of one given)."
+        ) in text
+
+
 class TestBadInput:
     """Unusable input: exit 2, one line on stderr per problem, never a traceback."""
 
@@ -106,12 +208,19 @@ class TestBadInput:
                 ),
             ),
             (
-                b'{"event":"x"}\n[1,2]\n',
+                b'{"event":"x"}\n{"event":"y"}\n',
                 "modefsm replay: no_records: the input holds no modefsm record\n",
+            ),
+            (
+                b'{"event":"x"}\n[1,2]\n',
+                (
+                    "modefsm replay: {path}: not_a_log: 1 of its 2 lines are not JSON objects, "
+                    "more than its 0 modefsm records: not a transition log\n"
+                ),
             ),
             (None, "modefsm replay: {path}: unreadable: cannot read: No such file or directory\n"),
         ],
-        ids=["empty", "binary", "json-but-no-records", "missing"],
+        ids=["empty", "binary", "json-but-no-records", "json-and-text", "missing"],
     )
     def test_unusable_input(self, capsys, tmp_path, content, message):
         path = tmp_path / "input.log"
@@ -119,6 +228,38 @@ class TestBadInput:
             path.write_bytes(content)
         status, _, err = _run(capsys, str(path))
         assert (2, message.format(path=path)) == (status, err)
+
+    def test_the_readme_is_not_a_log(self, capsys):
+        readme = Path(__file__).resolve().parents[2] / "README.md"
+        lines = readme.read_bytes().splitlines()
+        content = [line for line in lines if line.strip()]
+        text = [line for line in content if not line.lstrip().startswith(b"{")]
+        records = [line for line in content if b'"event":"modefsm.mode_changed"' in line]
+        status, out, err = _run(capsys, str(readme))
+        assert (2, "RESULT  unusable input") == (status, out.splitlines()[-1])
+        assert (
+            f"modefsm replay: {readme}: not_a_log: {len(text)} of its {len(content)} lines are "
+            f"not JSON objects, more than its {len(records)} modefsm record: not a transition "
+            "log\n"
+        ) == err
+
+    def test_a_log_with_a_few_host_text_lines_is_clean(self, capsys, log_path, tmp_path):
+        path = tmp_path / "host.log"
+        path.write_bytes(b"INFO host started\n" + log_path.read_bytes() + b"INFO host stopped\n")
+        status, out, err = _run(capsys, str(path))
+        assert (0, "RESULT  clean", "") == (status, out.splitlines()[-1], err)
+
+    def test_one_file_that_is_not_a_log_among_logs_is_unusable_input(
+        self, capsys, log_path, tmp_path
+    ):
+        notes = tmp_path / "notes.txt"
+        notes.write_text("a note\n")
+        status, out, err = _run(capsys, str(log_path), str(notes))
+        assert (2, "RESULT  unusable input") == (status, out.splitlines()[-1])
+        assert (
+            f"modefsm replay: {notes}: not_a_log: 1 of its 1 lines are not JSON objects, more "
+            "than its 0 modefsm records: not a transition log\n"
+        ) == err
 
     def test_wrong_shape_record_is_a_violation_with_its_place(self, capsys, tmp_path, log_path):
         path = tmp_path / "bad.jsonl"

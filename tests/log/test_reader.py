@@ -90,14 +90,46 @@ class TestLines:
 
     def test_host_lines_are_skipped_silently(self, tmp_path):
         path = tmp_path / "mixed.log"
-        record = _log(tmp_path / "a.jsonl", "s1")
+        records = _log(tmp_path / "a.jsonl", "s1", "s2")
         path.write_bytes(
             b"plain text from the host, mentioning modefsm.cli._serve\n"
             b'{"event":"request","path":"/"}\n'
             b'["modefsm.mode_changed"]\n'
-            b'{"event":"modefsm.notify_failed","session_id":"s1"}\n' + record
+            b'{"event":"modefsm.notify_failed","session_id":"s1"}\n' + records
         )
-        assert [(f"{path}:5", "s1")] == _summary(read_log([path]))
+        assert [(f"{path}:5", "s1"), (f"{path}:6", "s2")] == _summary(read_log([path]))
+
+    @pytest.mark.parametrize(
+        ("text", "sessions", "message"),
+        [
+            (
+                [b"# A Markdown file\n", b"quoting a record:\n", b"\n"],
+                ["s1"],
+                "2 of its 3 lines are not JSON objects, more than its 1 modefsm record",
+            ),
+            (
+                [b"INFO one\n", b"INFO two\n", b"INFO three\n"],
+                ["s1", "s2"],
+                "3 of its 5 lines are not JSON objects, more than its 2 modefsm records",
+            ),
+            (
+                [b"[1, 2]\n", b"plain\n"],
+                [],
+                "2 of its 2 lines are not JSON objects, more than its 0 modefsm records",
+            ),
+        ],
+        ids=["markdown-quoting-a-record", "host-text-log", "no-records"],
+    )
+    def test_more_text_lines_than_records_is_not_a_log(self, tmp_path, text, sessions, message):
+        path = tmp_path / "notes.md"
+        records = _log(tmp_path / "a.jsonl", *sessions).splitlines(keepends=True)
+        path.write_bytes(b"".join([*text[:2], *records, *text[2:]]))
+        items = list(read_log([path]))
+        lines = [(f"{path}:{3 + n}", s) for n, s in enumerate(sessions)]
+        assert [*lines, (str(path), "not_a_log")] == _summary(items)
+        problem = items[-1]
+        assert isinstance(problem, LogProblem)
+        assert (True, f"{message}: not a transition log") == (problem.fatal, problem.message)
 
     def test_torn_last_line_is_reported_and_skipped(self, tmp_path):
         path = tmp_path / "a.jsonl"
@@ -175,7 +207,7 @@ class TestLines:
 
     def test_file_without_records_is_noted(self, tmp_path):
         path = tmp_path / "host.log"
-        path.write_bytes(b"one\ntwo\n")
+        path.write_bytes(b'{"event":"one"}\n{"event":"two"}\n')
         (problem,) = _problems(read_log([path]))
         assert ("no_records", "2 lines, none a modefsm record") == (problem.kind, problem.message)
 

@@ -43,8 +43,8 @@ def test_an_export_replays_clean_as_the_workers_files_do(postgres_url: str, tmp_
     assert status == 0
     assert report == [
         "SESSIONS (3)",
-        "  sess_a  ask  (seq 4, spec seed, 4 records)",
-        "  sess_b  code  (seq 2, spec seed, 2 records)",
+        "  sess_a  ask        (seq 4, spec seed, 4 records)",
+        "  sess_b  code       (seq 2, spec seed, 2 records)",
         "  sess_c  architect  (seq 2, spec seed, 2 records)",
         "CHAIN  8 records verified, 0 without a digest; 1 files merged by gseq",
         "  all.jsonl  head - (an export: chained by session)",
