@@ -44,7 +44,16 @@ def run() -> None:
         _signal.signal(_signal.SIGINT, _interrupted)
     from modefsm.cli import main  # noqa: PLC0415 - after the handler: imports take a while
 
-    sys.exit(main())
+    status = main()
+    # Everything the command opened is closed by now: end without the interpreter's
+    # teardown of every module and object (most of a second on a busy machine, the last
+    # part of `serve --http`'s stop), once what is buffered is written.
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed pipe or stream: the teardown reports nothing more
+        sys.exit(status)
+    os._exit(status)
 
 
 if __name__ == "__main__":

@@ -135,18 +135,26 @@ class ScriptedAgent(ModeAgent):
 
 
 def _check_stdio() -> None:
-    """Refuse to start unless stdin and stdout are pipes, sockets or terminals.
+    """Refuse to start unless stdin and stdout are pipes, sockets, files or devices.
+
+    A regular file is served (stdin: a recorded script, its requests one after the other's
+    answer; stdout: every frame written whole); so is a character device such as
+    ``/dev/null``.
 
     Raises:
-        ModefsmError: one of them is a regular file or a device such as ``/dev/null``
-            (asyncio's pipe transport cannot serve those).
+        ModefsmError: one of them is a directory, a block device or closed.
     """
     for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout)):
-        mode = os.fstat(stream.fileno()).st_mode
-        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stream.isatty()):
+        try:
+            mode = os.fstat(stream.fileno()).st_mode
+        except (OSError, ValueError, AttributeError):
+            mode = 0
+        if not (
+            stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode) or stat.S_ISREG(mode)
+        ):
             msg = (
-                f"{name} must be a pipe or a terminal: an ACP client starts `modefsm serve` "
-                "with pipes (to try it by hand: cat requests.jsonl | modefsm serve | cat)"
+                f"{name} must be a pipe, a file or a terminal: an ACP client starts "
+                "`modefsm serve` with pipes (to try it by hand: modefsm serve < requests.jsonl)"
             )
             raise ModefsmError(msg)
 
@@ -286,7 +294,7 @@ def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen o
     Raises:
         LogError: the log file cannot be opened, or exists and is not a transition log
             (see :func:`check_log_path`).
-        ModefsmError: stdin or stdout is not a pipe or a terminal (stdio), or the HTTP
+        ModefsmError: stdin or stdout is not a pipe, a file or a terminal (stdio), or the HTTP
             address cannot be bound, or the ``http`` extra is not installed, or the token
             file is unusable (others may read it, no token in it), or ``no_auth`` is asked
             for an address that is not loopback.
@@ -418,13 +426,33 @@ def _worker_log(log_path: Path | None, *, fsync: bool) -> TransitionLog:
     return TransitionLog.to_stream(stream, path="<stderr>")  # type: ignore[arg-type]
 
 
+_HTTP_MODULES = (
+    ("uvicorn", "uvicorn"),
+    ("h11", "h11"),  # uvicorn's HTTP/1.1 parser
+    ("starlette", "starlette"),
+    ("acp.http.server", "agent-client-protocol[http]"),
+    ("websockets", "websockets"),  # the WebSocket endpoint (uvicorn's protocol)
+)
+"""What ``serve --http`` imports, and the distribution that brings each."""
+
+
 def _check_http_extra() -> None:
-    try:
-        import starlette  # noqa: F401, PLC0415
-        import uvicorn  # noqa: F401, PLC0415
-    except ImportError:
-        msg = "--http needs the http extra: pip install 'modefsm[http]'"
-        raise ModefsmError(msg) from None
+    """Refuse ``--http`` at once when a module it needs cannot be imported.
+
+    Raises:
+        ModefsmError: one line naming the missing distribution and the extra to install.
+    """
+    import importlib  # noqa: PLC0415 - only for --http
+
+    for module, distribution in _HTTP_MODULES:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            msg = (
+                f"--http needs the http extra ({distribution} is missing): "
+                "pip install 'modefsm[http]'"
+            )
+            raise ModefsmError(msg) from None
 
 
 @dataclass(frozen=True)
@@ -511,6 +539,9 @@ def _serve_http(
             "token, and the traffic is plain HTTP (put a TLS proxy in front)",
             force=True,
         )
+    def stopping(signal_name: str) -> None:
+        diagnostics.say(f"{signal_name}: closing every connection and stopping", force=True)
+
     raise_descriptor_limit()
     try:
         asyncio.run(
@@ -523,6 +554,7 @@ def _serve_http(
                     allow_hosts=access.allow_hosts,
                     allow_origins=access.allow_origins,
                     ready=ready,
+                    stopping=stopping,
                     protocols=served.protocols,
                 ),
                 hangup,

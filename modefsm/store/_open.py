@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import io
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -43,18 +43,31 @@ def open_store(
             is also written to (``None``: stderr); a file store is its own log.
 
     Raises:
-        LogError: the store cannot be opened (the message names the file or URL), or
-            *target* is a URL of another scheme.
+        LogError: the store cannot be opened (the message names the file or URL),
+            *target* is a URL of another scheme, or psycopg is missing for a URL.
     """
     text = str(target)
     if text.startswith(("postgresql://", "postgres://")):
-        # psycopg is optional: the PostgreSQL backend is imported only when asked for
-        postgres = importlib.import_module("modefsm.store._postgres")
+        postgres = _postgres()
         store: SessionStore = postgres.PgStore(text, log=log, lock_timeout=lock_timeout)
         return store
     if "://" in text:
         raise LogError("not a postgresql:// URL", text)
     return FileStore(target, fsync=fsync, lock_timeout=lock_timeout)
+
+
+def _postgres() -> Any:
+    """The PostgreSQL backend, imported only when asked for (psycopg is optional).
+
+    Raises:
+        LogError: psycopg (or its libpq) cannot be imported.
+    """
+    try:
+        return importlib.import_module("modefsm.store._postgres")
+    except ImportError as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        msg = f"the PostgreSQL store needs psycopg ({reason}): pip install 'modefsm[postgresql]'"
+        raise LogError(msg) from None
 
 
 def export_store(url: str, out: BinaryIO) -> int:
@@ -74,11 +87,7 @@ def export_store(url: str, out: BinaryIO) -> int:
     """
     if not url.startswith(("postgresql://", "postgres://")):
         raise LogError("not a postgresql:// URL", url)
-    try:
-        postgres = importlib.import_module("modefsm.store._postgres")
-    except ImportError:
-        msg = "the PostgreSQL store needs psycopg: pip install 'modefsm[postgresql]'"
-        raise LogError(msg) from None
+    postgres = _postgres()
     store = postgres.PgStore(url, log=TransitionLog.to_stream(io.BytesIO()))
     try:
         header = {"event": EXPORT_EVENT, "store": store.where, "schema": postgres.SCHEMA_VERSION}

@@ -91,15 +91,24 @@ class TestCollector:
     def test_a_serve_that_ends_unfreezes_and_keeps_a_disabled_collector_off(
         self, tmp_path, monkeypatch, capsys
     ):
-        with (tmp_path / "requests.jsonl").open("w+", encoding="utf-8") as regular:
-            monkeypatch.setattr(sys, "stdin", regular)  # a regular file: serve refuses it
-            gc.disable()
-            try:
-                assert main(["serve"]) == 2
-                assert (gc.isenabled(), gc.get_freeze_count()) == (False, 0)
-            finally:
-                gc.enable()
-        assert "modefsm serve: stdin must be a pipe" in capsys.readouterr().err
+        folder = os.open(tmp_path, os.O_RDONLY)
+
+        class Folder:  # a directory as stdin: serve refuses it
+            def fileno(self) -> int:
+                return folder
+
+        monkeypatch.setattr(sys, "stdin", Folder())
+        gc.disable()
+        try:
+            assert main(["serve"]) == 2
+            assert (gc.isenabled(), gc.get_freeze_count()) == (False, 0)
+        finally:
+            gc.enable()
+            os.close(folder)
+        assert capsys.readouterr().err == (
+            "modefsm serve: stdin must be a pipe, a file or a terminal: an ACP client starts "
+            "`modefsm serve` with pipes (to try it by hand: modefsm serve < requests.jsonl)\n"
+        )
 
     def test_the_serving_process_holds_its_start_up_objects_frozen(self):
         code = (

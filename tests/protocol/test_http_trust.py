@@ -345,6 +345,10 @@ def start(log: Path, *args: str, address: str = "127.0.0.1:0") -> subprocess.Pop
     return subprocess.Popen([*command, *args], stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
 
 
+STOPPING = "modefsm serve: SIGTERM: closing every connection and stopping\n"
+"""What `modefsm serve --http` says when SIGTERM stops it."""
+
+
 def stop(process: subprocess.Popen[bytes]) -> str:
     """SIGTERM, wait; the rest of stderr."""
     process.send_signal(signal.SIGTERM)
@@ -385,7 +389,7 @@ class TestTokenFile:
             assert re.fullmatch(r"[A-Za-z0-9_-]{43}\n", token_file.read_text())  # 256 bits
             assert post(url, INITIALIZE)[0] == 200
         finally:
-            assert stop(process) == ""
+            assert stop(process) == STOPPING
         assert not token_file.exists()
 
     def test_two_servers_get_two_tokens(self, tmp_path):
@@ -545,7 +549,7 @@ class TestBinding:
             assert post(local, INITIALIZE, auth(url))[0] == 200
             assert post(local, INITIALIZE, {"Authorization": ""})[0] == 401
         finally:
-            assert stop(process) == ""
+            assert stop(process) == STOPPING
 
     @pytest.mark.parametrize(
         ("flag", "value", "message"),

@@ -362,9 +362,13 @@ def _error(status: int, code: int, details: str, request_id: Any = None, **data:
 class _Guard:
     """The ASGI application in front of the routes: :class:`Access` on every request."""
 
-    def __init__(self, app: Any, access: Access) -> None:
+    def __init__(
+        self, app: Any, access: Access, close: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         self.app = app
         self.access = access
+        self.close = close
+        """Ends every connection: event streams, WebSockets (at shutdown, before waiting)."""
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         kind = scope["type"]
@@ -760,6 +764,12 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
                     assert entry.messages is not None  # noqa: S101 - a WebSocket's place
                     await entry.messages.close(1001, f"idle for {idle_seconds:g} s")
 
+    async def close_all() -> None:
+        for entry in list(ws_live.values()):
+            assert entry.messages is not None  # noqa: S101 - a WebSocket's place
+            await entry.messages.close(1001, "the server is stopping")
+        await server.close()  # every HTTP connection, its event streams ended
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
         del app
@@ -770,7 +780,7 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
             reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reaper
-            await server.close()
+            await close_all()
 
     routes = Starlette(
         routes=[
@@ -781,7 +791,7 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
         ],
         lifespan=lifespan,
     )
-    return _Guard(routes, access)
+    return _Guard(routes, access, close_all)
 
 
 async def serve_http(
@@ -793,6 +803,7 @@ async def serve_http(
     allow_hosts: tuple[str, ...] = (),
     allow_origins: tuple[str, ...] = (),
     ready: Callable[[str], None] | None = None,
+    stopping: Callable[[str], None] | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
     max_connections: int = MAX_CONNECTIONS,
     idle_seconds: float = IDLE_SECONDS,
@@ -814,6 +825,10 @@ async def serve_http(
         allow_origins: see :func:`create_app`.
         ready: called with the endpoint URL (``http://HOST:PORT/acp``) once it listens;
             if it raises, the server stops at once and this raises that error.
+        stopping: called with the signal's name (``SIGINT``, ``SIGTERM``) when one stops
+            it (run from the main thread only: elsewhere signals are not caught). Stopping
+            ends every connection at once (event streams, WebSockets with ``1001``), then
+            the requests under way get the rest of 2 s to be answered.
         max_body_bytes: see :func:`create_app`; also the largest WebSocket message.
         max_connections: see :func:`create_app`.
         idle_seconds: see :func:`create_app`.
@@ -876,7 +891,7 @@ async def serve_http(
         http=_bounded_http(header_seconds, body_seconds, max_sockets),
         ws=_denying_websockets(),
     )
-    server = _stoppable(config) if _main_thread() else uvicorn.Server(config)
+    server = _stoppable(config, app.close, stopping if _main_thread() else None)
     if ready is not None:
         started = asyncio.ensure_future(
             _when_started(server, lambda: ready(f"http://{shown}:{bound}{ACP_PATH}"))
@@ -1055,17 +1070,27 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _stoppable(config: Any) -> Any:
-    """Uvicorn's server, stopped by SIGINT/SIGTERM without re-raising the signal at the end.
+def _stoppable(
+    config: Any,
+    close: Callable[[], Awaitable[None]],
+    stopping: Callable[[str], None] | None,
+) -> Any:
+    """Uvicorn's server, ending every connection (*close*) before it waits for them.
 
-    (uvicorn re-raises a caught signal once it has shut down, which would kill the process
-    before the caller closes its log.)
+    uvicorn waits up to ``timeout_graceful_shutdown`` for open responses to finish, and an
+    event stream or a WebSocket never does: *close* ends them first. With *stopping* (the
+    main thread), SIGINT and SIGTERM stop it, *stopping* is called with the signal's name,
+    and the signal is not re-raised at the end (uvicorn re-raises a caught signal once it
+    has shut down, which would kill the process before the caller closes its log).
     """
     import uvicorn  # noqa: PLC0415 - the http extra
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
+            if stopping is None:  # not the main thread: the caller stops it (should_exit)
+                yield
+                return
             loop = asyncio.get_running_loop()
             signals = (signal.SIGINT, signal.SIGTERM)
             for number in signals:
@@ -1079,7 +1104,15 @@ def _stoppable(config: Any) -> Any:
         def _stop(self, number: int) -> None:
             if self.should_exit and number == signal.SIGINT:
                 self.force_exit = True
+            elif not self.should_exit and stopping is not None:
+                stopping(signal.Signals(number).name)
             self.should_exit = True
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            for listener in self.servers:
+                listener.close()  # no new connection while the open ones end
+            await close()
+            await super().shutdown(sockets)
 
     return Server(config)
 

@@ -36,6 +36,7 @@ from modefsm.protocol.transport._stdio import (
     CheckedTransport,
     OutputClosedError,
     _serve_connection,
+    _Stdio,
     _stdio,
 )
 
@@ -194,7 +195,13 @@ async def serve_negotiated(
     Raises:
         OutputClosedError: the client closed stdout.
     """
-    reader, writer, output = await _stdio()
+    async with _stdio() as stdio:
+        return await _serve_stdio(agent, protocols, stdio)
+
+
+async def _serve_stdio(agent: Any, protocols: tuple[int, ...], stdio: _Stdio) -> CheckedTransport:
+    """:func:`serve_negotiated` on *stdio*."""
+    reader, writer, output = stdio.reader, stdio.writer, stdio.output
     holder: dict[str, Any] = {"agent": agent}
 
     def stray(request: Any, response: dict[str, Any]) -> None:
@@ -203,7 +210,7 @@ async def serve_negotiated(
     def late(request: Any, response: dict[str, Any]) -> None:
         holder["agent"].late_answer(request, response)
 
-    transport = CheckedTransport(reader, writer, stray=stray, late=late)
+    transport = CheckedTransport(reader, writer, stray=stray, late=late, paced=stdio.paced)
     first_task = asyncio.ensure_future(_first_frame(transport, protocols))
     await asyncio.wait({first_task, output.closed}, return_when=asyncio.FIRST_COMPLETED)
     if not first_task.done():

@@ -48,11 +48,13 @@ import math
 import os
 import re
 import select
+import stat
 import sys
+import threading
 import time
 import traceback
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -940,6 +942,10 @@ class CheckedTransport:
         stray: called with a second answer to a ``session/request_permission``.
         late: called with the first answer to a ``session/request_permission``; the agent
             logs it if it had stopped waiting (``session/cancel``), as the SDK drops it.
+        paced: read each line only once every request read before it is answered or
+            waits for the client's answer to one of the agent's requests (a recorded
+            script in a regular file: its requests run in order, each after the answer
+            of the one before, as the client that recorded it saw them).
 
     Attributes:
         unrouted: notifications of methods the SDK does not route (unknown names),
@@ -953,8 +959,10 @@ class CheckedTransport:
         *,
         stray: StrayAnswer | None = None,
         late: StrayAnswer | None = None,
+        paced: bool = False,
     ) -> None:
         """Read frames from *reader* and write them to *writer*."""
+        self._paced = paced
         self._reader = reader
         self._writer = writer
         self._lock = asyncio.Lock()
@@ -1044,6 +1052,8 @@ class CheckedTransport:
         or room for a held request came before the line.
         """
         if self._reading is None:
+            if self._paced:
+                await self._until(self._settled_but_awaiting)
             if self._writer.transport.get_write_buffer_size():
                 await self._writer.drain()
             self._reading = asyncio.ensure_future(self._read_line())
@@ -1261,15 +1271,119 @@ def _permission_request(message: dict[str, Any]) -> PermissionRequest | None:
     )
 
 
-async def _stdio() -> tuple[asyncio.StreamReader, asyncio.StreamWriter, _Output]:
-    """This process's stdin and stdout as streams, and stdout's protocol."""
+@dataclass
+class _Stdio:
+    """This process's stdin and stdout as streams, and stdout's protocol.
+
+    Attributes:
+        paced: stdin is a regular file or a device (a recorded script): each line is read
+            once every request before it is answered or waits for the client's answer to
+            one of the agent's requests.
+    """
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    output: _Output
+    paced: bool
+
+
+@contextlib.asynccontextmanager
+async def _stdio() -> AsyncIterator[_Stdio]:
+    """This process's stdin and stdout (see :class:`_Stdio`), for the time of the block.
+
+    A pipe, a socket or a terminal is served as it is. A regular file or another device
+    (``/dev/null``), which asyncio's pipe transports cannot wait on, is copied by a thread
+    through a pipe: stdin's into it, stdout's out of it; at the end of the block every
+    byte written to stdout is in the file (or the copy failed: one line on stderr).
+    """
     loop = asyncio.get_running_loop()
+    stdin: Any = sys.stdin
+    stdout: Any = sys.stdout
+    paced = _copied(sys.stdin.fileno())
+    if paced:
+        stdin = _copied_in(sys.stdin.fileno())
+    copy_out = None
+    if _copied(sys.stdout.fileno()):
+        sys.stdout.flush()
+        stdout, copy_out = _copied_out(sys.stdout.fileno())
     reader = asyncio.StreamReader(limit=_READ_LIMIT)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    read, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
     output = _Output(loop)
-    transport, _ = await loop.connect_write_pipe(lambda: output, sys.stdout)
+    transport, _ = await loop.connect_write_pipe(lambda: output, stdout)
     writer = asyncio.StreamWriter(transport, output, None, loop)
-    return reader, writer, output
+    try:
+        yield _Stdio(reader, writer, output, paced)
+    finally:
+        if paced:
+            read.close()  # a copy still writing into the pipe gets EPIPE and ends
+        if copy_out is not None:
+            if not transport.is_closing():
+                transport.close()  # what is buffered is written first
+            await asyncio.shield(output.closed)
+            await asyncio.to_thread(copy_out.join)
+
+
+def _copied(fd: int) -> bool:
+    """Whether *fd* is served through a copy: not a pipe, a socket or a terminal.
+
+    A regular file, and a device such as ``/dev/null``, cannot be watched by epoll, on
+    which asyncio's pipe transports wait.
+    """
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd))
+
+
+def _copied_in(source: int) -> Any:
+    """A pipe a daemon thread fills with the regular file *source*; its read end."""
+    read_end, write_end = os.pipe()
+
+    def copy() -> None:
+        try:
+            while chunk := os.read(source, _COPY_BYTES):
+                _write_all(write_end, chunk)
+        except OSError:  # the reading end closed (serving ended), or the file failed
+            pass
+        finally:
+            os.close(write_end)
+
+    threading.Thread(target=copy, name="modefsm-stdin", daemon=True).start()
+    return os.fdopen(read_end, "rb", buffering=0)
+
+
+def _copied_out(target: int) -> tuple[Any, threading.Thread]:
+    """A pipe whose bytes a thread writes, whole, to the regular file *target*.
+
+    Returns its write end and the thread, which ends once the write end is closed and
+    every byte is written (or at the first failed write, said on stderr; the pipe's
+    reader then closes, so further writes fail as on a closed stdout).
+    """
+    read_end, write_end = os.pipe()
+
+    def copy() -> None:
+        try:
+            while chunk := os.read(read_end, _COPY_BYTES):
+                _write_all(target, chunk)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.write(2, f"modefsm: cannot write stdout: {exc.strerror or exc}\n".encode())
+        finally:
+            os.close(read_end)
+
+    thread = threading.Thread(target=copy, name="modefsm-stdout", daemon=True)
+    thread.start()
+    return os.fdopen(write_end, "wb", buffering=0), thread
+
+
+_COPY_BYTES = 64 * 1024
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 async def run_agent(agent: Any, *, use_unstable_protocol: bool = True) -> CheckedTransport:
@@ -1290,17 +1404,18 @@ async def run_agent(agent: Any, *, use_unstable_protocol: bool = True) -> Checke
     Raises:
         OutputClosedError: the client closed stdout; the requests in flight are cancelled.
     """
-    reader, writer, output = await _stdio()
-    transport = CheckedTransport(
-        reader,
-        writer,
-        stray=getattr(agent, "stray_answer", None),
-        late=getattr(agent, "late_answer", None),
-    )
-    conn = AgentSideConnection(
-        agent, transport, listening=False, use_unstable_protocol=use_unstable_protocol
-    )
-    await _serve_connection(conn, transport, output.closed)
+    async with _stdio() as stdio:
+        transport = CheckedTransport(
+            stdio.reader,
+            stdio.writer,
+            stray=getattr(agent, "stray_answer", None),
+            late=getattr(agent, "late_answer", None),
+            paced=stdio.paced,
+        )
+        conn = AgentSideConnection(
+            agent, transport, listening=False, use_unstable_protocol=use_unstable_protocol
+        )
+        await _serve_connection(conn, transport, stdio.output.closed)
     return transport
 
 
