@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shlex
+import shutil
 import signal
 import sys
 import tempfile
@@ -101,10 +103,10 @@ class _Transcript:
 
     def frame(self, event: Any) -> None:
         message = event.message
-        if self.raw:
-            self._print(orjson.dumps(message).decode())
-            return
         arrow = "client -> agent" if event.direction.value == "outgoing" else "agent -> client"
+        if self.raw:
+            self._print(orjson.dumps({"dir": arrow.replace(" ", ""), "frame": message}).decode())
+            return
         body = orjson.dumps(_abridge(message)).decode()
         if len(body) > _WIDTH:
             body = body[: _WIDTH - 1] + "…"
@@ -292,5 +294,26 @@ def run_demo(
         print("\n== summary", file=out)
         print(f"  modes visited: {' -> '.join(visited)}", file=out)
         print(f"  transition log: {log} ({records} records of {session_id})", file=out)
-        print(f"  replay it: modefsm replay {log}", file=out)
+        print(f"  replay it: {invoked_as()} replay {log}", file=out)
     return 0
+
+
+def invoked_as(argv0: str | None = None) -> str:
+    """The ``modefsm`` command as the user ran it, for a hint to run it again.
+
+    ``modefsm`` when that name on ``PATH`` is the program run; the path as typed
+    (``.venv/bin/modefsm``) otherwise; ``python -m modefsm`` (with the interpreter's
+    name) when run as a module; ``modefsm`` when it cannot tell (*argv0*, default
+    ``sys.argv[0]``, names another program).
+    """
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    program = Path(argv0)
+    if program.name == "__main__.py":
+        return f"{Path(sys.executable).name} -m modefsm"
+    if program.name != "modefsm":
+        return "modefsm"
+    found = shutil.which("modefsm")
+    with contextlib.suppress(OSError):
+        if found is not None and Path(found).samefile(program):
+            return "modefsm"
+    return shlex.quote(argv0)

@@ -281,7 +281,12 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         metavar="FILE",
         help="the transition log (default: transitions.jsonl in a new temporary directory)",
     )
-    parser.add_argument("--json", action="store_true", help="print the raw JSON-RPC frames")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help='print each JSON-RPC frame whole, one JSON line {"dir": "client->agent" or '
+        '"agent->client", "frame": FRAME}',
+    )
     parser.add_argument(
         "--protocol",
         choices=("1", "2"),

@@ -539,6 +539,7 @@ def _serve_http(
             "token, and the traffic is plain HTTP (put a TLS proxy in front)",
             force=True,
         )
+
     def stopping(signal_name: str) -> None:
         diagnostics.say(f"{signal_name}: closing every connection and stopping", force=True)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -496,6 +497,11 @@ class TestCommands:
         assert "modes visited: ask -> architect -> code -> architect -> code" in result.stdout
         session_id = read_log(log)[0]["session_id"]
         assert f"transition log: {log} (7 records of {session_id})" in result.stdout
+        python = Path(sys.executable).name
+        assert (
+            f"  replay it: {python} -m modefsm replay {log}\n"
+            == result.stdout.splitlines(keepends=True)[-1]
+        )
         assert [
             (r["event"], r["to_mode"], r["origin"], r.get("reason")) for r in read_log(log)
         ] == [
@@ -519,7 +525,9 @@ class TestCommands:
             check=False,
         )
         assert result.returncode == 0, result.stderr
-        frames = [json.loads(line) for line in result.stdout.splitlines()]
+        lines = [json.loads(line) for line in result.stdout.splitlines()]
+        assert all(sorted(line) == ["dir", "frame"] for line in lines)
+        frames = [line["frame"] for line in lines]
         assert all(f["jsonrpc"] == "2.0" for f in frames)
         assert frames[0] == {
             "jsonrpc": "2.0",
@@ -528,6 +536,42 @@ class TestCommands:
             # the SDK 1.0 client sends its default capabilities
             "params": {"protocolVersion": 1, "clientCapabilities": {"fs": {}, "auth": {}}},
         }
+        # requests and notifications of the client, answers of the agent, and the
+        # agent's permission request and its answer the other way
+        assert [
+            ("client->agent", 0, "initialize"),
+            ("agent->client", 0, None),
+            ("client->agent", 1, "session/new"),
+            ("agent->client", 1, None),
+        ] == [
+            (line["dir"], line["frame"].get("id"), line["frame"].get("method"))
+            for line in lines[:4]
+        ]
+        permission = next(
+            n for n, f in enumerate(frames) if f.get("method") == "session/request_permission"
+        )
+        assert "agent->client" == lines[permission]["dir"]
+        answer = next(
+            line
+            for line in lines[permission + 1 :]
+            if line["frame"].get("id") == frames[permission]["id"] and "result" in line["frame"]
+        )
+        assert "client->agent" == answer["dir"]
+
+    def test_the_replay_hint_names_the_command_as_it_was_run(self, tmp_path: Path):
+        program = Path(sys.executable).parent / "modefsm"
+        typed = os.path.relpath(program, tmp_path)
+        log = tmp_path / "demo.jsonl"
+        result = subprocess.run(
+            [typed, "demo", "--log", str(log)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            cwd=tmp_path,
+        )
+        assert result.returncode == 0, result.stderr
+        assert f"  replay it: {typed} replay {log}\n" == result.stdout.splitlines(keepends=True)[-1]
 
     def test_serve_without_log_writes_records_to_stderr(self):
         request = (
