@@ -14,9 +14,10 @@ from modefsm.replay._replayer import (
     last_points,
     replay,
 )
-from modefsm.replay._report import JsonReport, TableReport, verdict
+from modefsm.replay._report import HELD_ROWS, JsonReport, TableReport, verdict
 
 __all__ = [
+    "HELD_ROWS",
     "ChainSummary",
     "JsonReport",
     "LogRestore",
