@@ -891,7 +891,7 @@ async def serve_http(
         http=_bounded_http(header_seconds, body_seconds, max_sockets),
         ws=_denying_websockets(),
     )
-    server = _stoppable(config, app.close, stopping if _main_thread() else None)
+    server = _stoppable(config, app.close, stopping, signals=_main_thread())
     if ready is not None:
         started = asyncio.ensure_future(
             _when_started(server, lambda: ready(f"http://{shown}:{bound}{ACP_PATH}"))
@@ -1074,31 +1074,34 @@ def _stoppable(
     config: Any,
     close: Callable[[], Awaitable[None]],
     stopping: Callable[[str], None] | None,
+    *,
+    signals: bool,
 ) -> Any:
     """Uvicorn's server, ending every connection (*close*) before it waits for them.
 
     uvicorn waits up to ``timeout_graceful_shutdown`` for open responses to finish, and an
-    event stream or a WebSocket never does: *close* ends them first. With *stopping* (the
-    main thread), SIGINT and SIGTERM stop it, *stopping* is called with the signal's name,
-    and the signal is not re-raised at the end (uvicorn re-raises a caught signal once it
-    has shut down, which would kill the process before the caller closes its log).
+    event stream or a WebSocket never does: *close* ends them first. With *signals* (the
+    main thread), SIGINT and SIGTERM stop it, *stopping* (if given) is called with the
+    signal's name, and the signal is not re-raised at the end (uvicorn re-raises a caught
+    signal once it has shut down, which would kill the process before the caller closes
+    its log).
     """
     import uvicorn  # noqa: PLC0415 - the http extra
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
-            if stopping is None:  # not the main thread: the caller stops it (should_exit)
+            if not signals:  # not the main thread: the caller stops it (should_exit)
                 yield
                 return
             loop = asyncio.get_running_loop()
-            signals = (signal.SIGINT, signal.SIGTERM)
-            for number in signals:
+            caught = (signal.SIGINT, signal.SIGTERM)
+            for number in caught:
                 loop.add_signal_handler(number, self._stop, number)
             try:
                 yield
             finally:
-                for number in signals:
+                for number in caught:
                     loop.remove_signal_handler(number)
 
         def _stop(self, number: int) -> None:
