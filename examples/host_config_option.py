@@ -20,6 +20,7 @@ from acp.schema import (
 )
 
 from modefsm import ModeAgent, TransitionLog, preset, run_agent
+from modefsm.protocol import config_options
 
 MODELS = ("fast", "smart")
 
@@ -63,7 +64,8 @@ class Agent(ModeAgent):
         if value not in MODELS:
             raise RequestError.invalid_params({"field": "value", "valid": list(MODELS)})
         self.models[session_id] = str(value)
-        options = self.engine.config_options(session_id)  # modefsm's and the host's, complete
+        # the complete list, as ACP v1 models: modefsm's mode option, then the host's own
+        options = config_options(self.engine.config_options(session_id))
         update = ConfigOptionUpdate(session_update="config_option_update", config_options=options)
         await self.engine.notify(session_id, update)
         return SetSessionConfigOptionResponse(config_options=options)
