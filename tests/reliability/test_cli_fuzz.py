@@ -81,7 +81,7 @@ def test_replay_never_raises_on_a_mutated_log(mutated, verify, json_format, caps
     argv += ["--format", "json"] if json_format else []
     status = main(argv)
     err = capsys.readouterr().err
-    assert status in (0, 1, 2)
+    assert status in (0, 1, 2, 3)  # 3: a byte of a spec_hash changed (spec mismatch)
     assert "Traceback" not in err
 
 
