@@ -56,6 +56,8 @@ TOOL_KINDS: tuple[ToolKind, ...] = get_args(ToolKind)
 Decision = Literal["allow", "ask", "deny"]
 """What a mode says of a tool call: run it, ask the user first, or refuse it."""
 
+_KINDS = frozenset(TOOL_KINDS)
+
 DECISIONS: tuple[Decision, ...] = get_args(Decision)
 """Every :data:`Decision`."""
 
@@ -63,6 +65,8 @@ MAX_PATTERN = 256
 """The longest tool-name pattern, in characters."""
 MAX_REASON = 1024
 """The longest ``reason`` of a rule, in characters."""
+NAMED_MAX = 4096
+"""The most answers :meth:`RuleTable.judge` keeps for calls a name pattern may decide."""
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -108,6 +112,25 @@ _Matcher = tuple[frozenset[str] | None, Callable[[str], object] | None, Verdict]
 """A compiled rule: its kinds (``None``: any), its name test (``None``: any), its verdict."""
 
 
+class _Kinds(dict[str | None, "Verdict | None"]):
+    """One mode's kind table: a kind's verdict, or ``None`` where a name may decide."""
+
+    __slots__ = ()
+
+    def __missing__(self, kind: str | None) -> None:
+        return None  # not a ToolKind: the scan says so
+
+
+class _Modes(dict[str, _Kinds]):
+    """The kind table of each mode."""
+
+    __slots__ = ()
+
+    def __missing__(self, mode_id: str) -> _Kinds:
+        msg = f"mode {mode_id!r} is not a mode of the spec"
+        raise ValueError(msg)
+
+
 class RuleTable:
     """The compiled ``tools`` rules of every mode of a spec (built once, then read only).
 
@@ -115,23 +138,19 @@ class RuleTable:
         spec: the spec (a table is usually reached as ``spec.rules``).
     """
 
-    __slots__ = ("_defaults", "_fast", "_scans")
+    __slots__ = ("_defaults", "_fast", "_named", "_scans")
 
     def __init__(self, spec: ModeSpec) -> None:
         """Compile every mode's rules: patterns once, and the kind table."""
-        self._fast: dict[str, dict[str | None, Verdict]] = {}
+        self._fast = _Modes()
         self._scans: dict[str, tuple[_Matcher, ...]] = {}
         self._defaults: dict[str, Verdict] = {}
+        self._named: dict[tuple[str, str | None, str | None], Verdict] = {}
         for mode in spec.modes:
             default = Verdict(mode.tools_default, None, None)
             matchers = tuple(_compile(i, rule) for i, rule in enumerate(mode.tools))
-            fast: dict[str | None, Verdict] = {}
-            for kind in TOOL_KINDS:
-                verdict = _kind_only(kind, matchers, default)
-                if verdict is not None:
-                    fast[kind] = verdict
-            if "other" in fast:
-                fast[None] = fast["other"]  # ACP: a tool call without a kind is "other"
+            fast = _Kinds({kind: _kind_only(kind, matchers, default) for kind in TOOL_KINDS})
+            fast[None] = fast["other"]  # ACP: a tool call without a kind is "other"
             self._fast[mode.id] = fast
             self._scans[mode.id] = matchers
             self._defaults[mode.id] = default
@@ -139,8 +158,10 @@ class RuleTable:
     def judge(self, mode_id: str, kind: str | None, name: str | None = None) -> Verdict:
         """What mode *mode_id* says of a tool call of *kind* named *name*.
 
-        Constant time for a kind no name pattern precedes in the mode's rules; otherwise
-        the rules are scanned in order (:meth:`scan`), and the first match decides.
+        Constant time: a kind no name pattern precedes in the mode's rules is looked up;
+        otherwise the rules are scanned in order (:meth:`scan`) and the first match
+        decides, and the answer is kept for the next call with the same mode, kind and
+        name (at most :data:`NAMED_MAX` answers are kept).
 
         Args:
             mode_id: an advertised mode id.
@@ -151,10 +172,17 @@ class RuleTable:
             ValueError: *mode_id* is not a mode of the spec, or *kind* is not a
                 :data:`ToolKind`.
         """
-        try:
-            return self._fast[mode_id][kind]
-        except KeyError:
-            return self.scan(mode_id, kind, name)
+        verdict = self._fast[mode_id][kind]
+        if verdict is not None:
+            return verdict
+        key = (mode_id, kind, name)
+        verdict = self._named.get(key)
+        if verdict is None:
+            verdict = self.scan(mode_id, kind, name)
+            if len(self._named) >= NAMED_MAX:
+                self._named.clear()
+            self._named[key] = verdict
+        return verdict
 
     def scan(self, mode_id: str, kind: str | None, name: str | None = None) -> Verdict:
         """:meth:`judge` by the ordered scan of the rules alone (no kind table).
@@ -168,7 +196,7 @@ class RuleTable:
             raise ValueError(msg)
         if kind is None:
             kind = "other"
-        elif kind not in TOOL_KINDS:
+        elif kind not in _KINDS:
             msg = f"tool kind {kind!r} is not an ACP ToolKind ({', '.join(TOOL_KINDS)})"
             raise ValueError(msg)
         for kinds, test, verdict in matchers:
@@ -185,10 +213,10 @@ class RuleTable:
         ``None`` for a kind a name pattern may decide. For views and diagrams.
 
         Raises:
-            KeyError: *mode_id* is not a mode of the spec.
+            ValueError: *mode_id* is not a mode of the spec.
         """
         fast = self._fast[mode_id]
-        return {k: (fast[k].decision if k in fast else None) for k in TOOL_KINDS}
+        return {k: (v.decision if (v := fast[k]) is not None else None) for k in TOOL_KINDS}
 
 
 def _compile(index: int, rule: ToolRule) -> _Matcher:

@@ -22,6 +22,7 @@ from modefsm.spec import (
 )
 from modefsm.spec._grants import MAX_GRANTS
 from modefsm.spec._model import MAX_META, MAX_PROMPT
+from modefsm.spec._rules import NAMED_MAX
 
 
 def spec_data(*modes: dict[str, Any], **top: Any) -> dict[str, Any]:
@@ -149,6 +150,14 @@ class TestJudge:
             spec.rules.judge("x", "read")
         with pytest.raises(ValueError, match=r"^tool kind 'write' is not an ACP ToolKind \(read,"):
             spec.rules.judge("a", "write")
+
+    def test_answers_kept_for_names_stay_right_past_the_bound(self):
+        spec = self.spec({"name": "rm*", "decision": "deny"}, default="allow")
+        names = [f"rm{i}" if i % 2 else f"cat{i}" for i in range(NAMED_MAX + 10)]
+        for _ in range(2):
+            assert [spec.rules.judge("a", "execute", n).decision for n in names] == [
+                "deny" if n.startswith("rm") else "allow" for n in names
+            ]
 
     def test_a_kind_after_a_name_pattern_is_scanned(self):
         spec = self.spec(
