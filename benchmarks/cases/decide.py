@@ -1,4 +1,4 @@
-"""Benchmark 9: judging a tool call by its mode's rules, against a plain dict lookup.
+"""Benchmark 11: judging a tool call by its mode's rules, against a plain dict lookup.
 
 What a host does for every tool call its model makes: find what the session's mode says of
 the call's kind. The baseline is the hand-written table hosts keep beside their mode flag,
@@ -25,7 +25,7 @@ from modefsm.spec import TOOL_KINDS
 
 __all__ = ["run"]
 
-TITLE = "9. tool decisions"
+TITLE = "11. tool decisions"
 METRIC = "a tool call judged by its mode"
 RATIO_BOUND = 3.0
 """The most ``judge`` may take, as a multiple of the dict lookup."""

@@ -443,3 +443,36 @@ class TestGrantMemory:
         assert not grants.remember("a", "execute", "one more")
         assert grants.remember("a", "execute", "tool0")  # already there
         assert (len(grants), grants.covers("a", "execute", "one more")) == (MAX_GRANTS, False)
+
+
+class TestReadme:
+    """The README's spec with every mode-meaning key loads and means what it says."""
+
+    def test_readme_example(self, tmp_path: Path):
+        readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+        blocks = [b for b in readme.split("```toml\n")[1:] if b.startswith('name = "review"')]
+        assert len(blocks) == 1
+        (tmp_path / "review.toml").write_text(blocks[0].split("```")[0], encoding="utf-8")
+        (tmp_path / "prompts").mkdir()
+        (tmp_path / "prompts" / "plan.md").write_text("You plan.\n", encoding="utf-8")
+        spec = load_spec(tmp_path / "review.toml")
+        judge = spec.rules.judge
+        assert [
+            judge("plan", "edit", "write_plan"),
+            judge("plan", "edit", "Edit"),
+            judge("plan", "read", "Read"),
+            judge("plan", None),
+            judge("build", "execute", "Bash"),
+        ] == [
+            Verdict("ask", 0, "Plan mode writes its plan, with permission"),
+            Verdict("deny", 1, "Plan mode: no edits and no commands"),
+            Verdict("allow", 2, None),
+            Verdict("ask", None, None),
+            Verdict("allow", None, None),
+        ]
+        assert (spec.prompt_for("plan"), spec.prompt_for("build")) == (
+            "You plan.\n",
+            "You implement the plan.",
+        )
+        assert spec.modes[0].meta == {"icon": "clipboard", "order": 1}
+        assert (spec.grants_in("plan").scope, spec.grants_in("build").scope) == ("mode", "session")
