@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from modefsm import ModeEngine, TransitionLog, preset, preset_names
 from modefsm.errors import ModefsmError
-from modefsm.log import Origin, read_log, record_digest
+from modefsm.log import Origin, Outcome, read_log, record_digest
 from modefsm.replay import Replayer, ReplayReport, replay
 from modefsm.spec import TOOL_KINDS, ModeSpec
 from tests.reliability.harness import soak_factor
@@ -39,7 +39,7 @@ DIFFERENTIAL = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
-ANSWERS = ("allow_once", "allow_always", "reject_once", "cancelled")
+ANSWERS: tuple[Outcome, ...] = ("allow_once", "allow_always", "reject_once", "cancelled")
 """How the decider answers an ask, by the script's numbers."""
 
 Op = tuple[str, int, int, int]
