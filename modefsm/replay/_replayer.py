@@ -502,12 +502,8 @@ class Replayer:
         if isinstance(item, DecisionEntry):
             self._decided(item)
             return False
-        self._records += 1
         record = item.record
-        chain = self._chain if not self._merged else self._file_chain(item)
-        if chain is not None:
-            for kind, message in chain.check(item):
-                self._violation(item, kind, message)
+        self._follow_chain(item)
         if self._merged and record.event != EVENT_REJECTED and not self._placed(item):
             return False  # the same record again: applied once
         if self._session_id is not None and record.session_id != self._session_id:
@@ -519,14 +515,18 @@ class Replayer:
             self._committed(item, spec)
         return True
 
-    def _decided(self, entry: DecisionEntry) -> None:
-        """Check a tool call decision against the session as its records left it."""
+    def _follow_chain(self, entry: LogEntry | DecisionEntry) -> None:
+        """Count a record read and follow the digest chain by it (with ``verify``)."""
         self._records += 1
-        record = entry.record
         chain = self._chain if not self._merged else self._file_chain(entry)
         if chain is not None:
             for kind, message in chain.check(entry):
                 self._violation(entry, kind, message)
+
+    def _decided(self, entry: DecisionEntry) -> None:
+        """Check a tool call decision against the session as its records left it."""
+        record = entry.record
+        self._follow_chain(entry)
         if self._session_id is not None and record.session_id != self._session_id:
             return
         track = self._tracks.get(record.session_id)
