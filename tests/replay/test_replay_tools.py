@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from modefsm import ModeEngine, ModeSpec, TransitionLog, preset, preset_names
+from modefsm.cli import main
 from modefsm.log import DecisionEntry, DecisionRecord, LogEntry, read_log
 from modefsm.log._records import record_digest
 from modefsm.replay import JsonReport, TableReport, ToolTally
@@ -382,3 +383,31 @@ class TestReplayProperty:
         found = {(v.kind, v.location.line) for v in seeded.violations}
         assert ("tool_policy", index + 1) in found
         assert {kind for kind, _ in found} == {"tool_policy"}
+
+
+class TestCommandLine:
+    """``modefsm replay --summary`` says which tools ran in which mode, and fails on a
+    tool_policy violation."""
+
+    def test_summary_and_exit_status(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+        path, _, _ = TestReplay().run(tmp_path)
+        assert main(["replay", str(path), "--verify", "--summary"]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert out[:6] == [
+            "SESSIONS (1)",
+            "  s1  plan  (seq 2, spec permission, 2 records)",
+            "    read in default: 1 allowed, 0 asked, 0 denied; 1 ran",
+            "    execute in default: 0 allowed, 2 asked, 0 denied; 2 ran",
+            "    edit in plan: 0 allowed, 0 asked, 1 denied; 0 ran",
+            "    execute in plan: 0 allowed, 0 asked, 1 denied; 0 ran",
+        ]
+        rewrite(path, 5, decision="allow", rule=1)
+        assert main(["replay", str(path), "--verify", "--summary"]) == 1
+        out = capsys.readouterr().out.splitlines()
+        assert out[6:8] == [
+            "VIOLATIONS (1)",
+            (
+                f"  {path}:6: session 's1': tool_policy: a edit call of 'Edit' in mode 'plan': the "
+                "rules give deny (rule 0), the record says allow (rule 1)"
+            ),
+        ]
