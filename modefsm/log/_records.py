@@ -18,7 +18,7 @@ A line is one JSON object (at most :data:`MAX_LINE` bytes before its newline): t
 record's fields, then ``event``, then ``level``::
 
     {"session_id":"sess_1","seq":2,"from_mode":"ask","to_mode":"architect",
-     "origin":"set_mode","request_id":3,"spec":"seed","spec_hash":"sha256:e9ad63e2f0c19cf3",
+     "origin":"set_mode","request_id":3,"spec":"seed","spec_hash":"sha256:0df565f236717a02",
      "timestamp":"2026-11-30T13:45:01.123456Z","event":"modefsm.mode_changed","level":"info"}
 
 (one line in the file; shown wrapped, without its ``prev`` and ``digest``).
