@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from modefsm import ModeEngine, ModeSpec, TransitionLog, preset, preset_names
 from modefsm.cli import main
-from modefsm.log import DecisionEntry, DecisionRecord, LogEntry, read_log
+from modefsm.log import EVENT_DECIDED, DecisionEntry, DecisionRecord, LogEntry, read_log
 from modefsm.log._records import record_digest
 from modefsm.replay import JsonReport, TableReport, ToolTally
 from modefsm.replay._replayer import ReplayReport, replay
@@ -410,4 +410,54 @@ class TestCommandLine:
                 f"  {path}:6: session 's1': tool_policy: a edit call of 'Edit' in mode 'plan': the "
                 "rules give deny (rule 0), the record says allow (rule 1)"
             ),
+        ]
+
+
+class TestWorkers:
+    """Decisions in PostgreSQL workers' files: merged by the gseq of the record before
+    them, each file's chain followed through them, checked like any other."""
+
+    def copy_with_decision(self, tmp_path: Path, **edits: Any) -> list[Path]:
+        source = Path(__file__).resolve().parent / "golden_workers" / "clean"
+        files = []
+        for name in ("w1.jsonl", "w2.jsonl", "w3.jsonl"):
+            files.append(tmp_path / name)
+            files[-1].write_bytes((source / name).read_bytes())
+        last = lines(files[0])[-1]  # a committed record: its session is where it left it
+        spec = preset(last["spec"])
+        verdict = spec.rules.judge(last["to_mode"], "read", "Read")
+        fields = {
+            "timestamp": "2026-01-01T00:01:00.000000Z",
+            "session_id": last["session_id"],
+            "tool_call_id": "call_read",
+            "kind": "read",
+            "tool": "Read",
+            "title_digest": None,
+            "rule": verdict.rule_index,
+            "decision": verdict.decision,
+            "outcome": None,
+            "mode": last["to_mode"],
+            "mode_seq": last["seq"],
+            "spec": spec.name,
+            "spec_hash": spec.content_hash,
+            **edits,
+        }
+        with files[0].open("ab") as out:
+            TransitionLog.to_stream(out, head=last["digest"]).write(EVENT_DECIDED, fields)
+        return files
+
+    def test_clean(self, tmp_path: Path):
+        report = replay(self.copy_with_decision(tmp_path), verify=True)
+        assert policy(report) == []
+        assert [t for s in report.sessions for t in s.tools] == [
+            ToolTally("ask", "read", 1, 0, 0, 1)
+        ]
+
+    def test_stale(self, tmp_path: Path):
+        files = self.copy_with_decision(tmp_path, mode_seq=3)
+        assert policy(replay(files, verify=True)) == [
+            (
+                f"{files[0]}:4: session 'sess_a': tool_policy: a read call of 'Read' decided in "
+                "mode 'ask' (seq 3), but the session's committed mode was 'ask' (seq 4)"
+            )
         ]
