@@ -59,7 +59,9 @@ def run(size: Size) -> Result:
     result = Result("decide", TITLE)
     spec = preset("permission")
     rules = spec.rules
-    table = {m: dict(rules.decisions(m)) for m in spec.mode_ids}
+    table: dict[str, dict[str, str | None]] = {
+        m: {str(k): d for k, d in rules.decisions(m).items()} for m in spec.mode_ids
+    }
 
     def lookup(mode: str, kind: str, name: str) -> object:  # noqa: ARG001 - same call shape
         return table[mode][kind]
@@ -70,7 +72,7 @@ def run(size: Size) -> Result:
     seed = preset("seed")
     scanned = _calls(("architect",), count, ("edit",))  # the plan rule matches by name first
     samples: dict[str, list[float]] = {"dict": [], "judge": [], "scan": []}
-    runs = {
+    runs: dict[str, tuple[Callable[[str, str, str], object], list[_Call]]] = {
         "dict": (lookup, calls),
         "judge": (rules.judge, calls),
         "scan": (seed.rules.judge, scanned),
