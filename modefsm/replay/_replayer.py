@@ -589,6 +589,7 @@ class Replayer:
                 or (protocol is not None and protocol not in _PROTOCOLS)
                 or type(get("prev")) not in _STR_OR_NONE
                 or type(get("digest")) not in _STR_OR_NONE
+                or type(get("session_prev")) not in _STR_OR_NONE
                 or (reason is not None and reason not in _REASONS)
             ):
                 return False

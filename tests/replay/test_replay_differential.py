@@ -98,7 +98,8 @@ def _switch(engine: ModeEngine, sid: str, op: str, pick: int, step: int) -> None
 
 FIELDS = ["event", "session_id", "seq", "from_mode", "to_mode", "origin", "reason",
           "option_id", "proposed_in", "tool_call_id", "request_id", "spec", "spec_hash",
-          "prev", "digest", "timestamp", "host"]  # fmt: skip
+          "prev", "digest", "timestamp", "session_prev", "cwd", "protocol", "gseq", "level",
+          "host"]  # fmt: skip
 SAMPLES: list[object] = [
     None, 0, 1, 2, 3, -1, True, 1.5, "", [], {}, "a", "b", "default", "plan", "ask", "code",
     "architect", "new", "set_mode", "set_config_option", "switch_mode", "restore",

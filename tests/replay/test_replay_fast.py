@@ -187,7 +187,7 @@ def test_logs_read_one_after_the_other_report_the_same(tmp_path):
 FIELDS = [
     "event", "timestamp", "session_id", "seq", "from_mode", "to_mode", "origin",
     "request_id", "tool_call_id", "option_id", "proposed_in", "reason", "spec",
-    "spec_hash", "level", "prev", "digest", "pid",
+    "spec_hash", "level", "prev", "digest", "session_prev", "cwd", "protocol", "gseq", "pid",
 ]  # fmt: skip
 VALUES: list[object] = [
     None, 0, 1, 2, 3, True, 1.5, "", "default", "plan", "set_mode", "restore", [], {},
@@ -246,6 +246,27 @@ def test_a_timeline_and_on_entry_see_every_record(tmp_path):
     assert seen == [("b", 1), ("b", 2), ("b", 3), ("b", 4), ("b", None)]
     assert [r.seq for r in report.session("b").changes] == [1, 2, 3, 4]
     assert report.records == 11
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("session_prev", 5), ("session_prev", []), ("cwd", 5), ("protocol", 3), ("level", 1)],
+)
+def test_a_field_of_the_wrong_type_is_a_bad_record_both_ways(tmp_path, key, value):
+    """Every field of the record model is checked on the fast path too."""
+    lines = list(PERMISSION)
+    data = orjson.loads(lines[2])
+    data[key] = value
+    lines[2] = orjson.dumps(data)
+    path = _write(tmp_path, lines)
+    report = replay([path], SPECS, keep_timeline=False)
+    assert [(v.kind, v.location.line) for v in report.violations] == [
+        ("bad_record", 3),
+        ("from_mode", 6),
+        ("gap", 7),
+        ("from_mode", 7),
+    ]
+    assert_same([path])
 
 
 @pytest.mark.parametrize(
