@@ -601,7 +601,7 @@ class PgStore:
                 for entry in batch:
                     _outcome(entry, error=self._unanswered(attempt, entry))
                 return
-            except LogError as exc:  # nothing was written
+            except LogError as exc:  # each record gets that error (see append_async)
                 for entry in batch:
                     _outcome(entry, error=copy.copy(exc))
                 return
