@@ -10,7 +10,12 @@ random valid changes until the log holds the wanted number of records. The 100k-
 1M-record logs have the same sessions, so that only the log's length differs.
 
 3. **Replay**: in a child process each (for its peak RSS), a parse-only loop (each line
-   through ``orjson.loads``: the baseline), ``replay`` and ``replay(verify=True)``.
+   through ``orjson.loads``: the baseline), ``replay`` and ``replay(verify=True)``, each
+   timed from its first line read to its result (imports done before), wall and CPU. Then
+   the final modes of the larger log: ``modefsm replay --summary LOG`` against a plain
+   orjson loop that keeps each session's last ``to_mode`` (:data:`FINAL_MODES`), each a
+   fresh process whose CPU time (user + system, start-up included) is measured,
+   alternated.
 4. **Restore**: the index is built from the log, then ``restore_point`` is timed for random
    sessions, one by one: median and p99, for the 100k- and the 1M-record log.
 """
@@ -20,8 +25,10 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from benchmarks.harness import Result, Row, Size, benchmark, run_child
+from benchmarks.harness import ROOT, Result, Row, Size, benchmark, child_env, run_child
 from modefsm import ModeEngine, TransitionLog, preset
 
 __all__ = ["replay_api", "restore_index", "run_replay", "run_restore", "write_log"]
@@ -90,25 +97,72 @@ def _hwm_kib() -> int:
 
 
 def child(task: str, path: Path) -> dict[str, Any]:
-    """Run *task* (``parse``, ``replay`` or ``verify``) over the log *path*, in this process."""
+    """Run *task* (``parse``, ``replay`` or ``verify``) over the log *path*, in this process.
+
+    Returns:
+        ``seconds`` (wall) and ``cpu`` (this process's CPU seconds) from the first line read
+        to the result, and ``peak_kib``, the growth of the peak RSS meanwhile.
+    """
+    function = None
+    if task != "parse":
+        function = replay_api()
+        if function is None:
+            raise SystemExit("modefsm.replay._replayer.replay is not available")
     before = _hwm_kib()
-    start = time.perf_counter()
-    if task == "parse":
+    cpu, start = time.process_time(), time.perf_counter()
+    if function is None:
         count = 0
         with path.open("rb") as file:
             for line in file:
                 orjson.loads(line)
                 count += 1
     else:
-        function = replay_api()
-        if function is None:
-            raise SystemExit("modefsm.replay._replayer.replay is not available")
         kwargs: dict[str, Any] = {"verify": task == "verify"}
         if "keep_timeline" in inspect.signature(function).parameters:
             kwargs["keep_timeline"] = False
         function([path], **kwargs)
-    seconds = time.perf_counter() - start
-    return {"seconds": seconds, "peak_kib": _hwm_kib() - before}
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return {"seconds": seconds, "cpu": cpu, "peak_kib": _hwm_kib() - before}
+
+
+FINAL_MODES = """\
+import sys, orjson
+modes = {}
+with open(sys.argv[1], "rb") as file:
+    for line in file:
+        data = orjson.loads(line)
+        if data["event"] != "modefsm.change_rejected":
+            modes[data["session_id"]] = data["to_mode"]
+print(len(modes))
+"""
+"""The baseline of the final modes: each line parsed, each session's last mode kept."""
+
+SUMMARY = {
+    "loop": ("baseline: plain orjson loop, last to_mode per session", ("-c", FINAL_MODES)),
+    "summary": ("modefsm replay --summary", ("-m", "modefsm", "replay", "--summary")),
+}
+
+
+def _cpu_seconds(args: tuple[str, ...], path: Path) -> float:
+    """CPU seconds (user + system) of a fresh ``python ARGS PATH``, start-up included.
+
+    Raises:
+        RuntimeError: the process failed (a replay that is not clean exits 1).
+    """
+    with subprocess.Popen(
+        [sys.executable, *args, str(path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=child_env(),
+        cwd=ROOT,
+    ) as process:
+        stderr = process.stderr.read() if process.stderr is not None else b""
+        _pid, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        msg = f"python {' '.join(args[:3])} exited {process.returncode}: {stderr[-500:]!r}"
+        raise RuntimeError(msg)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _spawn(task: str, path: Path) -> dict[str, Any]:
@@ -152,17 +206,18 @@ def run_replay(size: Size) -> Result:
         for task in ("parse", "replay", "verify"):
             runs[task, label] = [_spawn(task, path) for _ in range(size.replay_repeat)]
     names = {"parse": "parse only (orjson.loads)", "replay": "replay", "verify": "replay --verify"}
-    for (task, label), figures in runs.items():
-        records = int(label.split()[0].replace(",", ""))
-        result.add(
-            Row(
-                f"µs/record, {label}",
-                names[task],
-                "µs/record",
-                [f["seconds"] / records * 1e6 for f in figures],
-                baseline=task == "parse",
+    for unit, key in (("µs/record", "seconds"), ("µs/record (CPU)", "cpu")):
+        for (task, label), figures in runs.items():
+            records = int(label.split()[0].replace(",", ""))
+            result.add(
+                Row(
+                    f"{unit}, {label}",
+                    names[task],
+                    "µs/record",
+                    [f[key] / records * 1e6 for f in figures],
+                    baseline=task == "parse",
+                )
             )
-        )
     for (task, label), figures in runs.items():
         result.add(
             Row(
@@ -173,6 +228,7 @@ def run_replay(size: Size) -> Result:
             )
         )
     small, large = logs
+    _final_modes(result, logs[large][0], large, 1 if size.name == "tiny" else 3)
     for task, limit in (("replay", 3), ("verify", 5)):
         ratio = result.ratio(result.row(f"µs/record, {large}", names[task])) or 0.0
         result.target(
@@ -192,6 +248,27 @@ def run_replay(size: Size) -> Result:
         f"measurement in a fresh child process, {size.replay_repeat} run(s) each"
     )
     return result
+
+
+def _final_modes(result: Result, path: Path, label: str, samples: int) -> None:
+    """The summary row: ``modefsm replay --summary`` against :data:`FINAL_MODES`, CPU."""
+    cpu: dict[str, list[float]] = {key: [] for key in SUMMARY}
+    warmup = samples > 1  # a first round untimed: bytecode compiled, the file cached
+    for index in range(samples + warmup):
+        keys = list(SUMMARY) if index % 2 else list(reversed(SUMMARY))
+        for key in keys:
+            seconds = _cpu_seconds(SUMMARY[key][1], path)
+            if index or not warmup:
+                cpu[key].append(seconds)
+    metric = f"final modes, CPU of a process (start-up included), {label}"
+    for key, (name, _args) in SUMMARY.items():
+        result.add(Row(metric, name, "s", cpu[key], baseline=key == "loop"))
+    ratio = result.ratio(result.row(metric, SUMMARY["summary"][0])) or 0.0
+    result.target(
+        "replay --summary <= 2x the plain orjson loop (CPU)",
+        met=ratio <= 2,
+        measured=f"{ratio:.2f}x",
+    )
 
 
 @benchmark("restore", "4. restore")

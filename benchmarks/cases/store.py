@@ -8,7 +8,9 @@
   PostgreSQL: ``BEGIN`` and the ``INSERT``, then ``COMMIT``); the baseline is one process
   writing the same records with
   ``TransitionLog.to_file`` (today's path, no restore index). Throughput is all changes
-  over the wall time from the first start to the last end.
+  over the wall time from the first start to the last end. Each configuration runs twice:
+  each writer making one change at a time, and each writer's 50 sessions changed at once
+  (a task per session, as a worker serving 50 clients).
 - ``restore_point``: the median time of one awaited ``restore_point_async`` (a psycopg
   round trip included; what a catch-up before acting or a load costs) on a database
   bulk-loaded with ``COPY`` (two records per session), at 100k and 1M sessions (1M in the
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import io
 import multiprocessing
+import queue
 import random
 import shutil
 import statistics
@@ -113,7 +116,14 @@ def database(url: str) -> Iterator[str]:
 
 
 def _writer(  # noqa: PLR0917 - a multiprocessing target takes positional arguments
-    kind: str, url: str, index: int, changes: int, folder: str, go: Any, out: Any
+    kind: str,
+    url: str,
+    index: int,
+    changes: int,
+    folder: str,
+    go: Any,
+    out: Any,
+    together: bool,  # noqa: FBT001
 ) -> None:
     from modefsm.store import FileStore  # noqa: PLC0415
     from modefsm.store._postgres import PgStore  # noqa: PLC0415
@@ -125,7 +135,7 @@ def _writer(  # noqa: PLR0917 - a multiprocessing target takes positional argume
     elif kind == "fs":  # url: the shared file; a generous wait, to measure, not to fail
         store = FileStore(url, lock_timeout=60.0)
     try:
-        span = asyncio.run(_writes(store, log, index, changes, go=go, out=out))
+        span = asyncio.run(_writes(store, log, index, changes, go=go, out=out, together=together))
     finally:
         if store is not None:
             store.close()
@@ -134,9 +144,13 @@ def _writer(  # noqa: PLR0917 - a multiprocessing target takes positional argume
 
 
 async def _writes(
-    store: Any, log: TransitionLog, index: int, changes: int, *, go: Any, out: Any
+    store: Any, log: TransitionLog, index: int, changes: int, *, go: Any, out: Any, together: bool
 ) -> tuple[float, float]:
-    """One writer's sessions, then its timed changes: awaited as ``modefsm serve`` does."""
+    """One writer's sessions, then its timed changes: awaited as ``modefsm serve`` does.
+
+    *together*: each session's changes are made by a task of its own, all the writer's
+    sessions at once (a worker serving 50 clients); else one change at a time.
+    """
     from modefsm.store import RestorePoint  # noqa: PLC0415
 
     heads: dict[str, tuple[str, int, str | None]] = {}
@@ -153,8 +167,8 @@ async def _writes(
     plan = [(f"p{index}-s{rng.randrange(OWN_SESSIONS)}", rng.randrange(2)) for _ in range(changes)]
     out.put(None)  # ready
     await asyncio.to_thread(go.wait)
-    start = time.perf_counter()
-    for sid, pick in plan:
+
+    async def change(sid: str, pick: int) -> None:
         mode, seq, digest = heads[sid]
         dst = [m for m in MODES if m != mode][pick]
         fields = _fields(sid, seq + 1, mode, dst)
@@ -164,22 +178,36 @@ async def _writes(
         else:
             log.write(EVENT_CHANGED, fields)
         heads[sid] = (dst, seq + 1, digest)
+
+    async def session(sid: str) -> None:
+        for own, pick in plan:
+            if own == sid:
+                await change(sid, pick)
+
+    start = time.perf_counter()
+    if together:
+        await asyncio.gather(*(session(sid) for sid in heads))
+    else:
+        for sid, pick in plan:
+            await change(sid, pick)
     return start, time.perf_counter()
 
 
-def _throughput(kind: str, url: str, processes: int, changes: int, folder: str) -> float:
+def _throughput(
+    kind: str, url: str, processes: int, changes: int, folder: str, *, together: bool = False
+) -> float:
     ctx = multiprocessing.get_context("fork")
     go, out = ctx.Event(), ctx.Queue()
     procs = [
-        ctx.Process(target=_writer, args=(kind, url, i, changes, folder, go, out))
+        ctx.Process(target=_writer, args=(kind, url, i, changes, folder, go, out, together))
         for i in range(processes)
     ]
     for proc in procs:
         proc.start()
     for _ in procs:  # every writer connected and created its sessions
-        out.get(timeout=600)
+        _next(out, procs, kind)
     go.set()
-    spans = [out.get(timeout=600) for _ in procs]
+    spans = [_next(out, procs, kind) for _ in procs]
     for proc in procs:
         proc.join()
         if proc.exitcode != 0:
@@ -187,6 +215,24 @@ def _throughput(kind: str, url: str, processes: int, changes: int, folder: str) 
             raise RuntimeError(msg)
     wall: float = max(end for _, end in spans) - min(start for start, _ in spans)
     return processes * changes / wall
+
+
+def _next(out: Any, procs: list[Any], kind: str) -> Any:
+    """The next message of the writers; a writer that died is reported, not waited for.
+
+    Raises:
+        RuntimeError: a writer ended with an error, or none said anything for 600 s.
+    """
+    for _ in range(600):
+        try:
+            return out.get(timeout=1)
+        except queue.Empty:
+            failed = [proc.exitcode for proc in procs if proc.exitcode not in {None, 0}]
+            if failed:
+                msg = f"a {kind} writer failed (exit {failed[0]})"
+                raise RuntimeError(msg) from None
+    msg = f"the {kind} writers said nothing for 600 s"
+    raise RuntimeError(msg)
 
 
 def _append_ms(url: str, changes: int) -> list[float]:
@@ -287,32 +333,46 @@ def run(size: Size) -> Result:
             )
             note = "each process on its own sessions; server fsync=off"
             shared = "one shared file, each append under its flock; no fsync"
+            at_once = f"{OWN_SESSIONS} sessions at once"
             files = {
-                processes: result.add(
+                (processes, together): result.add(
                     Row(
                         "changes/s",
-                        f"embedded file store, {processes} proc",
+                        f"embedded file store, {processes} proc"
+                        + (f", {at_once}" if together else ""),
                         "changes/s",
                         [],
                         note=shared,
                     )
                 )
+                for together in (False, True)
                 for processes in PROCESSES[size.name]
             }
             rows = {
-                processes: result.add(
-                    Row("changes/s", f"PostgreSQL, {processes} proc", "changes/s", [], note=note)
+                (processes, together): result.add(
+                    Row(
+                        "changes/s",
+                        f"PostgreSQL, {processes} proc" + (f", {at_once}" if together else ""),
+                        "changes/s",
+                        [],
+                        note=note,
+                    )
                 )
+                for together in (False, True)
                 for processes in PROCESSES[size.name]
             }
             for turn in range(ROUNDS[size.name]):  # rounds interleave the configurations
                 base.samples.append(_throughput("file", url, 1, changes, folder))
-                for processes, row in files.items():
-                    path = str(Path(folder) / f"shared-{turn}-{processes}.jsonl")
-                    row.samples.append(_throughput("fs", path, processes, changes, folder))
-                for processes, row in rows.items():
+                for (processes, together), row in files.items():
+                    path = str(Path(folder) / f"shared-{turn}-{processes}-{together}.jsonl")
+                    row.samples.append(
+                        _throughput("fs", path, processes, changes, folder, together=together)
+                    )
+                for (processes, together), row in rows.items():
                     with database(url) as db:
-                        row.samples.append(_throughput("pg", db, processes, changes, folder))
+                        row.samples.append(
+                            _throughput("pg", db, processes, changes, folder, together=together)
+                        )
             with database(url) as db:
                 result.add(
                     Row("append", "PostgreSQL, 1 proc", "ms/change", _append_ms(db, changes))

@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import itertools
 import re
 import sys
 import zlib
@@ -66,6 +67,7 @@ from modefsm.log._records import (
 
 __all__ = [
     "MAX_LINE",
+    "RECORD_MARK",
     "DecisionEntry",
     "Location",
     "LogEntry",
@@ -82,20 +84,31 @@ ProblemKind = Literal[
 ]  # fmt: skip
 """What is wrong with a line or a file (see :class:`LogProblem`)."""
 
-Take = Callable[[str, int, dict[str, Any]], bool]
-"""A fast path for a consumer of :func:`read_log`: ``take(path, line, data)``.
+Take = Callable[[str, int, list[bytes], int], int]
+"""A fast path for a consumer of :func:`read_log`: ``take(path, line, lines, start) -> stop``.
 
-Called with the file, the line number and the parsed JSON object of a line that may be
-a modefsm record. Return ``True`` when the line is fully handled (the reader yields nothing
-for it and builds no model), ``False`` to have the reader treat it as usual. A ``take``
-must not change anything before it returns ``False``, and may change *data*.
+Offered ``lines[start:]``: complete lines of a file without their newline, past the
+file's first line, none longer than :data:`MAX_LINE` (and, after a torn record, only
+once the record after it has settled it); ``lines[start]`` is line number *line*. The
+consumer handles ``lines[start:stop]`` in full and returns ``stop`` (``start``: none):
+the reader yields nothing for those lines and builds no model. It may take only lines
+that the reader would read as a record, each unchanged by the model: a line that starts
+with ``{``, contains :data:`RECORD_MARK`, parses as a JSON object naming a record event
+(one of ``RECORD_EVENTS``: a ``modefsm.tool_decided`` line is left to the reader) and
+fits :class:`~modefsm.log.TransitionRecord` as it is. It must not change anything for the
+line at ``stop``, which the reader then reads as usual.
 """
+
+RECORD_MARK = b'"modefsm.'
+"""What a line holds for the reader to parse it: other lines are a host's, skipped unread."""
 
 _FATAL: frozenset[ProblemKind] = frozenset({"unreadable", "not_text", "not_a_log"})
 _BAD_RECORD: frozenset[ProblemKind] = frozenset({"not_json", "not_a_record"})
 _MARKS = tuple(f'"{event}"'.encode() for event in sorted(CHAINED_EVENTS))
-_MARK = b'"modefsm.'
-_BRACE, _NEWLINE = ord("{"), ord("\n")
+_BRACE = ord("{")
+_BLOCK = 1 << 16
+"""Bytes read at a time (at most MAX_LINE: only a block's first line, which goes on from
+the block before, can be longer; small enough for the allocator to reuse its memory)."""
 _NEVER = 1 << 62
 _PROGRESS_STEP = 1 << 20
 
@@ -243,9 +256,8 @@ def read_log(
             files (compressed bytes for gzip files).
         stdin: what ``-`` reads (default: ``sys.stdin.buffer``).
         take: a consumer's fast path (see :data:`Take`): offered, before any model is
-            built, each complete line past a file's first that starts with ``{``, contains
-            ``"modefsm.`` and parses as a JSON object (a record, a diagnostic, or a host's
-            object that mentions modefsm); nothing is yielded for a line it takes.
+            built, the complete lines past a file's first, a run at a time; nothing is
+            yielded for the lines it takes.
         decisions: also yield a :class:`DecisionEntry` for each ``modefsm.tool_decided``
             line (else skipped, as diagnostics are).
 
@@ -311,95 +323,120 @@ class _FileReader:
             stream.seek(start)
         offset, lineno, records, content_lines, text_lines = start, 0, 0, 0, 0
         next_report = _PROGRESS_STEP if progress is not None else _NEVER
-        take, loads, readline = self.take, orjson.loads, stream.readline
-        limit, brace, newline, mark = MAX_LINE + 1, _BRACE, _NEWLINE, _MARK
+        take, read = self.take, stream.read1
         last = b""  # the last line taken or read as a record: the chain before a torn one
         torn, self.carry = self.carry, None  # a torn record inside, reported at the next one
-        line = b""
-        while True:
-            prior = line  # a torn line that a later modefsm.log_repaired line names
+        prior = b""  # the line before: a torn line that a later modefsm.log_repaired names
+        rest = b""  # the start of a line that the next block goes on with
+        skipping = False  # in a line longer than MAX_LINE, up to its newline
+        terminated = True
+        while terminated:
             try:
-                line = readline(limit)
+                block = read(_BLOCK)
             except (EOFError, OSError, zlib.error) as exc:
                 yield _read_problem(name, lineno, exc)
                 break
-            if not line:
+            if skipping:  # the rest of a line too long, skipped
+                cut = block.find(b"\n")
+                if cut < 0 and block:
+                    offset += len(block)
+                    continue
+                skipping = False
+                offset += cut + 1 if block else 0
+                block = block[cut + 1 :] if block else b""
+                if not block:
+                    continue
+            if block:
+                lines = (rest + block if rest else block).split(b"\n")
+                rest = lines.pop()  # no newline after it yet
+            elif rest:  # the end: a last line without its newline
+                lines, rest, terminated = [rest], b"", False
+            else:
                 break
-            lineno += 1
-            offset += len(line)
+            index, count = 0, len(lines)
+            while index < count:
+                if (
+                    take is not None
+                    and terminated
+                    and torn is None
+                    and content_lines
+                    and (index or len(lines[0]) <= MAX_LINE)
+                ):
+                    stop = take(name, lineno + 1, lines, index)
+                    if stop > index:
+                        taken = stop - index
+                        lineno += taken
+                        records += taken
+                        content_lines += taken
+                        offset += sum(map(len, itertools.islice(lines, index, stop))) + taken
+                        last = prior = lines[stop - 1]
+                        index = stop
+                        if index == count:
+                            break
+                line = lines[index]
+                index += 1
+                lineno += 1
+                offset += len(line) + terminated
+                location = Location(name, lineno)
+                if len(line) > MAX_LINE:  # only a block's first line can be
+                    prior = b""
+                    yield LogProblem(
+                        location, "too_long", f"a line longer than {MAX_LINE} bytes, skipped"
+                    )
+                    continue
+                line_before, prior = prior, line
+                content = line.rstrip(b"\r")
+                if not content.strip():
+                    continue
+                content_lines += 1
+                if content_lines == 1 and _is_binary(content):
+                    records = -1  # the file is reported as unusable, not as holding no record
+                    yield LogProblem(
+                        location, "not_text", "binary data, not a JSON-lines log: file skipped"
+                    )
+                    break
+                if content[0] != _BRACE and not content.lstrip().startswith(b"{"):
+                    text_lines += 1  # prose, Markdown, a traceback: a host's or not a log
+                if _REPAIRED in content and (
+                    torn is None or torn.problem.location.line < lineno - 1
+                ):
+                    repaired = _repaired_tear(content, line_before, Location(name, lineno - 1))
+                    if repaired is not None:
+                        if torn is not None:
+                            yield torn.resolve(None, None)
+                        torn = _Torn(repaired, line_before.rstrip(b"\r"), last)
+                        continue
+                item = self._parse(content, location, terminated=terminated, end=offset)
+                if item is None:
+                    continue
+                problem = item if isinstance(item, LogProblem) else None
+                if torn is not None and (problem is None or problem.bad_record):
+                    chained = item.record if problem is None else None  # type: ignore[union-attr]
+                    yield torn.resolve(chained and chained.prev, chained and chained.digest)
+                    torn = None
+                if problem is None:
+                    last = line
+                elif problem.kind == "torn" and (terminated or self.more):
+                    if torn is not None:
+                        yield torn.resolve(None, None)
+                    torn = _Torn(problem, content, last)
+                    continue
+                records += problem is None or problem.bad_record
+                yield item
+            if records < 0:  # a binary file: nothing more of it is read
+                break
+            if len(rest) > MAX_LINE:  # a line too long: reported now, its end skipped
+                lineno += 1
+                offset += len(rest)
+                rest, prior, skipping = b"", b"", True
+                yield LogProblem(
+                    Location(name, lineno),
+                    "too_long",
+                    f"a line longer than {MAX_LINE} bytes, skipped",
+                )
             if offset >= next_report and progress is not None:
                 progress(_tell(raw, offset) if compressed else offset)
                 next_report = offset + _PROGRESS_STEP
-            # The fast path: a complete line past the first (which is checked for binary
-            # data), that _parse would read as a record (an object naming modefsm), and that
-            # the consumer takes. Anything else, including a line it declines, goes through
-            # the checks below as if it had not been seen.
-            if (
-                take is not None
-                and content_lines
-                and line[0] == brace
-                and line[-1] == newline
-                and mark in line
-            ):
-                try:
-                    data = loads(line)
-                except orjson.JSONDecodeError:
-                    data = None
-                if type(data) is dict:
-                    # what a taken record says of a torn one before it (take may edit data)
-                    prev, digest = data.get("prev"), data.get("digest")
-                    if take(name, lineno, data):
-                        if torn is not None:
-                            yield torn.resolve(prev, digest)
-                            torn = None
-                        content_lines += 1
-                        records += 1
-                        last = line
-                        continue
-            location = Location(name, lineno)
-            terminated = line.endswith(b"\n")
-            if not terminated and len(line) > MAX_LINE:
-                offset += _skip_line(stream)
-                yield LogProblem(
-                    location, "too_long", f"a line longer than {MAX_LINE} bytes, skipped"
-                )
-                continue
-            content = line.rstrip(b"\r\n")
-            if not content.strip():
-                continue
-            content_lines += 1
-            if content_lines == 1 and _is_binary(content):
-                records = -1  # the file is reported as unusable, not as holding no record
-                yield LogProblem(
-                    location, "not_text", "binary data, not a JSON-lines log: file skipped"
-                )
-                break
-            if content[0] != brace and not content.lstrip().startswith(b"{"):
-                text_lines += 1  # prose, Markdown, a traceback: a host's or not a log at all
-            if _REPAIRED in content and (torn is None or torn.problem.location.line < lineno - 1):
-                repaired = _repaired_tear(content, prior, Location(name, lineno - 1))
-                if repaired is not None:
-                    if torn is not None:
-                        yield torn.resolve(None, None)
-                    torn = _Torn(repaired, prior.rstrip(b"\r\n"), last)
-                    continue
-            item = self._parse(content, location, terminated=terminated, end=offset)
-            if item is None:
-                continue
-            problem = item if isinstance(item, LogProblem) else None
-            if torn is not None and (problem is None or problem.bad_record):
-                chained = item.record if problem is None else None  # type: ignore[union-attr]
-                yield torn.resolve(chained and chained.prev, chained and chained.digest)
-                torn = None
-            if problem is None:
-                last = line
-            elif problem.kind == "torn" and (terminated or self.more):
-                if torn is not None:
-                    yield torn.resolve(None, None)
-                torn = _Torn(problem, content, last)
-                continue
-            records += problem is None or problem.bad_record
-            yield item
         if torn is not None and self.more:
             self.carry = torn
         elif torn is not None:
@@ -413,7 +450,7 @@ class _FileReader:
     def _parse(  # noqa: C901, PLR0911 - one return per kind of line
         self, content: bytes, location: Location, *, terminated: bool, end: int
     ) -> LogEntry | DecisionEntry | LogProblem | None:
-        if not (content.startswith(b"{") and _MARK in content) and terminated:
+        if not (content.startswith(b"{") and RECORD_MARK in content) and terminated:
             if b"\x00" in content:
                 return LogProblem(location, "binary", "a line of binary data, skipped")
             if content.startswith(_RECORD_START) and _cut_record(content):
@@ -621,15 +658,6 @@ def _is_binary(content: bytes) -> bool:
     except UnicodeDecodeError:
         return True
     return False
-
-
-def _skip_line(stream: Any) -> int:
-    skipped = 0
-    while chunk := stream.readline(MAX_LINE):
-        skipped += len(chunk)
-        if chunk.endswith(b"\n"):
-            break
-    return skipped
 
 
 def _tell(raw: Any, default: int) -> int:

@@ -45,8 +45,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
+import types
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
@@ -64,13 +66,14 @@ __all__ = [
     "RECORD_EVENTS",
     "SEQ_MAX",
     "DecisionRecord",
+    "FieldCheck",
     "Origin",
     "Outcome",
     "RejectReason",
     "TransitionRecord",
     "canonical_record",
-    "covered_digest",
     "previous_of",
+    "record_checks",
     "record_digest",
     "title_digest",
     "utc_timestamp",
@@ -261,6 +264,87 @@ _DIGEST_KEYS = frozenset(TransitionRecord.model_fields) - {"level", "digest"}
 _DECISION_KEYS = frozenset(DecisionRecord.model_fields) - {"level", "digest"}
 
 
+@dataclass(frozen=True, slots=True)
+class FieldCheck:
+    """The JSON values of one :class:`TransitionRecord` field that the model keeps as they are.
+
+    For readers that check a parsed line without building the model (replay's fast path):
+    a value :meth:`accepts` is one the model takes unchanged; anything else (a value the
+    model would convert, such as ``"2"`` for an integer, or reject) must go through it.
+
+    Attributes:
+        name: the field (the JSON key).
+        types: the exact Python types of the accepted values (``bool`` is not ``int``).
+        low: the smallest accepted integer, if bounded.
+        high: the largest accepted integer, if bounded.
+        values: the accepted strings, for a ``Literal`` field.
+        required: whether a record must have the key.
+    """
+
+    name: str
+    types: frozenset[type]
+    low: int | None = None
+    high: int | None = None
+    values: frozenset[str] | None = None
+    required: bool = True
+
+    def accepts(self, value: object) -> bool:
+        """Whether *value* (parsed from JSON) is one the model keeps unchanged.
+
+        Example:
+            >>> seq = record_checks()["seq"]
+            >>> seq.accepts(2), seq.accepts(0), seq.accepts(True), seq.accepts(None)
+            (True, False, False, True)
+        """
+        kind = type(value)
+        if kind not in self.types:
+            return False
+        if kind is int:
+            number: int = value  # type: ignore[assignment]  # checked just above
+            return (self.low is None or number >= self.low) and (
+                self.high is None or number <= self.high
+            )
+        return kind is not str or self.values is None or value in self.values
+
+
+@functools.cache
+def record_checks() -> dict[str, FieldCheck]:
+    """A :class:`FieldCheck` for every :class:`TransitionRecord` field, derived from the model.
+
+    Raises:
+        TypeError: a field's annotation is not one this derivation knows (a change to the
+            model that needs a change here).
+    """
+    return {
+        name: _check_of(name, info.annotation, required=info.is_required())
+        for name, info in TransitionRecord.model_fields.items()
+    }
+
+
+def _check_of(name: str, annotation: Any, *, required: bool) -> FieldCheck:
+    kinds: set[type] = set()
+    low = high = None
+    values: frozenset[str] | None = None
+    arms = get_args(annotation) if get_origin(annotation) in {Union, types.UnionType} else ()
+    for arm in arms or (annotation,):
+        if arm in {str, int, type(None)}:
+            kinds.add(arm)
+        elif get_origin(arm) is Literal and all(type(v) is str for v in get_args(arm)):
+            kinds.add(str)
+            values = frozenset(get_args(arm))
+        elif get_origin(arm) is Annotated and get_args(arm)[0] is int:
+            kinds.add(int)
+            for constraint in (m for f in get_args(arm)[1:] for m in f.metadata):
+                low = getattr(constraint, "ge", low)
+                high = getattr(constraint, "le", high)
+                if getattr(constraint, "lt", None) is not None:
+                    high = constraint.lt - 1
+        else:
+            msg = f"no JSON check for the record field {name!r}: {arm!r}"
+            raise TypeError(msg)
+    return FieldCheck(name, frozenset(kinds), low, high, values, required)
+
+
 def canonical_record(data: Mapping[str, Any]) -> bytes:
     """The bytes a record's digest covers: its fields as compact JSON with sorted keys.
 
@@ -285,16 +369,6 @@ def canonical_record(data: Mapping[str, Any]) -> bytes:
 def record_digest(data: Mapping[str, Any]) -> str:
     """SHA-256 of :func:`canonical_record` of *data*, as 64 lowercase hex digits."""
     return hashlib.sha256(canonical_record(data)).hexdigest()
-
-
-def covered_digest(data: dict[str, Any]) -> str:
-    """:func:`record_digest` of *data* when it holds only the keys a digest covers.
-
-    It skips the check for other keys (``level``, ``digest``, a host's own): with such a
-    key in *data* the result is not the record's digest. For a fast path that falls back
-    to :func:`record_digest` when the digests differ.
-    """
-    return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def title_digest(title: str | None) -> str | None:

@@ -36,24 +36,35 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Literal, get_args
+from typing import Any, BinaryIO, Literal
+
+import msgspec
+import orjson
 
 from modefsm.errors import LogError
-from modefsm.log._reader import DecisionEntry, Location, LogEntry, LogProblem, Take, read_log
+from modefsm.log._reader import (
+    RECORD_MARK,
+    DecisionEntry,
+    Location,
+    LogEntry,
+    LogProblem,
+    Take,
+    read_log,
+)
 from modefsm.log._records import (
     EVENT_CHANGED,
     EVENT_CREATED,
     EVENT_REJECTED,
-    SEQ_MAX,
-    Origin,
-    RejectReason,
     TransitionRecord,
-    covered_digest,
+    canonical_record,
     previous_of,
+    record_checks,
 )
+from modefsm.replay._fast import canonical_encoder, record_decoder
 from modefsm.replay._merge import file_kind, merge_by_gseq, merged_kinds
 from modefsm.replay._tools import ToolLedger, ToolTally
 from modefsm.spec._model import ModeSpec, preset
@@ -471,6 +482,8 @@ class Replayer:
         self._specs: dict[str, _Rules] = {s.content_hash: (s, s.table) for s in given}
         # The transitions take() may apply; none when timelines are kept (records needed)
         self._edges = {} if keep_timeline else {h: _Edges(m) for h, (_, m) in self._specs.items()}
+        self._initial = {h: s.initial for h, (s, _) in self._specs.items()}
+        self._decode = record_decoder()  # take's first way to check a line
         self._verify = verify
         self._session_id = session_id
         self._keep = keep_timeline
@@ -590,140 +603,128 @@ class Replayer:
             del self._gseqs[next(iter(self._gseqs))]
         return True
 
-    def take(self, path: str, line: int, data: dict[str, Any]) -> bool:  # noqa: C901, PLR0911, PLR0912
+    def take(self, path: str, line: int, lines: list[bytes], start: int) -> int:
         """The fast path of :meth:`feed`, for :func:`~modefsm.log.read_log`'s ``take``.
 
-        Takes a record that only moves its session on, without building its
-        :class:`~modefsm.log.TransitionRecord`: a creation, a client change, a restore
-        or a rejection whose every field has exactly its model type, that continues its
-        session (and, with ``verify``, the digest chain, its digest intact) and that its
-        spec allows. It applies it exactly as :meth:`feed` would and returns ``True``;
-        for anything else (a switch, a violation, a note, a kept timeline) it returns
-        ``False`` having changed nothing, and the record comes back through :meth:`feed`.
+        Takes records that only move their session on, without building their
+        :class:`~modefsm.log.TransitionRecord`: creations, client changes, restores and
+        rejections whose every field holds a value the model keeps as it is (see
+        :func:`~modefsm.log.record_checks`), that continue their session (and, with
+        ``verify``, the digest chain, their digest intact) and that their spec allows. It
+        applies them exactly as :meth:`feed` would, from ``lines[start]`` on, and stops at
+        the first line it cannot take (a switch, a violation, a note, a host's line, a
+        kept timeline), having changed nothing for that line, which then comes back
+        through :meth:`feed`.
 
         Args:
             path: the file, as :class:`~modefsm.log.Location` names it.
-            line: the line number, from 1.
-            data: the line's JSON object; changed (its ``digest`` and ``level`` removed)
-                when ``verify`` is on.
-        """
-        get = data.get
-        # Any: what the JSON holds, until checked. seq and the modes may be null but not
-        # missing: a missing one is _ABSENT, of no type any check below accepts.
-        event: Any = get("event")
-        session_id: Any = get("session_id")
-        seq: Any = get("seq", _ABSENT)
-        source: Any = get("from_mode", _ABSENT)
-        dest: Any = get("to_mode", _ABSENT)
-        origin: Any = get("origin")
-        spec_name: Any = get("spec")
-        spec_hash: Any = get("spec_hash")
-        reason: Any = get("reason")
-        track = None
-        try:  # an unhashable value (a list, an object) raises TypeError: declined
-            if (  # the fields that no check below covers
-                type(spec_name) is not str
-                or type(get("timestamp")) is not str
-                or type(get("level", "")) is not str
-                or type(request_id := get("request_id")) not in _ID_TYPES
-                or (type(request_id) is int and not _ID_LOW <= request_id < _ID_END)
-                or type(get("tool_call_id")) not in _STR_OR_NONE
-                or type(get("option_id")) not in _STR_OR_NONE
-                or type(get("proposed_in")) not in _STR_OR_NONE
-                or type(get("cwd")) not in _STR_OR_NONE
-                or ((protocol := get("protocol")) is not None and type(protocol) is not int)
-                or (protocol is not None and protocol not in _PROTOCOLS)
-                or type(get("prev")) not in _STR_OR_NONE
-                or type(get("digest")) not in _STR_OR_NONE
-                or (reason is not None and reason not in _REASONS)
-            ):
-                return False
-            if self._session_id is not None and session_id != self._session_id:
-                if (
-                    event not in _EVENTS
-                    or type(spec_hash) is not str
-                    or not _well_typed(session_id, seq, source, dest, origin)
-                ):
-                    return False
-                event = None  # not replayed: only counted, and its chain link followed
-            else:
-                edges = self._edges.get(spec_hash)
-                track = self._tracks.get(session_id)
-                if edges is None:
-                    return False
-                if event == EVENT_CHANGED:
-                    # A track and an edge matched: session_id, seq, origin and both modes
-                    # have their types (a switch has no edge here: feed checks its option)
-                    if (
-                        track is None
-                        or type(seq) is not int
-                        or seq != track.seq + 1
-                        or seq > SEQ_MAX
-                        or source != track.mode
-                        or track.mode is None
-                        or not edges[origin, source, dest]
-                    ):
-                        return False
-                elif event == EVENT_CREATED:
-                    if (
-                        track is not None
-                        or type(session_id) is not str
-                        or type(seq) is not int
-                        or seq != 1
-                        or origin != "new"
-                        or source is not None
-                        or dest != self._specs[spec_hash][0].initial
-                    ):
-                        return False
-                elif (
-                    event != EVENT_REJECTED
-                    or not _well_typed(session_id, seq, source, dest, origin)
-                    or (
-                        track is not None
-                        and track.mode is not None
-                        and source is not None
-                        and source != track.mode
-                    )
-                ):
-                    return False
-        except TypeError:
-            return False
-        if self._chain is not None and not self._follow(path, line, data):
-            return False
-        self._records += 1
-        if event is None:
-            return True
-        at = (path, line)
-        if track is None:
-            self._tracks[session_id] = track = _Track(at, at, at, spec_name, spec_hash)
-        if event == EVENT_REJECTED:
-            track.rejections += 1
-            track.last = at
-            return True
-        track.commit(at, seq, origin, source, dest, spec_name, spec_hash)
-        return True
+            line: the line number of ``lines[start]``, from 1.
+            lines: complete lines of the file, without their newline.
+            start: the first line offered.
 
-    def take_others(self, path: str, line: int, data: dict[str, Any]) -> bool:
+        Returns:
+            The index of the first line not taken (``len(lines)``: all of them).
+        """
+        return self._take(path, line, lines, start, replayed=True)
+
+    def take_others(self, path: str, line: int, lines: list[bytes], start: int) -> int:
         """:meth:`take`, for the records of the sessions not replayed only.
 
         For a caller that needs each replayed record as a :class:`~modefsm.log.LogEntry`
         (:func:`replay`'s ``on_entry``).
         """
-        if self._session_id is None or data.get("session_id") == self._session_id:
-            return False
-        return self.take(path, line, data)
+        return self._take(path, line, lines, start, replayed=self._session_id is None)
 
-    def _follow(self, path: str, line: int, data: dict[str, Any]) -> bool:
-        """With ``verify``: follow the chain by a record :meth:`take` takes, if it continues."""
-        chain = self._chain
-        assert chain is not None  # noqa: S101 - take calls it with verify only
-        digest = data.pop("digest", None)
-        data.pop("level", None)
-        return (
-            digest is not None
-            and covered_digest(data) == digest  # a host's key in data: declined
-            and chain.follow((path, line), data.get("prev"), digest)
-        )
+    def _take(  # noqa: C901, PLR0912, PLR0915 - the hot loop: no call per record it can spare
+        self, path: str, line: int, lines: list[bytes], start: int, *, replayed: bool
+    ) -> int:
+        tracks, edges_of, initial_of = self._tracks, self._edges, self._initial
+        only, chain = self._session_id, self._chain
+        decode, not_a_record, unset = self._decode, msgspec.MsgspecError, msgspec.UNSET
+        encode, sha256, mark = canonical_encoder(), hashlib.sha256, RECORD_MARK
+        line -= start
+        index, count = start, len(lines)
+        while index < count:
+            raw = lines[index]
+            if raw[:1] != b"{" or raw.rfind(mark) < 0:
+                break  # read_log skips it, or reads it as a problem
+            # Every field checked against the model: at once (a line of the model's keys
+            # only), else one by one (a line with a host's keys too)
+            canonical = None
+            try:
+                record = decode(raw)
+            except not_a_record:
+                fields = _fields(raw, digests=chain is not None)
+                if fields is None:
+                    break
+                event, session_id, seq, source, dest, origin, spec_name, spec_hash = fields[:8]
+                prev, digest, canonical = fields[8:]
+            else:
+                event, session_id, seq = record.event, record.session_id, record.seq
+                source, dest, origin = record.from_mode, record.to_mode, record.origin
+                spec_name, spec_hash = record.spec, record.spec_hash
+            track = None
+            if only is not None and session_id != only:
+                event = None  # not replayed: only counted, and its chain link followed
+            elif not replayed:
+                break
+            else:
+                edges = edges_of.get(spec_hash)
+                if edges is None:
+                    break
+                track = tracks.get(session_id)
+                if event == EVENT_CHANGED:
+                    # a switch has no edge here: feed checks its option
+                    if (
+                        track is None
+                        or seq != track.seq + 1
+                        or source != track.mode
+                        or source is None
+                        or dest is None
+                        or not edges[origin, source, dest]
+                    ):
+                        break
+                elif event == EVENT_CREATED:
+                    if (
+                        track is not None
+                        or seq != 1
+                        or origin != "new"
+                        or source is not None
+                        or dest != initial_of[spec_hash]
+                    ):
+                        break
+                elif (  # a rejection
+                    track is not None
+                    and track.mode is not None
+                    and source is not None
+                    and source != track.mode
+                ):
+                    break
+            at = (path, line + index)
+            if chain is not None:
+                # With verify: the record continues the chain, its digest intact
+                if canonical is None:  # decoded whole: the bytes its digest covers
+                    prev, digest = record.prev, record.digest
+                    record.level = record.digest = unset
+                    canonical = encode(record)
+                if (
+                    type(digest) is not str
+                    or sha256(canonical).hexdigest() != digest
+                    or not chain.follow(at, prev, digest)
+                ):
+                    break
+            index += 1
+            if event is None:
+                continue
+            if track is None:
+                tracks[session_id] = track = _Track(at, at, at, spec_name, spec_hash)
+            if event == EVENT_REJECTED:
+                track.rejections += 1
+                track.last = at
+            else:
+                track.commit(at, seq, origin, source, dest, spec_name, spec_hash)
+        self._records += index - start
+        return index
 
     def report(self) -> ReplayReport:
         """The result for everything fed so far."""
@@ -966,27 +967,37 @@ class Replayer:
 _ABSENT = object()
 _Rules = tuple[ModeSpec, TransitionTable]
 """A spec and its transition table."""
-_ORIGINS = frozenset(get_args(Origin))
-_REASONS = frozenset(get_args(RejectReason))
-_EVENTS = frozenset({EVENT_CREATED, EVENT_CHANGED, EVENT_REJECTED})
-_ID_TYPES = frozenset({str, int, type(None)})
-_ID_LOW, _ID_END = -(1 << 63), 1 << 64  # the model's range of an integer request_id
-_STR_OR_NONE = frozenset({str, type(None)})
-_PROTOCOLS = frozenset({1, 2})
-"""The ACP protocol versions a record may name (``protocol``)."""
+_CHECKS = record_checks()
 
 
-def _well_typed(
-    session_id: object, seq: object, source: object, dest: object, origin: object
-) -> bool:
-    """Whether these fields of a record have their model types (for take)."""
-    return (
-        type(session_id) is str
-        and (seq is None or (type(seq) is int and 1 <= seq <= SEQ_MAX))
-        and type(source) in _STR_OR_NONE
-        and type(dest) in _STR_OR_NONE
-        and origin in _ORIGINS
-    )
+def _fields(raw: bytes, *, digests: bool) -> tuple[Any, ...] | None:
+    """The fields :meth:`Replayer.take` needs of a line that has keys besides the model's.
+
+    Returns ``None`` unless the line is a JSON object whose every model field holds a value
+    the model keeps as it is (see :func:`~modefsm.log.record_checks`); else ``(event,
+    session_id, seq, from_mode, to_mode, origin, spec, spec_hash, prev, digest,
+    canonical)``, *canonical* being the bytes the digest covers (with *digests*).
+    """
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if type(data) is not dict:
+        return None
+    get = data.get
+    for check in _CHECKS.values():
+        value = get(check.name, _ABSENT)
+        if value is _ABSENT:
+            if check.required:
+                return None
+        elif not check.accepts(value):
+            return None
+    canonical = canonical_record(data) if digests else None
+    return (*(data[key] for key in _TAKEN), get("prev"), get("digest"), canonical)
+
+
+_TAKEN = ("event", "session_id", "seq", "from_mode", "to_mode", "origin", "spec", "spec_hash")
+"""The required fields :func:`_fields` gives, in order."""
 
 
 class _Edges(dict[tuple[str, str, str], bool]):

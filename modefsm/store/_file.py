@@ -42,11 +42,14 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import queue
 import sqlite3
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from modefsm.errors import LogError
 from modefsm.log._files import lock_holders, open_private
@@ -80,6 +83,8 @@ __all__ = ["FileStore"]
 
 _CHUNK = 1 << 20
 _SPIN = 64
+_BATCH = 256
+"""The most queued records one hold of the lock writes (the others wait for the next)."""
 
 
 class FileStore:
@@ -122,6 +127,9 @@ class FileStore:
         except OSError as exc:
             raise LogError(f"cannot open the transition log: {exc.strerror}", str(path)) from None
         self._heads: dict[str, RestorePoint] = {}  # sessions this process holds
+        self._queued: list[tuple[str, dict[str, Any], asyncio.Future[str]]] = []
+        self._writer: asyncio.Task[None] | None = None  # writes the queued records
+        self._watch = _LockWatch()
         self._index: RestoreIndex | None = None
         self._index_problem: str | None = None
         self._seen = 0  # bytes of the file read (under the lock)
@@ -159,27 +167,65 @@ class FileStore:
             StoreBusy: the lock was not had in time.
             LogError: a rotated file could not be followed (the lock is not held then).
         """
-        for pause in self._lock_steps(self.lock_timeout, follow=follow):
-            time.sleep(pause)
+        for wait in self._lock_steps(self.lock_timeout, follow=follow):
+            time.sleep(wait.pause)
 
     async def _lock_async(self, deadline: float | None) -> None:
-        """:meth:`_lock`, the sleeps awaited (the event loop serves others meanwhile).
+        """:meth:`_lock`, the waits awaited (the event loop serves others meanwhile).
 
-        The wait ends by *deadline* (the event loop's ``time()``) if that comes first.
+        After one try, a wait for a lock another process holds is a thread of the store's
+        own blocked until no process holds it (:class:`_LockWatch`), and the lock is tried
+        again at once: no sleeping while it is free. The wait ends by *deadline* (the
+        event loop's ``time()``) if that comes first.
+
+        Raises:
+            StoreBusy: the lock was not had in time.
+            LogError: a rotated file could not be followed (the lock is not held then).
         """
+        loop = asyncio.get_running_loop()
         limit = self.lock_timeout
         if deadline is not None:
-            limit = min(limit, deadline - asyncio.get_running_loop().time())
-        for pause in self._lock_steps(limit):
-            await asyncio.sleep(pause)
+            limit = min(limit, deadline - loop.time())
+        for wait in self._lock_steps(limit, spin=1):
+            if wait.fd is None:
+                await asyncio.sleep(wait.pause)
+                continue
+            freed: asyncio.Future[None] = loop.create_future()
+            try:
+                self._watch.wait(wait.fd, partial(loop.call_soon_threadsafe, _resolve, freed))
+            except OSError:  # no descriptor to watch with: the pause
+                loop.call_later(wait.pause, _resolve, freed)
+            left = max(wait.until - time.monotonic(), 0)
+            with contextlib.suppress(TimeoutError):  # the next try finds out
+                await asyncio.wait_for(freed, left)
 
-    def _lock_steps(self, limit: float, *, follow: bool = True) -> Iterator[float]:
+    def _lock_now(self) -> bool:
+        """Lock the file and notice a rotation if that takes no wait (one try).
+
+        Returns:
+            Whether the lock is held now (nothing else is).
+
+        Raises:
+            LogError: a rotated file could not be followed (the lock is not held then).
+        """
+        steps = self._lock_steps(self.lock_timeout, spin=1)
+        try:
+            next(steps)
+        except StopIteration:
+            return True
+        steps.close()
+        return False
+
+    def _lock_steps(
+        self, limit: float, *, follow: bool = True, spin: int = _SPIN
+    ) -> Generator[_Wait]:
         """Lock the file; with *follow*, then notice a rotation (:meth:`_follow_file`).
 
-        Yields each pause to sleep (or await) before the next try, for at most *limit*
-        seconds in all. The lock is held only between two pauses, never across one: when
-        the file was renamed away and another process holds the new file's lock, ours is
-        let go and both are tried again after the pause.
+        Yields each wait before the next try (:class:`_Wait`: a pause to sleep, or the
+        lock to wait for), for at most *limit* seconds in all. The lock is held only
+        between two waits, never across one: when the file was renamed away and another
+        process holds the new file's lock, ours is let go and both are tried again after
+        the pause. Each lock is tried *spin* times (yielding the processor) before a wait.
 
         Raises:
             StoreBusy: the locks were not had in time.
@@ -188,7 +234,7 @@ class FileStore:
         started = time.monotonic()
         pause = 50e-6
         while True:
-            yield from self._lock_waits(self._fd, limit, started)
+            yield from self._lock_waits(self._fd, limit, started, spin)
             if not follow:
                 return
             try:
@@ -201,35 +247,39 @@ class FileStore:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             if time.monotonic() - started >= limit:
                 raise busy
-            yield pause
+            yield _Wait(pause, None, started + limit)
             pause = min(pause * 2, 2e-3)
 
-    def _lock_waits(self, fd: int, limit: float, since: float) -> Iterator[float]:
-        """Try the lock of *fd*; yield each pause to sleep before the next try, until taken.
+    def _try_lock(self, fd: int, *, spin: int = 1) -> bool:
+        """Take the lock of *fd* if free, trying *spin* times (yielding the processor)."""
+        for tried in range(spin):
+            if tried:
+                os.sched_yield()
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            return True
+        return False
+
+    def _lock_waits(self, fd: int, limit: float, since: float, spin: int) -> Iterator[_Wait]:
+        """Try the lock of *fd*; yield each wait before the next try, until taken.
 
         Raises:
             StoreBusy: the lock was not taken within *limit* seconds of *since* (a
                 ``time.monotonic()``).
         """
-        for _ in range(_SPIN):
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.sched_yield()
-                continue
+        if self._try_lock(fd, spin=spin):
             return
         deadline = since + limit
         pause = 50e-6
         while True:
-            yield pause
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise self._busy(fd, limit) from None
-                pause = min(pause * 2, 2e-3)
-            else:
+            yield _Wait(pause, fd, deadline)
+            if self._try_lock(fd):
                 return
+            if time.monotonic() >= deadline:
+                raise self._busy(fd, limit)
+            pause = min(pause * 2, 2e-3)
 
     def _busy(self, fd: int, limit: float) -> StoreBusy:
         """The error for the lock of *fd* not had within *limit* seconds (who holds it)."""
@@ -240,6 +290,23 @@ class FileStore:
             f"{max(limit, 0):g} s; nothing was written"
         )
         return StoreBusy(msg, str(self.path))
+
+    def _busy_queued(self, limit: float) -> StoreBusy:
+        """:meth:`_busy` for a queued call not written in time.
+
+        Names the holder of our file's lock, else (after a rename) of the file the path
+        names now.
+        """
+        if lock_holders(self._fd):
+            return self._busy(self._fd, limit)
+        try:
+            named = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return self._busy(self._fd, limit)
+        try:
+            return self._busy(named, limit)
+        finally:
+            os.close(named)
 
     # -- rotation --------------------------------------------------------------------------
 
@@ -458,35 +525,89 @@ class FileStore:
         *,
         deadline: float | None = None,
     ) -> str:
-        """:meth:`append`, with the wait for the lock awaited; the write itself is local."""
+        """:meth:`append`, with the wait for the lock awaited; the write itself is local.
+
+        While the lock is taken, the records of this process's calls made meanwhile wait
+        together: the next hold of the lock writes them all (at most :data:`_BATCH`), in
+        the order they came, each with its own outcome. A call whose time runs out before
+        its record is written writes nothing (:class:`~modefsm.store.StoreBusy`).
+        """
         session_id = fields["session_id"]
         if fields["seq"] != 1 and session_id not in self._heads:
             point = await self.restore_point_async(session_id, deadline=deadline)
             self._adopt(session_id, head, point)
-        await self._lock_async(deadline)
-        return self._append_locked(event, fields)
+        if not self._queued and self._lock_now():  # free, nobody waiting: now
+            return self._append_locked(event, fields)
+        loop = asyncio.get_running_loop()
+        limit = self.lock_timeout
+        if deadline is not None:
+            limit = min(limit, deadline - loop.time())
+        written: asyncio.Future[str] = loop.create_future()
+        self._queued.append((event, fields, written))
+        if self._writer is None:
+            self._writer = loop.create_task(self._write_queued())
+        try:
+            async with asyncio.timeout(max(limit, 0)):
+                return await written
+        except TimeoutError:
+            if written.done() and not written.cancelled():  # written just in time
+                return written.result()
+            raise self._busy_queued(limit) from None  # its turn never came
+
+    async def _write_queued(self) -> None:
+        """Write the queued records, as many as are queued each time the lock is taken."""
+        try:
+            while self._queued:
+                try:
+                    await self._lock_async(None)
+                except StoreBusy:  # each call waits by its own deadline: those left wait on
+                    self._queued = [queued for queued in self._queued if not queued[2].done()]
+                    continue
+                except LogError as exc:  # nothing written: the waiting calls fail with it
+                    queued, self._queued = self._queued, []
+                    for _, _, written in queued:
+                        if not written.done():
+                            written.set_exception(exc)
+                    continue
+                batch, self._queued = self._queued[:_BATCH], self._queued[_BATCH:]
+                try:
+                    for event, fields, written in batch:
+                        if written.done():  # its caller gave up
+                            continue
+                        try:
+                            written.set_result(self._append_held(event, fields))
+                        except Exception as exc:  # noqa: BLE001 - that record's own outcome
+                            written.set_exception(exc)
+                finally:
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._writer = None
 
     def _append_locked(self, event: str, fields: dict[str, Any]) -> str:
         """The rest of :meth:`append`, the lock held (released here)."""
-        session_id = fields["session_id"]
-        seq = fields["seq"]
         try:
-            self._sync_tail()
-            if self._aligning:
-                self._align(at_most=_ALIGN_MAX)
-            held = self._heads.get(session_id)
-            if seq != (held.seq if held is not None else 0) + 1:
-                if held is None:  # pragma: no cover - a seq-1 record always fits
-                    held = RestorePoint(session_id, fields["to_mode"], seq - 1)
-                raise SessionMoved(held)
-            fields["session_prev"] = held.digest if held is not None else None
-            self._log.write(event, fields)
-            digest = self._log.head
-            assert digest is not None  # noqa: S101 - a record was just written
-            fields["digest"] = digest
-            self._wrote(event, fields, digest)
+            return self._append_held(event, fields)
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _append_held(self, event: str, fields: dict[str, Any]) -> str:
+        """:meth:`_append_locked`, the lock kept."""
+        session_id = fields["session_id"]
+        seq = fields["seq"]
+        self._sync_tail()
+        if self._aligning:
+            self._align(at_most=_ALIGN_MAX)
+        held = self._heads.get(session_id)
+        if seq != (held.seq if held is not None else 0) + 1:
+            if held is None:  # pragma: no cover - a seq-1 record always fits
+                held = RestorePoint(session_id, fields["to_mode"], seq - 1)
+            raise SessionMoved(held)
+        fields["session_prev"] = held.digest if held is not None else None
+        self._log.write(event, fields)
+        digest = self._log.head
+        assert digest is not None  # noqa: S101 - a record was just written
+        fields["digest"] = digest
+        self._wrote(event, fields, digest)
         self._heads[session_id] = _after(held, fields)
         return digest
 
@@ -723,6 +844,7 @@ class FileStore:
                 self._index.close()
             self._index = None
         self._log.close()
+        self._watch.close()
         os.close(self._fd)
         self._fd = -1
 
@@ -800,3 +922,71 @@ def _after(head: RestorePoint | None, data: dict[str, Any]) -> RestorePoint:
     else:
         previous = None if origin == "new" else data["from_mode"]
     return RestorePoint(data["session_id"], data["to_mode"], data["seq"], previous, data["digest"])
+
+
+class _Wait(NamedTuple):
+    """One wait of :meth:`FileStore._lock_steps` before its next try."""
+
+    pause: float
+    """Seconds to sleep."""
+    fd: int | None
+    """The descriptor whose lock is wanted, to wait for instead of the pause; ``None``
+    when the pause itself is the wait (after a rename, see :meth:`FileStore._lock_steps`)."""
+    until: float
+    """When the tries end (a ``time.monotonic()``)."""
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class _LockWatch:
+    """Tells when no process holds a file's ``flock``, from a thread of its own.
+
+    :meth:`wait` opens the file again (a descriptor whose lock is not the store's) and
+    queues it for the thread, which blocks in ``flock(LOCK_SH)`` on it until no process
+    holds the lock, lets it go at once, closes it and calls *notify*. The waiter then
+    tries the lock itself (another process may take it first: it waits again). The
+    thread starts at the first wait (again in a forked child) and ends after
+    :meth:`close` once the waits queued before are done.
+    """
+
+    def __init__(self) -> None:
+        self._waits: queue.SimpleQueue[tuple[int, Callable[[], object]] | None] | None = None
+        self._pid = 0
+
+    def wait(self, fd: int, notify: Callable[[], object]) -> None:
+        """Call *notify* (from the thread) once the lock of *fd*'s file is free.
+
+        Raises:
+            OSError: the file cannot be opened again.
+        """
+        own = os.open(_descriptor_path(fd), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        if self._waits is None or self._pid != os.getpid():
+            self._waits, self._pid = queue.SimpleQueue(), os.getpid()
+            threading.Thread(
+                target=_watch, args=(self._waits,), name="modefsm-flock", daemon=True
+            ).start()
+        self._waits.put((own, notify))
+
+    def close(self) -> None:
+        """End the thread once the waits queued before are done."""
+        if self._waits is not None and self._pid == os.getpid():
+            self._waits.put(None)
+        self._waits = None
+
+
+def _watch(waits: queue.SimpleQueue[tuple[int, Callable[[], object]] | None]) -> None:
+    """The thread of a :class:`_LockWatch`: each wait in turn, blocked until the lock is free."""
+    while (wait := waits.get()) is not None:
+        fd, notify = wait
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except OSError:
+            pass  # the waiter tries the lock, and finds out
+        finally:
+            os.close(fd)
+        with contextlib.suppress(RuntimeError):  # its event loop has closed
+            notify()

@@ -23,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import copy
+import functools
 import math
 import os
 import socket
@@ -76,21 +78,47 @@ _SCHEMA = (
     PRIMARY KEY (session_id, seq)
 )""",
 )
-_FIRST = (
+_COLUMNS = "v(session_id, seq, to_mode, previous, digest, record, session_prev"
+_GUARDED = (
     "INSERT INTO modefsm_records (session_id, seq, to_mode, previous, digest, record) "
-    "VALUES (%s, 1, %s, %s, %s, %s) RETURNING gseq"
+    "SELECT v.session_id, v.seq, v.to_mode, v.previous, v.digest, v.record FROM {rows} "
+    "WHERE v.seq = 1 OR EXISTS (SELECT 1 FROM modefsm_records r WHERE r.session_id = "
+    "v.session_id AND r.seq = v.seq - 1 AND r.digest = v.session_prev) "
+    "{order}ON CONFLICT (session_id, seq) DO NOTHING RETURNING session_id, gseq"
 )
-_NEXT = (
-    "INSERT INTO modefsm_records (session_id, seq, to_mode, previous, digest, record) "
-    "SELECT %s, %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM modefsm_records "
-    "WHERE session_id = %s AND seq = %s AND digest = %s) RETURNING gseq"
+_INSERT = _GUARDED.format(
+    rows=(
+        "unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[], %s::jsonb[], "
+        f"%s::text[]) WITH ORDINALITY AS {_COLUMNS}, n)"
+    ),
+    order="ORDER BY v.n ",
+)
+"""One transaction's records, each row still guarded: ``seq`` 1, or the row ``seq - 1``
+with the digest it chains to (``session_prev``) is there; a row whose ``seq`` is taken is
+left out (not an error), and ``RETURNING`` tells which rows went in. Rows go in in the
+order given, so their ``gseq`` follows the worker's file chain."""
+_INSERT_ONE = _GUARDED.format(
+    rows=(
+        "(VALUES (%s::text, %s::bigint, %s::text, %s::text, %s::text, %s::jsonb, %s::text)) "
+        f"AS {_COLUMNS})"
+    ),
+    order="",
+)
+""":data:`_INSERT` for one record (the same guard; a plainer plan than ``unnest``)."""
+_HEADS = (
+    "SELECT h.* FROM unnest(%s::text[]) AS s(session_id) CROSS JOIN LATERAL ("
+    "SELECT session_id, to_mode, seq, previous, digest FROM modefsm_records r "
+    "WHERE r.session_id = s.session_id ORDER BY seq DESC LIMIT 1) AS h"
+)
+_GSEQS = (
+    "SELECT r.session_id, r.gseq FROM modefsm_records r JOIN unnest(%s::text[], %s::bigint[]) "
+    "AS v(session_id, seq) ON r.session_id = v.session_id AND r.seq = v.seq"
 )
 HEAD_QUERY = (
     "SELECT to_mode, seq, previous, digest FROM modefsm_records "
     "WHERE session_id = %s ORDER BY seq DESC LIMIT 1"
 )
 """The one query :meth:`PgStore.restore_point` runs (a backward scan of the primary key)."""
-_GSEQ = "SELECT gseq FROM modefsm_records WHERE session_id = %s AND seq = %s"
 _LIST = (
     "SELECT c.session_id, c.record->>'cwd', h.updated_at FROM modefsm_records c "
     "CROSS JOIN LATERAL (SELECT r.record->>'timestamp' AS updated_at FROM modefsm_records r "
@@ -101,6 +129,8 @@ _LIST = (
 """One page of ``session/list``: each session's creation record (its ``cwd``) and its
 last record (its ``timestamp``), newest first; the filter and the order run in the server."""
 _PAGE = 1000
+_BATCH = 256
+"""The most records one transaction commits (the others go in the next)."""
 _KEEPALIVE_IDLE = 5
 _KEEPALIVE_INTERVAL = 2
 """TCP keepalives (seconds): a connection to a host gone from the network dies while idle."""
@@ -121,12 +151,29 @@ class _Lost(Exception):  # noqa: N818 - internal signal, never leaves the module
 
 
 @dataclass(eq=False)
+class _Entry:
+    """A record waiting for its transaction: ``done`` gets its digest or its error."""
+
+    event: str
+    fields: dict[str, Any]
+    head: RestorePoint | None
+    deadline: float | None
+    done: asyncio.Future[str]
+    taken: bool = False  # in a transaction on its way: its outcome is that one's
+
+
+@dataclass(eq=False)
 class _Lane:
-    """The connection of one event loop, and the turn this process's calls on it take."""
+    """The connection of one event loop and the turn this process's calls on it take.
+
+    ``waiting``: the records waiting for the next transaction (written by ``writer``).
+    """
 
     loop: asyncio.AbstractEventLoop
     turn: asyncio.Lock = field(default_factory=asyncio.Lock)
     conn: Connection | None = None
+    waiting: list[_Entry] = field(default_factory=list)
+    writer: asyncio.Task[None] | None = None
 
 
 @dataclass
@@ -176,8 +223,9 @@ class PgStore:
 
     Bounds on the client: a call waits at most *timeout* seconds for the database once it
     is its turn (connecting again included), and at most *timeout* seconds more for the
-    calls of this process ahead of it (the worker's file is one chain, so its records are
-    written one at a time): every call ends within twice *timeout*. At its deadline a
+    calls of this process ahead of it (the worker's file is one chain, so its transactions
+    go one at a time; the records of calls waiting meanwhile go together in the next
+    one): every call ends within twice *timeout*. At its deadline a
     call fails with :class:`~modefsm.store.StoreBusy` (nothing written) or, when its
     ``COMMIT`` was sent and not answered, :class:`~modefsm.store.StoreInDoubt`.
 
@@ -437,7 +485,12 @@ class PgStore:
     ) -> str:
         """Commit one record if *head* is still the session's head; return its digest.
 
-        Rejections and diagnostics noted while the record is on its way are written to
+        The records of this process's calls that wait while a transaction is on its way
+        go together in the next one (at most :data:`_BATCH`, one per session): one
+        ``BEGIN``, one ``INSERT`` of them all, each row still guarded by its own ``seq``
+        and ``session_prev``, one ``COMMIT``. Each call gets its own record's outcome: a
+        row refused is rolled back with the others, which go in again without it.
+        Rejections and diagnostics noted while a record is on its way are written to
         the log after its line (the log is one chain).
 
         Args:
@@ -464,63 +517,145 @@ class PgStore:
             msg = f"seq {seq} does not follow the head {head!r}"
             raise ValueError(msg)
         lane = self._lane()
-        async with self._turn(lane, deadline):
+        entry = _Entry(event, fields, head, deadline, lane.loop.create_future())
+        lane.waiting.append(entry)
+        if lane.writer is None and not lane.turn.locked():  # nothing on its way: now
+            lane.writer = asyncio.current_task()
+            try:
+                await self._write_batch(lane)
+            finally:
+                lane.writer = None
+                if lane.waiting:  # calls made meanwhile
+                    lane.writer = lane.loop.create_task(self._write_waiting(lane))
+            return entry.done.result()
+        if lane.writer is None:
+            lane.writer = lane.loop.create_task(self._write_waiting(lane))
+        until = lane.loop.time() + self.timeout if deadline is None else deadline
+        try:
+            async with asyncio.timeout_at(until):
+                return await asyncio.shield(entry.done)
+        except TimeoutError:
+            if entry.taken:  # on its way: its transaction ends by its deadline
+                return await entry.done
+            lane.waiting.remove(entry)
+            msg = (
+                f"the session store {self.where} is still busy with this process's "
+                "earlier requests; nothing was written"
+            )
+            raise StoreBusy(msg) from None
+        except asyncio.CancelledError:
+            if not entry.taken:
+                lane.waiting.remove(entry)
+            raise
+
+    async def _write_waiting(self, lane: _Lane) -> None:
+        """Commit the waiting records, a transaction at a time, while there are some."""
+        try:
+            while lane.waiting:
+                await self._write_batch(lane)
+        finally:
+            lane.writer = None
+
+    async def _write_batch(self, lane: _Lane) -> None:
+        """Take the turn, then commit the records waiting then (one per session) together."""
+        async with lane.turn:
+            batch: list[_Entry] = []
+            sessions: set[str] = set()
+            for entry in lane.waiting:
+                sid = entry.fields["session_id"]
+                if len(batch) < _BATCH and sid not in sessions and not entry.done.done():
+                    batch.append(entry)
+                    sessions.add(sid)
+                    entry.taken = True
+            lane.waiting = [e for e in lane.waiting if not e.taken and not e.done.done()]
+            if not batch:
+                return
             self._held = []
             try:
-                return await self._append(lane, event, fields, head, deadline)
+                await self._append(lane, batch)
+            except BaseException:  # not a record's own outcome: theirs is unknown
+                for entry in batch:
+                    entry.done.cancel()
+                raise
             finally:
                 held, self._held = self._held, None
                 for note in held:
                     self._write_note(*note)
 
-    async def _append(
-        self,
-        lane: _Lane,
-        event: str,
-        fields: dict[str, Any],
-        head: RestorePoint | None,
-        limit: float | None,
-    ) -> str:
-        session_id: str = fields["session_id"]
-        seq: int = fields["seq"]
-        session_prev = head.digest if head is not None else None
-        record = {**fields, "event": event, "prev": self.log.head, "session_prev": session_prev}
-        digest = record_digest(record)
-        record["digest"] = digest
-        value, keep = previous_of(fields["origin"], fields.get("from_mode"))
-        previous = (head.previous if head is not None else None) if keep else value
-        body = orjson.dumps(record).decode()
-        to_mode = fields["to_mode"]
-        query: str
-        params: tuple[Any, ...]
-        if head is None:
-            query, params = _FIRST, (session_id, to_mode, previous, digest, body)
-        else:
-            chained = (session_id, seq - 1, session_prev)
-            query, params = _NEXT, (session_id, seq, to_mode, previous, digest, body, *chained)
-        attempt = _Try(self._deadline(lane, limit))
-        try:
-            gseq, current = await self._call(
-                lane, attempt, lambda conn: _insert(conn, attempt, query, params, seq)
-            )
-        except _Stalled:
-            if attempt.phase == "commit":
-                msg = (
-                    f"the session store {self.where} did not answer the commit of sessionId "
-                    f"{session_id} (seq {seq}) within {self.timeout:g} s: whether it was "
-                    "written is unknown; the session is read back before its next use"
+    async def _append(self, lane: _Lane, batch: list[_Entry]) -> None:
+        """Commit *batch* in one transaction; settle each entry with its own outcome.
+
+        A row refused (another process moved its session) is rolled back with the rest,
+        and the rest go in again in a new transaction, within the same deadline.
+        """
+        limits = [e.deadline for e in batch if e.deadline is not None]
+        attempt = _Try(self._deadline(lane, min(limits) if limits else None))
+        while batch:
+            rows = self._rows(batch)
+            params = tuple(list(column) for column in zip(*(row[:7] for row in rows), strict=True))
+            try:
+                gseqs, heads = await self._call(
+                    lane, attempt, functools.partial(_insert, attempt=attempt, params=params)
                 )
-                raise StoreInDoubt(msg, session_id, seq) from None
-            raise self._stalled(f"sessionId {session_id} (seq {seq})") from None
-        if current is not None:  # refused: the seq is taken, or seq - 1 is not chained to
-            if not (attempt.resent and current.digest == digest):
-                raise SessionMoved(current)
-            # the first try committed before its connection was lost: gseq is its own
-        elif gseq is None:
-            msg = f"sessionId {session_id} has no record to follow with seq {seq}"
-            raise LogError(msg, self.where)
-        self._mirror(event, {**fields, "session_prev": session_prev, "gseq": gseq})
-        return digest
+            except _Stalled:
+                for entry in batch:
+                    _outcome(entry, error=self._unanswered(attempt, entry))
+                return
+            except LogError as exc:  # each record gets that error (see append_async)
+                for entry in batch:
+                    _outcome(entry, error=copy.copy(exc))
+                return
+            kept = []
+            for entry, row in zip(batch, rows, strict=True):
+                sid, seq, digest, session_prev = row[0], row[1], row[4], row[6]
+                current = None if heads is None else heads.get(sid)
+                if heads is None or (
+                    attempt.resent and current is not None and current.digest == digest
+                ):  # committed (on a first try whose answer was lost, if resent)
+                    fields = {**entry.fields, "session_prev": session_prev, "gseq": gseqs.get(sid)}
+                    self._mirror(entry.event, fields)
+                    _outcome(entry, digest)
+                elif current is None and seq > 1:
+                    msg = f"sessionId {sid} has no record to follow with seq {seq}"
+                    _outcome(entry, error=LogError(msg, self.where))
+                elif current is not None and (
+                    seq == 1 or (current.seq, current.digest) != (seq - 1, session_prev)
+                ):
+                    _outcome(entry, error=SessionMoved(current))
+                else:  # it would go in: rolled back with a refused one
+                    kept.append(entry)
+            batch = kept
+
+    def _rows(self, batch: list[_Entry]) -> list[tuple[Any, ...]]:
+        """Each entry's row, its record chained to the one before in this process's file.
+
+        ``(session_id, seq, to_mode, previous, digest, body, session_prev)``.
+        """
+        rows = []
+        prev = self.log.head
+        for entry in batch:
+            fields, head = entry.fields, entry.head
+            session_prev = head.digest if head is not None else None
+            record = {**fields, "event": entry.event, "prev": prev, "session_prev": session_prev}
+            digest = prev = record["digest"] = record_digest(record)
+            value, keep = previous_of(fields["origin"], fields.get("from_mode"))
+            previous = (head.previous if head is not None else None) if keep else value
+            body = orjson.dumps(record).decode()
+            row = (fields["session_id"], fields["seq"], fields["to_mode"], previous)
+            rows.append((*row, digest, body, session_prev))
+        return rows
+
+    def _unanswered(self, attempt: _Try, entry: _Entry) -> LogError:
+        """The error of a record whose transaction ran out of time."""
+        sid, seq = entry.fields["session_id"], entry.fields["seq"]
+        if attempt.phase == "commit":
+            msg = (
+                f"the session store {self.where} did not answer the commit of sessionId "
+                f"{sid} (seq {seq}) within {self.timeout:g} s: whether it was written is "
+                "unknown; the session is read back before its next use"
+            )
+            return StoreInDoubt(msg, sid, seq)
+        return self._stalled(f"sessionId {sid} (seq {seq})")
 
     def _mirror(self, event: str, fields: dict[str, Any]) -> None:
         try:
@@ -676,43 +811,53 @@ class PgStore:
 
 
 async def _insert(
-    conn: Connection, attempt: _Try, query: str, params: tuple[Any, ...], seq: int
-) -> tuple[int | None, RestorePoint | None]:
-    """Insert in a transaction: ``(gseq, None)`` once committed; if refused, the head.
+    conn: Connection, *, attempt: _Try, params: tuple[list[Any], ...]
+) -> tuple[dict[str, int], dict[str, RestorePoint] | None]:
+    """Insert rows in a transaction: ``(gseqs, None)`` once all committed; else the heads.
 
-    ``BEGIN``, the ``INSERT`` (prepared by psycopg once used a few times), then ``COMMIT``
-    only after the ``INSERT`` answered: three plain round trips. Not a pipeline: the
-    server's ``idle_in_transaction_session_timeout``, which ends a transaction whose
-    client froze before its ``COMMIT``, is not armed after a pipeline's flush. A refused
-    insert is rolled back, and the session's head and the ``gseq`` of the row at *seq*
-    (whoever wrote it) are read, in one round trip: ``(gseq or None, head)``, or
-    ``(None, None)`` for a session without records.
+    ``BEGIN``, the ``INSERT`` of all rows (:data:`_INSERT`; prepared by psycopg once used
+    a few times), then ``COMMIT`` only after the ``INSERT`` answered and only if every
+    row went in: three plain round trips. Not a pipeline: the server's
+    ``idle_in_transaction_session_timeout``, which ends a transaction whose client froze
+    before its ``COMMIT``, is not armed after a pipeline's flush. If a row was refused,
+    the transaction is rolled back and the heads of the rows' sessions and the ``gseq`` of
+    the rows at their ``seq`` (whoever wrote them) are read, in one round trip:
+    ``(gseqs, heads)``, a session without records having no head.
     """
-    session_id = params[0]
+    sessions, seqs = params[0], params[1]
     attempt.phase = "insert"
     await conn.execute("BEGIN")
-    try:
-        cur = await conn.execute(query, params)
-        rows = await cur.fetchall()
-    except pgerrors.UniqueViolation:
-        rows = []
-    if rows:
+    if len(sessions) == 1:
+        cur = await conn.execute(_INSERT_ONE, tuple(column[0] for column in params))
+    else:
+        cur = await conn.execute(_INSERT, params)
+    inserted = await cur.fetchall()
+    if len(inserted) == len(sessions):
         if asyncio.get_running_loop().time() >= attempt.deadline:
             raise _Stalled  # too late to commit: rolled back when the connection is closed
         attempt.phase = "commit"  # sent within this step: the alarm cannot cut before it
         await conn.execute("COMMIT")
         attempt.phase = "committed"
-        return rows[0][0], None
+        return dict(inserted), None
     async with conn.pipeline():  # no transaction is left open by these
         await conn.execute("ROLLBACK")
-        head = await conn.execute(HEAD_QUERY, (session_id,))
-        taken = await conn.execute(_GSEQ, (session_id, seq))
-    found = await head.fetchall()
-    if not found:
-        return None, None
-    gseq = await taken.fetchall()
-    mode, last, previous, digest = found[0]
-    return (gseq[0][0] if gseq else None), RestorePoint(session_id, mode, last, previous, digest)
+        found = await conn.execute(_HEADS, (sessions,))
+        taken = await conn.execute(_GSEQS, (sessions, seqs))
+    heads = {
+        sid: RestorePoint(sid, mode, seq, previous, digest)
+        for sid, mode, seq, previous, digest in await found.fetchall()
+    }
+    return dict(await taken.fetchall()), heads
+
+
+def _outcome(entry: _Entry, digest: str | None = None, error: BaseException | None = None) -> None:
+    """Give *entry*'s caller its record's outcome (unless it has gone)."""
+    if entry.done.done():
+        return
+    if error is not None:
+        entry.done.set_exception(error)
+    else:
+        entry.done.set_result(digest)  # type: ignore[arg-type]
 
 
 async def _rows(conn: Connection, query: str, params: tuple[Any, ...]) -> list[Any]:

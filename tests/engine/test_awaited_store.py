@@ -13,7 +13,9 @@ import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
 from modefsm import ModeEngine, ModeSpec, SessionMoved, StoreBusy, UnknownModeError, preset
@@ -42,6 +44,11 @@ def commits(log: Path, session_id: str) -> list[tuple[int, str]]:
         for r in read_log(log)
         if r.get("session_id") == session_id and r["event"] != "modefsm.change_rejected"
     ]
+
+
+def records(log: Path) -> list[dict[str, Any]]:
+    """Every line of *log*, whole."""
+    return [orjson.loads(line) for line in log.read_bytes().splitlines()]
 
 
 @contextlib.contextmanager
@@ -98,6 +105,56 @@ async def test_a_lock_held_past_the_timeout_fails_that_change_only(log: Path) ->
         await engine.set_mode(one, "architect")
         store.close()
     assert commits(log, one) == [(1, "ask"), (2, "architect")]
+
+
+async def test_appends_waiting_for_the_lock_are_written_in_order_each_with_its_outcome(
+    log: Path, store: FileStore
+) -> None:
+    """Appends of one process made while another holds the lock wait together: once it is
+    let go they are written in the order they came; a stale head fails its own call
+    (SessionMoved), a call whose deadline passed while waiting writes nothing."""
+    engine = ModeEngine(SEED, store=store)
+    sessions = [(await engine.new_session_async(f"s{i}")).session_id for i in range(6)]
+    heads = {sid: store.restore_point(sid) for sid in sessions}
+    with elsewhere(log, SEED, "s3") as other:
+        await other.set_mode("s3", "code")  # this store's head of s3 is now stale
+    loop = asyncio.get_running_loop()
+
+    async def change(sid: str) -> str | BaseException:
+        head = heads[sid]
+        assert head is not None
+        fields = {
+            "timestamp": "2026-12-01T08:00:00.000000Z", "session_id": sid, "seq": 2,
+            "from_mode": "ask", "to_mode": "architect", "origin": "set_mode",
+            "spec": "seed", "spec_hash": SEED.content_hash,
+        }  # fmt: skip
+        deadline = loop.time() + (0.1 if sid == "s5" else 30)
+        try:
+            return await store.append_async("modefsm.mode_changed", fields, head, deadline=deadline)
+        except (SessionMoved, StoreBusy) as exc:
+            return exc
+
+    holder = os.open(log, os.O_RDONLY)  # another process holding the file's lock
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        waiting = asyncio.gather(*map(change, sessions))
+        await asyncio.sleep(0.3)  # s5's deadline passes meanwhile
+        fcntl.flock(holder, fcntl.LOCK_UN)
+        outcomes = dict(zip(sessions, await asyncio.wait_for(waiting, 30), strict=True))
+    finally:
+        os.close(holder)
+    moved, busy = outcomes.pop("s3"), outcomes.pop("s5")
+    assert isinstance(moved, SessionMoved)
+    assert (moved.current.seq, moved.current.mode) == (2, "code")
+    assert isinstance(busy, StoreBusy)
+    assert "nothing was written" in str(busy)
+    changed = [r for r in records(log) if r["event"] == "modefsm.mode_changed"]
+    assert [(r["session_id"], r["to_mode"]) for r in changed] == [
+        ("s3", "code"), ("s0", "architect"), ("s1", "architect"), ("s2", "architect"),
+        ("s4", "architect"),
+    ]  # fmt: skip
+    assert {r["session_id"]: r["digest"] for r in changed[1:]} == outcomes
+    assert commits(log, "s5") == [(1, "ask")]
 
 
 async def test_changes_of_one_session_take_turns_and_turns_are_dropped(

@@ -15,6 +15,7 @@ import contextlib
 import io
 import json
 
+import msgspec
 import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -110,8 +111,8 @@ def _switch(engine: ModeEngine, sid: str, op: str, pick: int, step: int) -> None
 
 FIELDS = ["event", "session_id", "seq", "from_mode", "to_mode", "origin", "reason",
           "option_id", "proposed_in", "tool_call_id", "request_id", "spec", "spec_hash",
-          "prev", "digest", "timestamp", "host", "kind", "tool", "rule", "decision",
-          "outcome", "mode", "mode_seq"]  # fmt: skip
+          "prev", "digest", "timestamp", "session_prev", "cwd", "protocol", "gseq", "level",
+          "host", "kind", "tool", "rule", "decision", "outcome", "mode", "mode_seq"]  # fmt: skip
 SAMPLES: list[object] = [
     None, 0, 1, 2, 3, -1, True, 1.5, "", [], {}, "a", "b", "default", "plan", "ask", "code",
     "architect", "new", "set_mode", "set_config_option", "switch_mode", "restore",
@@ -232,8 +233,27 @@ def by_feed(data: bytes, *, verify: bool, session_id: str | None) -> ReplayRepor
     return replayer.report()
 
 
+def by_fields(data: bytes, *, verify: bool, session_id: str | None) -> ReplayReport:
+    """The report of ``take`` checking every line field by field (a host's key in each)."""
+    replayer = Replayer(SPECS, verify=verify, session_id=session_id, keep_timeline=False)
+    replayer._decode = never_decoded  # the fast path's second way, alone
+    stdin = io.BufferedReader(io.BytesIO(data))
+    items = read_log(["-"], check_digests=verify, stdin=stdin, take=replayer.take, decisions=True)
+    for item in items:
+        replayer.feed(item)
+    return replayer.report()
+
+
+def never_decoded(line: bytes) -> object:
+    raise msgspec.ValidationError(line[:10].decode(errors="replace"))
+
+
 def assert_same(lines: list[bytes]) -> int:
-    """Replay *lines* both ways; return how many records the fast path took."""
+    """Replay *lines* three ways; return how many lines there are.
+
+    ``replay`` (the fast path, each line decoded as a whole first), the fast path checking
+    each line field by field, and ``feed`` alone.
+    """
     data = b"".join(line + b"\n" for line in lines)
     for verify in (False, True):
         for session_id in (None, "a"):
@@ -243,6 +263,7 @@ def assert_same(lines: list[bytes]) -> int:
             )
             slow = by_feed(data, verify=verify, session_id=session_id)
             assert fast == slow, (verify, session_id)
+            assert by_fields(data, verify=verify, session_id=session_id) == slow, (verify, "fields")
     return len(lines)
 
 
@@ -281,11 +302,10 @@ def test_the_fast_path_takes_most_of_an_engine_log():
     taken: list[int] = []
     replayer = Replayer(SPECS, verify=True)
 
-    def take(path: str, line: int, data: dict[str, object]) -> bool:
-        took = replayer.take(path, line, data)
-        if took:
-            taken.append(line)
-        return took
+    def take(path: str, line: int, lines: list[bytes], start: int) -> int:
+        stop = replayer.take(path, line, lines, start)
+        taken.extend(range(line, line + stop - start))
+        return stop
 
     stdin = io.BufferedReader(io.BytesIO(b"".join(x + b"\n" for x in lines)))
     for item in read_log(["-"], check_digests=True, stdin=stdin, take=take):
@@ -293,6 +313,36 @@ def test_the_fast_path_takes_most_of_an_engine_log():
     assert replayer.report().violations == ()
     assert len(lines) == 10
     assert len(taken) >= 8  # the first record anchors the chain through feed
+
+
+def test_the_fast_path_goes_on_after_each_decision():
+    """A decision line is left to ``feed`` (its ledger, the chain through it), and the
+    fast path takes the records after it again: the chain head the decision moved."""
+    script: list[Op] = [("new", 0, 0, 0), ("new", 1, 0, 0)]
+    for i in range(1, 5):
+        script += [("change", i % 2, i, i % 2), ("decide", i % 2, i, 0)]
+    lines = run_engine(preset("seed"), script)
+    events = [orjson.loads(line)["event"] for line in lines]
+    decided = [n for n, event in enumerate(events, 1) if event == "modefsm.tool_decided"]
+    taken: list[int] = []
+    replayer = Replayer(SPECS, verify=True)
+
+    def take(path: str, line: int, lines: list[bytes], start: int) -> int:
+        stop = replayer.take(path, line, lines, start)
+        taken.extend(range(line, line + stop - start))
+        return stop
+
+    stdin = io.BufferedReader(io.BytesIO(b"".join(x + b"\n" for x in lines)))
+    for item in read_log(["-"], check_digests=True, stdin=stdin, take=take, decisions=True):
+        replayer.feed(item)
+    report = replayer.report()
+    assert report.violations == ()
+    assert report.chain is not None
+    assert (report.chain.verified, report.chain.unverifiable) == (len(lines), 0)
+    assert len(decided) == 4
+    assert taken == [n for n in range(2, len(lines) + 1) if n not in decided]
+    assert sum(t.allow + t.ask + t.deny for s in report.sessions for t in s.tools) == 4
+    assert_same(lines)
 
 
 def test_a_torn_record_before_a_declined_one_reads_the_same_both_ways():

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from modefsm import ModeEngine, TransitionLog, preset
 from modefsm.errors import ModefsmError
-from modefsm.log._reader import read_log
+from modefsm.log._reader import MAX_LINE, read_log
 from modefsm.replay._replayer import Replayer, ReplayReport, replay
 from modefsm.spec._model import ModeSpec
 
@@ -102,11 +102,10 @@ def test_the_permission_log_is_clean_and_taken(tmp_path):
     taken: list[int] = []
     replayer = Replayer(SPECS, verify=True)
 
-    def take(name: str, line: int, data: dict[str, object]) -> bool:
-        took = replayer.take(name, line, data)
-        if took:
-            taken.append(line)
-        return took
+    def take(name: str, line: int, lines: list[bytes], start: int) -> int:
+        stop = replayer.take(name, line, lines, start)
+        taken.extend(range(line, line + stop - start))
+        return stop
 
     for item in read_log([path], check_digests=True, take=take):
         replayer.feed(item)
@@ -187,7 +186,7 @@ def test_logs_read_one_after_the_other_report_the_same(tmp_path):
 FIELDS = [
     "event", "timestamp", "session_id", "seq", "from_mode", "to_mode", "origin",
     "request_id", "tool_call_id", "option_id", "proposed_in", "reason", "spec",
-    "spec_hash", "level", "prev", "digest", "pid",
+    "spec_hash", "level", "prev", "digest", "session_prev", "cwd", "protocol", "gseq", "pid",
 ]  # fmt: skip
 VALUES: list[object] = [
     None, 0, 1, 2, 3, True, 1.5, "", "default", "plan", "set_mode", "restore", [], {},
@@ -249,6 +248,27 @@ def test_a_timeline_and_on_entry_see_every_record(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("key", "value"),
+    [("session_prev", 5), ("session_prev", []), ("cwd", 5), ("protocol", 3), ("level", 1)],
+)
+def test_a_field_of_the_wrong_type_is_a_bad_record_both_ways(tmp_path, key, value):
+    """Every field of the record model is checked on the fast path too."""
+    lines = list(PERMISSION)
+    data = orjson.loads(lines[2])
+    data[key] = value
+    lines[2] = orjson.dumps(data)
+    path = _write(tmp_path, lines)
+    report = replay([path], SPECS, keep_timeline=False)
+    assert [(v.kind, v.location.line) for v in report.violations] == [
+        ("bad_record", 3),
+        ("from_mode", 6),
+        ("gap", 7),
+        ("from_mode", 7),
+    ]
+    assert_same([path])
+
+
+@pytest.mark.parametrize(
     "edit",
     [
         pytest.param(lambda line: b" " + line, id="leading space"),
@@ -261,6 +281,70 @@ def test_a_timeline_and_on_entry_see_every_record(tmp_path):
     ],
 )
 def test_raw_line_edits_report_the_same_both_ways(tmp_path, edit):
+    lines = list(PERMISSION)
+    lines[2] = edit(lines[2])
+    assert_same([_write(tmp_path, lines)])
+
+
+@pytest.mark.parametrize("where", [1, 5, 11])
+def test_a_record_longer_than_max_line_is_skipped_both_ways(tmp_path, where):
+    """A record padded past MAX_LINE is ``too_long`` on the fast path too, wherever the
+    reader's blocks happen to cut the file."""
+    lines = list(PERMISSION)
+    data = orjson.loads(lines[where])
+    data["pad"] = "x" * MAX_LINE
+    lines[where] = orjson.dumps(data)
+    path = _write(tmp_path, lines)
+    report = replay([path], SPECS, keep_timeline=False)
+    long = [n.location.line for n in report.notes if n.kind == "too_long"]
+    assert (long, report.records) == ([where + 1], 10)
+    assert_same([path])
+
+
+def _add(text: bytes):
+    return lambda line: line[:-1] + b"," + text + b"}"
+
+
+def _sub(old: bytes, new: bytes):
+    def edit(line: bytes) -> bytes:
+        assert old in line
+        return line.replace(old, new, 1)
+
+    return edit
+
+
+# Where JSON parsers are known to differ (a value the line's first decoder skips or reads
+# otherwise than orjson and the model): each line must read the same both ways.
+JSON_EDGES = {
+    "invalid UTF-8 in a host's value": _add(b'"host":"\xff"'),
+    "invalid UTF-8 in a host's key": _add(b'"\xff":1'),
+    "invalid UTF-8 in a field": _sub(b'"to_mode":"plan"', b'"to_mode":"pl\xffan"'),
+    "a lone surrogate in a host's value": _add(b'"host":"\\ud800"'),
+    "a lone surrogate in a field": _sub(b'"to_mode":"plan"', b'"to_mode":"\\ud800"'),
+    "an escaped field name": _sub(b'"seq":2', b'"\\u0073eq":2'),
+    "an escaped mode": _sub(b'"to_mode":"plan"', b'"to_mode":"\\u0070lan"'),
+    "a NUL in a mode": _sub(b'"to_mode":"plan"', b'"to_mode":"pl\\u0000an"'),
+    "a float beyond range in a host's value": _add(b'"host":1e400'),
+    "a float for an integer": _sub(b'"seq":2', b'"seq":2.0'),
+    "an exponent for an integer": _sub(b'"seq":2', b'"seq":2E0'),
+    "a negative zero request_id": _sub(b'"request_id":1', b'"request_id":-0'),
+    "request_id 2**63": _sub(b'"request_id":1', b'"request_id":9223372036854775808'),
+    "request_id 2**64 - 1": _sub(b'"request_id":1', b'"request_id":18446744073709551615'),
+    "request_id 2**64": _sub(b'"request_id":1', b'"request_id":18446744073709551616'),
+    "request_id -2**63 - 1": _sub(b'"request_id":1', b'"request_id":-9223372036854775809'),
+    "request_id true": _sub(b'"request_id":1', b'"request_id":true'),
+    "seq twice, the last wrong": _add(b'"seq":"2"'),
+    "seq twice, the first wrong": _sub(b'"seq":2', b'"seq":"2","seq":2'),
+    "seq twice, both right": _add(b'"seq":2'),
+    "a host's value nested deep": _add(b'"host":' + b"[" * 600 + b"]" * 600),
+    "a host's value, an object": _add(b'"host":{"a":[1,2.5,null,true]}'),
+    "a tab before the record": lambda line: b"\t" + line,
+    "spaces around the colons": _sub(b'"seq":2', b'"seq" : 2'),
+}
+
+
+@pytest.mark.parametrize("edit", JSON_EDGES.values(), ids=JSON_EDGES.keys())
+def test_json_edge_cases_report_the_same_both_ways(tmp_path, edit):
     lines = list(PERMISSION)
     lines[2] = edit(lines[2])
     assert_same([_write(tmp_path, lines)])

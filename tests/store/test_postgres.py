@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import os
 import random
@@ -93,6 +94,14 @@ def check_one_history(url: str) -> dict[tuple[str, int], str]:
     return found
 
 
+def assert_replays_clean(log: Path) -> None:
+    verify = subprocess.run(
+        [sys.executable, "-m", "modefsm", "replay", str(log), "--verify"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
 @pytest.fixture
 def store(postgres_url: str, tmp_path: Path) -> Any:
     log = TransitionLog.to_file(tmp_path / "w1.jsonl")
@@ -154,11 +163,7 @@ def test_mirror_lines_carry_the_committed_digest(store: PgStore, tmp_path: Path)
     assert lines[-1]["prev"] == lines[2]["digest"]  # the file chain includes the rejection
     for line in lines:
         assert record_digest(line) == line["digest"]
-    verify = subprocess.run(
-        [sys.executable, "-m", "modefsm", "replay", str(tmp_path / "w1.jsonl"), "--verify"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert_replays_clean(tmp_path / "w1.jsonl")
 
 
 def test_stale_head_duplicate_and_fork_are_refused(
@@ -184,6 +189,50 @@ def test_stale_head_duplicate_and_fork_are_refused(
     finally:
         other.close()
         other.log.close()
+
+
+async def test_concurrent_appends_share_a_transaction_each_with_its_own_outcome(
+    postgres_url: str, store: PgStore, tmp_path: Path
+) -> None:
+    """Records of one process's calls made while one is on its way go in one transaction;
+    a refused row (its session moved by another process, or chained to a digest not in
+    the store) fails its own call only, and the others still commit, in one more."""
+    other = PgStore(postgres_url, log=TransitionLog.to_file(tmp_path / "w2.jsonl"))
+    try:
+        heads = {f"s{i:02}": create(store, f"s{i:02}") for i in range(12)}
+        moved = change(other, heads["s03"], "architect")  # our head of s03 is now stale
+        forked = heads["s07"]._replace(digest="0" * 64)
+
+        async def one(sid: str) -> str | BaseException:
+            head = forked if sid == "s07" else heads[sid]
+            try:
+                return await store.append_async(EVENT_CHANGED, fields(sid, 2, "ask", "code"), head)
+            except SessionMoved as exc:
+                return exc
+
+        outcomes = dict(zip(heads, await asyncio.gather(*map(one, heads)), strict=True))
+    finally:
+        other.close()
+        other.log.close()
+    refused = {sid: o.current for sid, o in outcomes.items() if isinstance(o, SessionMoved)}
+    assert refused == {"s03": moved, "s07": heads["s07"]}
+    history = check_one_history(postgres_url)
+    written = {sid: history[sid, 2] for sid in heads if sid not in refused}
+    assert written == {sid: o for sid, o in outcomes.items() if sid not in refused}
+    assert sorted(history) == sorted([*((sid, 1) for sid in heads), ("s03", 2), *(
+        (sid, 2) for sid in written)])  # fmt: skip
+    with psycopg.connect(postgres_url) as db:
+        xmins = db.execute(
+            "SELECT count(DISTINCT xmin::text) FROM modefsm_records "
+            "WHERE seq = 2 AND session_id <> 's03'"
+        ).fetchone()
+    assert xmins == (2,)  # s00's alone (nothing was on its way), then the nine others
+    lines = [orjson.loads(line) for line in (tmp_path / "w1.jsonl").read_bytes().splitlines()]
+    changed = [line for line in lines if line["event"] == EVENT_CHANGED]
+    assert [line["session_id"] for line in changed] == sorted(written)
+    assert [line["digest"] for line in changed] == [written[sid] for sid in sorted(written)]
+    assert [line["gseq"] for line in changed] == sorted(line["gseq"] for line in changed)
+    assert_replays_clean(tmp_path / "w1.jsonl")
 
 
 def test_restore_point_is_one_index_scan(store: PgStore, postgres_url: str) -> None:
