@@ -58,6 +58,7 @@ from modefsm.log._reader import (
 from modefsm.log._records import (
     EVENT_CHANGED,
     EVENT_CREATED,
+    EVENT_DECIDED,
     EVENT_REJECTED,
     TransitionRecord,
     canonical_record,
@@ -642,6 +643,7 @@ class Replayer:
         only, chain = self._session_id, self._chain
         decode, not_a_record, unset = self._decode, msgspec.MsgspecError, msgspec.UNSET
         encode, sha256, mark = canonical_encoder(), hashlib.sha256, RECORD_MARK
+        decided = _DECIDED
         line -= start
         index, count = start, len(lines)
         while index < count:
@@ -654,6 +656,8 @@ class Replayer:
             try:
                 record = decode(raw)
             except not_a_record:
+                if decided in raw:
+                    break  # most likely a decision: feed's (the reader yields it)
                 fields = _fields(raw, digests=chain is not None)
                 if fields is None:
                     break
@@ -965,6 +969,8 @@ class Replayer:
 
 
 _ABSENT = object()
+_DECIDED = f'"{EVENT_DECIDED}"'.encode()
+"""What a decision line holds: take leaves such a line to feed."""
 _Rules = tuple[ModeSpec, TransitionTable]
 """A spec and its transition table."""
 _CHECKS = record_checks()
