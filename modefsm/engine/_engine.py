@@ -586,9 +586,13 @@ class ModeEngine:
         left in doubt (:class:`~modefsm.store.StoreInDoubt`) is read back first.
 
         Raises:
-            UnknownSessionError, UnknownModeError, TransitionNotAllowedError, HookError,
-            LogError: as :meth:`change`; a :class:`~modefsm.store.StoreInDoubt` when the
-            store did not answer the commit in time (the session is then in doubt).
+            UnknownSessionError: as :meth:`change`.
+            UnknownModeError: as :meth:`change`.
+            TransitionNotAllowedError: as :meth:`change`.
+            HookError: as :meth:`change`.
+            LogError: as :meth:`change`.
+            StoreInDoubt: the store did not answer the commit in time (the session is
+                then in doubt).
         """
         if self.store is None:
             return self.change(session_id, mode_id, origin, request_id=request_id, field=field)
@@ -823,7 +827,10 @@ class ModeEngine:
         """:meth:`approve_switch`, awaiting the store (see :meth:`change_async`).
 
         Raises:
-            UnknownSessionError, TransitionNotAllowedError, StaleOptionError, HookError,
+            UnknownSessionError: as :meth:`approve_switch`.
+            TransitionNotAllowedError: as :meth:`approve_switch`.
+            StaleOptionError: as :meth:`approve_switch`.
+            HookError: as :meth:`approve_switch`.
             LogError: as :meth:`approve_switch`.
         """
         if self.store is None:
@@ -925,7 +932,10 @@ class ModeEngine:
         """:meth:`apply_switch`, awaiting the store (see :meth:`change_async`).
 
         Raises:
-            UnknownSessionError, StaleOptionError, TransitionNotAllowedError, HookError,
+            UnknownSessionError: as :meth:`apply_switch`.
+            StaleOptionError: as :meth:`apply_switch`.
+            TransitionNotAllowedError: as :meth:`apply_switch`.
+            HookError: as :meth:`apply_switch`.
             LogError: as :meth:`apply_switch`.
         """
         if self.store is None:
