@@ -1,6 +1,6 @@
 """The package layout: layers, import circles, and what each package exports.
 
-An AST walk over every module of modefsm. Layers, lowest first (README, Architecture):
+An AST walk over every module of modefsm. Layers, lowest first (docs/architecture.md):
 errors -> spec -> log -> restore/store -> engine -> replay/diagram -> protocol -> cli.
 A module imports only modules of its own layer or lower ones, whatever the import's kind
 (top level, inside a function, under ``TYPE_CHECKING``). The imports run when a module is

@@ -1,4 +1,4 @@
-"""modefsm.cli: see the README's Architecture section."""
+"""modefsm.cli: see the documentation's Architecture page (docs/architecture.md)."""
 
 from modefsm.cli._main import main
 

@@ -1,4 +1,4 @@
-"""modefsm.diagram: see the README's Architecture section.
+"""modefsm.diagram: see the documentation's Architecture page (docs/architecture.md).
 
 The data flows one way: the model (``_model``), built from a spec (``_build``) and the
 logs (``_traffic``), then one renderer per format (``renderers``), then the files

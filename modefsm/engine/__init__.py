@@ -1,4 +1,4 @@
-"""modefsm.engine: see the README's Architecture section."""
+"""modefsm.engine: see the documentation's Architecture page (docs/architecture.md)."""
 
 from modefsm.engine._engine import (
     ModeChange,

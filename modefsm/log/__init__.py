@@ -1,4 +1,4 @@
-"""modefsm.log: see the README's Architecture section.
+"""modefsm.log: see the documentation's Architecture page (docs/architecture.md).
 
 Each name loads its module on first use, so that writing records (the record format and
 the writer) loads neither the reader nor the conversation journal.

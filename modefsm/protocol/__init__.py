@@ -1,4 +1,4 @@
-"""modefsm.protocol: see the README's Architecture section.
+"""modefsm.protocol: see the documentation's Architecture page (docs/architecture.md).
 
 ``config_options``, ``mode_state`` and ``session_updates`` are ACP v1's renderers
 (:mod:`modefsm.protocol.v1`); v2's are :mod:`modefsm.protocol.v2`'s.

@@ -1,4 +1,4 @@
-"""modefsm.replay: see the README's Architecture section."""
+"""modefsm.replay: see the documentation's Architecture page (docs/architecture.md)."""
 
 from modefsm.replay._replayer import (
     ChainSummary,

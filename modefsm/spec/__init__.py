@@ -1,4 +1,4 @@
-"""modefsm.spec: see the README's Architecture section.
+"""modefsm.spec: see the documentation's Architecture page (docs/architecture.md).
 
 The models load on first use of one of their names, so that listing the presets and the
 transition table's names costs no pydantic model.

@@ -1,7 +1,7 @@
-"""The README's Python examples as a user writes them, typed: checked by ``mypy --strict``.
+"""The documentation's Python examples as a user writes them, typed: checked by ``mypy --strict``.
 
 Everything is imported from ``modefsm`` (and ``acp.schema`` for the wire models), as the
-README shows. The ``assert_type`` lines hold only when modefsm's own annotations reach
+documentation shows. The ``assert_type`` lines hold only when modefsm's own annotations reach
 the user (``py.typed``): were ``ModeAgent`` or ``ModeEngine`` ``Any``, they would fail.
 Examples that write files are functions, so that importing this module does nothing.
 """
