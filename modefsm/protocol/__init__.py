@@ -1,4 +1,6 @@
-"""modefsm.protocol: see the documentation's Architecture page (docs/architecture.md).
+"""ACP over the SDK: the v1 and v2 agents, version negotiation, the transports.
+
+Where it sits among the stages: the documentation's Architecture page.
 
 ``config_options``, ``mode_state`` and ``session_updates`` are ACP v1's renderers
 (:mod:`modefsm.protocol.v1`); v2's are :mod:`modefsm.protocol.v2`'s.

@@ -1,4 +1,6 @@
-"""modefsm.store: the session store, the one way the engine writes and restores.
+"""The session store that processes share, the one way the engine writes and restores.
+
+Where it sits among the stages: the documentation's Architecture page.
 
 Exports the seam (:mod:`modefsm.store._interface`: ``SessionStore``, ``RestorePoint``,
 ``SessionMoved``, ``StoreBusy``, ``StoreInDoubt``, what ``session/list`` reads), loaded
