@@ -63,9 +63,16 @@ async def test_embedding_example_runs_the_seed_flow(page: Path, reply: str, tmp_
 
 
 def editor_entry() -> dict[str, Any]:
-    """The README's Zed ``agent_servers`` entry."""
-    [block] = [block for block in blocks(README, "json") if '"agent_servers"' in block.text]
-    servers = json.loads(block.text)["agent_servers"]
+    """The Zed ``agent_servers`` entry of the README (and, the same, of Getting started)."""
+    shown = [
+        block.text
+        for page in (README, DOCS / "getting-started.md")
+        for block in blocks(page, "json")
+        if '"agent_servers"' in block.text
+    ]
+    assert len(shown) == 2
+    assert shown[0] == shown[1]
+    servers = json.loads(shown[0])["agent_servers"]
     assert list(servers) == ["modefsm"]
     return dict(servers["modefsm"])
 
