@@ -237,6 +237,10 @@ NOT_RUN = {
     ),
     "python3 -m venv .venv && .venv/bin/pip install -e '.[bench]' && .venv/bin/python -m "
     "benchmarks": "six minutes: tests/test_benchmarks.py runs every benchmark at a tiny size",
+    "MODEFSM_REGEN_GOLDEN=1 .venv/bin/python -m pytest tests/diagram/test_screenshots.py": (
+        "rewrites the committed screenshots, after a person has looked at them; the suite "
+        "compares them (tests/diagram/test_screenshots.py)"
+    ),
 }
 """Shell blocks not run here, each with what runs it instead."""
 
