@@ -237,6 +237,9 @@ NOT_RUN = {
     ),
     "python3 -m venv .venv && .venv/bin/pip install -e '.[bench]' && .venv/bin/python -m "
     "benchmarks": "six minutes: tests/test_benchmarks.py runs every benchmark at a tiny size",
+    "modefsm serve --http 127.0.0.1:8000 --log modes.jsonl 2> serve.err &": (
+        "tests/protocol/test_http_by_hand.py runs it (on a free port) and checks what it prints"
+    ),
     "MODEFSM_REGEN_GOLDEN=1 .venv/bin/python -m pytest tests/diagram/test_screenshots.py": (
         "rewrites the committed screenshots, after a person has looked at them; the suite "
         "compares them (tests/diagram/test_screenshots.py)"
