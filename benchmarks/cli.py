@@ -10,6 +10,7 @@ from pathlib import Path
 
 from benchmarks.cases import (  # noqa: F401 - they register
     changes,
+    decide,
     log_size,
     replay,
     roundtrip,

@@ -29,7 +29,7 @@ FIELDS = {
     "origin": "set_mode",
     "request_id": 3,
     "spec": "seed",
-    "spec_hash": "sha256:e9ad63e2f0c19cf3",
+    "spec_hash": "sha256:0df565f236717a02",
 }
 
 

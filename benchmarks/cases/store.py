@@ -63,7 +63,7 @@ def _fields(sid: str, seq: int, src: str | None, dst: str) -> dict[str, Any]:
         "to_mode": dst,
         "origin": "new" if src is None else "set_mode",
         "spec": "seed",
-        "spec_hash": "sha256:e9ad63e2f0c19cf3",
+        "spec_hash": "sha256:0df565f236717a02",
     }
 
 

@@ -48,20 +48,32 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO, Literal, overload
 
 import orjson
 from pydantic import ValidationError
 
 from modefsm.log._records import (
+    CHAINED_EVENTS,
+    EVENT_DECIDED,
     EVENT_REPAIRED,
     MAX_LINE,
     RECORD_EVENTS,
+    DecisionRecord,
     TransitionRecord,
     record_digest,
 )
 
-__all__ = ["MAX_LINE", "Location", "LogEntry", "LogProblem", "ProblemKind", "Take", "read_log"]
+__all__ = [
+    "MAX_LINE",
+    "DecisionEntry",
+    "Location",
+    "LogEntry",
+    "LogProblem",
+    "ProblemKind",
+    "Take",
+    "read_log",
+]
 
 
 ProblemKind = Literal[
@@ -81,7 +93,7 @@ must not change anything before it returns ``False``, and may change *data*.
 
 _FATAL: frozenset[ProblemKind] = frozenset({"unreadable", "not_text", "not_a_log"})
 _BAD_RECORD: frozenset[ProblemKind] = frozenset({"not_json", "not_a_record"})
-_MARKS = tuple(f'"{event}"'.encode() for event in sorted(RECORD_EVENTS))
+_MARKS = tuple(f'"{event}"'.encode() for event in sorted(CHAINED_EVENTS))
 _MARK = b'"modefsm.'
 _BRACE, _NEWLINE = ord("{"), ord("\n")
 _NEVER = 1 << 62
@@ -127,6 +139,24 @@ class LogEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class DecisionEntry:
+    """One ``modefsm.tool_decided`` line and where it was read (``read_log(decisions=True)``).
+
+    Attributes:
+        location: its file and line.
+        record: the parsed decision.
+        end: the byte offset just past its line, in the (decompressed) file.
+        intact: whether its ``digest`` matches its content; ``None`` when digests were not
+            checked or the record has none.
+    """
+
+    location: Location
+    record: DecisionRecord
+    end: int
+    intact: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class LogProblem:
     """A line or file that could not be used.
 
@@ -169,6 +199,28 @@ class LogProblem:
         return f"{self.location}: {self.kind}: {self.message}"
 
 
+@overload
+def read_log(
+    paths: Iterable[str | Path],
+    *,
+    check_digests: bool = ...,
+    start: int = ...,
+    progress: Callable[[int], None] | None = ...,
+    stdin: BinaryIO | None = ...,
+    take: Take | None = ...,
+    decisions: Literal[False] = ...,
+) -> Iterator[LogEntry | LogProblem]: ...
+@overload
+def read_log(
+    paths: Iterable[str | Path],
+    *,
+    check_digests: bool = ...,
+    start: int = ...,
+    progress: Callable[[int], None] | None = ...,
+    stdin: BinaryIO | None = ...,
+    take: Take | None = ...,
+    decisions: Literal[True],
+) -> Iterator[LogEntry | DecisionEntry | LogProblem]: ...
 def read_log(
     paths: Iterable[str | Path],
     *,
@@ -177,7 +229,8 @@ def read_log(
     progress: Callable[[int], None] | None = None,
     stdin: BinaryIO | None = None,
     take: Take | None = None,
-) -> Iterator[LogEntry | LogProblem]:
+    decisions: bool = False,
+) -> Iterator[LogEntry | DecisionEntry | LogProblem]:
     """Yield the records of the JSON-lines logs *paths*, in order, and every problem met.
 
     Args:
@@ -193,6 +246,8 @@ def read_log(
             built, each complete line past a file's first that starts with ``{``, contains
             ``"modefsm.`` and parses as a JSON object (a record, a diagnostic, or a host's
             object that mentions modefsm); nothing is yielded for a line it takes.
+        decisions: also yield a :class:`DecisionEntry` for each ``modefsm.tool_decided``
+            line (else skipped, as diagnostics are).
 
     Yields:
         :class:`LogEntry` and :class:`LogProblem` items, in input order.
@@ -202,6 +257,7 @@ def read_log(
     carry: _Torn | None = None  # a torn record at the end of a file, before the next file
     for number, path in enumerate(files, 1):
         reader = _FileReader(str(path), check_digests=check_digests, stdin=stdin, take=take)
+        reader.decisions = decisions
         reader.carry, reader.more = carry, number < len(files)
         report = None if progress is None else (lambda n, base=done: progress(base + n))
         yield from reader.items(start, report)
@@ -222,10 +278,11 @@ class _FileReader:
         self.consumed = 0
         self.carry: _Torn | None = None  # in: from the file before; out: to the next
         self.more = False  # whether another file follows this one
+        self.decisions = False  # whether decision lines are yielded
 
     def items(
         self, start: int, progress: Callable[[int], None] | None
-    ) -> Iterator[LogEntry | LogProblem]:
+    ) -> Iterator[LogEntry | DecisionEntry | LogProblem]:
         try:
             raw: Any = (
                 (self.stdin or sys.stdin.buffer) if self.name == "-" else open(self.name, "rb")  # noqa: SIM115, PTH123 - closed by the stack below
@@ -240,7 +297,7 @@ class _FileReader:
 
     def _lines(  # noqa: C901, PLR0912, PLR0915 - the hot loop: no call per line it can spare
         self, raw: Any, start: int, progress: Callable[[int], None] | None
-    ) -> Iterator[LogEntry | LogProblem]:
+    ) -> Iterator[LogEntry | DecisionEntry | LogProblem]:
         name = self.name
         if not hasattr(raw, "peek"):
             raw = io.BufferedReader(raw)
@@ -329,18 +386,19 @@ class _FileReader:
             item = self._parse(content, location, terminated=terminated, end=offset)
             if item is None:
                 continue
-            if torn is not None and (isinstance(item, LogEntry) or item.bad_record):
-                entry = item.record if isinstance(item, LogEntry) else None
-                yield torn.resolve(entry and entry.prev, entry and entry.digest)
+            problem = item if isinstance(item, LogProblem) else None
+            if torn is not None and (problem is None or problem.bad_record):
+                chained = item.record if problem is None else None  # type: ignore[union-attr]
+                yield torn.resolve(chained and chained.prev, chained and chained.digest)
                 torn = None
-            if isinstance(item, LogEntry):
+            if problem is None:
                 last = line
-            elif item.kind == "torn" and (terminated or self.more):
+            elif problem.kind == "torn" and (terminated or self.more):
                 if torn is not None:
                     yield torn.resolve(None, None)
-                torn = _Torn(item, content, last)
+                torn = _Torn(problem, content, last)
                 continue
-            records += isinstance(item, LogEntry) or item.bad_record
+            records += problem is None or problem.bad_record
             yield item
         if torn is not None and self.more:
             self.carry = torn
@@ -354,7 +412,7 @@ class _FileReader:
 
     def _parse(  # noqa: C901, PLR0911 - one return per kind of line
         self, content: bytes, location: Location, *, terminated: bool, end: int
-    ) -> LogEntry | LogProblem | None:
+    ) -> LogEntry | DecisionEntry | LogProblem | None:
         if not (content.startswith(b"{") and _MARK in content) and terminated:
             if b"\x00" in content:
                 return LogProblem(location, "binary", "a line of binary data, skipped")
@@ -379,6 +437,8 @@ class _FileReader:
             return LogProblem(location, "not_json", f"a modefsm record that is not JSON: {exc}")
         event = data.get("event") if isinstance(data, dict) else None
         if type(event) is not str or event not in RECORD_EVENTS:
+            if event == EVENT_DECIDED and self.decisions:
+                return self._decision(data, location, end)
             return None
         try:
             record = TransitionRecord.model_validate(data)
@@ -397,6 +457,24 @@ class _FileReader:
             intact = record_digest(data) == record.digest
         gseq = data.get("gseq")
         return LogEntry(location, record, end, intact, gseq if type(gseq) is int else None)
+
+    def _decision(
+        self, data: dict[str, Any], location: Location, end: int
+    ) -> DecisionEntry | LogProblem:
+        try:
+            record = DecisionRecord.model_validate(data)
+        except ValidationError as exc:
+            session_id = data.get("session_id")
+            return LogProblem(
+                location,
+                "not_a_record",
+                f"a {EVENT_DECIDED} record that does not fit the record model: " + _describe(exc),
+                session_id if isinstance(session_id, str) else None,
+            )
+        intact = None
+        if self.check_digests and record.digest is not None:
+            intact = record_digest(data) == record.digest
+        return DecisionEntry(location, record, end, intact)
 
 
 _REPAIRED = f'"{EVENT_REPAIRED}"'.encode()

@@ -11,11 +11,14 @@ events exist:
 ``modefsm.change_rejected``
     an attempt that changed nothing (``seq`` null, ``reason`` says why).
 
+A fourth, :data:`EVENT_DECIDED` (``modefsm.tool_decided``), is a tool call decided by its
+session's mode (:class:`DecisionRecord`); it is chained like the others.
+
 A line is one JSON object (at most :data:`MAX_LINE` bytes before its newline): the
 record's fields, then ``event``, then ``level``::
 
     {"session_id":"sess_1","seq":2,"from_mode":"ask","to_mode":"architect",
-     "origin":"set_mode","request_id":3,"spec":"seed","spec_hash":"sha256:e9ad63e2f0c19cf3",
+     "origin":"set_mode","request_id":3,"spec":"seed","spec_hash":"sha256:0df565f236717a02",
      "timestamp":"2026-11-30T13:45:01.123456Z","event":"modefsm.mode_changed","level":"info"}
 
 (one line in the file; shown wrapped, without its ``prev`` and ``digest``).
@@ -33,7 +36,8 @@ after it produces a valid chain; cutting records off the end, or deleting a whol
 leaves none behind. Keep a copy of the chain head (``modefsm replay --verify`` prints it)
 somewhere the writer cannot change to detect those.
 
-This module is a leaf of the log package: it imports nothing of modefsm.
+This module is a leaf of the log package: it imports nothing of modefsm but the spec's
+tool kinds and decisions (:mod:`modefsm.spec._rules`).
 """
 
 from __future__ import annotations
@@ -47,21 +51,28 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
+from modefsm.spec._rules import Decision, ToolKind
+
 __all__ = [
+    "CHAINED_EVENTS",
     "EVENT_CHANGED",
     "EVENT_CREATED",
+    "EVENT_DECIDED",
     "EVENT_REJECTED",
     "EVENT_REPAIRED",
     "MAX_LINE",
     "RECORD_EVENTS",
     "SEQ_MAX",
+    "DecisionRecord",
     "Origin",
+    "Outcome",
     "RejectReason",
     "TransitionRecord",
     "canonical_record",
     "covered_digest",
     "previous_of",
     "record_digest",
+    "title_digest",
     "utc_timestamp",
 ]
 
@@ -76,6 +87,10 @@ one, or one below 1, is not a record (readers report it as ``not_a_record``)."""
 RECORD_EVENTS = frozenset({EVENT_CREATED, EVENT_CHANGED, EVENT_REJECTED})
 """The events that are :class:`TransitionRecord` lines (other ``modefsm.*`` events, such as
 ``modefsm.notify_failed``, are diagnostics: not records, not chained)."""
+EVENT_DECIDED = "modefsm.tool_decided"
+"""A tool call decided by its session's mode: a :class:`DecisionRecord`."""
+CHAINED_EVENTS = RECORD_EVENTS | {EVENT_DECIDED}
+"""The events whose lines are chained (``prev`` and ``digest``): the records and decisions."""
 MAX_LINE = 1 << 20
 """The longest line looked at, in bytes (1 MiB, its newline not counted): readers skip a
 longer line as ``too_long``, and a writer reopening a log does not read one to find its
@@ -176,15 +191,83 @@ class TransitionRecord(BaseModel):
     digest: str | None = None
 
 
+Outcome = Literal[
+    "allow_once", "allow_always", "reject_once", "reject_always", "cancelled", "granted",
+]  # fmt: skip
+"""How an ``ask`` ended: the kind of the permission option the user selected
+(``session/request_permission``), ``cancelled`` (the request was cancelled, or withdrawn
+when a mode change made it moot), or ``granted`` (a remembered ``allow_always`` applied:
+nobody was asked)."""
+
+_RAN = frozenset({"allow_once", "allow_always", "granted"})
+
+
+class DecisionRecord(BaseModel):
+    """One ``modefsm.tool_decided`` line: a tool call decided by its session's mode.
+
+    Compact on purpose: the tool call's title is kept as a digest only (it may hold paths
+    or commands), and the rule by its index.
+
+    Attributes:
+        event: ``modefsm.tool_decided``.
+        timestamp: UTC, ISO 8601 with a ``Z`` suffix.
+        session_id: ACP ``sessionId``.
+        tool_call_id: ACP ``toolCallId``.
+        kind: ACP ``ToolCall.kind`` (``other`` when the call had none).
+        tool: the host's name for the tool, as the rules' ``name`` patterns were matched
+            against it (``None``: the call had none).
+        title_digest: :func:`title_digest` of ACP ``ToolCall.title``.
+        rule: the index of the rule that decided in the mode's ``tools``; ``None``: the
+            mode's ``tools_default``.
+        decision: ``allow``, ``ask`` or ``deny`` (the verdict of the mode's rules).
+        outcome: for an ``ask``, how it ended (:data:`Outcome`); ``None`` otherwise.
+        mode: the session's committed mode the call was decided in.
+        mode_seq: the ``seq`` of the session's committed record that set *mode* (the
+            record the decision was made against).
+        spec: the spec's name.
+        spec_hash: the spec's :attr:`~modefsm.spec.ModeSpec.content_hash`.
+        level: the log level (``info``).
+        prev: the ``digest`` of the record written before this one on the same log.
+        digest: :func:`record_digest` of this record.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
+
+    event: Literal["modefsm.tool_decided"]
+    timestamp: str
+    session_id: str
+    tool_call_id: str
+    kind: ToolKind
+    tool: str | None = None
+    title_digest: str | None = None
+    rule: Annotated[int, Field(ge=0)] | None = None
+    decision: Decision
+    outcome: Outcome | None = None
+    mode: str
+    mode_seq: Annotated[int, Field(ge=1, le=SEQ_MAX)]
+    spec: str
+    spec_hash: str
+    level: str = "info"
+    prev: str | None = None
+    digest: str | None = None
+
+    @property
+    def ran(self) -> bool:
+        """Whether the tool ran: allowed, or asked and approved (or granted)."""
+        return self.decision == "allow" or (self.decision == "ask" and self.outcome in _RAN)
+
+
 _DIGEST_KEYS = frozenset(TransitionRecord.model_fields) - {"level", "digest"}
+_DECISION_KEYS = frozenset(DecisionRecord.model_fields) - {"level", "digest"}
 
 
 def canonical_record(data: Mapping[str, Any]) -> bytes:
     """The bytes a record's digest covers: its fields as compact JSON with sorted keys.
 
-    Every :class:`TransitionRecord` field present in *data* counts, ``prev`` and ``event``
-    included, except ``level`` (derived from the event) and ``digest`` itself. Keys a host
-    logger adds (its own context) are not covered.
+    Every :class:`TransitionRecord` field present in *data* counts (every
+    :class:`DecisionRecord` field for a ``modefsm.tool_decided`` line), ``prev`` and
+    ``event`` included, except ``level`` (derived from the event) and ``digest`` itself.
+    Keys a host logger adds (its own context) are not covered.
 
     Args:
         data: a record as a JSON object (parsed from a line, or about to be written).
@@ -193,8 +276,9 @@ def canonical_record(data: Mapping[str, Any]) -> bytes:
         >>> canonical_record({"seq": 2, "event": "modefsm.mode_changed", "pid": 7})
         b'{"event":"modefsm.mode_changed","seq":2}'
     """
-    if not data.keys() <= _DIGEST_KEYS:
-        data = {key: value for key, value in data.items() if key in _DIGEST_KEYS}
+    keys = _DECISION_KEYS if data.get("event") == EVENT_DECIDED else _DIGEST_KEYS
+    if not data.keys() <= keys:
+        data = {key: value for key, value in data.items() if key in keys}
     return orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
 
 
@@ -211,6 +295,18 @@ def covered_digest(data: dict[str, Any]) -> str:
     to :func:`record_digest` when the digests differ.
     """
     return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def title_digest(title: str | None) -> str | None:
+    """The digest a decision record keeps of a tool call's title: ``sha256:`` and 16 hex.
+
+    Example:
+        >>> title_digest("Edit README.md")
+        'sha256:c073dc9d0035f779'
+    """
+    if title is None:
+        return None
+    return "sha256:" + hashlib.sha256(title.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def previous_of(origin: str, from_mode: str | None) -> tuple[str | None, bool]:

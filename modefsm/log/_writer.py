@@ -26,12 +26,13 @@ import orjson
 from modefsm.errors import LogError
 from modefsm.log._files import open_private
 from modefsm.log._records import (
+    CHAINED_EVENTS,
     EVENT_CHANGED,
     EVENT_CREATED,
+    EVENT_DECIDED,
     EVENT_REJECTED,
     EVENT_REPAIRED,
     MAX_LINE,
-    RECORD_EVENTS,
     previous_of,
     record_digest,
     utc_timestamp,
@@ -271,7 +272,7 @@ def _index_record(
     index: LogIndex, event: str, fields: dict[str, Any], digest: str, offset: int | None
 ) -> None:
     """Tell *index* of a record (*fields* of *event*, *digest*) whose line ends at *offset*."""
-    if event == EVENT_REJECTED:
+    if event in (EVENT_REJECTED, EVENT_DECIDED):
         index.advance(offset, digest)
         return
     index.update(
@@ -286,15 +287,19 @@ def _index_record(
     )
 
 
+_INFO_EVENTS = frozenset({EVENT_CHANGED, EVENT_CREATED, EVENT_DECIDED})
+"""The events written at level ``info`` (the others at ``warning``)."""
+
+
 def _record_line(line: bytes) -> dict[str, Any] | None:
-    """The record on *line* (a committed record or a rejection, parsed), else ``None``."""
+    """The chained line *line* (a record or a decision, parsed), else ``None``."""
     if b'"modefsm.' not in line:
         return None
     try:
         data = orjson.loads(line)
     except orjson.JSONDecodeError:
         return None
-    if isinstance(data, dict) and data.get("event") in RECORD_EVENTS:
+    if isinstance(data, dict) and data.get("event") in CHAINED_EVENTS:
         return data
     return None
 
@@ -542,11 +547,11 @@ class TransitionLog:
     def write(self, event: str, fields: dict[str, Any]) -> None:
         """Write one record.
 
-        Records (:data:`RECORD_EVENTS`) get ``prev`` and ``digest``; other ``modefsm.*``
-        events (diagnostics) are written as given. The index, if any, learns the new mode
-        of the session after the line is written; an index failure never fails the write
-        (the index keeps the update in memory and commits it later, or catches up from
-        the log: see :meth:`~modefsm.store._restore.RestoreIndex.update`).
+        Records and decisions (:data:`CHAINED_EVENTS`) get ``prev`` and ``digest``; other
+        ``modefsm.*`` events (diagnostics) are written as given. The index, if any, learns
+        the new mode of the session after the line is written; an index failure never fails
+        the write (the index keeps the update in memory and commits it later, or catches up
+        from the log: see :meth:`~modefsm.store._restore.RestoreIndex.update`).
 
         A record is written whole or not at all: a short write (a full disk, the file size
         limit) is completed or, failing that, cut off again, so a failed record leaves no
@@ -562,7 +567,7 @@ class TransitionLog:
                 refused until the log is reopened); the caller must not commit the change.
         """
         digest = None
-        if event in RECORD_EVENTS:
+        if event in CHAINED_EVENTS:
             fields = {**fields, "event": event, "prev": self._head}
             digest = record_digest(fields)
             del fields["event"]
@@ -570,9 +575,9 @@ class TransitionLog:
         length = 0
         try:
             if self._lines is not None:  # modefsm's own writer takes the dict as it is
-                info = event in (EVENT_CHANGED, EVENT_CREATED)
+                info = event in _INFO_EVENTS
                 length = self._lines.write("info" if info else "warning", event, fields)
-            elif event not in (EVENT_CHANGED, EVENT_CREATED):
+            elif event not in _INFO_EVENTS:
                 self._logger.warning(event, **fields)
             else:
                 self._logger.info(event, **fields)

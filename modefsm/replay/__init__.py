@@ -18,6 +18,7 @@ from modefsm.replay._replayer import (
     replay,
 )
 from modefsm.replay._report import HELD_ROWS, JsonReport, TableReport, verdict
+from modefsm.replay._tools import ToolLedger, ToolTally
 
 __all__ = [
     "HELD_ROWS",
@@ -30,6 +31,8 @@ __all__ = [
     "RestorePoint",
     "SessionHistory",
     "TableReport",
+    "ToolLedger",
+    "ToolTally",
     "Violation",
     "ViolationKind",
     "iter_records",

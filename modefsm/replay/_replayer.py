@@ -14,6 +14,9 @@ asked for the timelines) and checks, for each committed record:
   mode the switch was proposed in (``proposed_in``, else ``from_mode``), that approves,
   and whose target is ``to_mode``.
 
+and, for each tool call decision (``modefsm.tool_decided``), that it was decided in the
+session's committed mode by the spec's rules (:mod:`modefsm.replay._tools`).
+
 With ``verify=True`` it also follows the digest chain (see :mod:`modefsm.log`): an
 edited record, a deleted, inserted or moved one, a chain that restarts or forks (two
 processes writing one file) is a violation at the line where it shows.
@@ -39,7 +42,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal, get_args
 
 from modefsm.errors import LogError
-from modefsm.log._reader import Location, LogEntry, LogProblem, Take, read_log
+from modefsm.log._reader import DecisionEntry, Location, LogEntry, LogProblem, Take, read_log
 from modefsm.log._records import (
     EVENT_CHANGED,
     EVENT_CREATED,
@@ -52,6 +55,7 @@ from modefsm.log._records import (
     previous_of,
 )
 from modefsm.replay._merge import file_kind, merge_by_gseq, merged_kinds
+from modefsm.replay._tools import ToolLedger, ToolTally
 from modefsm.spec._model import ModeSpec, preset
 from modefsm.spec._presets import preset_names
 from modefsm.spec._table import PREVIOUS, TransitionTable
@@ -75,7 +79,7 @@ __all__ = [
 ViolationKind = Literal[
     "bad_record", "gap", "repeat", "out_of_order", "from_mode", "creation", "illegal",
     "switch", "unknown_spec", "spec_changed", "tampered", "chain", "no_digest", "torn",
-    "session_chain", "duplicate", "gseq",
+    "session_chain", "duplicate", "gseq", "tool_policy",
 ]  # fmt: skip
 """What a :class:`Violation` is about.
 
@@ -97,7 +101,12 @@ previous record (that record was replaced, or two writers forked the session).
 ``duplicate``: a ``gseq`` read before (a record copied into a second file, or an edited
 ``gseq``). ``gseq``: a committed record without ``gseq``, or one whose ``gseq`` is not
 above the one before it in its file (a record moved within the file, or its ``gseq``
-edited)."""
+edited).
+
+``tool_policy``: a tool call decision (``modefsm.tool_decided``) made in a mode other than
+the session's committed one, or against a stale record of it, or that the spec's rules do
+not give, or an ask without its outcome, or a ``granted`` run that no earlier
+``allow_always`` covers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +180,7 @@ class SessionHistory:
         rejections: the number of ``change_rejected`` records.
         first: where it first appears.
         last: where its last record is.
+        tools: its tool call decisions, counted by mode and kind (empty: none logged).
     """
 
     session_id: str
@@ -183,6 +193,7 @@ class SessionHistory:
     rejections: int
     first: Location
     last: Location
+    tools: tuple[ToolTally, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,7 +345,7 @@ class _Chain:
         self.head: str | None = None
         self.undigested: dict[str, tuple[int, Location]] = {}
 
-    def check(self, entry: LogEntry) -> list[tuple[ViolationKind, str]]:
+    def check(self, entry: LogEntry | DecisionEntry) -> list[tuple[ViolationKind, str]]:
         record, location = entry.record, entry.location
         new_file = location.path != self.path
         previous_path, self.path = self.path, location.path
@@ -476,22 +487,23 @@ class Replayer:
         self._file_gseq: dict[str, tuple[int, _At]] = {}  # merged: each file's last gseq
         self._gseqs: dict[int, tuple[_At, str | None]] = {}  # merged: recent gseqs read
         self._intact = 0  # merged: export records whose digest matched
+        self._ledger = ToolLedger()
 
-    def feed(self, item: LogEntry | LogProblem) -> bool:
+    def feed(self, item: LogEntry | DecisionEntry | LogProblem) -> bool:
         """Take the next item of :func:`~modefsm.log.read_log`.
 
         Returns:
-            Whether *item* is a record of the replayed session(s).
+            Whether *item* is a record of the replayed session(s) (a decision is checked
+            and counted, and not one of them).
         """
         if isinstance(item, LogProblem):
             self._problem(item)
             return False
-        self._records += 1
+        if isinstance(item, DecisionEntry):
+            self._decided(item)
+            return False
         record = item.record
-        chain = self._chain if not self._merged else self._file_chain(item)
-        if chain is not None:
-            for kind, message in chain.check(item):
-                self._violation(item, kind, message)
+        self._follow_chain(item)
         if self._merged and record.event != EVENT_REJECTED and not self._placed(item):
             return False  # the same record again: applied once
         if self._session_id is not None and record.session_id != self._session_id:
@@ -503,7 +515,32 @@ class Replayer:
             self._committed(item, spec)
         return True
 
-    def _file_chain(self, entry: LogEntry) -> _Chain | None:
+    def _follow_chain(self, entry: LogEntry | DecisionEntry) -> None:
+        """Count a record read and follow the digest chain by it (with ``verify``)."""
+        self._records += 1
+        chain = self._chain if not self._merged else self._file_chain(entry)
+        if chain is not None:
+            for kind, message in chain.check(entry):
+                self._violation(entry, kind, message)
+
+    def _decided(self, entry: DecisionEntry) -> None:
+        """Check a tool call decision against the session as its records left it."""
+        record = entry.record
+        self._follow_chain(entry)
+        if self._session_id is not None and record.session_id != self._session_id:
+            return
+        track = self._tracks.get(record.session_id)
+        committed = None if track is None else (track.mode, track.seq, track.spec_hash)
+        found = self._specs.get(record.spec_hash)
+        spec = found[0] if found is not None else None
+        for message in self._ledger.check(record, committed, spec):
+            self._violations.append(
+                Violation(entry.location, "tool_policy", message, record.session_id)
+            )
+        if track is not None:
+            track.last = (entry.location.path, entry.location.line)
+
+    def _file_chain(self, entry: LogEntry | DecisionEntry) -> _Chain | None:
         """Merged: the chain of *entry*'s file (``None`` for an export, or without verify)."""
         if not self._verify:
             return None
@@ -715,6 +752,7 @@ class Replayer:
                 rejections=t.rejections,
                 first=Location(*t.first),
                 last=Location(*t.last),
+                tools=self._ledger.tallies(sid),
             )
             for sid, t in self._tracks.items()
         )
@@ -916,10 +954,12 @@ class Replayer:
             record.seq,
         )
 
-    def _violation(self, entry: LogEntry, kind: ViolationKind, message: str) -> None:
-        record = entry.record
+    def _violation(
+        self, entry: LogEntry | DecisionEntry, kind: ViolationKind, message: str
+    ) -> None:
+        seq = entry.record.seq if isinstance(entry, LogEntry) else None
         self._violations.append(
-            Violation(entry.location, kind, message, record.session_id, record.seq)
+            Violation(entry.location, kind, message, entry.record.session_id, seq)
         )
 
 
@@ -1134,9 +1174,12 @@ def replay(
     take: Take | None = replayer.take
     if on_entry is not None or keep_timeline:
         take = replayer.take_others if session_id is not None else None
-    for item in read_log(files, check_digests=verify, progress=progress, stdin=stdin, take=take):
-        if replayer.feed(item) and on_entry is not None:
-            on_entry(item)  # type: ignore[arg-type]  # feed() is True only for entries
+    items = read_log(
+        files, check_digests=verify, progress=progress, stdin=stdin, take=take, decisions=True
+    )
+    for read in items:
+        if replayer.feed(read) and on_entry is not None:
+            on_entry(read)  # type: ignore[arg-type]  # feed() is True only for entries
     return replayer.report()
 
 

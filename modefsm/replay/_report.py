@@ -15,6 +15,7 @@ import orjson
 if TYPE_CHECKING:
     from modefsm.log._reader import LogEntry
     from modefsm.replay._replayer import ReplayReport
+    from modefsm.replay._tools import ToolTally
 
 __all__ = ["HELD_ROWS", "JsonReport", "TableReport", "verdict"]
 
@@ -101,6 +102,14 @@ class TableReport:
         )
         self.out.write(line.rstrip() + "\n")
 
+    def _tools(self, tallies: tuple[ToolTally, ...]) -> None:
+        """Write a session's tool call decisions, one line per mode and kind."""
+        for t in tallies:
+            self.out.write(
+                f"    {t.kind} in {t.mode}: {t.allow} allowed, {t.ask} asked, "
+                f"{t.deny} denied; {t.ran} ran\n"
+            )
+
     def finish(self, report: ReplayReport) -> None:
         """Write the summary: sessions, violations, notes, chain, verdict."""
         write = self.out.write
@@ -117,6 +126,7 @@ class TableReport:
                 f"  {s.session_id:<{ids}}  {s.mode or '?':<{modes}}  (seq {s.seq}, "
                 f"spec {s.spec}, {s.records} records{rejected})\n"
             )
+            self._tools(s.tools)
         if report.violations:
             write(f"VIOLATIONS ({len(report.violations)})\n")
             for v in report.violations:
@@ -176,6 +186,7 @@ class JsonReport:
                     "rejections": s.rejections,
                     "first": str(s.first),
                     "last": str(s.last),
+                    **({"tools": [_tally(t) for t in s.tools]} if s.tools else {}),
                 }
                 for s in report.sessions
             ],
@@ -205,6 +216,17 @@ class JsonReport:
         }
         rest = orjson.dumps(summary, option=orjson.OPT_INDENT_2)
         self.out.write("\n]," + rest[1:].decode() + "\n")
+
+
+def _tally(tally: ToolTally) -> dict[str, Any]:
+    return {
+        "mode": tally.mode,
+        "kind": tally.kind,
+        "allow": tally.allow,
+        "ask": tally.ask,
+        "deny": tally.deny,
+        "ran": tally.ran,
+    }
 
 
 def _note(note: Any) -> dict[str, str]:

@@ -13,7 +13,11 @@ from modefsm.spec._presets import preset_names
 from modefsm.spec._table import ORIGIN_KINDS, PREVIOUS, TRIGGER_KINDS, TransitionTable, TriggerKind
 
 if TYPE_CHECKING:
+    from modefsm.spec._grants import MAX_GRANTS, GrantFacts, GrantMemory, Grants, GrantScope
     from modefsm.spec._model import (
+        MAX_META,
+        MAX_PROMPT,
+        MAX_RULES,
         Mode,
         ModeSpec,
         PermissionOptionKind,
@@ -22,24 +26,56 @@ if TYPE_CHECKING:
         load_spec,
         preset,
     )
+    from modefsm.spec._rules import (
+        DECISIONS,
+        TOOL_KINDS,
+        Decision,
+        RuleTable,
+        ToolKind,
+        ToolRule,
+        Verdict,
+    )
 
 __all__ = [
+    "DECISIONS",
+    "MAX_GRANTS",
+    "MAX_META",
+    "MAX_PROMPT",
+    "MAX_RULES",
     "ORIGIN_KINDS",
     "PREVIOUS",
+    "TOOL_KINDS",
     "TRIGGER_KINDS",
+    "Decision",
+    "GrantFacts",
+    "GrantMemory",
+    "GrantScope",
+    "Grants",
     "Mode",
     "ModeSpec",
     "PermissionOptionKind",
+    "RuleTable",
     "Switch",
     "SwitchOption",
+    "ToolKind",
+    "ToolRule",
     "TransitionTable",
     "TriggerKind",
+    "Verdict",
     "load_spec",
     "preset",
     "preset_names",
 ]
 
+_GRANTS = ("MAX_GRANTS", "GrantFacts", "GrantMemory", "GrantScope", "Grants")
+_RULES = ("DECISIONS", "TOOL_KINDS", "Decision", "RuleTable", "ToolKind", "ToolRule", "Verdict")
+
 __getattr__ = lazy_exports(
-    __name__, dict.fromkeys(set(__all__) - globals().keys(), "modefsm.spec._model")
+    __name__,
+    {
+        **dict.fromkeys(set(__all__) - globals().keys(), "modefsm.spec._model"),
+        **dict.fromkeys(_GRANTS, "modefsm.spec._grants"),
+        **dict.fromkeys(_RULES, "modefsm.spec._rules"),
+    },
 )
 """Import the module's names on first use of one of them."""

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 import tomllib
 from collections.abc import Mapping
 from functools import cached_property
@@ -30,13 +32,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from modefsm.errors import SpecError, SpecProblem
+from modefsm.spec._grants import Grants
 from modefsm.spec._presets import preset_names as preset_names  # noqa: PLC0414 - old path
+from modefsm.spec._rules import Decision, RuleTable, ToolRule
 from modefsm.spec._table import PREVIOUS, TransitionTable
 
 __all__ = [
+    "MAX_META",
+    "MAX_PROMPT",
+    "MAX_RULES",
     "Mode",
     "ModeSpec",
     "PermissionOptionKind",
@@ -52,6 +59,13 @@ PermissionOptionKind = Literal["allow_once", "allow_always", "reject_once", "rej
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
+MAX_PROMPT = 256 * 1024
+"""The longest ``prompt`` of a mode (inline or read from ``prompt_file``), in bytes of UTF-8."""
+MAX_META = 64 * 1024
+"""The longest ``meta`` of a mode, in bytes of compact JSON."""
+MAX_RULES = 256
+"""The most ``tools`` rules one mode may have."""
+
 
 class Mode(BaseModel):
     """One advertised mode: ACP ``SessionMode`` plus modefsm's restore policy.
@@ -64,6 +78,17 @@ class Mode(BaseModel):
             this mode. A bypass-style mode says ``False``.
         fallback: the mode used instead when this one is not restorable; defaults to the
             spec's ``initial`` mode.
+        prompt: the system-prompt text a host gives its model in this mode (at most
+            :data:`MAX_PROMPT` bytes). In a spec file, ``prompt_file`` names a file read
+            instead, relative to the spec file (see :meth:`ModeSpec.from_data`).
+        tools: what the mode allows: ordered rules, the first match decides
+            (:class:`~modefsm.spec.ToolRule`, judged by :attr:`ModeSpec.rules`); at most
+            :data:`MAX_RULES`.
+        tools_default: the decision for a tool call no rule matches.
+        meta: free-form JSON data for the host (at most :data:`MAX_META` bytes), kept as
+            given; modefsm does not read it.
+        grants: how ``allow_always`` answers given in this mode are remembered; ``None``:
+            the spec's :attr:`ModeSpec.grants`.
     """
 
     model_config = _FROZEN
@@ -73,6 +98,11 @@ class Mode(BaseModel):
     description: str | None = None
     restorable: bool = True
     fallback: str | None = None
+    prompt: str | None = None
+    tools: tuple[ToolRule, ...] = Field(default=(), max_length=MAX_RULES)
+    tools_default: Decision = "ask"
+    meta: dict[str, JsonValue] | None = None
+    grants: Grants | None = None
 
 
 class SwitchOption(BaseModel):
@@ -129,6 +159,8 @@ class ModeSpec(BaseModel):
         switches: the agent-initiated switches.
         config_option_id: the ``id`` of the ``category: "mode"`` config option.
         config_option_name: its ``name``.
+        grants: how ``allow_always`` answers are remembered, for the modes that do not
+            say (:class:`~modefsm.spec.Grants`: per mode, not across a restart, by default).
 
     Raises:
         SpecError: on construction, listing every problem with its location.
@@ -143,6 +175,7 @@ class ModeSpec(BaseModel):
     switches: tuple[Switch, ...] = ()
     config_option_id: str = Field(default="mode", min_length=1)
     config_option_name: str = Field(default="Session Mode", min_length=1)
+    grants: Grants = Grants()
 
     def __init__(self, /, **data: Any) -> None:
         """Validate *data* completely; raise :class:`SpecError` with every problem."""
@@ -155,22 +188,33 @@ class ModeSpec(BaseModel):
             raise SpecError(problems)
 
     @classmethod
-    def from_data(cls, data: Mapping[str, Any], source: str | None = None) -> ModeSpec:
+    def from_data(
+        cls, data: Mapping[str, Any], source: str | None = None, *, base: str | Path | None = None
+    ) -> ModeSpec:
         """Build a spec from parsed TOML or JSON data.
+
+        A mode's ``prompt_file`` is read here (at most :data:`MAX_PROMPT` bytes of UTF-8,
+        a regular file) and becomes its ``prompt``; a mode gives one or the other.
 
         Args:
             data: the document's top-level table.
             source: where it came from, for error messages.
+            base: the directory ``prompt_file`` names are relative to (the spec file's;
+                default: the current directory).
 
         Raises:
             SpecError: every problem at once, each with its location.
         """
         if not isinstance(data, Mapping):
             raise SpecError([SpecProblem("", "a spec must be a table/object")], source)
+        data, file_problems = _read_prompt_files(data, Path(base) if base is not None else None)
         try:
-            return cls(**data)
+            spec = cls(**data)
         except SpecError as exc:
-            raise SpecError(exc.problems, source) from None
+            raise SpecError([*file_problems, *exc.problems], source) from None
+        if file_problems:
+            raise SpecError(file_problems, source)
+        return spec
 
     @cached_property
     def mode_ids(self) -> tuple[str, ...]:
@@ -181,6 +225,27 @@ class ModeSpec(BaseModel):
     def table(self) -> TransitionTable:
         """The :class:`~modefsm.spec.TransitionTable` of this spec (built once)."""
         return TransitionTable(self)
+
+    @cached_property
+    def rules(self) -> RuleTable:
+        """The compiled ``tools`` rules of every mode (:class:`~modefsm.spec.RuleTable`)."""
+        return RuleTable(self)
+
+    def grants_in(self, mode_id: str) -> Grants:
+        """How ``allow_always`` answers given in *mode_id* are remembered.
+
+        Raises:
+            KeyError: *mode_id* is not advertised.
+        """
+        return self._modes_by_id[mode_id].grants or self.grants
+
+    def prompt_for(self, mode_id: str) -> str | None:
+        """The system-prompt text of mode *mode_id* (``None`` when it has none).
+
+        Raises:
+            KeyError: *mode_id* is not advertised.
+        """
+        return self._modes_by_id[mode_id].prompt
 
     @cached_property
     def _modes_by_id(self) -> dict[str, Mode]:
@@ -283,8 +348,81 @@ class ModeSpec(BaseModel):
         Two specs with the same content have the same hash whatever file they came from;
         log records carry it so that replay can tell which spec wrote them.
         """
-        canonical = orjson.dumps(self.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
+        dump = self.model_dump(mode="json")
+        for mode in dump["modes"]:  # keys a spec leaves at their defaults do not count, so
+            for key, default in _MODE_ADDED.items():  # that older specs keep their hash
+                if mode[key] == default:
+                    del mode[key]
+        if dump["grants"] == _GRANTS_DEFAULT:
+            del dump["grants"]
+        canonical = orjson.dumps(dump, option=orjson.OPT_SORT_KEYS)
         return "sha256:" + hashlib.sha256(canonical).hexdigest()[:16]
+
+
+_MODE_ADDED: dict[str, Any] = {
+    "prompt": None,
+    "tools": [],
+    "tools_default": "ask",
+    "meta": None,
+    "grants": None,
+}
+"""The keys of a mode that the content hash leaves out at these values (added later)."""
+_GRANTS_DEFAULT = Grants().model_dump(mode="json")
+
+
+def _read_prompt_files(
+    data: Mapping[str, Any], base: Path | None
+) -> tuple[Mapping[str, Any], list[SpecProblem]]:
+    """*data* with each mode's ``prompt_file`` read into its ``prompt``, and the problems."""
+    modes = data.get("modes")
+    if not isinstance(modes, list) or not any(
+        isinstance(m, Mapping) and "prompt_file" in m for m in modes
+    ):
+        return data, []
+    problems: list[SpecProblem] = []
+    read: list[Any] = []
+    for i, mode in enumerate(modes):
+        if not isinstance(mode, Mapping) or "prompt_file" not in mode:
+            read.append(mode)
+            continue
+        mode = dict(mode)  # noqa: PLW2901 - the caller's data stays as it was
+        name = mode.pop("prompt_file")
+        where = f"modes[{i}].prompt_file"
+        if "prompt" in mode:
+            problems.append(SpecProblem(where, "give prompt or prompt_file, not both"))
+        elif not isinstance(name, str) or not name:
+            problems.append(SpecProblem(where, "a file name (a non-empty string) is needed"))
+        else:
+            text, problem = _read_prompt(Path(base or ".") / name, name)
+            if problem is not None:
+                problems.append(SpecProblem(where, problem))
+            else:
+                mode["prompt"] = text
+        read.append(mode)
+    return {**data, "modes": read}, problems
+
+
+def _read_prompt(path: Path, name: str) -> tuple[str | None, str | None]:
+    """The text of the prompt file *path*, or why it cannot be used."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        return None, f"cannot read {name!r}: {exc.strerror or exc}"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None, f"{name!r} is not a regular file"
+        with os.fdopen(os.dup(fd), "rb") as file:
+            content = file.read(MAX_PROMPT + 1)
+    except OSError as exc:
+        return None, f"cannot read {name!r}: {exc.strerror or exc}"
+    finally:
+        os.close(fd)
+    if len(content) > MAX_PROMPT:
+        return None, f"{name!r} is larger than {MAX_PROMPT} bytes"
+    try:
+        return content.decode("utf-8"), None
+    except UnicodeDecodeError:
+        return None, f"{name!r} is not UTF-8 text"
 
 
 def _problems_from_validation(exc: ValidationError) -> list[SpecProblem]:
@@ -317,6 +455,8 @@ def _semantic_problems(spec: ModeSpec) -> list[SpecProblem]:  # noqa: C901, PLR0
 
     if not spec.modes:
         problems.append(SpecProblem("modes", "the catalogue is empty: advertise at least one mode"))
+    for i, mode in enumerate(spec.modes):
+        problems.extend(_meaning_problems(f"modes[{i}]", mode))
     if spec.modes and spec.initial not in known:
         unknown("initial", spec.initial)
     for i, mode in enumerate(spec.modes):
@@ -405,6 +545,36 @@ def _semantic_problems(spec: ModeSpec) -> list[SpecProblem]:  # noqa: C901, PLR0
     return problems
 
 
+def _meaning_problems(where: str, mode: Mode) -> list[SpecProblem]:
+    """What is wrong with a mode's ``prompt``, ``tools`` and ``meta``."""
+    problems = []
+    if mode.prompt is not None and len(mode.prompt.encode("utf-8", "surrogatepass")) > MAX_PROMPT:
+        problems.append(SpecProblem(f"{where}.prompt", f"longer than {MAX_PROMPT} bytes"))
+    for j, rule in enumerate(mode.tools):
+        if rule.kind == ():
+            problems.append(
+                SpecProblem(f"{where}.tools[{j}].kind", "an empty list matches nothing")
+            )
+        elif rule.kind is None and rule.name is None:
+            problems.append(
+                SpecProblem(
+                    f"{where}.tools[{j}]",
+                    "a rule needs a kind or a name (tools_default decides the rest)",
+                )
+            )
+    if mode.meta is not None:
+        try:
+            size = len(orjson.dumps(mode.meta))
+        except orjson.JSONEncodeError as exc:
+            problems.append(SpecProblem(f"{where}.meta", f"not JSON: {exc}"))
+        else:
+            if size > MAX_META:
+                problems.append(
+                    SpecProblem(f"{where}.meta", f"{size} bytes of JSON, more than {MAX_META}")
+                )
+    return problems
+
+
 def _unreachable(spec: ModeSpec) -> list[SpecProblem]:
     """Modes no path reaches from the initial mode (:meth:`TransitionTable.reachable`)."""
     reached = spec.table.reachable()
@@ -445,7 +615,7 @@ def load_spec(path: str | Path) -> ModeSpec:
         raise SpecError([SpecProblem("", f"not valid {kind}: {exc}")], str(path)) from None
     except RecursionError:
         raise SpecError([SpecProblem("", "nested too deeply")], str(path)) from None
-    return ModeSpec.from_data(data, str(path))
+    return ModeSpec.from_data(data, str(path), base=path.parent)
 
 
 def preset(name: str) -> ModeSpec:

@@ -52,10 +52,11 @@ from modefsm.errors import LogError
 from modefsm.log._files import lock_holders, open_private
 from modefsm.log._reader import LogEntry, read_log
 from modefsm.log._records import (
+    CHAINED_EVENTS,
     EVENT_CHANGED,
     EVENT_CREATED,
+    EVENT_DECIDED,
     EVENT_REJECTED,
-    RECORD_EVENTS,
     SEQ_MAX,
     TransitionRecord,
 )
@@ -411,8 +412,9 @@ class FileStore:
         digest = data.get("digest")
         if not isinstance(digest, str):
             return
-        if data.get("event") == EVENT_REJECTED:
-            self._tell(EVENT_REJECTED, {}, digest, end)
+        event = data.get("event")
+        if event in (EVENT_REJECTED, EVENT_DECIDED):  # no mode moved: the chain did
+            self._tell(event, {}, digest, end)
         elif _committed(data):
             self._tell(data["event"], data, digest, end)
 
@@ -522,7 +524,7 @@ class FileStore:
                 if held is not None and held.seq > head.seq:
                     raise SessionMoved(held)
             self._log.write(event, fields)
-            self._wrote(event, fields, self._log.head if event in RECORD_EVENTS else None)
+            self._wrote(event, fields, self._log.head if event in CHAINED_EVENTS else None)
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 

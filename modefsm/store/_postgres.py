@@ -198,7 +198,8 @@ class PgStore:
         lock_timeout: seconds any statement may wait or run on the server.
         timeout: seconds the client waits for the database (see above); default
             *lock_timeout* plus :data:`GRACE`. Also the connect timeout (rounded up, at
-            least 2 s) and the TCP ``tcp_user_timeout``.
+            least 2 s) and the TCP ``tcp_user_timeout``; the server's
+            ``idle_in_transaction_session_timeout`` is twice it.
 
     Attributes:
         where: the database as messages name it (``host:port/dbname``, no password).
@@ -247,6 +248,9 @@ class PgStore:
         """A fresh connection (the schema checked on the store's first one)."""
         millis = max(1, round(self.lock_timeout * 1000))
         idle = max(1, round(self.timeout * 1000))
+        # The server ends a transaction left idle by a frozen client only after twice the
+        # client's own deadline, so a live client always decides (and words) the outcome.
+        abandoned = 2 * idle
         try:
             conn = await psycopg.AsyncConnection.connect(
                 self.url,
@@ -254,7 +258,7 @@ class PgStore:
                 connect_timeout=max(2, math.ceil(self.timeout)),
                 options=(
                     f"-c lock_timeout={millis} -c statement_timeout={millis} "
-                    f"-c idle_in_transaction_session_timeout={idle}"
+                    f"-c idle_in_transaction_session_timeout={abandoned}"
                 ),
                 application_name=f"modefsm/{os.getpid()}",
                 tcp_user_timeout=idle,

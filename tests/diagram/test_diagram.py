@@ -467,8 +467,8 @@ class TestMarkdown:
             and not line.startswith(("| Mode ", "| From ", "| In "))
         ] == [
             (
-                "| Read Only | <code>read-only</code> | Read files and answer questions; no edits, "
-                "no commands | restored |"
+                "| Read Only | <code>read-only</code> | Read files and answer questions; ask "
+                "before edits, commands and network access | restored |"
             ),
             (
                 "| Auto (initial) | <code>auto</code> | Edit and run commands inside the "

@@ -21,10 +21,11 @@ from hypothesis import strategies as st
 
 from modefsm import ModeEngine, TransitionLog, preset, preset_names
 from modefsm.errors import ModefsmError
-from modefsm.log import Origin, read_log, record_digest
+from modefsm.log import Origin, Outcome, read_log, record_digest
 from modefsm.replay import Replayer, ReplayReport, replay
-from modefsm.spec import ModeSpec
+from modefsm.spec import TOOL_KINDS, ModeSpec
 from tests.reliability.harness import soak_factor
+from tests.replay.tools_support import Decider
 
 from .golden_logs import CASES, HOST_JSON, fixed_clock
 
@@ -38,12 +39,17 @@ DIFFERENTIAL = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
+ANSWERS: tuple[Outcome, ...] = ("allow_once", "allow_always", "reject_once", "cancelled")
+"""How the decider answers an ask, by the script's numbers."""
+
 Op = tuple[str, int, int, int]
 """``(operation, session, mode or option index, origin index)``."""
 
 ops = st.lists(
     st.tuples(
-        st.sampled_from(["new", "change", "change", "change", "restore", "switch", "reject"]),
+        st.sampled_from(
+            ["new", "change", "change", "change", "restore", "switch", "reject", "decide"]
+        ),
         st.integers(0, len(SESSIONS) - 1),
         st.integers(0, 7),
         st.integers(0, 1),
@@ -56,7 +62,9 @@ def run_engine(spec: ModeSpec, script: list[Op]) -> list[bytes]:
     """The log the engine writes for *script* (a failing step writes a rejection or nothing)."""
     buffer = io.BytesIO()
     with fixed_clock():
-        engine = ModeEngine(spec, log=TransitionLog.to_stream(buffer))
+        log = TransitionLog.to_stream(buffer)
+        engine = ModeEngine(spec, log=log)
+        decider = Decider(engine, log)
         modes = spec.mode_ids
         for step, (op, who, pick, origin) in enumerate(script):
             sid = SESSIONS[who]
@@ -66,6 +74,10 @@ def run_engine(spec: ModeSpec, script: list[Op]) -> list[bytes]:
                 elif op == "change":
                     how: Origin = "set_mode" if origin == 0 else "set_config_option"
                     engine.change(sid, modes[pick % len(modes)], how, request_id=f"r{step}")
+                elif op == "decide":  # a tool call decided by the mode: a decision record
+                    tool = ("Bash", "write_plan", None)[pick % 3]
+                    kind = TOOL_KINDS[(pick + 3 * origin) % len(TOOL_KINDS)]
+                    decider.decide(sid, kind, tool, ANSWERS[origin + pick % 3])
                 elif op == "restore":
                     seq = engine.get(sid).seq
                     engine.close_session(sid)
@@ -98,7 +110,8 @@ def _switch(engine: ModeEngine, sid: str, op: str, pick: int, step: int) -> None
 
 FIELDS = ["event", "session_id", "seq", "from_mode", "to_mode", "origin", "reason",
           "option_id", "proposed_in", "tool_call_id", "request_id", "spec", "spec_hash",
-          "prev", "digest", "timestamp", "host"]  # fmt: skip
+          "prev", "digest", "timestamp", "host", "kind", "tool", "rule", "decision",
+          "outcome", "mode", "mode_seq"]  # fmt: skip
 SAMPLES: list[object] = [
     None, 0, 1, 2, 3, -1, True, 1.5, "", [], {}, "a", "b", "default", "plan", "ask", "code",
     "architect", "new", "set_mode", "set_config_option", "switch_mode", "restore",
@@ -133,6 +146,10 @@ VALUES: st.SearchStrategy[object] = st.one_of(
             "modefsm.mode_changed",
             "modefsm.session_created",
             "modefsm.change_rejected",
+            "modefsm.tool_decided",
+            "allow",
+            "deny",
+            "granted",
         ]
     ),
     st.integers(-(2**64), 2**64),
@@ -210,7 +227,7 @@ def by_feed(data: bytes, *, verify: bool, session_id: str | None) -> ReplayRepor
     """The report of ``feed`` alone: every record parsed into its model first."""
     replayer = Replayer(SPECS, verify=verify, session_id=session_id, keep_timeline=False)
     stdin = io.BufferedReader(io.BytesIO(data))
-    for item in read_log(["-"], check_digests=verify, stdin=stdin):
+    for item in read_log(["-"], check_digests=verify, stdin=stdin, decisions=True):
         replayer.feed(item)
     return replayer.report()
 
@@ -296,7 +313,8 @@ def test_a_torn_record_before_a_declined_one_reads_the_same_both_ways():
 
 
 def test_the_scripts_write_every_kind_of_record():
-    """The random engine runs reach switches, rejections and restores, not only changes."""
+    """The random engine runs reach switches, rejections, restores and tool call decisions,
+    not only changes."""
     script: list[Op] = [
         ("new", 0, 0, 0),
         ("change", 0, 2, 0),  # default -> plan
@@ -305,9 +323,10 @@ def test_the_scripts_write_every_kind_of_record():
         ("switch", 0, 0, 0),  # exit_plan_accept_edits
         ("change", 0, 3, 1),  # -> bypassPermissions
         ("restore", 0, 3, 1),  # falls back to default
+        ("decide", 0, 1, 0),  # an edit in default: asked, allowed always
     ]
     lines = run_engine(preset("permission"), script)
-    kinds = [(r["event"].rsplit(".")[-1], r["origin"]) for r in map(orjson.loads, lines)]
+    kinds = [(r["event"].rsplit(".")[-1], r.get("origin")) for r in map(orjson.loads, lines)]
     assert kinds == [
         ("session_created", "new"),
         ("mode_changed", "set_mode"),
@@ -316,5 +335,7 @@ def test_the_scripts_write_every_kind_of_record():
         ("mode_changed", "switch_mode"),
         ("mode_changed", "set_config_option"),
         ("mode_changed", "restore"),
+        ("tool_decided", None),
     ]
+    assert orjson.loads(lines[-1])["outcome"] == "allow_always"
     assert_same(lines)

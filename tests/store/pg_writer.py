@@ -25,7 +25,7 @@ from modefsm.store import SessionMoved, StoreBusy
 from modefsm.store._postgres import PgStore
 
 MODES = ("ask", "architect", "code")
-SPEC_HASH = "sha256:e9ad63e2f0c19cf3"  # preset("seed").content_hash
+SPEC_HASH = "sha256:0df565f236717a02"  # preset("seed").content_hash
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ def fields(sid, seq, source, dest):
     return {"timestamp": "2026-12-01T00:00:00.000000Z", "session_id": sid, "seq": seq,
             "from_mode": source, "to_mode": dest,
             "origin": "new" if source is None else "set_mode",
-            "spec": "seed", "spec_hash": "sha256:e9ad63e2f0c19cf3"}
+            "spec": "seed", "spec_hash": "sha256:0df565f236717a02"}
 
 own = f"own{index}"
 digest = store.append(EVENT_CREATED, fields(own, 1, None, "ask"), None)
@@ -62,7 +62,7 @@ from modefsm.store import FileStore
 store = FileStore(sys.argv[1], fsync=True)
 store.append(EVENT_CREATED, {"timestamp": "2026-12-01T00:00:00.000000Z", "session_id": "shared",
     "seq": 1, "from_mode": None, "to_mode": "ask", "origin": "new", "spec": "seed",
-    "spec_hash": "sha256:e9ad63e2f0c19cf3"}, None)
+    "spec_hash": "sha256:0df565f236717a02"}, None)
 store.close()
 """
 

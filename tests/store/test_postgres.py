@@ -41,7 +41,7 @@ TERMINATE = (
     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
     "WHERE application_name LIKE 'modefsm/%%' AND datname = %s"
 )
-SPEC_HASH = "sha256:e9ad63e2f0c19cf3"  # preset("seed").content_hash
+SPEC_HASH = "sha256:0df565f236717a02"  # preset("seed").content_hash
 
 
 def fields(

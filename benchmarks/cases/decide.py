@@ -1,0 +1,115 @@
+"""Benchmark 11: judging a tool call by its mode's rules, against a plain dict lookup.
+
+What a host does for every tool call its model makes: find what the session's mode says of
+the call's kind. The baseline is the hand-written table hosts keep beside their mode flag,
+a function returning ``table[mode][kind]`` (the permission preset's decisions, the same
+answers). modefsm's ``RuleTable.judge`` returns the verdict (decision, rule, reason) from its
+kind table when no name pattern precedes the kind; otherwise it scans the rules in order
+once per mode, kind and tool name and keeps the answer (the seed preset's architect mode,
+whose plan rule matches by name, for edits).
+
+Each repetition times the same calls (every mode and kind of the preset, a tool name each,
+in a shuffled order) through each implementation, each first in turn, with the cyclic
+garbage collector off.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+
+from benchmarks.harness import Result, Row, Size, benchmark, no_gc
+from modefsm import preset
+from modefsm.spec import TOOL_KINDS
+
+__all__ = ["run"]
+
+TITLE = "11. tool decisions"
+METRIC = "a tool call judged by its mode"
+RATIO_BOUND = 3.0
+"""The most ``judge`` may take, as a multiple of the dict lookup."""
+ABSOLUTE_BOUND = 2.0
+"""The most ``judge`` may take per call, in µs."""
+CALLS_PER_CHANGE = 10
+"""Calls timed per repetition, per change of the size (benchmark 1's count)."""
+
+_Call = tuple[str, str, str]
+
+
+def _calls(mode_ids: tuple[str, ...], count: int, kinds: tuple[str, ...]) -> list[_Call]:
+    rng = random.Random(9)
+    names = ["Read", "Edit", "Bash", "Grep", "WebFetch", "write_plan"]
+    every = [(m, k, rng.choice(names)) for m in mode_ids for k in kinds]
+    return [every[i % len(every)] for i in rng.sample(range(count), count)]
+
+
+def _time(fn: Callable[[str, str, str], object], calls: list[_Call]) -> float:
+    """µs per call of *fn* over *calls*."""
+    with no_gc():
+        start = time.perf_counter()
+        for mode, kind, name in calls:
+            fn(mode, kind, name)
+        return (time.perf_counter() - start) * 1e6 / len(calls)
+
+
+@benchmark("decide", TITLE)
+def run(size: Size) -> Result:
+    """``judge`` (kind table, and the scan) against a dict lookup of the same decisions."""
+    result = Result("decide", TITLE)
+    spec = preset("permission")
+    rules = spec.rules
+    table: dict[str, dict[str, str | None]] = {
+        m: {str(k): d for k, d in rules.decisions(m).items()} for m in spec.mode_ids
+    }
+
+    def lookup(mode: str, kind: str, name: str) -> object:  # noqa: ARG001 - same call shape
+        return table[mode][kind]
+
+    count = max(100, size.changes * CALLS_PER_CHANGE)
+    calls = _calls(spec.mode_ids, count, TOOL_KINDS)
+    assert all(rules.judge(*c).decision == lookup(*c) for c in calls)  # noqa: S101 - same answers
+    seed = preset("seed")
+    scanned = _calls(("architect",), count, ("edit",))  # the plan rule matches by name first
+    samples: dict[str, list[float]] = {"dict": [], "judge": [], "scan": []}
+    runs: dict[str, tuple[Callable[[str, str, str], object], list[_Call]]] = {
+        "dict": (lookup, calls),
+        "judge": (rules.judge, calls),
+        "scan": (seed.rules.judge, scanned),
+    }
+    order = list(runs)
+    for rep in range(size.warmup + size.repeat):
+        order = order[1:] + order[:1]  # each implementation first in turn
+        timed = {key: _time(*runs[key]) for key in order}
+        if rep >= size.warmup:
+            for key, value in timed.items():
+                samples[key].append(value)
+    result.add(
+        Row(METRIC, "dict lookup (table[mode][kind])", "µs/call", samples["dict"], baseline=True)
+    )
+    judged = result.add(Row(METRIC, "modefsm judge (kind table)", "µs/call", samples["judge"]))
+    result.add(
+        Row(
+            METRIC,
+            "modefsm judge (a name pattern first: scanned once, then kept)",
+            "µs/call",
+            samples["scan"],
+            note="seed preset, architect mode, edit calls",
+        )
+    )
+    ratio = result.ratio(judged) or 0.0
+    result.target(
+        f"judge <= {RATIO_BOUND:g}x the dict lookup",
+        met=ratio <= RATIO_BOUND,
+        measured=f"{ratio:.2f}x",
+    )
+    result.target(
+        f"judge < {ABSOLUTE_BOUND:g} µs per call",
+        met=judged.median < ABSOLUTE_BOUND,
+        measured=f"{judged.median:.3f} µs",
+    )
+    result.notes.append(
+        f"{count:,} calls per repetition over every mode and kind of the permission preset, "
+        f"shuffled; {size.repeat} repetitions after {size.warmup} untimed; gc off"
+    )
+    return result
