@@ -233,7 +233,11 @@ class ModeEngine:
 
     Args:
         spec: the modes and policy.
-        log: where records go; ``None`` writes none (tests and benchmarks of the bare engine).
+        store: where records are written and sessions restored from (the one persistence
+            seam): a :class:`~modefsm.store.FileStore`, a PostgreSQL store
+            (:func:`~modefsm.store.open_store`) or a :class:`~modefsm.store.MemoryStore`.
+        log: deprecated: a log written without a store (nothing is restorable from it);
+            ignored when *store* is given. With neither, no record is written.
         sink: ``await sink(session_id, event)`` for each notification: a
             :class:`~modefsm.engine.ModeChanged` per change, or a host's own update given
             to :meth:`notify`, in order (:func:`modefsm.protocol.v1.session_updates`
