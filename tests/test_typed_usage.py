@@ -4,6 +4,7 @@ typed for ``mypy --strict``."""
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -90,3 +91,37 @@ def test_the_readme_example_passes_mypy_strict_as_written(tmp_path: Path):
     result = _mypy(user, tmp_path / "cache")
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("Success: no issues found in 1 source file")
+
+
+MISTAKES = ROOT / "tests" / "typed_usage" / "host_mistakes.py"
+
+
+def test_mypy_strict_rejects_a_misspelled_option_and_a_bare_hook(tmp_path: Path):
+    lines = MISTAKES.read_text(encoding="utf-8").splitlines()
+    expected = []
+    for number, line in enumerate(lines, 1):
+        code, marker, comment = line.partition("  # type: ignore[")
+        if marker:
+            lines[number - 1] = code
+            expected.append((number, comment.rstrip("]")))
+    assert [code for _, code in expected] == [
+        "call-arg",
+        "arg-type",
+        "call-arg",
+        "call-arg",
+        "arg-type",
+        "call-arg",
+        "arg-type",
+    ]
+    user = tmp_path / "user_code.py"
+    user.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = _mypy(user, tmp_path / "cache")
+    found = re.findall(
+        r"^user_code\.py:(\d+): error: .*\[([a-z-]+)\]$", result.stdout, re.MULTILINE
+    )
+    assert [(int(number), code) for number, code in found] == expected, result.stdout
+    assert (
+        result.stdout.splitlines()[-1]
+        == f"Found {len(expected)} errors in 1 file (checked 1 source file)"
+    )
+    assert 'Unexpected keyword argument "after_chnage" for "ModeAgent"' in result.stdout

@@ -35,7 +35,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from importlib import metadata
 from typing import Any, TypeVar
 
@@ -60,7 +60,7 @@ from acp.schema import (
     ToolCallStart,
 )
 
-from modefsm.engine._engine import ModeEngine, Session
+from modefsm.engine._engine import ModeChange, ModeEngine, Session
 from modefsm.errors import UnknownSessionError
 from modefsm.log._conversation import ConversationStore, Part
 from modefsm.log._writer import TransitionLog
@@ -95,12 +95,16 @@ class ModeAgent:
         conversation: where the ``switch_mode`` tool calls (and anything the host passes
             to :meth:`record`) are kept for replay; a fresh in-memory
             :class:`~modefsm.log.ConversationStore` when ``None``.
-        engine: an engine to use instead of building one (*store*, *log* and
-            *engine_kwargs* are then ignored: its own store is used); its ``sink`` is set
-            to this agent's connection, which a :class:`~modefsm.protocol.SharedEngine`
-            keeps per connection.
-        **engine_kwargs: passed to :class:`~modefsm.engine.ModeEngine`
-            (``before_change``, ``after_change``).
+        engine: an engine to use instead of building one (*store*, *log* and the hooks
+            and options below are then ignored: the engine's own are used); its ``sink``
+            is set to this agent's connection, which a
+            :class:`~modefsm.protocol.SharedEngine` keeps per connection.
+        before_change: host callbacks run before a change commits; one that raises
+            cancels the change (see :class:`~modefsm.engine.ModeEngine`).
+        after_change: host callbacks run after a change committed.
+        other_config_options: ``other_config_options(session_id)`` returns the host's own
+            ``configOptions`` of a session, sent after the mode option in every complete
+            list (see :class:`~modefsm.engine.ModeEngine`).
 
     Attributes:
         engine: the engine; its sink is this connection's ``session/update``.
@@ -126,11 +130,21 @@ class ModeAgent:
         unstable: bool = False,
         conversation: ConversationStore | None = None,
         engine: ModeEngine | None = None,
-        **engine_kwargs: Any,
+        before_change: Iterable[Callable[[ModeChange], None]] = (),
+        after_change: Iterable[Callable[[ModeChange], None]] = (),
+        other_config_options: Callable[[str], Sequence[Any]] | None = None,
     ) -> None:
         """Build the engine for *spec*; the connection arrives with :meth:`on_connect`."""
         if engine is None:
-            self.engine = ModeEngine(spec, store=store, log=log, sink=self._send, **engine_kwargs)
+            self.engine = ModeEngine(
+                spec,
+                store=store,
+                log=log,
+                sink=self._send,
+                before_change=before_change,
+                after_change=after_change,
+                other_config_options=other_config_options,
+            )
         else:  # shared with other connections (log and hooks are the engine's own)
             self.engine = engine
             engine.sink = self._send
