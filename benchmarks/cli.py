@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         "--size",
         choices=sorted(SIZES),
         default="full",
-        help="full (the README's figures), quick, or tiny (the test suite's smoke run)",
+        help="full (docs/performance.md's figures), quick, or tiny (the test suite's smoke run)",
     )
     parser.add_argument(
         "--only",

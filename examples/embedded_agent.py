@@ -13,7 +13,7 @@ from typing import Any
 
 from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock
 
-from modefsm import LogRestore, ModeAgent, TransitionLog, preset, run_agent
+from modefsm import FileStore, ModeAgent, preset, run_agent
 
 
 class Agent(ModeAgent):
@@ -38,12 +38,12 @@ class Agent(ModeAgent):
 
 def main(log_path: str) -> None:
     """Serve :class:`Agent` on stdin and stdout, logging to *log_path*."""
-    log = TransitionLog.to_file(log_path)
-    agent = Agent(preset("seed"), log=log, restore=LogRestore(log_path), unstable=True)
+    store = FileStore(log_path)
+    agent = Agent(preset("seed"), store=store, unstable=True)
     try:
         asyncio.run(run_agent(agent))
     finally:
-        log.close()
+        store.close()
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from modefsm.log._conversation import ConversationStore
     from modefsm.log._records import TransitionRecord
     from modefsm.log._writer import TransitionLog
-    from modefsm.protocol import ModeAgent, RestoreSource, SwitchResult, run_agent
+    from modefsm.protocol import ModeAgent, SwitchResult, run_agent
     from modefsm.protocol.transport._access import new_token
     from modefsm.protocol.transport._http import serve_http
     from modefsm.protocol.transport._negotiate import serve_negotiated
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     )
     from modefsm.store import (
         FileStore,
+        MemoryStore,
         SessionMoved,
         SessionStore,
         StoreBusy,
@@ -74,6 +75,7 @@ _EXPORTS = {
     "ChangeRefused": "modefsm.errors",
     "ConversationStore": "modefsm.log._conversation",
     "FileStore": "modefsm.store",
+    "MemoryStore": "modefsm.store",
     "SessionMoved": "modefsm.store",
     "SessionStore": "modefsm.store",
     "StoreBusy": "modefsm.store",
@@ -103,7 +105,6 @@ _EXPORTS = {
     "ReplayReport": "modefsm.replay",
     "RestoreIndex": "modefsm.store._restore",
     "RestorePoint": "modefsm.store._interface",
-    "RestoreSource": "modefsm.protocol",
     "Session": "modefsm.engine._engine",
     "SessionExistsError": "modefsm.errors",
     "SharedEngine": "modefsm.protocol.transport._shared",
@@ -168,6 +169,7 @@ __all__ = [
     "InvalidValueError",
     "LogError",
     "LogRestore",
+    "MemoryStore",
     "Mode",
     "ModeAgent",
     "ModeAgentV2",
@@ -184,7 +186,6 @@ __all__ = [
     "ReplayReport",
     "RestoreIndex",
     "RestorePoint",
-    "RestoreSource",
     "Session",
     "SessionExistsError",
     "SessionMoved",

@@ -3,7 +3,7 @@
 Ctrl-C (SIGINT) at any moment after the interpreter has started, imports included, ends
 the command with one line on stderr (``modefsm: interrupted``) and exit status 130. It
 ends the process at once, as a crash would: every record is written by one ``write``
-before its change takes effect, so nothing acknowledged is lost (README, Durability).
+before its change takes effect, so nothing acknowledged is lost (docs/durability.md).
 A process started with SIGINT ignored keeps ignoring it (``modefsm demo`` starts its
 agents so: they end at the end of their input, when the demo exits).
 """

@@ -1,6 +1,6 @@
 """The package layout: layers, import circles, and what each package exports.
 
-An AST walk over every module of modefsm. Layers, lowest first (README, Architecture):
+An AST walk over every module of modefsm. Layers, lowest first (docs/architecture.md):
 errors -> spec -> log -> restore/store -> engine -> replay/diagram -> protocol -> cli.
 A module imports only modules of its own layer or lower ones, whatever the import's kind
 (top level, inside a function, under ``TYPE_CHECKING``). The imports run when a module is
@@ -35,8 +35,6 @@ LAYERS: dict[str, float] = {
     "modefsm.replay": 5,
     "modefsm.diagram": 5,
     "modefsm.protocol": 6,
-    "modefsm.agent": 6,  # deprecated shim of modefsm.protocol
-    "modefsm.wire": 6,  # deprecated shim of modefsm.protocol
     "modefsm.cli": 7,
     "modefsm.__main__": 7,
     "modefsm": 8,  # the public facade: names imported lazily from every layer
@@ -120,6 +118,25 @@ def imports(module: str) -> Iterator[tuple[str, bool]]:  # noqa: C901 - one walk
     yield from walk(tree.body, at_import=True)
 
 
+def runtime_graph() -> dict[str, set[str]]:
+    """Module -> the modefsm modules it imports when run: at import time or inside a
+    function (``TYPE_CHECKING`` blocks left out), to the module itself, not its parents."""
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        checking = {
+            id(inner)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and _is_type_checking(node)
+            for stmt in node.body
+            for inner in ast.walk(stmt)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in checking:
+                graph[module].update(t for t in _targets(module, node) if t != module)
+    return graph
+
+
 def sdk_imports(module: str) -> list[str]:
     """The ACP SDK modules (``acp``, ``acp.*``) *module* imports, in any kind of import."""
     tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
@@ -201,6 +218,12 @@ class TestLayers:
 
     def test_no_import_circle_when_modules_are_imported(self):
         assert find_cycle(import_time_graph()) is None
+
+    def test_no_import_circle_even_through_imports_inside_functions(self):
+        """A module imported inside a function (on first use) still forms no circle."""
+        graph = runtime_graph()
+        assert "modefsm.cli._demo_v2" in graph["modefsm.cli._demo"]  # the check sees it
+        assert find_cycle(graph) is None
 
     def test_the_checks_see_imports_of_every_kind(self):
         serve = "modefsm.cli._serve"  # the HTTP transport: inside _serve_http
@@ -309,17 +332,12 @@ class TestExports:
         assert result.stdout == f"{len(modefsm.__all__)}\n"
 
 
-class TestDeprecatedPaths:
-    @pytest.mark.parametrize(
-        ("old", "names"),
-        [("modefsm.agent", ["ModeAgent"]), ("modefsm.wire", ["run_agent"])],
-    )
-    def test_old_module_warns_and_still_gives_its_names(self, old: str, names: list[str]):
-        sys.modules.pop(old, None)
-        with pytest.warns(DeprecationWarning, match=rf"^{old} is deprecated"):
-            module = importlib.import_module(old)
-        for name in names:
-            assert getattr(module, name) is getattr(modefsm, name)
+class TestOldPaths:
+    def test_the_old_module_paths_are_gone(self):
+        """``modefsm.agent`` and ``modefsm.wire`` were deprecated shims, never released."""
+        for old in ("modefsm.agent", "modefsm.wire"):
+            with pytest.raises(ModuleNotFoundError):
+                importlib.import_module(old)
 
     def test_new_paths_do_not_warn(self):
         with warnings.catch_warnings():

@@ -1,4 +1,5 @@
-"""The README's Python examples: imported only from modefsm, and typed for ``mypy --strict``."""
+"""The Python examples of the README and the documentation: imported only from modefsm, and
+typed for ``mypy --strict``."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from .doc_blocks import README, all_blocks, blocks
+
 ROOT = Path(__file__).resolve().parent.parent
 USAGE = ROOT / "tests" / "typed_usage" / "readme_examples.py"
 
 
 def readme_blocks() -> list[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    return re.findall(r"```python\n(.*?)\n```", text, re.DOTALL)
+    return [block.text for block in all_blocks("python")]
 
 
 def imported_from(code: str) -> list[tuple[str, str]]:
@@ -32,15 +34,15 @@ def imported_from(code: str) -> list[tuple[str, str]]:
 
 
 def test_readme_examples_import_only_from_modefsm():
-    blocks = readme_blocks()
-    assert len(blocks) >= 2  # the agent and the restore examples
+    examples = readme_blocks()
+    assert len(examples) >= 2  # the agent and the restore examples
     allowed = {"modefsm", "acp.schema"}  # acp.schema: the wire models a prompt returns
     outside = [
         (module, name)
-        for block in blocks
-        for module, name in imported_from(block)
+        for example in examples
+        for module, name in imported_from(example)
         if not (module in allowed and name)  # from modefsm import ...
-        and not (not name and module.split(".")[0] in sys.stdlib_module_names)
+        and module.split(".")[0] not in sys.stdlib_module_names
     ]
     assert outside == []
 
@@ -80,3 +82,46 @@ def test_readme_examples_pass_mypy_strict_as_user_code(tmp_path: Path):
     result = _mypy(user, tmp_path / "cache")
     assert result.returncode == 1
     assert "Incompatible return value type" in result.stdout, result.stdout
+
+
+def test_the_readme_example_passes_mypy_strict_as_written(tmp_path: Path):
+    [example] = [block.text for block in blocks(README, "python")]
+    user = tmp_path / "my_agent.py"
+    user.write_text(example, encoding="utf-8")
+    result = _mypy(user, tmp_path / "cache")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("Success: no issues found in 1 source file")
+
+
+MISTAKES = ROOT / "tests" / "typed_usage" / "host_mistakes.py"
+
+
+def test_mypy_strict_rejects_a_misspelled_option_and_a_bare_hook(tmp_path: Path):
+    lines = MISTAKES.read_text(encoding="utf-8").splitlines()
+    expected = []
+    for number, line in enumerate(lines, 1):
+        code, marker, comment = line.partition("  # type: ignore[")
+        if marker:
+            lines[number - 1] = code
+            expected.append((number, comment.rstrip("]")))
+    assert [code for _, code in expected] == [
+        "call-arg",
+        "arg-type",
+        "call-arg",
+        "call-arg",
+        "arg-type",
+        "call-arg",
+        "arg-type",
+    ]
+    user = tmp_path / "user_code.py"
+    user.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = _mypy(user, tmp_path / "cache")
+    found = re.findall(
+        r"^user_code\.py:(\d+): error: .*\[([a-z-]+)\]$", result.stdout, re.MULTILINE
+    )
+    assert [(int(number), code) for number, code in found] == expected, result.stdout
+    assert (
+        result.stdout.splitlines()[-1]
+        == f"Found {len(expected)} errors in 1 file (checked 1 source file)"
+    )
+    assert 'Unexpected keyword argument "after_chnage" for "ModeAgent"' in result.stdout

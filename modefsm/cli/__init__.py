@@ -1,4 +1,7 @@
-"""modefsm.cli: see the README's Architecture section."""
+"""modefsm.cli: the ``modefsm`` command.
+
+Where it sits among the stages: the documentation's Architecture page.
+"""
 
 from modefsm.cli._main import main
 

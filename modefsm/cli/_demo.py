@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any, TextIO, cast
 
 import acp
-import orjson
 from acp.schema import (
     AllowedOutcome,
     DeniedOutcome,
@@ -35,19 +34,13 @@ from acp.schema import (
 )
 
 from modefsm.cli._serve import check_log_path
+from modefsm.cli._transcript import _PLAN, DemoFailedError, _copy, _expect, _Transcript
 from modefsm.log._writer import TransitionLog
 
 __all__ = ["AGENT_EXIT_WAIT", "DemoClient", "DemoFailedError", "run_demo"]
 
 AGENT_EXIT_WAIT = 60.0
 """Seconds the demo waits for an agent to end once its input ends, before stopping it."""
-
-_WIDTH = 170
-_ID_WIDTH = 14
-
-
-class DemoFailedError(Exception):
-    """A step of the demo did not do what the protocol says it should."""
 
 
 @dataclass
@@ -82,69 +75,8 @@ class DemoClient:
         )
 
 
-class _Transcript:
-    """Prints frames and story lines to *out*."""
-
-    def __init__(self, out: TextIO, *, raw: bool) -> None:
-        self.out: TextIO | None = out
-        self.raw = raw
-
-    def _print(self, text: str) -> None:
-        if self.out is None:
-            return
-        try:
-            print(text, file=self.out, flush=True)
-        except BrokenPipeError:  # `modefsm demo | head`: the story still runs to the end
-            self.out = None
-
-    def say(self, text: str) -> None:
-        if not self.raw:
-            self._print(f"\n== {text}")
-
-    def frame(self, event: Any) -> None:
-        message = event.message
-        arrow = "client -> agent" if event.direction.value == "outgoing" else "agent -> client"
-        if self.raw:
-            self._print(orjson.dumps({"dir": arrow.replace(" ", ""), "frame": message}).decode())
-            return
-        body = orjson.dumps(_abridge(message)).decode()
-        if len(body) > _WIDTH:
-            body = body[: _WIDTH - 1] + "…"
-        self._print(f"  {arrow}  {body}")
-
-
-def _abridge(value: Any) -> Any:
-    """Shorten what is long and repetitive: option lists and descriptions."""
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            if key in ("availableModes", "options") and isinstance(item, list) and item:
-                ids = [o.get("id") or o.get("value") or o.get("optionId") for o in item]
-                out[key] = [f"{i}…" for i in ids]  # each object shortened to its id
-            elif key in ("description", "jsonrpc"):
-                continue
-            elif (
-                key in ("sessionId", "toolCallId")
-                and isinstance(item, str)
-                and len(item) > _ID_WIDTH
-            ):
-                out[key] = item[:12] + "…"
-            else:
-                out[key] = _abridge(item)
-        return out
-    if isinstance(value, list):
-        return [_abridge(v) for v in value]
-    return value
-
-
 def _text_block(text: str) -> TextContentBlock:
     return TextContentBlock(type="text", text=text)
-
-
-def _expect(what: str, actual: object, expected: object) -> None:
-    if actual != expected:
-        msg = f"{what}: expected {expected!r}, got {actual!r}"
-        raise DemoFailedError(msg)
 
 
 @contextlib.asynccontextmanager
@@ -181,13 +113,6 @@ async def _agent(
                 copying.cancel()
     finally:
         signal.signal(signal.SIGINT, previous)
-
-
-async def _copy(source: asyncio.StreamReader | None, sink: TextIO) -> None:
-    """Copy *source* to *sink*, line by line, until its end."""
-    while source is not None and (line := await source.readline()):
-        sink.write(line.decode("utf-8", "replace"))
-        sink.flush()
 
 
 async def _story(log: Path, out: TextIO, *, raw: bool) -> tuple[list[str], str]:  # noqa: PLR0915
@@ -252,9 +177,6 @@ async def _story(log: Path, out: TextIO, *, raw: bool) -> tuple[list[str], str]:
         assert loaded.config_options is not None  # noqa: S101
         _expect("configOptions after restart", loaded.config_options[0].current_value, "code")
     return visited, session_id
-
-
-_PLAN = "## Implementation Plan\n1. Add the /items endpoint\n2. Write its tests"
 
 
 def run_demo(

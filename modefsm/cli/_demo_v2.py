@@ -19,7 +19,7 @@ from acp import RequestError
 from acp.experimental import v2
 from acp.experimental.v2 import schema as s2
 
-from modefsm.cli._demo import _PLAN, DemoFailedError, _copy, _expect, _Transcript
+from modefsm.cli._transcript import _PLAN, DemoFailedError, _copy, _expect, _Transcript
 
 __all__ = ["DemoClientV2", "story_v2"]
 

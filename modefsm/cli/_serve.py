@@ -333,9 +333,7 @@ def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen o
     def make_agent() -> ScriptedAgent:
         if shared is None:
             return ScriptedAgent(spec, log=log, unstable=True, conversation=conversation)
-        return ScriptedAgent(
-            spec, store=shared, restore=shared, unstable=True, conversation=conversation
-        )
+        return ScriptedAgent(spec, store=shared, unstable=True, conversation=conversation)
 
     diagnostics = Diagnostics(sys.stderr.fileno(), prefix="modefsm serve")
     root = logging.getLogger()
@@ -508,9 +506,7 @@ def _serve_http(
     engine = SharedEngine(spec, log=log) if shared is None else SharedEngine(spec, store=shared)
 
     def factory(conn: Any) -> ScriptedAgent:
-        agent = ScriptedAgent(
-            spec, restore=shared, unstable=True, conversation=conversation, engine=engine
-        )
+        agent = ScriptedAgent(spec, unstable=True, conversation=conversation, engine=engine)
         agent.on_connect(conn)
         return agent
 

@@ -1,4 +1,6 @@
-"""modefsm.diagram: see the README's Architecture section.
+"""A spec as a state diagram: Mermaid, DOT, SVG, PNG, a Markdown review page.
+
+Where it sits among the stages: the documentation's Architecture page.
 
 The data flows one way: the model (``_model``), built from a spec (``_build``) and the
 logs (``_traffic``), then one renderer per format (``renderers``), then the files

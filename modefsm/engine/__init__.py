@@ -1,4 +1,7 @@
-"""modefsm.engine: see the README's Architecture section."""
+"""Live sessions: each change checked, written before it takes effect, then announced.
+
+Where it sits among the stages: the documentation's Architecture page.
+"""
 
 from modefsm.engine._engine import (
     ModeChange,

@@ -233,7 +233,11 @@ class ModeEngine:
 
     Args:
         spec: the modes and policy.
-        log: where records go; ``None`` writes none (tests and benchmarks of the bare engine).
+        store: where records are written and sessions restored from (the one persistence
+            seam): a :class:`~modefsm.store.FileStore`, a PostgreSQL store
+            (:func:`~modefsm.store.open_store`) or a :class:`~modefsm.store.MemoryStore`.
+        log: deprecated: a log written without a store (nothing is restorable from it);
+            ignored when *store* is given. With neither, no record is written.
         sink: ``await sink(session_id, event)`` for each notification: a
             :class:`~modefsm.engine.ModeChanged` per change, or a host's own update given
             to :meth:`notify`, in order (:func:`modefsm.protocol.v1.session_updates`
@@ -586,9 +590,13 @@ class ModeEngine:
         left in doubt (:class:`~modefsm.store.StoreInDoubt`) is read back first.
 
         Raises:
-            UnknownSessionError, UnknownModeError, TransitionNotAllowedError, HookError,
-            LogError: as :meth:`change`; a :class:`~modefsm.store.StoreInDoubt` when the
-            store did not answer the commit in time (the session is then in doubt).
+            UnknownSessionError: as :meth:`change`.
+            UnknownModeError: as :meth:`change`.
+            TransitionNotAllowedError: as :meth:`change`.
+            HookError: as :meth:`change`.
+            LogError: as :meth:`change`.
+            StoreInDoubt: the store did not answer the commit in time (the session is
+                then in doubt).
         """
         if self.store is None:
             return self.change(session_id, mode_id, origin, request_id=request_id, field=field)
@@ -823,7 +831,10 @@ class ModeEngine:
         """:meth:`approve_switch`, awaiting the store (see :meth:`change_async`).
 
         Raises:
-            UnknownSessionError, TransitionNotAllowedError, StaleOptionError, HookError,
+            UnknownSessionError: as :meth:`approve_switch`.
+            TransitionNotAllowedError: as :meth:`approve_switch`.
+            StaleOptionError: as :meth:`approve_switch`.
+            HookError: as :meth:`approve_switch`.
             LogError: as :meth:`approve_switch`.
         """
         if self.store is None:
@@ -925,7 +936,10 @@ class ModeEngine:
         """:meth:`apply_switch`, awaiting the store (see :meth:`change_async`).
 
         Raises:
-            UnknownSessionError, StaleOptionError, TransitionNotAllowedError, HookError,
+            UnknownSessionError: as :meth:`apply_switch`.
+            StaleOptionError: as :meth:`apply_switch`.
+            TransitionNotAllowedError: as :meth:`apply_switch`.
+            HookError: as :meth:`apply_switch`.
             LogError: as :meth:`apply_switch`.
         """
         if self.store is None:

@@ -8,7 +8,7 @@ session's :data:`MODEL_ATTRIBUTE`, under a name derived from the mode id
 never used as a state name as it is. This is the
 "static machine, unbound models" pattern: a session is cheap to start, O(1) to drop and
 has no reference cycles, where a ``Machine`` per session costs far more time and memory
-and stalls the garbage collector at 100k sessions (the README's Performance section
+and stalls the garbage collector at 100k sessions (the documentation's Performance page
 measures both).
 
 Triggers, one per origin kind and destination (``auto_transitions`` is off, so no
@@ -95,7 +95,7 @@ class _State(State):
     ``State.enter``/``exit`` walk their callback lists and emit a DEBUG and an INFO log
     record each time, even when the lists are empty, as modefsm's always are (its
     callbacks are the machine's ``before_state_change``/``after_state_change``). Skipping
-    that work is a measurable part of a change's cost (README, Performance); a state given
+    that work is a measurable part of a change's cost (docs/performance.md); a state given
     ``on_enter``/``on_exit`` callbacks runs them exactly as ``State`` does.
     """
 

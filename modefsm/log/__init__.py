@@ -1,4 +1,6 @@
-"""modefsm.log: see the README's Architecture section.
+"""The transition log: records and their digest chain, the writer, the reader, the journal.
+
+Where it sits among the stages: the documentation's Architecture page.
 
 Each name loads its module on first use, so that writing records (the record format and
 the writer) loads neither the reader nor the conversation journal.

@@ -1,4 +1,6 @@
-"""modefsm.protocol: see the README's Architecture section.
+"""ACP over the SDK: the v1 and v2 agents, version negotiation, the transports.
+
+Where it sits among the stages: the documentation's Architecture page.
 
 ``config_options``, ``mode_state`` and ``session_updates`` are ACP v1's renderers
 (:mod:`modefsm.protocol.v1`); v2's are :mod:`modefsm.protocol.v2`'s.
@@ -53,7 +55,6 @@ from modefsm.protocol.v1 import (
     CLOSE_WAIT,
     MAX_CWD_CHARS,
     ModeAgent,
-    RestoreSource,
     SwitchResult,
     config_options,
     mode_state,
@@ -102,7 +103,6 @@ __all__ = [
     "OutputClosedError",
     "PermissionRequest",
     "Refusal",
-    "RestoreSource",
     "SharedEngine",
     "SwitchResult",
     "check_frame",

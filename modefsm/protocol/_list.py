@@ -92,26 +92,17 @@ def _live(engine: Any, cwd: str | None, after: ListAfter, limit: int) -> list[Li
     return heapq.nsmallest(limit, found, key=lambda listed: listed.session_id)
 
 
-async def _rows(
-    engine: Any, restore: Any, cwd: str | None, after: ListAfter, limit: int
-) -> list[ListedSession]:
-    """The sessions of the agent with *engine* and restore source *restore*.
-
-    A store is awaited (the event loop serves others while it answers); a restore index
-    is a local SQLite file, read in place.
-    """
+async def _rows(engine: Any, cwd: str | None, after: ListAfter, limit: int) -> list[ListedSession]:
+    """The sessions of *engine*: its store's (awaited), else its live ones."""
     store = getattr(engine, "store", None)
-    if store is not None and hasattr(store, "list_sessions_async"):
+    if store is not None:
         found: list[ListedSession] = await store.list_sessions_async(cwd, after, limit)
         return found
-    if hasattr(restore, "list_sessions"):
-        listed: list[ListedSession] = restore.list_sessions(cwd, after, limit)
-        return listed
     return _live(engine, cwd, after, limit)
 
 
 async def list_page(
-    engine: Any, restore: Any, cwd: str | None, cursor: str | None
+    engine: Any, cwd: str | None, cursor: str | None
 ) -> tuple[list[ListedSession], str | None]:
     """One ``session/list`` page and its ``nextCursor`` (``None`` on the last page).
 
@@ -120,7 +111,7 @@ async def list_page(
         StoreBusy, LogError: the store or index cannot be read now.
     """
     after = decode_cursor(cursor)
-    rows = await _rows(engine, restore, cwd, after, LIST_PAGE + 1)
+    rows = await _rows(engine, cwd, after, LIST_PAGE + 1)
     if len(rows) <= LIST_PAGE:
         return rows, None
     page = rows[:LIST_PAGE]

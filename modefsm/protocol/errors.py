@@ -151,7 +151,7 @@ class _ACPErrors(contextlib.AbstractContextManager[None]):
 
     A class rather than ``@contextlib.contextmanager``: every ACP request enters it, and a
     generator-based context manager costs a generator and a wrapper object per use (see
-    the README's Performance section).
+    the documentation's Performance page).
     """
 
     def __init__(self, version: int) -> None:

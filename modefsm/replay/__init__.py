@@ -1,4 +1,7 @@
-"""modefsm.replay: see the README's Architecture section."""
+"""Logs read back: records checked against their spec, chains verified, final modes.
+
+Where it sits among the stages: the documentation's Architecture page.
+"""
 
 from modefsm.replay._replayer import (
     ChainSummary,

@@ -1,4 +1,6 @@
-"""modefsm.spec: see the README's Architecture section.
+"""What is allowed: the mode catalogue and its policy, the presets, the transition table.
+
+Where it sits among the stages: the documentation's Architecture page.
 
 The models load on first use of one of their names, so that listing the presets and the
 transition table's names costs no pydantic model.

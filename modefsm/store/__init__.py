@@ -1,10 +1,13 @@
-"""modefsm.store: the session store, the one way the engine writes and restores.
+"""The session store that processes share, the one way the engine writes and restores.
+
+Where it sits among the stages: the documentation's Architecture page.
 
 Exports the seam (:mod:`modefsm.store._interface`: ``SessionStore``, ``RestorePoint``,
-``SessionMoved``, ``StoreBusy``, ``StoreInDoubt``, what ``session/list`` reads), loaded
-with the package; the backends and the restore index (``FileStore``, ``open_store``,
-``RestoreIndex``, ``LogRestore``, ...) load on first use, so that an engine loads no
-SQLite and no log reader until it opens a store. Imports ``errors`` and ``log`` only.
+``SessionMoved``, ``StoreBusy``, ``StoreInDoubt``, what ``session/list`` reads) and the
+in-memory store ``MemoryStore``, loaded with the package; the backends and the restore
+index (``FileStore``, ``open_store``, ``RestoreIndex``, ``LogRestore``, ...) load on first
+use, so that an engine loads no SQLite and no log reader until it opens a store. Imports
+``errors`` and ``log`` only.
 """
 
 from typing import TYPE_CHECKING
@@ -20,6 +23,7 @@ from modefsm.store._interface import (
     StoreBusy,
     StoreInDoubt,
 )
+from modefsm.store._memory import MemoryStore
 
 if TYPE_CHECKING:
     from modefsm.store._file import FileStore
@@ -44,6 +48,7 @@ __all__ = [
     "ListAfter",
     "ListedSession",
     "LogRestore",
+    "MemoryStore",
     "RestoreIndex",
     "RestorePoint",
     "SessionMoved",

@@ -1,6 +1,6 @@
-"""The README's curl walkthrough of ``modefsm serve --http``, run as written, to the end.
+"""The documentation's curl walkthrough of ``modefsm serve --http``, run as written, to the end.
 
-The shell block after "By hand, with curl" is extracted from the README and run with bash
+The shell block after "By hand, with curl" is read from ``docs/transports.md`` and run with bash
 and curl against a real ``modefsm serve --http`` (the block starts it), on a free port
 instead of 8000: initialize, the connection's and the session's event streams,
 ``session/new``, ``session/set_mode``, a prompt whose permission request is answered.
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -20,19 +19,19 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.doc_blocks import DOCS, blocks
 from tests.protocol.http_wire import verify
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = DOCS / "transports.md"
 
 pytestmark = pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
 
 
 def _walkthrough() -> str:
-    text = README.read_text(encoding="utf-8")
-    after = text[text.index("By hand, with curl") :]
-    found = re.search(r"```sh\n(.+?)```", after, re.DOTALL)
-    assert found is not None
-    return found.group(1)
+    text = PAGE.read_text(encoding="utf-8")
+    after = text.count("\n", 0, text.index("By hand, with curl")) + 1
+    [first, *_] = [block for block in blocks(PAGE, "sh") if block.line > after]
+    return first.text
 
 
 def _free_port() -> int:
@@ -41,7 +40,7 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def test_the_readme_curl_steps_work_to_the_end(tmp_path: Path):
+def test_the_documented_curl_steps_work_to_the_end(tmp_path: Path):
     script = _walkthrough()
     assert "127.0.0.1:8000" in script
     port = _free_port()

@@ -72,7 +72,7 @@ class _Quiet:
 async def _first_life(log: Path) -> str:
     store = open_store(log)
     conversation = ConversationStore(conversation_path(log))
-    agent = ScriptedAgent(SPEC, store=store, restore=store, conversation=conversation)
+    agent = ScriptedAgent(SPEC, store=store, conversation=conversation)
     agent.on_connect(_Quiet())
     session_id = (await agent.new_session(cwd="/")).session_id
     await agent.engine.set_mode(session_id, "bypassPermissions")
@@ -124,7 +124,7 @@ async def _run(seed: int, log: Path, template: tuple[Path, str]) -> str:  # noqa
     records = len(read_log(log))
     store = open_store(log)
     conversation = ConversationStore(conversation_path(log))
-    agent = ScriptedAgent(SPEC, store=store, restore=store, conversation=conversation)
+    agent = ScriptedAgent(SPEC, store=store, conversation=conversation)
     reads = _Reads()
     asyncio.get_running_loop().set_default_executor(reads)
     agent_end, client_end = memory_transport_pair()

@@ -1,6 +1,6 @@
 """Crashes: SIGKILL ``modefsm serve`` at random points of a busy run, many times over one log.
 
-Durability policy under test (README, "Durability"): each record is one unbuffered
+Durability policy under test (docs/durability.md): each record is one unbuffered
 ``write`` on an ``O_APPEND`` file *before* its change takes effect, so a killed process
 loses nothing it acknowledged; ``--fsync`` also syncs each record to disk (power loss).
 After every kill: every line of the log but the last parses; every change the client was

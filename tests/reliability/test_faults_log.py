@@ -1,6 +1,6 @@
 """Faults of the log's file system: a full disk and a file size limit, on real processes.
 
-What is under test (README, "Durability"): a record is written whole or not at all. When
+What is under test (docs/durability.md): a record is written whole or not at all. When
 the disk is full (a small tmpfs) or the file size limit is reached (``prlimit --fsize``),
 the change fails with a JSON-RPC error, its partial bytes are cut off again, the mode
 stays as it was, and once space is back the next record starts on a line of its own.

@@ -1,6 +1,6 @@
 """A 2,000-mode spec file, through real processes: ``serve``, ``diagram`` and ``replay``.
 
-Start-up, diagrams and replay take time linear in the spec (README, "Specs"); what no
+Start-up, diagrams and replay take time linear in the spec (docs/specs.md); what no
 picture can show in bounded time is refused with the documented one-line error and exit
 status 2, never a traceback. Time limits here are generous bounds against a hang or a
 quadratic start-up (seconds on 2 cores), not benchmarks.

@@ -179,7 +179,7 @@ async def test_a_client_is_served_while_1000_idle_websockets_and_1000_slow_heade
         ("session_created", 1, "ask"),
         *(("mode_changed", n, ("code", "ask")[n % 2]) for n in range(2, 102)),
     ]
-    print(f"100 set_mode round trips: {alone:.2f} s alone, {crowded:.2f} s beside 2,000 sockets")  # noqa: T201 - a figure for the README
+    print(f"100 set_mode round trips: {alone:.2f} s alone, {crowded:.2f} s beside 2,000 sockets")  # noqa: T201 - a figure for the docs
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ The random schedules (new/load/resume/set_mode/set_config_option/switch approval
 SIGKILLs) are tests/store/schedule.py's, shared with the PostgreSQL workers' suite.
 
 Real processes, each driven by the official SDK client, sharing one JSON-lines file and its
-restore index. What is under test (README, "Session store"): no process fails to start or
+restore index. What is under test (docs/stores.md): no process fails to start or
 to answer because another holds a lock; every process restores every session any process
 wrote, with its latest mode; a session changed in two processes gets one gap-free history;
 a process killed at any point loses nothing it acknowledged; the file verifies as one chain.

@@ -23,6 +23,7 @@ from modefsm.spec import (
 from modefsm.spec._grants import MAX_GRANTS
 from modefsm.spec._model import MAX_META, MAX_PROMPT
 from modefsm.spec._rules import NAMED_MAX
+from tests.doc_blocks import DOCS, blocks
 
 
 def spec_data(*modes: dict[str, Any], **top: Any) -> dict[str, Any]:
@@ -445,14 +446,17 @@ class TestGrantMemory:
         assert (len(grants), grants.covers("a", "execute", "one more")) == (MAX_GRANTS, False)
 
 
-class TestReadme:
-    """The README's spec with every mode-meaning key loads and means what it says."""
+class TestDocumentedSpec:
+    """The Specs page's spec with every mode-meaning key loads and means what it says."""
 
-    def test_readme_example(self, tmp_path: Path):
-        readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-        blocks = [b for b in readme.split("```toml\n")[1:] if b.startswith('name = "review"')]
-        assert len(blocks) == 1
-        (tmp_path / "review.toml").write_text(blocks[0].split("```")[0], encoding="utf-8")
+    def test_documented_example(self, tmp_path: Path):
+        found = [
+            b.text
+            for b in blocks(DOCS / "specs.md", "toml")
+            if b.text.startswith('name = "review"')
+        ]
+        assert len(found) == 1
+        (tmp_path / "review.toml").write_text(found[0], encoding="utf-8")
         (tmp_path / "prompts").mkdir()
         (tmp_path / "prompts" / "plan.md").write_text("You plan.\n", encoding="utf-8")
         spec = load_spec(tmp_path / "review.toml")

@@ -291,7 +291,7 @@ change(store, head, "code")
 def test_an_insert_sent_before_a_sigkill_never_commits_after_it(
     store: PgStore, postgres_url: str
 ) -> None:
-    """What the README's kill row says: a worker's statement can outlive the worker (its
+    """What docs/durability.md's kill row says: a worker's statement can outlive the worker (its
     ``pg_stat_activity`` row, ``modefsm/PID``, shows when the outcome is settled), but an
     ``INSERT`` whose ``COMMIT`` was never sent is rolled back when it ends."""
     head = create(store, "s")

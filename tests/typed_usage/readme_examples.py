@@ -1,7 +1,7 @@
-"""The README's Python examples as a user writes them, typed: checked by ``mypy --strict``.
+"""The documentation's Python examples as a user writes them, typed: checked by ``mypy --strict``.
 
 Everything is imported from ``modefsm`` (and ``acp.schema`` for the wire models), as the
-README shows. The ``assert_type`` lines hold only when modefsm's own annotations reach
+documentation shows. The ``assert_type`` lines hold only when modefsm's own annotations reach
 the user (``py.typed``): were ``ModeAgent`` or ``ModeEngine`` ``Any``, they would fail.
 Examples that write files are functions, so that importing this module does nothing.
 """
@@ -15,7 +15,8 @@ from typing import Any, assert_type
 from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock
 
 from modefsm import (
-    LogRestore,
+    FileStore,
+    MemoryStore,
     ModeAgent,
     ModeEngine,
     ReplayReport,
@@ -67,8 +68,7 @@ class MyAgent(ModeAgent):
 def serve(argv: list[str]) -> None:
     """The README's ``if __name__ == "__main__":`` block."""
     log_path = argv[1] if len(argv) > 1 else "modes.jsonl"
-    log = TransitionLog.to_file(log_path)
-    agent = MyAgent(preset("seed"), log=log, restore=LogRestore(log_path), unstable=True)
+    agent = MyAgent(preset("seed"), store=FileStore(log_path), unstable=True)
     asyncio.run(run_agent(agent))  # acp.run_agent behind modefsm's frame checks
 
 
@@ -110,14 +110,19 @@ def share_a_store() -> None:
 
 def serve_over_http() -> None:
     """**Transports.** One agent per connection, one engine for all of them."""
-    index = RestoreIndex("modes.index")
-    log = TransitionLog.to_file("modes.jsonl", index=index, close_index=True)
-    engine = SharedEngine(preset("seed"), log=log)
+    engine = SharedEngine(preset("seed"), store=FileStore("modes.jsonl"))
 
     def factory(conn: Any) -> ModeAgent:  # one agent per connection, one engine
-        agent = ModeAgent(preset("seed"), engine=engine, restore=index)
+        agent = ModeAgent(preset("seed"), engine=engine)
         agent.on_connect(conn)
         return agent
 
     token = new_token()  # clients send it: Authorization: Bearer TOKEN
     asyncio.run(serve_http(factory, "127.0.0.1", 8000, token=token, ready=print))
+
+
+def keep_sessions_in_memory() -> None:
+    """**Session store.** A store with no files: tests, benchmarks, hosts that need none."""
+    store = MemoryStore()
+    agent = ModeAgent(preset("seed"), store=store)
+    assert_type(agent.engine.store, SessionStore | None)

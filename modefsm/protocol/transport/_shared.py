@@ -61,11 +61,16 @@ import contextlib
 import contextvars
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from modefsm.engine import ModeEngine, notification_kind
+from modefsm.engine import ModeChange, ModeEngine, notification_kind
+
+if TYPE_CHECKING:
+    from modefsm.log import TransitionLog
+    from modefsm.spec import ModeSpec
+    from modefsm.store import SessionStore
 
 __all__ = ["FORGET_AFTER", "FULL_WAIT", "OUTBOX_SIZE", "SEND_WAIT", "SharedEngine"]
 
@@ -217,13 +222,30 @@ class SharedEngine(ModeEngine):
     session whose last connection closed stays live.
     """
 
-    def __init__(self, *args: Any, forget_after: float = FORGET_AFTER, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        spec: ModeSpec,
+        *,
+        store: SessionStore | None = None,
+        log: TransitionLog | None = None,
+        before_change: Iterable[Callable[[ModeChange], None]] = (),
+        after_change: Iterable[Callable[[ModeChange], None]] = (),
+        other_config_options: Callable[[str], Sequence[Any]] | None = None,
+        forget_after: float = FORGET_AFTER,
+    ) -> None:
         """Build the engine; the holders of each session start empty."""
         self._own_sink: Sink | None = None
         self._own_protocol: int | None = None
         self._holders: dict[str, list[Peer]] = {}
         self.forget_after = forget_after
-        super().__init__(*args, **kwargs)
+        super().__init__(
+            spec,
+            store=store,
+            log=log,
+            before_change=before_change,
+            after_change=after_change,
+            other_config_options=other_config_options,
+        )
 
     # -- per connection ------------------------------------------------------------------
 

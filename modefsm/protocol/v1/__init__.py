@@ -4,7 +4,6 @@ from modefsm.protocol.v1._agent import (
     CLOSE_WAIT,
     MAX_CWD_CHARS,
     ModeAgent,
-    RestoreSource,
 )
 from modefsm.protocol.v1._render import config_options, mode_state, session_updates
 from modefsm.protocol.v1._switch import (
@@ -17,7 +16,6 @@ __all__ = [
     "CLOSE_WAIT",
     "MAX_CWD_CHARS",
     "ModeAgent",
-    "RestoreSource",
     "SwitchResult",
     "config_options",
     "mode_state",

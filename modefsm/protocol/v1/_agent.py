@@ -15,15 +15,14 @@ failed request changes nothing and notifies nothing.
 Example (a host embedding modefsm; ``acp.run_agent`` serves it over stdio)::
 
     import asyncio, acp
-    from modefsm import LogRestore, ModeAgent, TransitionLog, preset
+    from modefsm import FileStore, ModeAgent, preset
 
     class MyAgent(ModeAgent):
         async def prompt(self, prompt, session_id, **kwargs):
             mode = (await self.refresh(session_id)).state   # decide tools by the mode
             ...
 
-    log = TransitionLog.to_file("modes.jsonl")
-    agent = MyAgent(preset("seed"), log=log, restore=LogRestore("modes.jsonl"))
+    agent = MyAgent(preset("seed"), store=FileStore("modes.jsonl"))
     asyncio.run(acp.run_agent(agent, use_unstable_protocol=True))
 """
 
@@ -36,9 +35,9 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from importlib import metadata
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from acp import PROTOCOL_VERSION, RequestError
 from acp.schema import (
@@ -61,7 +60,7 @@ from acp.schema import (
     ToolCallStart,
 )
 
-from modefsm.engine._engine import ModeEngine, Session
+from modefsm.engine._engine import ModeChange, ModeEngine, Session
 from modefsm.errors import UnknownSessionError
 from modefsm.log._conversation import ConversationStore, Part
 from modefsm.log._writer import TransitionLog
@@ -72,18 +71,11 @@ from modefsm.protocol.transport._stdio import PermissionRequest
 from modefsm.protocol.v1._render import config_options, mode_state, session_updates
 from modefsm.protocol.v1._switch import SwitchResult, propose_switch
 from modefsm.spec._model import ModeSpec
-from modefsm.store import RestorePoint
+from modefsm.store import RestorePoint, SessionStore
 
-__all__ = ["CLOSE_WAIT", "MAX_CWD_CHARS", "ModeAgent", "RestoreSource"]
+__all__ = ["CLOSE_WAIT", "MAX_CWD_CHARS", "ModeAgent"]
 
 _T = TypeVar("_T")
-
-
-class RestoreSource(Protocol):
-    """Where ``session/load`` finds a session's last mode (a log scan or an index)."""
-
-    def restore_point(self, session_id: str) -> RestorePoint | None:
-        """The session's last committed point, or ``None`` if it was never seen."""
 
 
 class ModeAgent:
@@ -91,19 +83,28 @@ class ModeAgent:
 
     Args:
         spec: the modes and policy every session follows.
-        log: the transition log; ``None`` logs nothing (and nothing can be restored).
-        restore: where ``session/load``/``session/resume`` look up a session unknown to
-            this process (after a restart); ``None`` answers them with ``-32002``.
+        store: where the engine writes its records and where ``session/load``,
+            ``session/resume`` and ``session/list`` find sessions unknown to this process
+            (after a restart): a :class:`~modefsm.store.FileStore`, a PostgreSQL store
+            (:func:`~modefsm.store.open_store`) or a :class:`~modefsm.store.MemoryStore`.
+        log: a transition log written without a store (deprecated: nothing can be
+            restored from it; give a *store*). With neither, nothing is logged and
+            ``session/load``/``session/resume`` of an unknown session answer ``-32002``.
         unstable: advertise ``session/resume``, ``session/close`` and ``session/list``
             (the SDK routes them whatever its ``use_unstable_protocol``).
         conversation: where the ``switch_mode`` tool calls (and anything the host passes
             to :meth:`record`) are kept for replay; a fresh in-memory
             :class:`~modefsm.log.ConversationStore` when ``None``.
-        engine: an engine to use instead of building one (*log* and *engine_kwargs* are
-            then ignored); its ``sink`` is set to this agent's connection, which a
+        engine: an engine to use instead of building one (*store*, *log* and the hooks
+            and options below are then ignored: the engine's own are used); its ``sink``
+            is set to this agent's connection, which a
             :class:`~modefsm.protocol.SharedEngine` keeps per connection.
-        **engine_kwargs: passed to :class:`~modefsm.engine.ModeEngine`
-            (``before_change``, ``after_change``).
+        before_change: host callbacks run before a change commits; one that raises
+            cancels the change (see :class:`~modefsm.engine.ModeEngine`).
+        after_change: host callbacks run after a change committed.
+        other_config_options: ``other_config_options(session_id)`` returns the host's own
+            ``configOptions`` of a session, sent after the mode option in every complete
+            list (see :class:`~modefsm.engine.ModeEngine`).
 
     Attributes:
         engine: the engine; its sink is this connection's ``session/update``.
@@ -124,22 +125,31 @@ class ModeAgent:
         self,
         spec: ModeSpec,
         *,
+        store: SessionStore | None = None,
         log: TransitionLog | None = None,
-        restore: RestoreSource | None = None,
         unstable: bool = False,
         conversation: ConversationStore | None = None,
         engine: ModeEngine | None = None,
-        **engine_kwargs: Any,
+        before_change: Iterable[Callable[[ModeChange], None]] = (),
+        after_change: Iterable[Callable[[ModeChange], None]] = (),
+        other_config_options: Callable[[str], Sequence[Any]] | None = None,
     ) -> None:
         """Build the engine for *spec*; the connection arrives with :meth:`on_connect`."""
         if engine is None:
-            self.engine = ModeEngine(spec, log=log, sink=self._send, **engine_kwargs)
+            self.engine = ModeEngine(
+                spec,
+                store=store,
+                log=log,
+                sink=self._send,
+                before_change=before_change,
+                after_change=after_change,
+                other_config_options=other_config_options,
+            )
         else:  # shared with other connections (log and hooks are the engine's own)
             self.engine = engine
             engine.sink = self._send
         self.conversation = conversation if conversation is not None else ConversationStore()
         self.message_ids: dict[str, tuple[str, str]] = {}
-        self.restore = restore
         self.unstable = unstable
         self.conn: Any = None
         self._cancels: dict[str, set[asyncio.Event]] = {}
@@ -316,7 +326,7 @@ class ModeAgent:
         """
         del kwargs
         with acp_errors():
-            page, next_cursor = await list_page(self.engine, self.restore, cwd, cursor)
+            page, next_cursor = await list_page(self.engine, cwd, cursor)
         return ListSessionsResponse(
             sessions=[
                 SessionInfo(session_id=s.session_id, cwd=s.cwd, updated_at=s.updated_at or None)
@@ -326,12 +336,11 @@ class ModeAgent:
         )
 
     async def _restore_point(self, session_id: str) -> RestorePoint:
-        """Where the restore source last saw *session_id* (awaited when it is a store)."""
-        source = self.restore
-        if source is None:
+        """Where the engine's store last saw *session_id*."""
+        store = self.engine.store
+        if store is None:
             raise UnknownSessionError(session_id)
-        lookup = getattr(source, "restore_point_async", None)
-        point = await lookup(session_id) if lookup is not None else source.restore_point(session_id)
+        point = await store.restore_point_async(session_id)
         if point is None:
             raise UnknownSessionError(session_id)
         return point

@@ -345,7 +345,7 @@ class ModeAgentV2:
         """
         del kwargs
         with acp_errors():
-            page, next_cursor = await list_page(self.base.engine, self.base.restore, cwd, cursor)
+            page, next_cursor = await list_page(self.base.engine, cwd, cursor)
         return v2.ListSessionsResponse(
             sessions=[
                 v2.SessionInfo(session_id=s.session_id, cwd=s.cwd, updated_at=s.updated_at or None)

@@ -1,0 +1,199 @@
+"""The in-memory session store: the :class:`~modefsm.store.SessionStore` contract, no files.
+
+For tests, benchmarks and hosts that need no durability: records are sequenced, chained
+and guarded exactly as a shared store does (a record whose ``seq`` is not the session's
+next is refused with :class:`~modefsm.store.SessionMoved`), and restore points and
+``session/list`` pages are answered from memory. Nothing survives the process; one
+process only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from modefsm.errors import LogError
+from modefsm.log._records import RECORD_EVENTS, TransitionRecord, record_digest
+from modefsm.store._interface import ListAfter, ListedSession, RestorePoint, SessionMoved
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore:
+    """A :class:`~modefsm.store.SessionStore` held in this process's memory.
+
+    Every line the engine writes (committed records, rejections, diagnostics) is kept in
+    :attr:`lines`, in write order, with ``event``, ``prev``, ``session_prev`` and
+    ``digest`` as a file store writes them; the memory it takes grows with them.
+
+    Args:
+        timeout: the store's :attr:`timeout` in seconds (the engine bounds by it how long
+            one session's requests wait for each other); nothing here waits.
+
+    Attributes:
+        lines: every line written, oldest first (JSON objects, as in a transition log).
+
+    Example:
+        >>> import asyncio
+        >>> from modefsm import MemoryStore, ModeEngine, preset
+        >>> store = MemoryStore()
+        >>> engine = ModeEngine(preset("seed"), store=store)
+        >>> _ = engine.new_session("sess_1", cwd="/src")
+        >>> _ = asyncio.run(engine.set_mode("sess_1", "architect"))
+        >>> store.restore_point("sess_1")[:3]
+        ('sess_1', 'architect', 2)
+    """
+
+    def __init__(self, *, timeout: float = 1.0) -> None:
+        """An empty store."""
+        self._timeout = timeout
+        self.lines: list[dict[str, Any]] = []
+        self._points: dict[str, RestorePoint] = {}
+        self._records: dict[str, list[dict[str, Any]]] = {}
+        self._listed: dict[str, tuple[str, str]] = {}  # sessionId -> (cwd, updated_at)
+        self._head: str | None = None  # the digest of the last record (the chain's head)
+        self._closed = False
+
+    @property
+    def timeout(self) -> float:
+        """Seconds one call may wait (see :attr:`SessionStore.timeout`)."""
+        return self._timeout
+
+    def _open(self) -> None:
+        if self._closed:
+            raise LogError("the in-memory store is closed")
+
+    def _write(self, event: str, fields: dict[str, Any]) -> str | None:
+        """Keep one line; a record (:data:`~modefsm.log.RECORD_EVENTS`) gets its digest."""
+        line = {**fields, "event": event}
+        digest = None
+        if event in RECORD_EVENTS:
+            line["prev"] = self._head
+            line.pop("digest", None)
+            digest = record_digest(line)
+            line["digest"] = digest
+            self._head = digest
+        self.lines.append(line)
+        return digest
+
+    def append(self, event: str, fields: dict[str, Any], head: RestorePoint | None) -> str:
+        """Commit one record; see :meth:`SessionStore.append`.
+
+        *fields* gets ``session_prev`` and ``digest``.
+
+        Raises:
+            SessionMoved: ``fields["seq"]`` is not the session's next; nothing was kept.
+            LogError: the store is closed.
+        """
+        self._open()
+        session_id = fields["session_id"]
+        seq = fields["seq"]
+        held = self._points.get(session_id)
+        if held is None and seq != 1 and head is not None:
+            held = head  # a session restored from elsewhere: its head is the caller's
+        if seq != (held.seq if held is not None else 0) + 1:
+            raise SessionMoved(held or RestorePoint(session_id, fields["to_mode"], seq - 1))
+        fields["session_prev"] = held.digest if held is not None else None
+        digest = self._write(event, fields)
+        assert digest is not None  # noqa: S101 - a committed record has a digest
+        fields["digest"] = digest
+        if fields["origin"] == "restore":
+            previous = held.previous if held is not None else None
+        else:
+            previous = None if fields["origin"] == "new" else fields["from_mode"]
+        self._points[session_id] = RestorePoint(
+            session_id, fields["to_mode"], seq, previous, digest
+        )
+        self._records.setdefault(session_id, []).append(self.lines[-1])
+        cwd = fields.get("cwd") if seq == 1 else self._listed.get(session_id, (None,))[0]
+        if cwd is not None:
+            self._listed[session_id] = (cwd, fields["timestamp"])
+        return digest
+
+    async def append_async(
+        self,
+        event: str,
+        fields: dict[str, Any],
+        head: RestorePoint | None,
+        *,
+        deadline: float | None = None,  # noqa: ARG002 - nothing here waits
+    ) -> str:
+        """:meth:`append` (nothing to wait for)."""
+        return self.append(event, fields, head)
+
+    def note(self, event: str, fields: dict[str, Any], head: RestorePoint | None = None) -> None:
+        """Keep a rejection or a diagnostic; see :meth:`SessionStore.note`.
+
+        Raises:
+            SessionMoved: the session has moved past *head* (nothing kept).
+            LogError: the store is closed.
+        """
+        self._open()
+        if head is not None:
+            held = self._points.get(head.session_id)
+            if held is not None and held.seq > head.seq:
+                raise SessionMoved(held)
+        self._write(event, fields)
+
+    async def note_async(
+        self, event: str, fields: dict[str, Any], head: RestorePoint | None = None
+    ) -> None:
+        """:meth:`note` (nothing to wait for)."""
+        self.note(event, fields, head)
+
+    def restore_point(self, session_id: str) -> RestorePoint | None:
+        """The session's latest committed point, or ``None`` if it has none here.
+
+        Raises:
+            LogError: the store is closed.
+        """
+        self._open()
+        return self._points.get(session_id)
+
+    async def restore_point_async(
+        self,
+        session_id: str,
+        *,
+        deadline: float | None = None,  # noqa: ARG002 - nothing here waits
+    ) -> RestorePoint | None:
+        """:meth:`restore_point` (nothing to wait for)."""
+        return self.restore_point(session_id)
+
+    def history(self, session_id: str) -> Iterator[TransitionRecord]:
+        """The session's committed records, ``seq`` 1 to n."""
+        for line in self._records.get(session_id, ()):
+            yield TransitionRecord.model_validate(line)
+
+    def list_sessions(
+        self, cwd: str | None = None, after: ListAfter = None, limit: int = 100
+    ) -> list[ListedSession]:
+        """One page of the sessions created with a ``cwd``; see :meth:`SessionStore.list_sessions`.
+
+        Raises:
+            LogError: the store is closed.
+        """
+        self._open()
+        listed = [
+            ListedSession(session_id, at_cwd, updated_at)
+            for session_id, (at_cwd, updated_at) in self._listed.items()
+            if cwd is None or at_cwd == cwd
+        ]
+        if after is not None:
+            listed = [
+                s
+                for s in listed
+                if s.updated_at < after[0] or (s.updated_at == after[0] and s.session_id > after[1])
+            ]
+        listed.sort(key=lambda s: s.session_id)
+        listed.sort(key=lambda s: s.updated_at, reverse=True)
+        return listed[: max(limit, 0)]
+
+    async def list_sessions_async(
+        self, cwd: str | None = None, after: ListAfter = None, limit: int = 100
+    ) -> list[ListedSession]:
+        """:meth:`list_sessions` (nothing to wait for)."""
+        return self.list_sessions(cwd, after, limit)
+
+    def close(self) -> None:
+        """Refuse later calls (idempotent); what was kept stays readable in :attr:`lines`."""
+        self._closed = True
