@@ -235,11 +235,12 @@ class TestBadInput:
         content = [line for line in lines if line.strip()]
         text = [line for line in content if not line.lstrip().startswith(b"{")]
         records = [line for line in content if b'"event":"modefsm.mode_changed"' in line]
+        noun = "record" if len(records) == 1 else "records"
         status, out, err = _run(capsys, str(readme))
         assert (2, "RESULT  unusable input") == (status, out.splitlines()[-1])
         assert (
             f"modefsm replay: {readme}: not_a_log: {len(text)} of its {len(content)} lines are "
-            f"not JSON objects, more than its {len(records)} modefsm record: not a transition "
+            f"not JSON objects, more than its {len(records)} modefsm {noun}: not a transition "
             "log\n"
         ) == err
 
