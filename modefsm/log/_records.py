@@ -14,6 +14,12 @@ events exist:
 A fourth, :data:`EVENT_DECIDED` (``modefsm.tool_decided``), is a tool call decided by its
 session's mode (:class:`DecisionRecord`); it is chained like the others.
 
+A file's first record is its header, :data:`EVENT_SPEC` (``modefsm.spec``,
+:class:`SpecRecord`): the spec the records after it were written with, by name, content
+hash and definition, chained like the others. A writer writes one before its first record
+of a spec in each file it starts or continues, unless the file already has one for that
+spec's hash, so ``modefsm replay`` needs no spec file to check a log.
+
 A line is one JSON object (at most :data:`MAX_LINE` bytes before its newline): the
 record's fields, then ``event``, then ``level``::
 
@@ -62,7 +68,9 @@ __all__ = [
     "EVENT_DECIDED",
     "EVENT_REJECTED",
     "EVENT_REPAIRED",
+    "EVENT_SPEC",
     "MAX_LINE",
+    "MAX_SPEC_TEXT",
     "RECORD_EVENTS",
     "SEQ_MAX",
     "DecisionRecord",
@@ -70,6 +78,7 @@ __all__ = [
     "Origin",
     "Outcome",
     "RejectReason",
+    "SpecRecord",
     "TransitionRecord",
     "canonical_record",
     "previous_of",
@@ -92,12 +101,19 @@ RECORD_EVENTS = frozenset({EVENT_CREATED, EVENT_CHANGED, EVENT_REJECTED})
 ``modefsm.notify_failed``, are diagnostics: not records, not chained)."""
 EVENT_DECIDED = "modefsm.tool_decided"
 """A tool call decided by its session's mode: a :class:`DecisionRecord`."""
-CHAINED_EVENTS = RECORD_EVENTS | {EVENT_DECIDED}
-"""The events whose lines are chained (``prev`` and ``digest``): the records and decisions."""
+EVENT_SPEC = "modefsm.spec"
+"""A file's header: the spec its records were written with (a :class:`SpecRecord`)."""
+CHAINED_EVENTS = RECORD_EVENTS | {EVENT_DECIDED, EVENT_SPEC}
+"""The events whose lines are chained (``prev`` and ``digest``): the records, decisions and
+spec headers."""
 MAX_LINE = 1 << 20
 """The longest line looked at, in bytes (1 MiB, its newline not counted): readers skip a
 longer line as ``too_long``, and a writer reopening a log does not read one to find its
 last record."""
+MAX_SPEC_TEXT = MAX_LINE - (64 << 10)
+"""The longest spec definition a header holds, in bytes of compact JSON (960 KiB: the
+header line stays within :data:`MAX_LINE`). The header of a longer spec names it by name
+and hash only (``definition`` null): replay then needs the spec given."""
 
 
 Origin = Literal["new", "set_mode", "set_config_option", "switch_mode", "restore"]
@@ -260,8 +276,37 @@ class DecisionRecord(BaseModel):
         return self.decision == "allow" or (self.decision == "ask" and self.outcome in _RAN)
 
 
+class SpecRecord(BaseModel):
+    """One ``modefsm.spec`` line: a file's header, naming the spec of the records after it.
+
+    Attributes:
+        event: ``modefsm.spec``.
+        timestamp: UTC, ISO 8601 with a ``Z`` suffix.
+        spec: the spec's name.
+        spec_hash: the spec's :attr:`~modefsm.spec.ModeSpec.content_hash`.
+        definition: the spec itself, as :attr:`~modefsm.spec.ModeSpec.definition` gives it
+            (what its ``content_hash`` is the digest of); ``None`` when its compact JSON is
+            longer than :data:`MAX_SPEC_TEXT` bytes.
+        level: the log level (``info``).
+        prev: the ``digest`` of the record written before this one on the same log.
+        digest: :func:`record_digest` of this record.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
+
+    event: Literal["modefsm.spec"]
+    timestamp: str
+    spec: str
+    spec_hash: str
+    definition: dict[str, Any] | None = None
+    level: str = "info"
+    prev: str | None = None
+    digest: str | None = None
+
+
 _DIGEST_KEYS = frozenset(TransitionRecord.model_fields) - {"level", "digest"}
 _DECISION_KEYS = frozenset(DecisionRecord.model_fields) - {"level", "digest"}
+_SPEC_KEYS = frozenset(SpecRecord.model_fields) - {"level", "digest"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,7 +394,8 @@ def canonical_record(data: Mapping[str, Any]) -> bytes:
     """The bytes a record's digest covers: its fields as compact JSON with sorted keys.
 
     Every :class:`TransitionRecord` field present in *data* counts (every
-    :class:`DecisionRecord` field for a ``modefsm.tool_decided`` line), ``prev`` and
+    :class:`DecisionRecord` field for a ``modefsm.tool_decided`` line, every
+    :class:`SpecRecord` field for a ``modefsm.spec`` header), ``prev`` and
     ``event`` included, except ``level`` (derived from the event) and ``digest`` itself.
     Keys a host logger adds (its own context) are not covered.
 
@@ -360,7 +406,10 @@ def canonical_record(data: Mapping[str, Any]) -> bytes:
         >>> canonical_record({"seq": 2, "event": "modefsm.mode_changed", "pid": 7})
         b'{"event":"modefsm.mode_changed","seq":2}'
     """
-    keys = _DECISION_KEYS if data.get("event") == EVENT_DECIDED else _DIGEST_KEYS
+    event = data.get("event")
+    keys = (
+        _DECISION_KEYS if event == EVENT_DECIDED else _SPEC_KEYS if event == EVENT_SPEC else _DIGEST_KEYS
+    )
     if not data.keys() <= keys:
         data = {key: value for key, value in data.items() if key in keys}
     return orjson.dumps(data, option=orjson.OPT_SORT_KEYS)

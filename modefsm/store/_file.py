@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from modefsm.errors import LogError
 from modefsm.log._files import lock_holders, open_private
@@ -60,6 +60,7 @@ from modefsm.log._records import (
     EVENT_CREATED,
     EVENT_DECIDED,
     EVENT_REJECTED,
+    EVENT_SPEC,
     SEQ_MAX,
     TransitionRecord,
 )
@@ -78,6 +79,9 @@ from modefsm.store._interface import (
     StoreBusy,
 )
 from modefsm.store._restore import RestoreIndex, is_index
+
+if TYPE_CHECKING:
+    from modefsm.spec._model import ModeSpec
 
 __all__ = ["FileStore"]
 
@@ -390,6 +394,7 @@ class FileStore:
         read so far, so it keeps their points as those of an earlier file.
         """
         self._seen, self._mark, self._fed = 0, b"", None
+        self._log.unnamed()  # the headers it has are those read now
         index = self._usable_index()
         if index is not None:
             with contextlib.suppress(LogError):
@@ -463,6 +468,10 @@ class FileStore:
                     last = None
                     continue
                 chain = last = data.get("digest")
+                if data.get("event") == EVENT_SPEC:  # another writer's header: not twice
+                    spec_hash = data.get("spec_hash")
+                    if isinstance(spec_hash, str):
+                        self._log.named(spec_hash)
                 held = heads.get(data.get("session_id"))  # type: ignore[arg-type]
                 seq = data.get("seq")
                 if held is not None and isinstance(seq, int) and seq > held.seq:
@@ -480,7 +489,7 @@ class FileStore:
         if not isinstance(digest, str):
             return
         event = data.get("event")
-        if event in (EVENT_REJECTED, EVENT_DECIDED):  # no mode moved: the chain did
+        if event in (EVENT_REJECTED, EVENT_DECIDED, EVENT_SPEC):  # no mode moved: the chain did
             self._tell(event, {}, digest, end)
         elif _committed(data):
             self._tell(data["event"], data, digest, end)
@@ -505,6 +514,15 @@ class FileStore:
         self._read_to(size, digest)
 
     # -- the interface -------------------------------------------------------------------
+
+    def describe(self, spec: ModeSpec) -> None:
+        """Name *spec* in the file: see :meth:`TransitionLog.describe
+        <modefsm.log.TransitionLog.describe>`.
+
+        The file has one header per spec hash whichever process writes first: a process
+        notes the headers others appended as it reads their lines under the lock.
+        """
+        self._log.describe(spec)
 
     def append(self, event: str, fields: dict[str, Any], head: RestorePoint | None) -> str:
         """Write-ahead one committed record; see :meth:`SessionStore.append`.
