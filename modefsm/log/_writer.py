@@ -643,9 +643,7 @@ class TransitionLog:
         digest = None
         if event in CHAINED_EVENTS:
             if self._headers:
-                spec_hash = fields.get("spec_hash")
-                if spec_hash not in self._named and spec_hash in self._headers:
-                    self._name_spec(spec_hash, fields.get("timestamp"))  # type: ignore[arg-type]
+                self.prepare(fields)
             fields = {**fields, "event": event, "prev": self._head}
             digest = record_digest(fields)
             del fields["event"]
@@ -667,6 +665,20 @@ class TransitionLog:
             self._head = digest
         if self.index is not None:
             self._index_line(event, fields, digest, length)
+
+    def prepare(self, fields: dict[str, Any]) -> None:
+        """Write the header a record of *fields* needs before it, if it needs one.
+
+        :meth:`write` does it; a writer that chains a record before writing it (a
+        PostgreSQL store computes its digest for the database first) calls it before
+        reading :attr:`head`.
+
+        Raises:
+            LogError: the header cannot be written (nor then the record).
+        """
+        spec_hash = fields.get("spec_hash")
+        if spec_hash not in self._named and spec_hash in self._headers:
+            self._name_spec(spec_hash, fields.get("timestamp"))  # type: ignore[arg-type]
 
     def _name_spec(self, spec_hash: str, timestamp: object) -> None:
         """Write the header of *spec_hash* before a record (stamped *timestamp*) needing it."""

@@ -616,7 +616,7 @@ class Replayer:
             if entry.intact is False:
                 self._violation(entry, "tampered", _TAMPERED)
             else:
-                self._intact += entry.intact is True
+                self._intact += entry.intact is True and not isinstance(entry, SpecEntry)
             return None
         chain = self._chains.get(path)
         if chain is None:
