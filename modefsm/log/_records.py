@@ -408,7 +408,11 @@ def canonical_record(data: Mapping[str, Any]) -> bytes:
     """
     event = data.get("event")
     keys = (
-        _DECISION_KEYS if event == EVENT_DECIDED else _SPEC_KEYS if event == EVENT_SPEC else _DIGEST_KEYS
+        _DECISION_KEYS
+        if event == EVENT_DECIDED
+        else _SPEC_KEYS
+        if event == EVENT_SPEC
+        else _DIGEST_KEYS
     )
     if not data.keys() <= keys:
         data = {key: value for key, value in data.items() if key in keys}

@@ -678,7 +678,7 @@ class TransitionLog:
         """
         spec_hash = fields.get("spec_hash")
         if spec_hash not in self._named and spec_hash in self._headers:
-            self._name_spec(spec_hash, fields.get("timestamp"))  # type: ignore[arg-type]
+            self._name_spec(spec_hash, fields.get("timestamp"))
 
     def _name_spec(self, spec_hash: str, timestamp: object) -> None:
         """Write the header of *spec_hash* before a record (stamped *timestamp*) needing it."""

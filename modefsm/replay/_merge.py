@@ -101,8 +101,8 @@ def merge_by_gseq(
     """The items of :func:`~modefsm.log.read_log` of every file in *paths*, merged by ``gseq``.
 
     Streaming: one item per file is held at a time. Each file's items come in their file
-    order; an item without ``gseq`` (a rejection, a decision, a header, a problem) keeps the place of
-    the record before it in its file (before every record when there is none); equal
+    order; an item without ``gseq`` (a rejection, a decision, a header, a problem) keeps the
+    place of the record before it in its file (before every record when there is none); equal
     ``gseq`` are taken in the order of *paths*.
     """
     readers = [

@@ -107,11 +107,11 @@ switch without its tool call, or with an option not offered. ``unknown_spec``,
 unchecked). ``spec_header``: a file's header (``modefsm.spec``) whose definition is not a
 valid spec, or not the spec its name and ``spec_hash`` say (changed after it was written).
 ``spec_mismatch``: a header names a spec that is not among the specs given (``--spec``):
-its records are not checked. ``tampered``: the digest does not match the record. ``chain``: the record does
-not continue the chain. ``no_digest``: records that cannot be verified. ``torn``: a record
-cut short with more of the log after it (a torn *last* line is a note, what a crash
-leaves); its message says whether the next record proves its change was never
-acknowledged, or may have been.
+its records are not checked. ``tampered``: the digest does not match the record.
+``chain``: the record does not continue the chain. ``no_digest``: records that cannot be
+verified. ``torn``: a record cut short with more of the log after it (a torn *last* line
+is a note, what a crash leaves); its message says whether the next record proves its
+change was never acknowledged, or may have been.
 
 Only when the files of several PostgreSQL workers are read together (merged by ``gseq``):
 ``session_chain``: the record's ``session_prev`` is not the digest of its session's
@@ -363,9 +363,7 @@ class _Chain:
         self.head: str | None = None
         self.undigested: dict[str, tuple[int, Location]] = {}
 
-    def check(
-        self, entry: LogEntry | DecisionEntry | SpecEntry
-    ) -> list[tuple[ViolationKind, str]]:
+    def check(self, entry: LogEntry | DecisionEntry | SpecEntry) -> list[tuple[ViolationKind, str]]:
         record, location = entry.record, entry.location
         new_file = location.path != self.path
         previous_path, self.path = self.path, location.path

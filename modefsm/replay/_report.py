@@ -26,6 +26,10 @@ them the widths are fixed, and a longer value in a later row pushes the rest of 
 right."""
 
 
+_SPEC_MISMATCH = 3
+"""The :attr:`~modefsm.replay.ReplayReport.exit_status` of a spec mismatch."""
+
+
 def verdict(report: ReplayReport) -> str:
     """The last line of a report: what :attr:`~ReplayReport.exit_status` says, in words.
 
@@ -36,7 +40,7 @@ def verdict(report: ReplayReport) -> str:
     if report.errors:
         return "unusable input"
     count = len(report.violations)
-    if report.exit_status == 3:
+    if report.exit_status == _SPEC_MISMATCH:
         hints = sorted({_spec_hint(v.kind) for v in report.violations})
         return "spec mismatch: " + "; ".join(hints)
     if count:

@@ -440,7 +440,7 @@ class FileStore:
         else:
             self._mark = os.pread(self._fd, _MARK, max(0, size - _MARK)) if size else b""
 
-    def _sync_tail(self) -> None:
+    def _sync_tail(self) -> None:  # noqa: C901 - one pass over others' lines, no call per line
         """Read what other processes appended since :attr:`_seen` (the lock is held)."""
         fd = self._fd
         size = os.lseek(fd, 0, os.SEEK_END)
@@ -516,11 +516,11 @@ class FileStore:
     # -- the interface -------------------------------------------------------------------
 
     def describe(self, spec: ModeSpec) -> None:
-        """Name *spec* in the file: see :meth:`TransitionLog.describe
-        <modefsm.log.TransitionLog.describe>`.
+        """Name *spec* in the file (a header before its first record of *spec*).
 
-        The file has one header per spec hash whichever process writes first: a process
-        notes the headers others appended as it reads their lines under the lock.
+        See :meth:`TransitionLog.describe <modefsm.log.TransitionLog.describe>`. The file
+        has one header per spec hash whichever process writes first: a process notes the
+        headers others appended as it reads their lines under the lock.
         """
         self._log.describe(spec)
 

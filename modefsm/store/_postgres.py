@@ -601,7 +601,7 @@ class PgStore:
                 for note in held:
                     self._write_note(*note)
 
-    async def _append(self, lane: _Lane, batch: list[_Entry]) -> None:
+    async def _append(self, lane: _Lane, batch: list[_Entry]) -> None:  # noqa: C901 - each outcome
         """Commit *batch* in one transaction; settle each entry with its own outcome.
 
         A row refused (another process moved its session) is rolled back with the rest,
@@ -610,11 +610,8 @@ class PgStore:
         limits = [e.deadline for e in batch if e.deadline is not None]
         attempt = _Try(self._deadline(lane, min(limits) if limits else None))
         while batch:
-            try:
-                rows = self._rows(batch)
-            except LogError as exc:  # a header the records need was not written: nor are they
-                for entry in batch:
-                    _outcome(entry, error=copy.copy(exc))
+            rows = self._rows_or_none(batch)
+            if rows is None:
                 return
             params = tuple(list(column) for column in zip(*(row[:7] for row in rows), strict=True))
             try:
@@ -649,6 +646,18 @@ class PgStore:
                 else:  # it would go in: rolled back with a refused one
                     kept.append(entry)
             batch = kept
+
+    def _rows_or_none(self, batch: list[_Entry]) -> list[tuple[Any, ...]] | None:
+        """:meth:`_rows`, or ``None`` when a header they need was not written.
+
+        Then no record is written either: each entry is settled with that error.
+        """
+        try:
+            return self._rows(batch)
+        except LogError as exc:
+            for entry in batch:
+                _outcome(entry, error=copy.copy(exc))
+            return None
 
     def _rows(self, batch: list[_Entry]) -> list[tuple[Any, ...]]:
         """Each entry's row, its record chained to the one before in this process's file.

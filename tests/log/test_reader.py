@@ -60,7 +60,7 @@ class TestHeaders:
             preset("seed").content_hash,
             preset("seed").definition,
         )
-        assert items[1].record.prev == header.record.digest  # type: ignore[union-attr]
+        assert items[1].record.prev == header.record.digest
         assert _summary(read_log([path])) == [(f"{path}:2", "s1")]
 
     def test_a_header_that_does_not_fit_is_a_bad_record(self, tmp_path):
@@ -69,8 +69,10 @@ class TestHeaders:
         assert [(p.kind, p.message) for p in _problems(read_log([path], headers=True))] == [
             (
                 "not_a_record",
-                "a modefsm.spec header that does not fit the header model: "
-                "spec_hash: Field required",
+                (
+                    "a modefsm.spec header that does not fit the header model: "
+                    "spec_hash: Field required"
+                ),
             ),
         ]
 

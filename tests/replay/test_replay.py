@@ -373,7 +373,7 @@ class TestChainAcrossFiles:
         engine.new_session("s1")
         engine.new_session("s2")
         log.close()
-        header, first, second = path.read_bytes().splitlines()
+        _header, first, second = path.read_bytes().splitlines()
         path.write_bytes(second + b"\n" + first + b"\n")  # the header is lost too
         assert [(v.kind, v.location.line) for v in replay([path], verify=True).violations] == [
             ("chain", 2)

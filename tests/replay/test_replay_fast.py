@@ -184,7 +184,7 @@ def test_a_log_with_its_header_reports_the_same_both_ways(tmp_path, specs):
     path = _write(tmp_path, [PERMISSION_HEADER, *PERMISSION])
     assert_same([path], specs)
     report = replay([path], specs, verify=True, keep_timeline=False)
-    assert (report.violations, report.records, report.chain.verified) == ((), 11, 11)  # type: ignore[union-attr]
+    assert (report.violations, report.records, report.chain.verified) == ((), 11, 11)
     again = _write(tmp_path, [*PERMISSION[:6], PERMISSION_HEADER, *PERMISSION[6:]], "again.jsonl")
     assert_same([again], specs)  # a header among the records (the chain breaks there)
 
