@@ -71,7 +71,7 @@ def test_read_log_of_the_engine_example_then_of_an_edited_copy(tmp_path: Path):
     assert [
         "sess_1: ask -> architect -> ask (now ask, seq 3)",
         (
-            f"violation: {edited}:3: session 'sess_1' seq 3: tampered: the record was changed "
+            f"violation: {edited}:4: session 'sess_1' seq 3: tampered: the record was changed "
             "after it was written: its digest does not match"
         ),
     ] == done.stdout.splitlines()[:2]

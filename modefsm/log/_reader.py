@@ -513,10 +513,10 @@ class _FileReader:
             return LogProblem(location, "not_json", f"a modefsm record that is not JSON: {exc}")
         event = data.get("event") if isinstance(data, dict) else None
         if type(event) is not str or event not in RECORD_EVENTS:
-            if event == EVENT_DECIDED and self.decisions:
-                return self._decision(data, location, end)
-            if event == EVENT_SPEC and self.headers:
-                return self._header(data, location, end)
+            if (event == EVENT_DECIDED and self.decisions) or (
+                event == EVENT_SPEC and self.headers
+            ):
+                return self._chained(data, location, end)
             return None
         try:
             record = TransitionRecord.model_validate(data)
@@ -536,37 +536,33 @@ class _FileReader:
         gseq = data.get("gseq")
         return LogEntry(location, record, end, intact, gseq if type(gseq) is int else None)
 
-    def _decision(
+    def _chained(
         self, data: dict[str, Any], location: Location, end: int
-    ) -> DecisionEntry | LogProblem:
+    ) -> DecisionEntry | SpecEntry | LogProblem:
+        """A decision or header line as its entry (or why it does not fit its model)."""
+        model, entry, noun = _CHAINED_LINES[data["event"]]
         try:
-            record = DecisionRecord.model_validate(data)
+            record = model.model_validate(data)
         except ValidationError as exc:
             session_id = data.get("session_id")
             return LogProblem(
                 location,
                 "not_a_record",
-                f"a {EVENT_DECIDED} record that does not fit the record model: " + _describe(exc),
+                f"a {data['event']} {noun} that does not fit the {noun} model: " + _describe(exc),
                 session_id if isinstance(session_id, str) else None,
             )
         intact = None
         if self.check_digests and record.digest is not None:
             intact = record_digest(data) == record.digest
-        return DecisionEntry(location, record, end, intact)
+        made: DecisionEntry | SpecEntry = entry(location, record, end, intact)
+        return made
 
-    def _header(self, data: dict[str, Any], location: Location, end: int) -> SpecEntry | LogProblem:
-        try:
-            record = SpecRecord.model_validate(data)
-        except ValidationError as exc:
-            return LogProblem(
-                location,
-                "not_a_record",
-                f"a {EVENT_SPEC} header that does not fit the header model: " + _describe(exc),
-            )
-        intact = None
-        if self.check_digests and record.digest is not None:
-            intact = record_digest(data) == record.digest
-        return SpecEntry(location, record, end, intact)
+
+_CHAINED_LINES: dict[str, tuple[Any, Any, str]] = {
+    EVENT_DECIDED: (DecisionRecord, DecisionEntry, "record"),
+    EVENT_SPEC: (SpecRecord, SpecEntry, "header"),
+}
+"""The chained lines that are not transition records: their model, entry, and noun."""
 
 
 _REPAIRED = f'"{EVENT_REPAIRED}"'.encode()

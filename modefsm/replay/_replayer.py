@@ -8,7 +8,8 @@ asked for the timelines) and checks, for each committed record:
 - its ``from_mode``: the ``to_mode`` of the session's previous record;
 - its legality: the change from ``from_mode`` to ``to_mode`` by its ``origin`` is a
   transition of the :class:`~modefsm.spec.TransitionTable` of the spec the record
-  was written with (matched by ``spec_hash``); a creation is in the spec's initial mode;
+  was written with (matched by ``spec_hash``: a spec given, else one a file's header
+  holds, or a preset); a creation is in the spec's initial mode;
   a restore goes where the spec's restore policy says;
 - approved switches: a ``tool_call_id``, and an ``option_id`` that the spec offers in the
   mode the switch was proposed in (``proposed_in``, else ``from_mode``), that approves,
@@ -1227,8 +1228,8 @@ def replay(
 
     Args:
         paths: JSON-lines logs, gzip files, or ``-`` for standard input, in order.
-        specs: the specs the records may have been written with; ``None``: the shipped
-            presets (see :class:`Replayer`).
+        specs: the specs the records may have been written with; ``None``: those the
+            logs' headers hold and the shipped presets (see :class:`Replayer`).
         verify: also verify the digest chain.
         session_id: replay only this session.
         keep_timeline: keep each session's records in :attr:`SessionHistory.changes`

@@ -189,7 +189,9 @@ class TestExitStatus:
             "Exit status: 0 clean, 1 violations found, 2 usage error or unusable input (a "
             "file that cannot be read, is not text, or has more lines that are not JSON "
             "objects than modefsm records), 3 spec mismatch (the only violations are records "
-            "written with a spec not given, or with an earlier version of one given)."
+            "written with a spec not given, or with an earlier version of one given, or a "
+            "log's header naming another spec than the one given). Without --spec or --preset, "
+            "each log's header names the spec its records are checked against."
         ) in text
 
 

@@ -459,7 +459,7 @@ class TestWorkers:
         files = self.copy_with_decision(tmp_path, mode_seq=3)
         assert policy(replay(files, verify=True)) == [
             (
-                f"{files[0]}:4: session 'sess_a': tool_policy: a read call of 'Read' decided in "
+                f"{files[0]}:5: session 'sess_a': tool_policy: a read call of 'Read' decided in "
                 "mode 'ask' (seq 3), but the session's committed mode was 'ask' (seq 4)"
             )
         ]
