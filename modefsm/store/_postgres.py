@@ -289,6 +289,7 @@ class PgStore:
         self._lanes: dict[asyncio.AbstractEventLoop, _Lane] = {}
         self._checked = False
         self._held: list[tuple[str, dict[str, Any]]] | None = None
+        self._described: set[str] = set()  # the spec_hash of the specs in modefsm_specs
         self._thread: _LoopThread | None = None
         self._blocking(self._setup())
 
@@ -732,12 +733,14 @@ class PgStore:
         The file gets a header before its first record of *spec*
         (:meth:`TransitionLog.describe <modefsm.log.TransitionLog.describe>`); the database
         keeps one row per ``spec_hash`` (the first worker's), which :meth:`export` writes
-        before the records.
+        before the records; a store asks the database once per spec.
 
         Raises:
             StoreBusy, LogError: the database did not take the row in time.
         """
         self.log.describe(spec)
+        if spec.content_hash in self._described:  # another engine of this store: once
+            return
         header = {"timestamp": utc_timestamp(), **spec_header(spec)}
         self._blocking(
             self._query(
@@ -747,6 +750,7 @@ class PgStore:
                 f"spec {spec.name!r}",
             )
         )
+        self._described.add(spec.content_hash)
 
     def restore_point(self, session_id: str) -> RestorePoint | None:
         """:meth:`restore_point_async`, blocking until it ends."""

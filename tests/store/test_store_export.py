@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from modefsm import preset
+from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
 from tests.replay.golden_workers import clean_files
 
 pytest.importorskip("psycopg", reason="psycopg is not installed (.[postgresql])")
@@ -157,3 +157,46 @@ def test_a_malformed_row_is_refused_and_nothing_is_written(
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no partial export, no leftover
     done = run("store", "export", postgres_url, cwd=tmp_path)
     assert (done.returncode, done.stdout, done.stderr) == (2, "", expected)
+
+
+def test_an_export_and_a_workers_file_of_a_custom_spec_replay_without_spec(
+    postgres_url: str, tmp_path: Path
+):
+    """The header travels: the worker's file and the export both name the spec."""
+    from modefsm.store._postgres import PgStore
+
+    spec = ModeSpec.from_data(
+        {
+            "name": "review",
+            "initial": "draft",
+            "modes": [{"id": "draft", "name": "Draft"}, {"id": "review", "name": "Review"}],
+        }
+    )
+    log = TransitionLog.to_file(tmp_path / "w1.jsonl")
+    store = PgStore(postgres_url, log=log)
+    try:
+        engine = ModeEngine(spec, store=store)
+        ModeEngine(spec, store=store)  # a second engine of the store: no second row
+        engine.new_session("s1")
+        engine.change("s1", "review", "set_mode")
+    finally:
+        store.close()
+        log.close()
+    done = run("store", "export", postgres_url, "-o", "all.jsonl", cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (0, "exported 2 records\n")
+    events = [
+        orjson.loads(line)["event"] for line in (tmp_path / "all.jsonl").read_bytes().splitlines()
+    ]
+    assert events == [
+        "modefsm.store_export",
+        "modefsm.spec",
+        "modefsm.session_created",
+        "modefsm.mode_changed",
+    ]
+    for name in ("all.jsonl", "w1.jsonl"):
+        status, report = replay_summary(tmp_path, name)
+        assert (status, report[1], report[-1]) == (
+            0,
+            "  s1  review  (seq 2, spec review, 2 records)",
+            "RESULT  clean",
+        )
