@@ -109,7 +109,7 @@ async def test_embedded_agent_switches_when_the_user_approves(tmp_path: Path):
         if u["update"]["sessionUpdate"] == "agent_message_chunk"
     ]
     assert ["working in ask mode", "switched to code"] == texts
-    records = [orjson.loads(line) for line in log.read_bytes().splitlines()]
+    _header, *records = [orjson.loads(line) for line in log.read_bytes().splitlines()]
     assert [("new", "ask"), ("set_mode", "architect"), ("switch_mode", "code")] == [
         (r["origin"], r["to_mode"]) for r in records
     ]
@@ -176,5 +176,5 @@ async def test_serve_http_with_its_token(tmp_path: Path):
         process.send_signal(signal.SIGTERM)
         _, err = await asyncio.wait_for(process.communicate(), TIMEOUT)
     assert (0, b"") == (process.returncode, err)
-    records = [orjson.loads(line) for line in log.read_bytes().splitlines()]
+    _header, *records = [orjson.loads(line) for line in log.read_bytes().splitlines()]
     assert [("new", "ask"), ("set_mode", "code")] == [(r["origin"], r["to_mode"]) for r in records]

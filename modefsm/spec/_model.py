@@ -49,7 +49,6 @@ __all__ = [
     "PermissionOptionKind",
     "Switch",
     "SwitchOption",
-    "definition_hash",
     "load_spec",
     "preset",
 ]
