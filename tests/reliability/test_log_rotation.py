@@ -210,11 +210,13 @@ def test_two_processes_follow_a_renamed_log_in_turn(tmp_path: Path):
     finally:
         first.kill()
         second.kill()
-    old = [json.loads(line) for line in (tmp_path / "modes.jsonl.1").read_bytes().splitlines()]
-    new = [json.loads(line) for line in log.read_bytes().splitlines()]
+    old_header, *old = map(json.loads, (tmp_path / "modes.jsonl.1").read_bytes().splitlines())
+    new_header, *new = map(json.loads, log.read_bytes().splitlines())
+    # one header in each file, though both processes write to the new one
+    assert (old_header["event"], new_header["event"]) == ("modefsm.spec", "modefsm.spec")
     assert [(r["seq"], r["to_mode"]) for r in old] == [(1, "ask"), (2, "architect")]
     assert [(r["seq"], r["to_mode"]) for r in new] == [(3, "code"), (4, "ask")]
-    assert new[0]["prev"] == old[-1]["digest"]
+    assert (new_header["prev"], new[0]["prev"]) == (old[-1]["digest"], new_header["digest"])
     report = subprocess.run(
         [sys.executable, "-m", "modefsm", "replay", "modes.jsonl.1", "modes.jsonl", "--verify"],
         cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
