@@ -75,8 +75,9 @@ async def test_sighup_while_another_process_holds_the_lock_leaves_the_server_ans
             session_id = (await conn.new_session(cwd=".")).session_id
         assert process.poll() is None
     records = [json.loads(line) for line in log.read_bytes().splitlines()]
-    assert [(r["event"], r["session_id"]) for r in records] == [
-        ("modefsm.session_created", session_id)
+    assert [(r["event"], r.get("session_id")) for r in records] == [
+        ("modefsm.spec", None),
+        ("modefsm.session_created", session_id),
     ]
 
 
@@ -98,6 +99,7 @@ async def test_a_rejection_waiting_for_the_lock_leaves_the_loop_serving(tmp_path
         store.close()
     lines = [json.loads(line) for line in log.read_bytes().splitlines()]
     assert [(r["event"], r.get("to_mode"), r.get("reason")) for r in lines] == [
+        ("modefsm.spec", None, None),
         ("modefsm.session_created", "ask", None),
         ("modefsm.change_rejected", "nope", "unknown_mode"),
     ]
@@ -125,8 +127,8 @@ async def test_a_rename_whose_new_file_is_locked_leaves_the_loop_serving(tmp_pat
         await engine.set_mode(one, "code")
     finally:
         store.close()
-    old = [json.loads(line) for line in (tmp_path / "modes.jsonl.1").read_bytes().splitlines()]
-    new = [json.loads(line) for line in log.read_bytes().splitlines()]
+    _, *old = map(json.loads, (tmp_path / "modes.jsonl.1").read_bytes().splitlines())
+    header, *new = map(json.loads, log.read_bytes().splitlines())  # each file: its header
     assert [(r["seq"], r["to_mode"]) for r in old] == [(1, "ask")]
     assert [(r["seq"], r["to_mode"]) for r in new] == [(2, "code")]
-    assert new[0]["prev"] == old[-1]["digest"]
+    assert (header["event"], header["prev"]) == ("modefsm.spec", old[-1]["digest"])
