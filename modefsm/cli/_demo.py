@@ -36,6 +36,7 @@ from acp.schema import (
 from modefsm.cli._serve import check_log_path
 from modefsm.cli._transcript import _PLAN, DemoFailedError, _copy, _expect, _Transcript
 from modefsm.log._writer import TransitionLog
+from modefsm.protocol._sdk import require_v2
 
 __all__ = ["AGENT_EXIT_WAIT", "DemoClient", "DemoFailedError", "run_demo"]
 
@@ -187,6 +188,7 @@ def run_demo(
     Raises:
         LogError: *log* cannot be opened for appending, or exists and is not a transition
             log (:func:`~modefsm.cli.check_log_path`).
+        SdkFeatureError: *protocol* is 2 and the installed ACP SDK has no v2 (0.12).
 
     Args:
         log: the transition log file to write (default: a new temporary directory's
@@ -196,6 +198,8 @@ def run_demo(
         protocol: the ACP version the client speaks (``1``, or ``2`` for ACP v2).
     """
     out = out or sys.stdout
+    if protocol == 2:  # noqa: PLR2004
+        require_v2("demo --protocol 2")
     if log is None:
         log = Path(tempfile.mkdtemp(prefix="modefsm-demo-")) / "transitions.jsonl"
     check_log_path(log)  # not a transition log: refused before anything is written

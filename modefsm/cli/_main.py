@@ -119,7 +119,9 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         'mode is only the config option with category "mode" (session/set_config_option '
         'with type "id"), switches report state_update, session/resume restores. '
         "protocolVersion 0 is answered -32022. Both versions share the log: a session made "
-        "over one can be resumed over the other, in the same mode.",
+        "over one can be resumed over the other, in the same mode. Serve and demo need "
+        "the ACP SDK (pip install 'modefsm[acp]'); ACP v2 and --http need SDK 1.0 (on "
+        "SDK 0.12 both serves v1 only).",
     )
     _add_spec_arguments(parser)
     parser.add_argument(
@@ -225,7 +227,7 @@ def _run_serve(args: argparse.Namespace) -> int:
             raise ModefsmError(f"--store: not a postgresql:// URL: {args.store!r}")
         if args.log is not None and not postgres:
             raise ModefsmError("--store and --log name the same thing for a file store: give one")
-    protocols = {"1": (1,), "2": (2,), "both": (1, 2)}[args.protocol]
+    _check_sdk()
     http_only = {
         "--token-file": args.token_file is not None,
         "--no-auth": args.no_auth,
@@ -242,7 +244,11 @@ def _run_serve(args: argparse.Namespace) -> int:
     gc.disable()
     try:
         from modefsm.cli._serve import HttpAccess, serve  # noqa: PLC0415 - keep --help fast
+        from modefsm.protocol import SUPPORTED_PROTOCOLS, require_v2  # noqa: PLC0415
 
+        if args.protocol == "2":
+            require_v2("ACP v2 (--protocol 2)")
+        protocols = {"1": (1,), "2": (2,), "both": SUPPORTED_PROTOCOLS}[args.protocol]
         spec = _spec_from(args)
         gc.freeze()
     finally:
@@ -297,7 +303,21 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     parser.set_defaults(run=_run_demo)
 
 
+def _check_sdk() -> None:
+    """Refuse ``serve`` and ``demo`` at once when the ACP SDK is not installed.
+
+    Raises:
+        ModefsmError: one line naming the distribution and the extra that brings it.
+    """
+    from importlib.util import find_spec  # noqa: PLC0415 - serve and demo only
+
+    if find_spec("acp") is None:
+        msg = "the ACP SDK (agent-client-protocol) is not installed: pip install 'modefsm[acp]'"
+        raise ModefsmError(msg)
+
+
 def _run_demo(args: argparse.Namespace) -> int:
+    _check_sdk()
     from modefsm.cli._demo import run_demo  # noqa: PLC0415
 
     return run_demo(args.log, raw=args.json, protocol=int(args.protocol))

@@ -40,6 +40,7 @@ from modefsm.errors import LogError, ModefsmError, NoSwitchError
 from modefsm.log._conversation import ConversationStore, journal_path
 from modefsm.log._files import check_private
 from modefsm.log._writer import TransitionLog, ignore_file_size_signal
+from modefsm.protocol._sdk import require_v2
 from modefsm.protocol.transport._negotiate import SUPPORTED_PROTOCOLS, serve_negotiated
 from modefsm.protocol.transport._stdio import BoundedPipeWriter, Diagnostics, OutputClosedError
 from modefsm.protocol.v1._agent import ModeAgent
@@ -286,6 +287,7 @@ def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen o
             shares one history: a session created in one can be loaded in another.
         protocols: the ACP versions served (``(1, 2)``: v1 and v2 clients, chosen by
             each connection's ``initialize.protocolVersion``; ``(1,)``: v1 only; ``(2,)``).
+            The default is :data:`~modefsm.protocol.SUPPORTED_PROTOCOLS`: ``(1,)`` on SDK 0.12.
         http: ``(host, port)`` to serve streamable HTTP and WebSocket at
             ``http://host:port/acp`` (see :func:`modefsm.protocol.serve_http`) instead of stdio.
         access: who may use it (default: :class:`HttpAccess`, a new token). The listening
@@ -294,6 +296,8 @@ def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen o
     Raises:
         LogError: the log file cannot be opened, or exists and is not a transition log
             (see :func:`check_log_path`).
+        SdkFeatureError: *http* is given and the installed ACP SDK has no v2 (0.12; see
+            :mod:`modefsm.protocol._sdk`).
         ModefsmError: stdin or stdout is not a pipe, a file or a terminal (stdio), or the HTTP
             address cannot be bound, or the ``http`` extra is not installed, or the token
             file is unusable (others may read it, no token in it), or ``no_auth`` is asked
@@ -470,6 +474,7 @@ def _served(address: tuple[str, int], protocols: tuple[int, ...], access: HttpAc
         ModefsmError: the ``http`` extra is missing, ``--no-auth`` is asked for an address
             that is not loopback, or the token file is unusable.
     """
+    require_v2("serve --http", "http")
     _check_http_extra()
     from modefsm.protocol.transport._access import (  # noqa: PLC0415 - HTTP only
         is_loopback,

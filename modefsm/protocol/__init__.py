@@ -7,6 +7,7 @@ Where it sits among the stages: the documentation's Architecture page.
 """
 
 from modefsm.protocol._list import LIST_PAGE
+from modefsm.protocol._sdk import SDK_VERSION, V2_SDK, SdkFeatureError, require_v2
 from modefsm.protocol.transport import (
     ACP_PATH,
     ACP_SUBPROTOCOL,
@@ -91,9 +92,11 @@ __all__ = [
     "MAX_VALUES",
     "OUTBOX_SIZE",
     "RESERVED_DESCRIPTORS",
+    "SDK_VERSION",
     "SEND_WAIT",
     "SUPPORTED_PROTOCOLS",
     "TOKEN_SUBPROTOCOL",
+    "V2_SDK",
     "Access",
     "AgentFactory",
     "BoundedPipeWriter",
@@ -103,6 +106,7 @@ __all__ = [
     "OutputClosedError",
     "PermissionRequest",
     "Refusal",
+    "SdkFeatureError",
     "SharedEngine",
     "SwitchResult",
     "check_frame",
@@ -112,6 +116,7 @@ __all__ = [
     "new_token",
     "offered_options",
     "propose_switch",
+    "require_v2",
     "run_agent",
     "serve_http",
     "serve_negotiated",
