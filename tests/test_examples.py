@@ -41,6 +41,7 @@ def test_every_example_is_tested():
     assert tested == {path.name for path in EXAMPLES.glob("*.py")}
 
 
+@pytest.mark.sdk_compat
 def test_engine_only(tmp_path: Path):
     done = _run("engine_only.py", str(tmp_path / "modes.jsonl"))
     assert (0, "") == (done.returncode, done.stderr)
@@ -88,6 +89,7 @@ async def _spawn(name: str, log: Path, client: TestClient) -> Any:
     )
 
 
+@pytest.mark.sdk_compat
 async def test_embedded_agent_switches_when_the_user_approves(tmp_path: Path):
     client = TestClient()
 
@@ -115,6 +117,7 @@ async def test_embedded_agent_switches_when_the_user_approves(tmp_path: Path):
     ]
 
 
+@pytest.mark.sdk_compat
 async def test_host_config_option_rides_along_with_the_mode(tmp_path: Path):
     client = TestClient()
     async with await _spawn("host_config_option.py", tmp_path / "l.jsonl", client) as (conn, _):

@@ -8,6 +8,8 @@ from acp import RequestError
 from modefsm import ChangeRefused, HookError, LogError, UnknownModeError, UnknownSessionError
 from modefsm.protocol.errors import acp_errors
 
+pytestmark = pytest.mark.sdk_compat
+
 
 class TestAcpErrors:
     """Each modefsm error maps to one JSON-RPC code; the original is not chained."""

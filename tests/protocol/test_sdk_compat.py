@@ -111,8 +111,10 @@ class TestFeaturesOfSdk10:
             assert (done.returncode, done.stdout, done.stderr) == (
                 2,
                 "",
-                f"modefsm {args[0]}: {feature} needs agent-client-protocol>=1.0.0rc3 "
-                f"(installed: {SDK_VERSION}): pip install 'modefsm[{extra}]'\n",
+                (
+                    f"modefsm {args[0]}: {feature} needs agent-client-protocol>=1.0.0rc3 "
+                    f"(installed: {SDK_VERSION}): pip install 'modefsm[{extra}]'\n"
+                ),
             )
         done = _run(code="import modefsm.protocol.v2")
         assert done.returncode == 1
