@@ -26,7 +26,7 @@ except PackageNotFoundError:  # pragma: no cover - an SDK on the path, not insta
     SDK_VERSION = "unknown"
 
 V2_SDK = "1.0.0rc3"
-"""The first SDK release with ACP v2 and the HTTP transport that modefsm serves."""
+"""The SDK release ACP v2 and the HTTP transport need (the ``v2`` and ``http`` extras)."""
 
 HAS_V2: bool = find_spec("acp.experimental") is not None
 """Whether the installed SDK has ACP v2 (``acp.experimental.v2``, SDK 1.0)."""
@@ -39,8 +39,8 @@ ROUTES_CANCEL_REQUEST: bool = "cancel_request" in getattr(acp.meta, "PROTOCOL_ME
 handler of the request it names (answered ``-32800``), and an outgoing request whose wait
 is cancelled (a ``session/request_permission`` when its turn ends) is withdrawn with one.
 SDK 0.12 does neither: the stdio transport then drops an incoming one (after cancelling a
-request it still holds), and a withdrawn permission request's answer is logged
-``late_answer``."""
+request it still holds), and a turn that ends while its permission request is open ends
+without withdrawing it."""
 
 
 class SdkFeatureError(ModefsmError, ImportError):

@@ -9,8 +9,10 @@
   the v2 schema is imported only then;
 - anything else: the v1 agent, exactly as :func:`~modefsm.protocol.run_agent` serves it;
 - an integer below 1: ``-32022`` with ``data: {"requested": N, "supported": [1, 2]}``
-  (``[1]`` on SDK 0.12, which has no v2: there every client is served v1)
   (the router would answer ``-32600``), and the client may initialize again.
+
+On SDK 0.12, which has no ACP v2, :data:`SUPPORTED_PROTOCOLS` is ``(1,)``: every client
+is served v1 (``"supported": [1]``).
 
 A v2 connection serves JSON-RPC batches from then on (:mod:`modefsm.protocol.transport._batch`); an
 array read before the version is chosen, or on a v1 connection, is one ``-32600``.
