@@ -22,7 +22,7 @@ import orjson
 import pytest
 from packaging.requirements import Requirement
 
-from modefsm.protocol import SDK_VERSION, SUPPORTED_PROTOCOLS, SdkFeatureError
+from modefsm.protocol import SDK_VERSION, SUPPORTED_PROTOCOLS, SdkFeatureError, create_app
 from modefsm.protocol._sdk import HAS_V2
 from tests.acp_client import TIMEOUT, TestClient, start_serve, text_block
 
@@ -122,6 +122,18 @@ class TestFeaturesOfSdk10:
             "modefsm.protocol._sdk.SdkFeatureError: modefsm.protocol.v2 (ACP v2) needs "
             f"agent-client-protocol>=1.0.0rc3 (installed: {SDK_VERSION}): "
             "pip install 'modefsm[v2]'"
+        )
+
+    def test_the_http_transport_in_python(self):
+        """``create_app`` (behind ``serve_http``): an ASGI app on 1.0, one line on 0.12."""
+        if HAS_V2:
+            assert callable(create_app(lambda connection: None, token=None))
+            return
+        with pytest.raises(SdkFeatureError) as refused:
+            create_app(lambda connection: None, token=None)
+        assert str(refused.value) == (
+            "the HTTP transport (create_app, serve_http) needs agent-client-protocol>=1.0.0rc3 "
+            f"(installed: {SDK_VERSION}): pip install 'modefsm[http]'"
         )
 
     async def test_a_v2_client_is_answered_the_version_served(self, tmp_path: Path):
