@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 import subprocess
 import sys
 import warnings
@@ -43,6 +44,46 @@ LAYERS: dict[str, float] = {
 
 KNOWN_UPWARD: set[tuple[str, str]] = set()
 """Imports allowed to go up a layer: none."""
+
+_LAZY = "a package face's lazy attributes (the helper of the root package)"
+_PROTOCOL = (
+    "inside the protocol stage, the transports and the version adapters use each other "
+    "(negotiation builds the v2 agent; the v1 agent holds the shared engine and the stdio "
+    "permission request): through the faces, which import all of them, they form a circle"
+)
+_LINES = (
+    "the file store and its index read and repair the log file with the writer's own "
+    "line helpers: one piece of code for the line format"
+)
+PRIVATE_ALLOWED: dict[tuple[str, str], str] = {
+    ("modefsm.diagram", "modefsm._lazy"): _LAZY,
+    ("modefsm.log", "modefsm._lazy"): _LAZY,
+    ("modefsm.spec", "modefsm._lazy"): _LAZY,
+    ("modefsm.store", "modefsm._lazy"): _LAZY,
+    ("modefsm.diagram._files", "modefsm.diagram.renderers._markdown"): (
+        "the index page escapes Markdown as the review page does (_md)"
+    ),
+    ("modefsm.diagram.renderers._markdown", "modefsm.diagram._build"): (
+        "the review page words the builder's own reach and names (_previous_reach, _shown_name)"
+    ),
+    ("modefsm.protocol.transport._http", "modefsm.protocol.v2._agent"): _PROTOCOL,
+    ("modefsm.protocol.transport._negotiate", "modefsm.protocol.v2._agent"): _PROTOCOL,
+    ("modefsm.protocol.v1._agent", "modefsm.protocol.transport._shared"): _PROTOCOL,
+    ("modefsm.protocol.v1._agent", "modefsm.protocol.transport._stdio"): _PROTOCOL,
+    ("modefsm.protocol.v2._agent", "modefsm.protocol.v1._agent"): (
+        "the v2 agent is built over the v1 agent (its helpers _finish and _version)"
+    ),
+    ("modefsm.protocol.v1._agent", "modefsm.protocol._list"): (
+        "session/list's pages, shared by the v1 and v2 agents, not public"
+    ),
+    ("modefsm.protocol.v2._agent", "modefsm.protocol._list"): (
+        "session/list's pages, shared by the v1 and v2 agents, not public"
+    ),
+    ("modefsm.store._file", "modefsm.log._writer"): _LINES,
+    ("modefsm.store._restore", "modefsm.log._writer"): _LINES,
+}
+"""Imports of another package's private module (``_name``), each with its reason: every
+other import between packages goes through the package's face (its ``__init__``)."""
 
 
 def module_name(path: Path) -> str:
@@ -149,6 +190,21 @@ def sdk_imports(module: str) -> list[str]:
     return [n for n in names if n == "acp" or n.startswith("acp.")]
 
 
+def private_imports() -> set[tuple[str, str]]:
+    """``(module, target)``: *module* imports *target*, a ``_private`` module of another package.
+
+    Any kind of import counts (top level, inside a function, under ``TYPE_CHECKING``).
+    """
+    found: set[tuple[str, str]] = set()
+    for module, path in MODULES.items():
+        home = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for target, _ in imports(module):
+            owner, _, name = target.rpartition(".")
+            if name.startswith("_") and MODULES[target].name != "__init__.py" and owner != home:
+                found.add((module, target))
+    return found
+
+
 def import_time_graph() -> dict[str, set[str]]:
     """What importing each module runs first: its imports, and their parent packages."""
     graph: dict[str, set[str]] = {m: set() for m in MODULES}
@@ -227,7 +283,7 @@ class TestLayers:
 
     def test_the_checks_see_imports_of_every_kind(self):
         serve = "modefsm.cli._serve"  # the HTTP transport: inside _serve_http
-        assert ("modefsm.protocol.transport._http", False) in set(imports(serve))
+        assert ("modefsm.protocol.transport", False) in set(imports(serve))
         assert ("modefsm.errors", True) in set(imports(serve))
         facade = "modefsm"  # its TYPE_CHECKING block
         assert ("modefsm.errors", False) in set(imports(facade))
@@ -240,6 +296,14 @@ class TestLayers:
         found = sorted((m, name) for m in below for name in sdk_imports(m))
         assert found == []
         assert sdk_imports("modefsm.protocol.v1._render") == ["acp.schema"]  # the check sees
+
+    def test_packages_use_each_other_through_their_faces(self):
+        """An import of another package's ``_private`` module is one of the few allowed."""
+        assert private_imports() == set(PRIVATE_ALLOWED)
+
+    def test_the_private_import_check_sees_one(self):
+        assert ("modefsm.store._file", "modefsm.log._writer") in private_imports()
+        assert ("modefsm.engine._engine", "modefsm.engine._machine") not in private_imports()
 
     def test_find_cycle_finds_one(self):
         assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
@@ -330,6 +394,42 @@ class TestExports:
         )
         assert result.returncode == 0, result.stderr
         assert result.stdout == f"{len(modefsm.__all__)}\n"
+
+
+def _declared_imports(package: str) -> set[str]:
+    """The stages a package's docstring says it may import (its ``May import:`` paragraph)."""
+    doc = ast.get_docstring(ast.parse(MODULES[package].read_text(encoding="utf-8"))) or ""
+    paragraph = next((p for p in doc.split("\n\n") if p.startswith("May import:")), None)
+    assert paragraph is not None, f"{package}: no 'May import:' paragraph"
+    return {name.removeprefix("modefsm.") for name in re.findall(r"``([\w.]+)``", paragraph)}
+
+
+def _used_stages(package: str) -> set[str]:
+    """The stages (and ``_lazy``) the modules of *package* import from outside it."""
+    inside = [m for m in MODULES if m == package or m.startswith(package + ".")]
+    found: set[str] = set()
+    for module in inside:
+        for target, _ in imports(module):
+            if target != package and not target.startswith(package + "."):
+                found.add(stage(target).removeprefix("modefsm."))
+    return found
+
+
+class TestFaces:
+    """Each package's docstring says what the stage is, what it exports, what it imports."""
+
+    @pytest.mark.parametrize("package", PACKAGES)
+    def test_the_face_names_the_stages_it_imports(self, package: str):
+        assert _declared_imports(package) == _used_stages(package)
+
+    @pytest.mark.parametrize("package", PACKAGES)
+    def test_the_face_says_what_it_exports(self, package: str):
+        doc = ast.get_docstring(ast.parse(MODULES[package].read_text(encoding="utf-8"))) or ""
+        assert "\n\nExports" in doc
+        assert "documentation's Architecture page" not in doc  # says it here, not elsewhere
+
+    def test_the_check_sees_an_import(self):
+        assert _used_stages("modefsm.engine") == {"errors", "spec", "log", "store"}
 
 
 class TestOldPaths:

@@ -35,7 +35,7 @@ from acp.schema import (
 
 from modefsm.cli._serve import check_log_path
 from modefsm.cli._transcript import _PLAN, DemoFailedError, _copy, _expect, _Transcript
-from modefsm.log._writer import TransitionLog
+from modefsm.log import TransitionLog
 
 __all__ = ["AGENT_EXIT_WAIT", "DemoClient", "DemoFailedError", "run_demo"]
 

@@ -37,8 +37,7 @@ from modefsm.diagram._model import (
     Traffic,
 )
 from modefsm.errors import DiagramError
-from modefsm.spec._model import ModeSpec, Switch, SwitchOption
-from modefsm.spec._table import PREVIOUS
+from modefsm.spec import PREVIOUS, ModeSpec, Switch, SwitchOption
 
 __all__ = ["DRAWN_MAX", "GROUP_STEPS_MAX", "build_diagram", "option_reach"]
 

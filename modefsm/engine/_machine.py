@@ -43,8 +43,7 @@ from typing import Any
 
 from transitions import Machine, MachineError, State
 
-from modefsm.spec._model import ModeSpec
-from modefsm.spec._table import TransitionTable, TriggerKind
+from modefsm.spec import ModeSpec, TransitionTable, TriggerKind
 
 __all__ = [
     "MATERIALIZED_MAX",

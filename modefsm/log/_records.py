@@ -53,7 +53,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from modefsm.spec._rules import Decision, ToolKind
+from modefsm.spec import Decision, ToolKind
 
 __all__ = [
     "CHAINED_EVENTS",

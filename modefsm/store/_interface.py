@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple, Protocol
 
 from modefsm.errors import LogError, ModefsmError
-from modefsm.log._records import TransitionRecord
+from modefsm.log import TransitionRecord
 
 __all__ = [
     "EXPORT_EVENT",

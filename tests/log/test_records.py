@@ -7,7 +7,7 @@ import io
 import orjson
 import pytest
 
-from modefsm import ModeEngine, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, TransitionLog, preset
 from modefsm.errors import LogError
 from modefsm.log._records import RECORD_EVENTS, canonical_record, record_digest
 
@@ -17,7 +17,7 @@ def _lines(data: bytes) -> list[dict[str, object]]:
 
 
 def _engine(log: TransitionLog) -> ModeEngine:
-    return ModeEngine(preset("seed"), log=log)
+    return ModeEngine(preset("seed"), store=LogStore(log))
 
 
 class TestChain:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from modefsm.diagram._model import DiagramEdge
+from modefsm.diagram import DiagramEdge
 
 __all__: list[str] = []
 

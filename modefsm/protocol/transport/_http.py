@@ -112,6 +112,7 @@ __all__ = [
     "RESERVED_DESCRIPTORS",
     "AgentFactory",
     "create_app",
+    "raise_descriptor_limit",
     "serve_http",
 ]
 

@@ -1,4 +1,13 @@
-"""modefsm.protocol.v2: the ACP v2 (Preview) agent and its renderers of the engine's data."""
+"""modefsm.protocol.v2: the ACP v2 (Preview) agent and its renderers of the engine's data.
+
+Loaded only when a client negotiates v2 (the SDK's v2 schema doubles start-up).
+
+Exports: ``ModeAgentV2``, ``V2_PROTOCOL_VERSION`` and the v2 renderers
+(``config_options``, ``session_updates``).
+
+May import: ``errors``, ``log``, ``engine``, and ``protocol`` (its JSON-RPC errors, the v1
+agent and the session/list pages).
+"""
 
 from modefsm.protocol.v2._agent import V2_PROTOCOL_VERSION, ModeAgentV2
 from modefsm.protocol.v2._render import config_options, session_updates
