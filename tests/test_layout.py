@@ -432,6 +432,61 @@ class TestFaces:
         assert _used_stages("modefsm.engine") == {"errors", "spec", "log", "store"}
 
 
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def documented_tree(text: str) -> dict[str, str]:
+    """The tree of the architecture page: ``{path: description}``, packages ending in ``/``.
+
+    The tree is the ``text`` block that starts with ``modefsm/``; each line is a name
+    indented two spaces per level, then its description.
+    """
+    block = text.split("```text\nmodefsm/", 1)[1].split("```", 1)[0]
+    tree: dict[str, str] = {}
+    folders: list[str] = []
+    for line in ("modefsm/" + block).splitlines():
+        depth = (len(line) - len(line.lstrip(" "))) // 2
+        name, _, description = line.strip().partition(" ")
+        folders[depth:] = []
+        path = "".join(folders) + name
+        tree[path] = description.strip()
+        if name.endswith("/"):
+            folders.append(name)
+    return tree
+
+
+def code_tree() -> set[str]:
+    """Every package (``modefsm/spec/``) and module (``modefsm/spec/_model.py``) of the code."""
+    root = PACKAGE.parent
+    return {
+        (p.parent.relative_to(root).as_posix() + "/")
+        if p.name == "__init__.py"
+        else p.relative_to(root).as_posix()
+        for p in PACKAGE.rglob("*.py")
+    }
+
+
+class TestArchitecturePage:
+    """docs/architecture.md shows every package and module, one line each."""
+
+    def test_the_tree_matches_the_code(self):
+        tree = documented_tree(ARCHITECTURE.read_text(encoding="utf-8"))
+        assert sorted(tree) == sorted(code_tree())
+
+    def test_every_line_says_what_it_is(self):
+        tree = documented_tree(ARCHITECTURE.read_text(encoding="utf-8"))
+        assert [path for path, description in tree.items() if not description] == []
+
+    def test_the_parser_reads_nesting(self):
+        text = "```text\nmodefsm/  facade\n  a/  stage\n    _b.py  module\n  c.py  top\n```"
+        assert documented_tree(text) == {
+            "modefsm/": "facade",
+            "modefsm/a/": "stage",
+            "modefsm/a/_b.py": "module",
+            "modefsm/c.py": "top",
+        }
+
+
 class TestOldPaths:
     def test_the_old_module_paths_are_gone(self):
         """``modefsm.agent`` and ``modefsm.wire`` were deprecated shims, never released."""
