@@ -49,7 +49,7 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from modefsm.engine._events import ModeChanged
 from modefsm.engine._machine import ModeMachine, mode_of, state_name
@@ -77,15 +77,11 @@ from modefsm.log import (
     RejectReason,
     utc_timestamp,
 )
-from modefsm.spec import (
-    ORIGIN_KINDS,
-    PREVIOUS,
-    ModeSpec,
-    PermissionOptionKind,
-    SwitchOption,
-    TriggerKind,
-)
+from modefsm.spec import ORIGIN_KINDS, PREVIOUS, TriggerKind
 from modefsm.store import RestorePoint, SessionMoved, SessionStore, StoreBusy, StoreInDoubt
+
+if TYPE_CHECKING:  # the spec's models: an engine is built with one, never builds them
+    from modefsm.spec import ModeSpec, PermissionOptionKind, SwitchOption
 
 __all__ = [
     "ModeChange",

@@ -3,13 +3,13 @@
 Each name loads its module on first use, so that writing records (the record format and
 the writer) loads neither the reader nor the conversation journal.
 
-Exports: the record format (``TransitionRecord``, ``DecisionRecord``, the ``EVENT_*``
-names, ``record_digest``, ``canonical_record``, ``record_checks``, ...; ``_records`` is a
-leaf below the rest), the writer (``TransitionLog``, ``LogIndex``), the reader
-(``read_log``, ``LogEntry``, ``LogProblem``, ...), the conversation journal
-(``ConversationStore``, ``journal_path``, ...) and the private-file helpers every file
-modefsm creates goes through (``open_private``, ``create_private``, ``check_private``,
-``lock_holders``).
+Exports: the record format (the ``EVENT_*`` names, ``record_digest``,
+``canonical_record``, ...; ``_records``, a leaf below the rest), the record models
+(``TransitionRecord``, ``DecisionRecord``, ``record_checks``; ``_models``, pydantic),
+the writer (``TransitionLog``, ``LogIndex``), the reader (``read_log``, ``LogEntry``,
+``LogProblem``, ...), the conversation journal (``ConversationStore``, ``journal_path``,
+...) and the private-file helpers every file modefsm creates goes through
+(``open_private``, ``create_private``, ``check_private``, ``lock_holders``).
 
 May import: ``errors``, ``spec`` (the rule names a decision record carries), and
 ``modefsm._lazy``.
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         journal_path,
     )
     from modefsm.log._files import check_private, create_private, lock_holders, open_private
+    from modefsm.log._models import DecisionRecord, FieldCheck, TransitionRecord, record_checks
     from modefsm.log._reader import (
         MAX_LINE,
         RECORD_MARK,
@@ -52,15 +53,11 @@ if TYPE_CHECKING:
         EVENT_REPAIRED,
         RECORD_EVENTS,
         SEQ_MAX,
-        DecisionRecord,
-        FieldCheck,
         Origin,
         Outcome,
         RejectReason,
-        TransitionRecord,
         canonical_record,
         previous_of,
-        record_checks,
         record_digest,
         title_digest,
         utc_timestamp,
@@ -128,6 +125,7 @@ _MODULES = {
         "Part",
     ),
     "modefsm.log._files": ("check_private", "create_private", "lock_holders", "open_private"),
+    "modefsm.log._models": ("DecisionRecord", "FieldCheck", "TransitionRecord", "record_checks"),
     "modefsm.log._reader": (
         "DecisionEntry",
         "Location",
@@ -148,15 +146,11 @@ _MODULES = {
         "MAX_LINE",
         "RECORD_EVENTS",
         "SEQ_MAX",
-        "DecisionRecord",
-        "FieldCheck",
         "Origin",
         "Outcome",
         "RejectReason",
-        "TransitionRecord",
         "canonical_record",
         "previous_of",
-        "record_checks",
         "record_digest",
         "title_digest",
         "utc_timestamp",

@@ -14,7 +14,7 @@ May import: ``errors``, and ``modefsm._lazy``.
 from typing import TYPE_CHECKING
 
 from modefsm._lazy import lazy_exports
-from modefsm.spec._presets import preset_names
+from modefsm.spec._presets import preset, preset_names
 from modefsm.spec._table import ORIGIN_KINDS, PREVIOUS, TRIGGER_KINDS, TransitionTable, TriggerKind
 
 if TYPE_CHECKING:
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
         Switch,
         SwitchOption,
         load_spec,
-        preset,
     )
     from modefsm.spec._rules import (
         DECISIONS,

@@ -13,11 +13,14 @@ refused as unknown). A :class:`~modefsm.store.FileStore` is the store that resto
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from modefsm.log import RECORD_EVENTS, TransitionLog, TransitionRecord
+from modefsm.log import RECORD_EVENTS, TransitionLog
 from modefsm.store._interface import RestorePoint
 from modefsm.store._memory import MemoryStore
+
+if TYPE_CHECKING:
+    from modefsm.log import TransitionRecord
 
 __all__ = ["LogStore"]
 

@@ -10,11 +10,14 @@ process only.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from modefsm.errors import LogError
-from modefsm.log import RECORD_EVENTS, TransitionRecord, record_digest
+from modefsm.log import RECORD_EVENTS, record_digest
 from modefsm.store._interface import ListAfter, ListedSession, RestorePoint, SessionMoved
+
+if TYPE_CHECKING:
+    from modefsm.log import TransitionRecord
 
 __all__ = ["MemoryStore"]
 
@@ -169,6 +172,8 @@ class MemoryStore:
 
     def history(self, session_id: str) -> Iterator[TransitionRecord]:
         """The session's committed records, ``seq`` 1 to n."""
+        from modefsm.log import TransitionRecord  # noqa: PLC0415 - the model, when read
+
         for line in self._records.get(session_id, ()):
             yield TransitionRecord.model_validate(line)
 

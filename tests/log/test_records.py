@@ -174,3 +174,16 @@ class TestChainHeadAfterLongLines:
         log = TransitionLog.to_file(path)
         assert log.head == head  # readers skip such a line; so does the writer
         log.close()
+
+
+class TestDigestKeys:
+    """The digest covers every field of the record models but ``level`` and ``digest``."""
+
+    def test_the_record_keys_are_the_models_fields(self):
+        from modefsm.log import DecisionRecord, TransitionRecord
+        from modefsm.log._records import _DECISION_KEYS, _DIGEST_KEYS
+
+        assert (_DIGEST_KEYS, _DECISION_KEYS) == (
+            frozenset(TransitionRecord.model_fields) - {"level", "digest"},
+            frozenset(DecisionRecord.model_fields) - {"level", "digest"},
+        )
