@@ -45,7 +45,6 @@ LAYERS: dict[str, float] = {
 KNOWN_UPWARD: set[tuple[str, str]] = set()
 """Imports allowed to go up a layer: none."""
 
-_LAZY = "a package face's lazy attributes (the helper of the root package)"
 _PROTOCOL = (
     "inside the protocol stage, the transports and the version adapters use each other "
     "(negotiation builds the v2 agent; the v1 agent holds the shared engine and the stdio "
@@ -56,15 +55,8 @@ _LINES = (
     "line helpers: one piece of code for the line format"
 )
 PRIVATE_ALLOWED: dict[tuple[str, str], str] = {
-    ("modefsm.diagram", "modefsm._lazy"): _LAZY,
-    ("modefsm.log", "modefsm._lazy"): _LAZY,
-    ("modefsm.spec", "modefsm._lazy"): _LAZY,
-    ("modefsm.store", "modefsm._lazy"): _LAZY,
     ("modefsm.diagram._files", "modefsm.diagram.renderers._markdown"): (
         "the index page escapes Markdown as the review page does (_md)"
-    ),
-    ("modefsm.diagram.renderers._markdown", "modefsm.diagram._build"): (
-        "the review page words the builder's own reach and names (_previous_reach, _shown_name)"
     ),
     ("modefsm.protocol.transport._http", "modefsm.protocol.v2._agent"): _PROTOCOL,
     ("modefsm.protocol.transport._negotiate", "modefsm.protocol.v2._agent"): _PROTOCOL,
@@ -73,17 +65,14 @@ PRIVATE_ALLOWED: dict[tuple[str, str], str] = {
     ("modefsm.protocol.v2._agent", "modefsm.protocol.v1._agent"): (
         "the v2 agent is built over the v1 agent (its helpers _finish and _version)"
     ),
-    ("modefsm.protocol.v1._agent", "modefsm.protocol._list"): (
-        "session/list's pages, shared by the v1 and v2 agents, not public"
-    ),
-    ("modefsm.protocol.v2._agent", "modefsm.protocol._list"): (
-        "session/list's pages, shared by the v1 and v2 agents, not public"
-    ),
     ("modefsm.store._file", "modefsm.log._writer"): _LINES,
     ("modefsm.store._restore", "modefsm.log._writer"): _LINES,
 }
 """Imports of another package's private module (``_name``), each with its reason: every
-other import between packages goes through the package's face (its ``__init__``)."""
+other import between packages goes through the package's face (its ``__init__``). A
+package's own private modules are not another's, nor are those of the packages it sits in
+(``renderers`` reads ``modefsm.diagram._model``: the face of ``modefsm.diagram`` imports
+``renderers``, so it would be an import up its own stage)."""
 
 
 def module_name(path: Path) -> str:
@@ -200,7 +189,8 @@ def private_imports() -> set[tuple[str, str]]:
         home = module if path.name == "__init__.py" else module.rpartition(".")[0]
         for target, _ in imports(module):
             owner, _, name = target.rpartition(".")
-            if name.startswith("_") and MODULES[target].name != "__init__.py" and owner != home:
+            inside = home == owner or home.startswith(owner + ".")  # its own, or a parent's
+            if name.startswith("_") and MODULES[target].name != "__init__.py" and not inside:
                 found.add((module, target))
     return found
 

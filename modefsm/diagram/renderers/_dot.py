@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from modefsm.diagram import Diagram, DiagramEdge, DiagramNode, EdgeKind, LegendKind, NodeKind
+from modefsm.diagram._model import Diagram, DiagramEdge, DiagramNode, EdgeKind, LegendKind, NodeKind
 from modefsm.diagram.renderers._text import _TIMES, _Colour, _edge_text, _visible, _wrapped
 
 __all__ = ["to_dot"]

@@ -6,7 +6,7 @@ import re
 import subprocess
 from typing import Literal
 
-from modefsm.diagram import Diagram
+from modefsm.diagram._model import Diagram
 from modefsm.diagram.renderers._dot import to_dot
 from modefsm.errors import DiagramError
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from modefsm.diagram import Diagram, Traffic, TransitionKey
 from modefsm.diagram._build import DRAWN_MAX, _previous_reach, _shown_name
+from modefsm.diagram._model import Diagram, Traffic, TransitionKey
 from modefsm.diagram.renderers._mermaid import mermaid_key, to_mermaid
 from modefsm.diagram.renderers._text import _visible
 from modefsm.errors import DiagramError

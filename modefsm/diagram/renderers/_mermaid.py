@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from modefsm.diagram import Diagram, DiagramEdge, DiagramNode, EdgeKind, LegendKind
+from modefsm.diagram._model import Diagram, DiagramEdge, DiagramNode, EdgeKind, LegendKind
 from modefsm.diagram.renderers._text import _TIMES, _Colour, _edge_text, _visible, _wrapped
 
 __all__ = ["to_mermaid"]

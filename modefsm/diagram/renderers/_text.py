@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from modefsm.diagram import DiagramEdge
+from modefsm.diagram._model import DiagramEdge
 
 __all__: list[str] = []
 
