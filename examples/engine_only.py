@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import sys
 
-from modefsm import ModeEngine, TransitionLog, UnknownModeError, preset
+from modefsm import LogStore, ModeEngine, TransitionLog, UnknownModeError, preset
 
 
 def main(log_path: str) -> None:
     """Walk one session through the seed preset, printing what the engine says."""
     log = TransitionLog.to_file(log_path)
-    engine = ModeEngine(preset("seed"), log=log)
+    engine = ModeEngine(preset("seed"), store=LogStore(log))
     try:
         session = engine.new_session("sess_1")
         print(f"new session in {session.state}")

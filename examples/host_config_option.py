@@ -19,7 +19,7 @@ from acp.schema import (
     SetSessionConfigOptionResponse,
 )
 
-from modefsm import ModeAgent, TransitionLog, preset, run_agent
+from modefsm import LogStore, ModeAgent, TransitionLog, preset, run_agent
 from modefsm.protocol import config_options
 
 MODELS = ("fast", "smart")
@@ -32,7 +32,10 @@ class Agent(ModeAgent):
         """Serve the seed preset, logging to *log*."""
         self.models: dict[str, str] = {}
         super().__init__(
-            preset("seed"), log=log, unstable=True, other_config_options=self.model_option
+            preset("seed"),
+            store=LogStore(log),
+            unstable=True,
+            other_config_options=self.model_option,
         )
 
     def model_option(self, session_id: str) -> list[SessionConfigOptionSelect]:

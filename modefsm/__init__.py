@@ -14,10 +14,17 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
-    from modefsm.engine import OfferedOption, SwitchOffer
-    from modefsm.engine._engine import ModeChange, ModeEngine, NotificationSink, Session
-    from modefsm.engine._events import ModeChanged
-    from modefsm.engine._views import ModeView, OptionView
+    from modefsm.engine import (
+        ModeChange,
+        ModeChanged,
+        ModeEngine,
+        ModeView,
+        NotificationSink,
+        OfferedOption,
+        OptionView,
+        Session,
+        SwitchOffer,
+    )
     from modefsm.errors import (
         ChangeRefused,
         DiagramError,
@@ -37,15 +44,10 @@ if TYPE_CHECKING:
         UnknownModeError,
         UnknownSessionError,
     )
-    from modefsm.log._conversation import ConversationStore
-    from modefsm.log._records import TransitionRecord
-    from modefsm.log._writer import TransitionLog
+    from modefsm.log import ConversationStore, TransitionLog, TransitionRecord
     from modefsm.protocol import ModeAgent, SwitchResult, run_agent
-    from modefsm.protocol.transport._access import new_token
-    from modefsm.protocol.transport._http import serve_http
-    from modefsm.protocol.transport._negotiate import serve_negotiated
-    from modefsm.protocol.transport._shared import SharedEngine
-    from modefsm.protocol.v2._agent import ModeAgentV2
+    from modefsm.protocol.transport import SharedEngine, new_token, serve_http, serve_negotiated
+    from modefsm.protocol.v2 import ModeAgentV2
     from modefsm.replay import ReplayReport, Violation, replay
     from modefsm.spec import (
         PREVIOUS,
@@ -59,22 +61,25 @@ if TYPE_CHECKING:
     )
     from modefsm.store import (
         FileStore,
+        LogRestore,
+        LogStore,
         MemoryStore,
+        RestoreIndex,
+        RestorePoint,
         SessionMoved,
         SessionStore,
         StoreBusy,
         StoreInDoubt,
         open_store,
     )
-    from modefsm.store._interface import RestorePoint
-    from modefsm.store._restore import LogRestore, RestoreIndex
 else:
     ModuleType = type(sys)  # types.ModuleType, without importing types
 
 _EXPORTS = {
     "ChangeRefused": "modefsm.errors",
-    "ConversationStore": "modefsm.log._conversation",
+    "ConversationStore": "modefsm.log",
     "FileStore": "modefsm.store",
+    "LogStore": "modefsm.store",
     "MemoryStore": "modefsm.store",
     "SessionMoved": "modefsm.store",
     "SessionStore": "modefsm.store",
@@ -87,27 +92,27 @@ _EXPORTS = {
     "InvalidParamsError": "modefsm.errors",
     "InvalidValueError": "modefsm.errors",
     "LogError": "modefsm.errors",
-    "LogRestore": "modefsm.store._restore",
+    "LogRestore": "modefsm.store",
     "Mode": "modefsm.spec",
     "ModeAgent": "modefsm.protocol",
-    "ModeAgentV2": "modefsm.protocol.v2._agent",
-    "ModeChange": "modefsm.engine._engine",
-    "ModeChanged": "modefsm.engine._events",
-    "ModeEngine": "modefsm.engine._engine",
+    "ModeAgentV2": "modefsm.protocol.v2",
+    "ModeChange": "modefsm.engine",
+    "ModeChanged": "modefsm.engine",
+    "ModeEngine": "modefsm.engine",
     "ModeSpec": "modefsm.spec",
-    "ModeView": "modefsm.engine._views",
+    "ModeView": "modefsm.engine",
     "ModefsmError": "modefsm.errors",
     "NoSwitchError": "modefsm.errors",
-    "NotificationSink": "modefsm.engine._engine",
+    "NotificationSink": "modefsm.engine",
     "OfferedOption": "modefsm.engine",
-    "OptionView": "modefsm.engine._views",
+    "OptionView": "modefsm.engine",
     "PREVIOUS": "modefsm.spec",
     "ReplayReport": "modefsm.replay",
-    "RestoreIndex": "modefsm.store._restore",
-    "RestorePoint": "modefsm.store._interface",
-    "Session": "modefsm.engine._engine",
+    "RestoreIndex": "modefsm.store",
+    "RestorePoint": "modefsm.store",
+    "Session": "modefsm.engine",
     "SessionExistsError": "modefsm.errors",
-    "SharedEngine": "modefsm.protocol.transport._shared",
+    "SharedEngine": "modefsm.protocol.transport",
     "SpecError": "modefsm.errors",
     "SpecProblem": "modefsm.errors",
     "StaleOptionError": "modefsm.errors",
@@ -115,20 +120,20 @@ _EXPORTS = {
     "SwitchOffer": "modefsm.engine",
     "SwitchOption": "modefsm.spec",
     "SwitchResult": "modefsm.protocol",
-    "TransitionLog": "modefsm.log._writer",
+    "TransitionLog": "modefsm.log",
     "TransitionNotAllowedError": "modefsm.errors",
-    "TransitionRecord": "modefsm.log._records",
+    "TransitionRecord": "modefsm.log",
     "UnknownConfigOptionError": "modefsm.errors",
     "UnknownModeError": "modefsm.errors",
     "UnknownSessionError": "modefsm.errors",
     "Violation": "modefsm.replay",
     "load_spec": "modefsm.spec",
-    "new_token": "modefsm.protocol.transport._access",
+    "new_token": "modefsm.protocol.transport",
     "preset": "modefsm.spec",
     "preset_names": "modefsm.spec",
     "replay": "modefsm.replay",
     "run_agent": "modefsm.protocol",
-    "serve_http": "modefsm.protocol.transport._http",
+    "serve_http": "modefsm.protocol.transport",
     "serve_negotiated": "modefsm.protocol",
 }
 """Where each public name is defined."""
@@ -169,6 +174,7 @@ __all__ = [
     "InvalidValueError",
     "LogError",
     "LogRestore",
+    "LogStore",
     "MemoryStore",
     "Mode",
     "ModeAgent",

@@ -17,7 +17,7 @@ from acp.schema import SessionNotification
 from acp.utils import serialize_params
 
 from benchmarks.pgserver import start
-from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, ModeSpec, TransitionLog, preset
 from modefsm.protocol.v1 import session_updates
 from tests.frame_schemas import FrameLog, available
 
@@ -115,7 +115,7 @@ def make_engine(log_path: Path, recorder: Recorder) -> Iterator[Any]:
         spec = preset(spec) if isinstance(spec, str) else spec
         log = TransitionLog.to_file(log_path)
         logs.append(log)
-        return ModeEngine(spec, log=log, sink=recorder, **kwargs)
+        return ModeEngine(spec, store=LogStore(log), sink=recorder, **kwargs)
 
     yield make
     for log in logs:

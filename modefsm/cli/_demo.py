@@ -35,8 +35,8 @@ from acp.schema import (
 
 from modefsm.cli._serve import check_log_path
 from modefsm.cli._transcript import _PLAN, DemoFailedError, _copy, _expect, _Transcript
-from modefsm.log._writer import TransitionLog
-from modefsm.protocol._sdk import require_v2
+from modefsm.log import TransitionLog
+from modefsm.protocol import require_v2
 
 __all__ = ["AGENT_EXIT_WAIT", "DemoClient", "DemoFailedError", "run_demo"]
 

@@ -17,12 +17,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from modefsm.diagram._formats import FORMATS, Format
+from modefsm.diagram import FORMATS, Format
 from modefsm.errors import DiagramError, LogError, ModefsmError
-from modefsm.spec._presets import preset_names
+from modefsm.spec import preset_names
 
 if TYPE_CHECKING:
-    from modefsm.spec._model import ModeSpec
+    from modefsm.spec import ModeSpec
 
 __all__ = ["main"]
 
@@ -190,7 +190,7 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _origin(text: str) -> str:
-    from modefsm.protocol.transport._access import normal_origin  # noqa: PLC0415 - no SDK import
+    from modefsm.protocol.transport import normal_origin  # noqa: PLC0415 - no SDK import
 
     try:
         return normal_origin(text)
@@ -199,7 +199,7 @@ def _origin(text: str) -> str:
 
 
 def _host(text: str) -> str:
-    from modefsm.protocol.transport._access import normal_host  # noqa: PLC0415 - no SDK import
+    from modefsm.protocol.transport import normal_host  # noqa: PLC0415 - no SDK import
 
     try:
         return normal_host(text)
@@ -332,7 +332,7 @@ def _add_spec_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _spec_from(args: argparse.Namespace) -> ModeSpec:
-    from modefsm.spec._model import load_spec, preset  # noqa: PLC0415 - keep `--help` fast
+    from modefsm.spec import load_spec, preset  # noqa: PLC0415 - keep `--help` fast
 
     if args.spec is not None:
         return load_spec(args.spec)
@@ -400,9 +400,12 @@ def _add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def _run_replay(args: argparse.Namespace) -> int:
-    from modefsm.replay._replayer import replay  # noqa: PLC0415 - keep other commands' start fast
-    from modefsm.replay._report import JsonReport, TableReport  # noqa: PLC0415
-    from modefsm.store._restore import RestoreIndex  # noqa: PLC0415
+    from modefsm.replay import (  # noqa: PLC0415
+        JsonReport,
+        TableReport,
+        replay,
+    )
+    from modefsm.store import RestoreIndex  # noqa: PLC0415
 
     if args.rebuild_index is not None:
         if "-" in args.logs:
@@ -411,7 +414,7 @@ def _run_replay(args: argparse.Namespace) -> int:
         noun = "session" if count == 1 else "sessions"
         print(f"rebuilt {args.rebuild_index}: {count} {noun} from {len(args.logs)} log(s)")
         return 0
-    from modefsm.spec._model import load_spec, preset  # noqa: PLC0415
+    from modefsm.spec import load_spec, preset  # noqa: PLC0415
 
     specs = [load_spec(path) for path in args.spec] + [preset(name) for name in args.preset]
     writer = JsonReport(sys.stdout) if args.format == "json" else TableReport(sys.stdout)
@@ -586,7 +589,7 @@ def _add_diagram(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def _run_diagram(args: argparse.Namespace) -> int:
-    from modefsm.spec._model import load_spec, preset  # noqa: PLC0415
+    from modefsm.spec import load_spec, preset  # noqa: PLC0415
 
     spec = preset(args.preset) if args.preset is not None else load_spec(args.spec)
     fmt: Format = args.format or "mermaid"
@@ -599,7 +602,7 @@ def _run_diagram(args: argparse.Namespace) -> int:
     if fmt == "png" and args.output is None:
         msg = "png output is binary: give -o FILE"
         raise DiagramError(msg)
-    from modefsm.diagram._files import render  # noqa: PLC0415 - keep other commands' start fast
+    from modefsm.diagram import render  # noqa: PLC0415 - keep other commands' start fast
 
     data = render(spec, fmt, logs=args.log, session_id=args.session)
     if args.output is None:

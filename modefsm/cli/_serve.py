@@ -37,15 +37,24 @@ import orjson
 from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock, UserMessageChunk
 
 from modefsm.errors import LogError, ModefsmError, NoSwitchError
-from modefsm.log._conversation import ConversationStore, journal_path
-from modefsm.log._files import check_private
-from modefsm.log._writer import TransitionLog, ignore_file_size_signal
-from modefsm.protocol._sdk import require_v2
-from modefsm.protocol.transport._negotiate import SUPPORTED_PROTOCOLS, serve_negotiated
-from modefsm.protocol.transport._stdio import BoundedPipeWriter, Diagnostics, OutputClosedError
-from modefsm.protocol.v1._agent import ModeAgent
+from modefsm.log import (
+    ConversationStore,
+    TransitionLog,
+    check_private,
+    ignore_file_size_signal,
+    journal_path,
+)
+from modefsm.protocol import require_v2
+from modefsm.protocol.transport import (
+    SUPPORTED_PROTOCOLS,
+    BoundedPipeWriter,
+    Diagnostics,
+    OutputClosedError,
+    serve_negotiated,
+)
+from modefsm.protocol.v1 import ModeAgent
 from modefsm.spec import ModeSpec
-from modefsm.store import SessionStore, open_store
+from modefsm.store import LogStore, SessionStore, open_store
 
 __all__ = [
     "STDERR_LOG_WAIT",
@@ -213,7 +222,7 @@ def check_log_path(path: Path, *, index: bool = True) -> None:
 
 def _check_modes(path: Path) -> None:
     """Refuse a log whose file, index or journal others may write (see :func:`check_log_path`)."""
-    from modefsm.store._restore import check_index_modes  # noqa: PLC0415 - sqlite3 only when serving
+    from modefsm.store import check_index_modes  # noqa: PLC0415 - sqlite3 only when serving
 
     for file, what in (
         (path, "the transition log"),
@@ -226,7 +235,7 @@ def _check_modes(path: Path) -> None:
 
 def _check_index(path: Path) -> None:
     """Refuse a restore index path that holds something else (it is never overwritten)."""
-    from modefsm.store._restore import check_index_path  # noqa: PLC0415 - sqlite3 only when serving
+    from modefsm.store import check_index_path  # noqa: PLC0415 - sqlite3 only when serving
 
     check_index_path(path, doing="read")
 
@@ -253,7 +262,7 @@ def conversation_path(log_path: Path) -> Path:
     return journal_path(log_path)
 
 
-def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen once
+def serve(  # noqa: C901 - where each part of the agent lives, chosen once
     spec: ModeSpec,
     log_path: Path | None = None,
     *,
@@ -313,10 +322,11 @@ def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen o
     if isinstance(target, Path):
         check_log_path(target, index=False)
     log: TransitionLog | None = None
-    shared: SessionStore | None = None
-    if target is None:
+    shared: SessionStore
+    if target is None:  # the records go to stderr; nothing is restorable after a restart
         stream = BoundedPipeWriter(sys.stderr.fileno(), STDERR_LOG_WAIT)
         log = TransitionLog.to_stream(stream, path="<stderr>")  # type: ignore[arg-type]
+        shared = LogStore(log)
         conversation = ConversationStore()
     else:
         if not isinstance(target, Path):  # PostgreSQL: the worker's own log of its records
@@ -335,8 +345,6 @@ def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen o
             raise
 
     def make_agent() -> ScriptedAgent:
-        if shared is None:
-            return ScriptedAgent(spec, log=log, unstable=True, conversation=conversation)
         return ScriptedAgent(spec, store=shared, unstable=True, conversation=conversation)
 
     diagnostics = Diagnostics(sys.stderr.fileno(), prefix="modefsm serve")
@@ -349,7 +357,6 @@ def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen o
             return _serve_http(
                 spec,
                 shared,
-                log,
                 conversation,
                 served=served,
                 diagnostics=diagnostics,
@@ -357,8 +364,7 @@ def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen o
             )
         return _serve_stdio(make_agent(), protocols, diagnostics, hangup)
     finally:
-        if shared is not None:
-            shared.close()
+        shared.close()
         if log is not None:
             log.close()
         conversation.close()
@@ -476,7 +482,7 @@ def _served(address: tuple[str, int], protocols: tuple[int, ...], access: HttpAc
     """
     require_v2("serve --http", "http")
     _check_http_extra()
-    from modefsm.protocol.transport._access import (  # noqa: PLC0415 - HTTP only
+    from modefsm.protocol.transport import (  # noqa: PLC0415 - HTTP only
         is_loopback,
         new_token,
         read_token_file,
@@ -496,19 +502,22 @@ def _served(address: tuple[str, int], protocols: tuple[int, ...], access: HttpAc
 
 def _serve_http(
     spec: ModeSpec,
-    shared: SessionStore | None,
-    log: TransitionLog | None,
+    shared: SessionStore,
     conversation: ConversationStore,
     *,
     served: _Served,
     diagnostics: Diagnostics,
     hangup: Callable[[], None] | None,
 ) -> int:
-    from modefsm.protocol.transport._access import is_loopback, write_token_file  # noqa: PLC0415
-    from modefsm.protocol.transport._http import raise_descriptor_limit, serve_http  # noqa: PLC0415
-    from modefsm.protocol.transport._shared import SharedEngine  # noqa: PLC0415
+    from modefsm.protocol.transport import (  # noqa: PLC0415  # noqa: PLC0415
+        SharedEngine,
+        is_loopback,
+        raise_descriptor_limit,
+        serve_http,
+        write_token_file,
+    )
 
-    engine = SharedEngine(spec, log=log) if shared is None else SharedEngine(spec, store=shared)
+    engine = SharedEngine(spec, store=shared)
 
     def factory(conn: Any) -> ScriptedAgent:
         agent = ScriptedAgent(spec, unstable=True, conversation=conversation, engine=engine)

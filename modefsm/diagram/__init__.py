@@ -1,10 +1,18 @@
 """A spec as a state diagram: Mermaid, DOT, SVG, PNG, a Markdown review page.
 
-Where it sits among the stages: the documentation's Architecture page.
-
 The data flows one way: the model (``_model``), built from a spec (``_build``) and the
 logs (``_traffic``), then one renderer per format (``renderers``), then the files
 (``_files``).
+
+Exports: the format-free model (``Diagram``, ``DiagramNode``, ``DiagramEdge``,
+``DiagramGroup``, ``Traffic``, ...), its builders (``build_diagram``, ``option_reach``,
+``read_traffic``), the renderers (``to_mermaid``, ``to_dot``, ``to_svg``, ``to_png``,
+``to_markdown``), the files (``render``, ``write_preset_diagrams``), ``FORMATS`` and the
+bounds on what is drawn. Only ``FORMATS`` and ``Format`` load with the package; the rest
+on first use.
+
+May import: ``errors``, ``spec``, ``log``, ``replay`` (the logs' traffic), and
+``modefsm._lazy``.
 """
 
 from typing import TYPE_CHECKING

@@ -8,7 +8,7 @@ than :data:`DRAWN_MAX` client changes, or client groups needing more than
 :data:`GROUP_STEPS_MAX` steps to find.
 
 Example:
-    >>> from modefsm.spec._model import preset
+    >>> from modefsm import preset
     >>> diagram = build_diagram(preset("seed"))
     >>> [(n.id, n.label) for n in diagram.nodes if n.kind == "mode"]
     [('s0', 'Ask'), ('s1', 'Architect'), ('s2', 'Code')]
@@ -37,8 +37,7 @@ from modefsm.diagram._model import (
     Traffic,
 )
 from modefsm.errors import DiagramError
-from modefsm.spec._model import ModeSpec, Switch, SwitchOption
-from modefsm.spec._table import PREVIOUS
+from modefsm.spec import PREVIOUS, ModeSpec, Switch, SwitchOption
 
 __all__ = ["DRAWN_MAX", "GROUP_STEPS_MAX", "build_diagram", "option_reach"]
 

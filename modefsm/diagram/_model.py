@@ -53,7 +53,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from modefsm.spec._model import PermissionOptionKind
+from modefsm.spec import PermissionOptionKind
 
 __all__ = [
     "Diagram",

@@ -8,10 +8,9 @@ from pathlib import Path
 
 from modefsm.diagram._model import Traffic, TransitionKey
 from modefsm.errors import DiagramError, LogError
-from modefsm.log._records import EVENT_CHANGED, EVENT_CREATED, EVENT_REJECTED, TransitionRecord
-from modefsm.replay._replayer import iter_records
-from modefsm.spec._model import ModeSpec
-from modefsm.spec._table import TriggerKind
+from modefsm.log import EVENT_CHANGED, EVENT_CREATED, EVENT_REJECTED, TransitionRecord
+from modefsm.replay import iter_records
+from modefsm.spec import ModeSpec, TriggerKind
 
 __all__ = ["read_traffic"]
 

@@ -1,6 +1,17 @@
 """Live sessions: each change checked, written before it takes effect, then announced.
 
-Where it sits among the stages: the documentation's Architecture page.
+The stage that holds every session's mode: one ``transitions`` machine per engine
+(``_machine``, its only importer), the change pipeline (policy, hooks, write-ahead
+through the store, commit, notifications in commit order) and the ACP-free views of each
+mode (``_views``) and events (``_events``) a protocol renders. No ACP SDK.
+
+Exports: ``ModeEngine``, ``Session``, ``ModeChange``, ``SwitchOffer`` and
+``OfferedOption``, the sink's events (``ModeChanged``, ``NotificationSink``,
+``notification_kind``), the views (``ModeView``, ``OptionView``, ``ModeInfo``,
+``Choice``, ``build_views``) and the machine (``ModeMachine``, ``state_name``,
+``mode_of``, ``MODEL_ATTRIBUTE``, ``MATERIALIZED_MAX``).
+
+May import: ``errors``, ``spec``, ``log``, ``store``.
 """
 
 from modefsm.engine._engine import (

@@ -1,7 +1,7 @@
 """The mode engine: every session's mode, one transition function for every origin.
 
 Data flows one way: a request is validated against the spec, fired through the
-transitions machine, written to the transition log *before* the state changes
+transitions machine, written through the store *before* the state changes
 (write-ahead), committed in memory, and its :class:`~modefsm.engine.ModeChanged` event is
 queued in commit order; :meth:`ModeEngine.flush` then sends them through the host's sink. The async
 methods (:meth:`ModeEngine.set_mode`, ...) do both, so a request's notifications have
@@ -49,7 +49,7 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from modefsm.engine._events import ModeChanged
 from modefsm.engine._machine import ModeMachine, mode_of, state_name
@@ -69,7 +69,7 @@ from modefsm.errors import (
     UnknownModeError,
     UnknownSessionError,
 )
-from modefsm.log._records import (
+from modefsm.log import (
     EVENT_CHANGED,
     EVENT_CREATED,
     EVENT_REJECTED,
@@ -77,10 +77,11 @@ from modefsm.log._records import (
     RejectReason,
     utc_timestamp,
 )
-from modefsm.log._writer import TransitionLog
-from modefsm.spec import PREVIOUS, ModeSpec, PermissionOptionKind, SwitchOption
-from modefsm.spec._table import ORIGIN_KINDS, TriggerKind
+from modefsm.spec import ORIGIN_KINDS, PREVIOUS, TriggerKind
 from modefsm.store import RestorePoint, SessionMoved, SessionStore, StoreBusy, StoreInDoubt
+
+if TYPE_CHECKING:  # the spec's models: an engine is built with one, never builds them
+    from modefsm.spec import ModeSpec, PermissionOptionKind, SwitchOption
 
 __all__ = [
     "ModeChange",
@@ -236,8 +237,8 @@ class ModeEngine:
         store: where records are written and sessions restored from (the one persistence
             seam): a :class:`~modefsm.store.FileStore`, a PostgreSQL store
             (:func:`~modefsm.store.open_store`) or a :class:`~modefsm.store.MemoryStore`.
-        log: deprecated: a log written without a store (nothing is restorable from it);
-            ignored when *store* is given. With neither, no record is written.
+            A :class:`~modefsm.store.LogStore` writes the records to a transition log
+            only (a stream, a host's logger). ``None``: no record is written.
         sink: ``await sink(session_id, event)`` for each notification: a
             :class:`~modefsm.engine.ModeChanged` per change, or a host's own update given
             to :meth:`notify`, in order (:func:`modefsm.protocol.v1.session_updates`
@@ -259,7 +260,6 @@ class ModeEngine:
         self,
         spec: ModeSpec,
         *,
-        log: TransitionLog | None = None,
         store: SessionStore | None = None,
         sink: NotificationSink | None = None,
         before_change: Iterable[ChangeHook] = (),
@@ -268,18 +268,14 @@ class ModeEngine:
     ) -> None:
         """Compile *spec* into a machine and prepare its ACP views."""
         self.spec = spec
-        self.log = log
         self.store = store
-        self._write: Callable[[str, dict[str, Any]], None] | None = (
-            store.note if store is not None else log.write if log is not None else None
-        )
         self._digest: str | None = None  # the digest of the record just written ahead
         self._written: str | None = None  # the digest of a record the store has committed
         self.sink = sink
         self.before_change: list[ChangeHook] = list(before_change)
         self.after_change: list[ChangeHook] = list(after_change)
         self.other_config_options = other_config_options
-        before = self._append if store is not None else self._write_ahead
+        before = self._append if store is not None else _write_nothing
         self.machine = ModeMachine(spec, before=before, after=self._commit)
         self.views: Mapping[str, ModeView] = build_views(spec)
         self._sessions: dict[str, Session] = {}
@@ -322,8 +318,6 @@ class ModeEngine:
                 session.digest = self.store.append(EVENT_CREATED, fields, None)
             except SessionMoved:  # another process created this sessionId first
                 raise SessionExistsError(session.session_id) from None
-        elif self.log is not None:
-            self.log.write(EVENT_CREATED, fields)
         self._sessions[session.session_id] = session
         return session
 
@@ -1281,8 +1275,8 @@ class ModeEngine:
     def _fire_outside_machine(self, session: Session, context: ModeChange) -> None:
         """Commit a restore from a mode the spec no longer has: same record, hooks, commit."""
         self._run_before_hooks(session, context)
-        write_ahead = self._append if self.store is not None else self._write_ahead
-        write_ahead(session, context.from_mode, context.to_mode, context)
+        if self.store is not None:
+            self._append(session, context.from_mode, context.to_mode, context)
         self._commit(session, context.from_mode, context.to_mode, context)
 
     async def _fire_async(
@@ -1375,14 +1369,8 @@ class ModeEngine:
                     seq=context.seq,
                 )
 
-    def _write_ahead(self, session: Session, source: str, dest: str, context: ModeChange) -> None:
-        log = self.log
-        if log is None:
-            return
-        log.write(EVENT_CHANGED, self._change_record(session, source, dest, context))
-
     def _append(self, session: Session, source: str, dest: str, context: ModeChange) -> None:
-        """:meth:`_write_ahead` through the store (the session's head is checked there).
+        """Write the change's record ahead through the store (it checks the session's head).
 
         A record already committed by :meth:`_write_async` is not written again.
         """
@@ -1526,14 +1514,11 @@ class ModeEngine:
             SessionMoved: with *redecide*, the session moved (nothing written).
             LogError: the line cannot be written.
         """
-        if self._write is None:
+        store = self.store
+        if store is None:
             return
         ids = {key: _clip(value) if isinstance(value, str) else value for key, value in ids.items()}
         note = _Rejection(session, _clip(dest) if isinstance(dest, str) else None, origin, reason)
-        store = self.store
-        if store is None:
-            self._write(EVENT_REJECTED, self._rejected(note, ids)[0])
-            return
         noted = _NOTED.get()
         if noted is not None:
             noted.append((note, ids, redecide))
@@ -1639,7 +1624,8 @@ class ModeEngine:
         return fields
 
     def _log_failure(self, event: str, session_id: str, exc: BaseException, **fields: Any) -> None:
-        if self._write is None:
+        store = self.store
+        if store is None:
             return
         record = {
             "timestamp": utc_timestamp(),
@@ -1649,7 +1635,12 @@ class ModeEngine:
             **self._spec_fields,
         }
         with contextlib.suppress(ModefsmError):  # nowhere left to report a failed write
-            self._write(event, record)
+            store.note(event, record)
+
+
+def _write_nothing(session: Session, source: str, dest: str, context: ModeChange) -> None:
+    """The machine's write-ahead callback of an engine without a store: no record."""
+    del session, source, dest, context
 
 
 def _hook_error(hook: ChangeHook, exc: Exception) -> HookError:

@@ -1,9 +1,18 @@
 """The transition log: records and their digest chain, the writer, the reader, the journal.
 
-Where it sits among the stages: the documentation's Architecture page.
-
 Each name loads its module on first use, so that writing records (the record format and
 the writer) loads neither the reader nor the conversation journal.
+
+Exports: the record format (the ``EVENT_*`` names, ``record_digest``,
+``canonical_record``, ...; ``_records``, a leaf below the rest), the record models
+(``TransitionRecord``, ``DecisionRecord``, ``record_checks``; ``_models``, pydantic),
+the writer (``TransitionLog``, ``LogIndex``), the reader (``read_log``, ``LogEntry``,
+``LogProblem``, ...), the conversation journal (``ConversationStore``, ``journal_path``,
+...) and the private-file helpers every file modefsm creates goes through
+(``open_private``, ``create_private``, ``check_private``, ``lock_holders``).
+
+May import: ``errors``, ``spec`` (the rule names a decision record carries), and
+``modefsm._lazy``.
 """
 
 from typing import TYPE_CHECKING
@@ -16,10 +25,14 @@ if TYPE_CHECKING:
         CONVERSATION_MAX_ENTRIES,
         CONVERSATION_SESSIONS_CACHED,
         EVENT_CONVERSATION,
+        JOURNAL_SUFFIX,
         ConversationItem,
         ConversationStore,
         Part,
+        journal_path,
     )
+    from modefsm.log._files import check_private, create_private, lock_holders, open_private
+    from modefsm.log._models import DecisionRecord, FieldCheck, TransitionRecord, record_checks
     from modefsm.log._reader import (
         MAX_LINE,
         RECORD_MARK,
@@ -40,15 +53,11 @@ if TYPE_CHECKING:
         EVENT_REPAIRED,
         RECORD_EVENTS,
         SEQ_MAX,
-        DecisionRecord,
-        FieldCheck,
         Origin,
         Outcome,
         RejectReason,
-        TransitionRecord,
         canonical_record,
         previous_of,
-        record_checks,
         record_digest,
         title_digest,
         utc_timestamp,
@@ -66,6 +75,7 @@ __all__ = [
     "EVENT_DECIDED",
     "EVENT_REJECTED",
     "EVENT_REPAIRED",
+    "JOURNAL_SUFFIX",
     "MAX_LINE",
     "RECORD_EVENTS",
     "RECORD_MARK",
@@ -88,7 +98,12 @@ __all__ = [
     "TransitionLog",
     "TransitionRecord",
     "canonical_record",
+    "check_private",
+    "create_private",
     "ignore_file_size_signal",
+    "journal_path",
+    "lock_holders",
+    "open_private",
     "previous_of",
     "read_log",
     "record_checks",
@@ -99,6 +114,8 @@ __all__ = [
 
 _MODULES = {
     "modefsm.log._conversation": (
+        "JOURNAL_SUFFIX",
+        "journal_path",
         "CONVERSATION_MAX_BYTES",
         "CONVERSATION_MAX_ENTRIES",
         "CONVERSATION_SESSIONS_CACHED",
@@ -107,6 +124,8 @@ _MODULES = {
         "ConversationStore",
         "Part",
     ),
+    "modefsm.log._files": ("check_private", "create_private", "lock_holders", "open_private"),
+    "modefsm.log._models": ("DecisionRecord", "FieldCheck", "TransitionRecord", "record_checks"),
     "modefsm.log._reader": (
         "DecisionEntry",
         "Location",
@@ -127,15 +146,11 @@ _MODULES = {
         "MAX_LINE",
         "RECORD_EVENTS",
         "SEQ_MAX",
-        "DecisionRecord",
-        "FieldCheck",
         "Origin",
         "Outcome",
         "RejectReason",
-        "TransitionRecord",
         "canonical_record",
         "previous_of",
-        "record_checks",
         "record_digest",
         "title_digest",
         "utc_timestamp",

@@ -54,14 +54,13 @@ from typing import Any, BinaryIO, Literal, overload
 import orjson
 from pydantic import ValidationError
 
+from modefsm.log._models import DecisionRecord, TransitionRecord
 from modefsm.log._records import (
     CHAINED_EVENTS,
     EVENT_DECIDED,
     EVENT_REPAIRED,
     MAX_LINE,
     RECORD_EVENTS,
-    DecisionRecord,
-    TransitionRecord,
     record_digest,
 )
 

@@ -1,9 +1,17 @@
 """ACP over the SDK: the v1 and v2 agents, version negotiation, the transports.
 
-Where it sits among the stages: the documentation's Architecture page.
+The stage that turns the engine's plain data into the SDK's wire models and back:
+``v1/`` (``ModeAgent``, the ``switch_mode`` flow, the v1 renderers), ``v2/``
+(``ModeAgentV2``, loaded on first use), ``transport/`` (frames, stdio, HTTP and
+WebSocket, negotiation, the shared engine) and ``errors`` (the JSON-RPC errors). The
+only stage, with ``cli``, that imports the ACP SDK.
 
-``config_options``, ``mode_state`` and ``session_updates`` are ACP v1's renderers
-(:mod:`modefsm.protocol.v1`); v2's are :mod:`modefsm.protocol.v2`'s.
+Exports: the union of ``v1``'s and ``transport``'s exports, ``LIST_PAGE``, and, on first
+use, ``ModeAgentV2`` and ``V2_PROTOCOL_VERSION``. ``config_options``, ``mode_state`` and
+``session_updates`` are ACP v1's renderers (:mod:`modefsm.protocol.v1`); v2's are
+:mod:`modefsm.protocol.v2`'s.
+
+May import: ``errors``, ``spec``, ``log``, ``store``, ``engine``.
 """
 
 from modefsm.protocol._list import LIST_PAGE
@@ -47,10 +55,16 @@ from modefsm.protocol.transport import (
     SharedEngine,
     check_frame,
     create_app,
+    is_loopback,
     new_token,
+    normal_host,
+    normal_origin,
+    raise_descriptor_limit,
+    read_token_file,
     run_agent,
     serve_http,
     serve_negotiated,
+    write_token_file,
 )
 from modefsm.protocol.v1 import (
     CLOSE_WAIT,
@@ -112,13 +126,19 @@ __all__ = [
     "check_frame",
     "config_options",
     "create_app",
+    "is_loopback",
     "mode_state",
     "new_token",
+    "normal_host",
+    "normal_origin",
     "offered_options",
     "propose_switch",
+    "raise_descriptor_limit",
+    "read_token_file",
     "require_v2",
     "run_agent",
     "serve_http",
     "serve_negotiated",
     "session_updates",
+    "write_token_file",
 ]

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from modefsm.log._records import FieldCheck, record_checks
+from modefsm.log import FieldCheck, record_checks
 
 __all__: list[str] = []  # used by Replayer.take only
 

@@ -23,9 +23,9 @@ processes writing one file) is a violation at the line where it shows.
 
 Example:
     >>> import io
-    >>> from modefsm import ModeEngine, TransitionLog, preset
+    >>> from modefsm import LogStore, ModeEngine, TransitionLog, preset
     >>> buffer = io.BytesIO()
-    >>> engine = ModeEngine(preset("seed"), log=TransitionLog.to_stream(buffer))
+    >>> engine = ModeEngine(preset("seed"), store=LogStore(TransitionLog.to_stream(buffer)))
     >>> _ = engine.new_session("sess_1")
     >>> _ = engine.change("sess_1", "architect", "set_mode")
     >>> stdin = io.BufferedReader(io.BytesIO(buffer.getvalue()))
@@ -46,31 +46,27 @@ import msgspec
 import orjson
 
 from modefsm.errors import LogError
-from modefsm.log._reader import (
+from modefsm.log import (
+    EVENT_CHANGED,
+    EVENT_CREATED,
+    EVENT_DECIDED,
+    EVENT_REJECTED,
     RECORD_MARK,
     DecisionEntry,
     Location,
     LogEntry,
     LogProblem,
     Take,
-    read_log,
-)
-from modefsm.log._records import (
-    EVENT_CHANGED,
-    EVENT_CREATED,
-    EVENT_DECIDED,
-    EVENT_REJECTED,
     TransitionRecord,
     canonical_record,
     previous_of,
+    read_log,
     record_checks,
 )
 from modefsm.replay._fast import canonical_encoder, record_decoder
 from modefsm.replay._merge import file_kind, merge_by_gseq, merged_kinds
 from modefsm.replay._tools import ToolLedger, ToolTally
-from modefsm.spec._model import ModeSpec, preset
-from modefsm.spec._presets import preset_names
-from modefsm.spec._table import PREVIOUS, TransitionTable
+from modefsm.spec import PREVIOUS, ModeSpec, TransitionTable, preset, preset_names
 from modefsm.store import LogRestore, RestorePoint, last_points
 
 __all__ = [

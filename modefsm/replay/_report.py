@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import orjson
 
 if TYPE_CHECKING:
-    from modefsm.log._reader import LogEntry
+    from modefsm.log import LogEntry
     from modefsm.replay._replayer import ReplayReport
     from modefsm.replay._tools import ToolTally
 

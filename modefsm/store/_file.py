@@ -52,16 +52,18 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from modefsm.errors import LogError
-from modefsm.log._files import lock_holders, open_private
-from modefsm.log._reader import LogEntry, read_log
-from modefsm.log._records import (
+from modefsm.log import (
     CHAINED_EVENTS,
     EVENT_CHANGED,
     EVENT_CREATED,
     EVENT_DECIDED,
     EVENT_REJECTED,
     SEQ_MAX,
+    LogEntry,
     TransitionRecord,
+    lock_holders,
+    open_private,
+    read_log,
 )
 from modefsm.log._writer import (
     TransitionLog,

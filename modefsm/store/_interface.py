@@ -16,10 +16,12 @@ backend (and no SQLite, no log reader).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from modefsm.errors import LogError, ModefsmError
-from modefsm.log._records import TransitionRecord
+
+if TYPE_CHECKING:  # a model: loaded by those who read history, not by every writer
+    from modefsm.log import TransitionRecord
 
 __all__ = [
     "EXPORT_EVENT",

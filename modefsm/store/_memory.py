@@ -10,11 +10,14 @@ process only.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from modefsm.errors import LogError
-from modefsm.log._records import RECORD_EVENTS, TransitionRecord, record_digest
+from modefsm.log import RECORD_EVENTS, record_digest
 from modefsm.store._interface import ListAfter, ListedSession, RestorePoint, SessionMoved
+
+if TYPE_CHECKING:
+    from modefsm.log import TransitionRecord
 
 __all__ = ["MemoryStore"]
 
@@ -61,7 +64,7 @@ class MemoryStore:
 
     def _open(self) -> None:
         if self._closed:
-            raise LogError("the in-memory store is closed")
+            raise LogError("the store is closed")
 
     def _write(self, event: str, fields: dict[str, Any]) -> str | None:
         """Keep one line; a record (:data:`~modefsm.log.RECORD_EVENTS`) gets its digest."""
@@ -74,6 +77,18 @@ class MemoryStore:
             line["digest"] = digest
             self._head = digest
         self.lines.append(line)
+        return digest
+
+    def _commit(self, event: str, fields: dict[str, Any], held: RestorePoint | None) -> str:
+        """Keep a committed record after *held* (the session's point): its ``digest``.
+
+        *fields* gets ``session_prev`` and ``digest``.
+        """
+        fields["session_prev"] = held.digest if held is not None else None
+        digest = self._write(event, fields)
+        assert digest is not None  # noqa: S101 - a committed record has a digest
+        fields["digest"] = digest
+        self._records.setdefault(fields["session_id"], []).append(self.lines[-1])
         return digest
 
     def append(self, event: str, fields: dict[str, Any], head: RestorePoint | None) -> str:
@@ -93,10 +108,7 @@ class MemoryStore:
             held = head  # a session restored from elsewhere: its head is the caller's
         if seq != (held.seq if held is not None else 0) + 1:
             raise SessionMoved(held or RestorePoint(session_id, fields["to_mode"], seq - 1))
-        fields["session_prev"] = held.digest if held is not None else None
-        digest = self._write(event, fields)
-        assert digest is not None  # noqa: S101 - a committed record has a digest
-        fields["digest"] = digest
+        digest = self._commit(event, fields, held)
         if fields["origin"] == "restore":
             previous = held.previous if held is not None else None
         else:
@@ -104,7 +116,6 @@ class MemoryStore:
         self._points[session_id] = RestorePoint(
             session_id, fields["to_mode"], seq, previous, digest
         )
-        self._records.setdefault(session_id, []).append(self.lines[-1])
         cwd = fields.get("cwd") if seq == 1 else self._listed.get(session_id, (None,))[0]
         if cwd is not None:
             self._listed[session_id] = (cwd, fields["timestamp"])
@@ -161,6 +172,8 @@ class MemoryStore:
 
     def history(self, session_id: str) -> Iterator[TransitionRecord]:
         """The session's committed records, ``seq`` 1 to n."""
+        from modefsm.log import TransitionRecord  # noqa: PLC0415 - the model, when read
+
         for line in self._records.get(session_id, ()):
             yield TransitionRecord.model_validate(line)
 

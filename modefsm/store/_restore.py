@@ -35,10 +35,10 @@ reported as a ``modefsm.restore_index_mismatch`` event in the transition log.
 
 Example:
     >>> import tempfile, pathlib
-    >>> from modefsm import ModeEngine, preset
+    >>> from modefsm import LogStore, ModeEngine, preset
     >>> folder = pathlib.Path(tempfile.mkdtemp())
     >>> log = RestoreIndex.open_log(folder / "modes.jsonl", folder / "modes.index")
-    >>> engine = ModeEngine(preset("seed"), log=log)
+    >>> engine = ModeEngine(preset("seed"), store=LogStore(log))
     >>> _ = engine.new_session("sess_1"); _ = engine.change("sess_1", "code", "set_mode")
     >>> log.index.restore_point("sess_1")
     RestorePoint(session_id='sess_1', mode='code', seq=2, previous='ask', digest=None)
@@ -61,14 +61,18 @@ from typing import Any
 import orjson
 
 from modefsm.errors import LogError
-from modefsm.log._conversation import JOURNAL_SUFFIX, journal_path
-from modefsm.log._files import check_private, create_private
-from modefsm.log._reader import LogEntry, LogProblem, read_log
-from modefsm.log._records import (
+from modefsm.log import (
     EVENT_CHANGED,
     EVENT_CREATED,
     EVENT_REJECTED,
+    JOURNAL_SUFFIX,
+    LogEntry,
+    LogProblem,
+    check_private,
+    create_private,
+    journal_path,
     previous_of,
+    read_log,
     record_digest,
     utc_timestamp,
 )
@@ -81,6 +85,7 @@ __all__ = [
     "RETRY_SECONDS",
     "LogRestore",
     "RestoreIndex",
+    "check_index_modes",
     "check_index_path",
     "is_index",
     "last_points",

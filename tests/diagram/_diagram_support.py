@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, ModeSpec, TransitionLog, preset
 
 if TYPE_CHECKING:
     from tests.diagram._browser import Browser
@@ -94,7 +94,7 @@ def write_permission_log(path: Path) -> None:
     ``sess_c``: created.
     """
     log = TransitionLog.to_file(path)
-    engine = ModeEngine(preset("permission"), log=log)
+    engine = ModeEngine(preset("permission"), store=LogStore(log))
     for session_id in ("sess_a", "sess_b", "sess_c"):
         engine.new_session(session_id)
     engine.change("sess_a", "plan", "set_mode")

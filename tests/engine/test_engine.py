@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from modefsm import (
     HookError,
     InvalidValueError,
     LogError,
+    LogStore,
     ModeChange,
     ModeEngine,
     ModeSpec,
@@ -470,9 +472,10 @@ class TestLog:
         read_end, write_end = os.pipe()
         os.close(read_end)  # every write now fails with EPIPE
         stream = open(write_end, "wb", buffering=0)  # noqa: SIM115
-        engine = ModeEngine(SEED, sink=recorder)
+        store = LogStore(TransitionLog.to_stream(io.BytesIO()))
+        engine = ModeEngine(SEED, store=store, sink=recorder)
         engine.new_session("s1")
-        engine.log = TransitionLog.to_stream(stream, path="broken")
+        store.log = TransitionLog.to_stream(stream, path="broken")
         with pytest.raises(LogError, match="broken: cannot write the transition log"):
             await engine.set_mode("s1", "code")
         stream.close()
@@ -503,7 +506,7 @@ class TestLog:
     async def test_fsync_log_writes_the_same_lines(self, tmp_path: Path):
         path = tmp_path / "synced.jsonl"
         log = TransitionLog.to_file(path, fsync=True)
-        engine = ModeEngine(SEED, log=log)
+        engine = ModeEngine(SEED, store=LogStore(log))
         engine.new_session("s1")
         await engine.set_mode("s1", "code")
         log.close()
@@ -545,7 +548,7 @@ class TestLog:
 
         capture = structlog.testing.LogCapture()
         logger = structlog.wrap_logger(None, processors=[capture])
-        engine = ModeEngine(SEED, log=TransitionLog(logger))
+        engine = ModeEngine(SEED, store=LogStore(TransitionLog(logger)))
         engine.new_session("s1")
         await engine.set_mode("s1", "code")
         events = [(e["event"], e["seq"], e["to_mode"], e["log_level"]) for e in capture.entries]
@@ -582,7 +585,7 @@ class TestOrdering:
                 order.append((session_id, update.session_update, current))
 
         log = TransitionLog.to_file(log_path)
-        engine = ModeEngine(SEED, log=log, sink=slow_sink)
+        engine = ModeEngine(SEED, store=LogStore(log), sink=slow_sink)
         for sid in ("a", "b"):
             engine.new_session(sid)
         targets = ["architect", "code", "ask", "code", "architect"]

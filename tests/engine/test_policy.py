@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, ModeSpec, TransitionLog, preset
 from modefsm.diagram import build_diagram, to_markdown
 from modefsm.engine._engine import OfferedOption
 from modefsm.errors import StaleOptionError, TransitionNotAllowedError
@@ -148,7 +148,7 @@ class TestStaleApproval:
 
     def test_stale_return_to_bypass_is_refused_and_logged(self, log_path):
         log = TransitionLog.to_file(log_path)
-        engine = ModeEngine(PERMISSION, log=log)
+        engine = ModeEngine(PERMISSION, store=LogStore(log))
         in_plan_from(engine, "s1", "bypassPermissions")
         offer = engine.offer_switch("s1")
         engine.change("s1", "default", "set_mode")  # while the dialog is open
@@ -168,7 +168,7 @@ class TestStaleApproval:
 
     def test_stale_approval_is_never_re_resolved(self, log_path):
         log = TransitionLog.to_file(log_path)
-        engine = ModeEngine(LETTERS, log=log)
+        engine = ModeEngine(LETTERS, store=LogStore(log))
         engine.new_session("s1")
         engine.change("s1", "p", "set_mode")
         offer = engine.offer_switch("s1")  # "Back to Alpha"

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, reject, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from modefsm import ModeChange, ModeEngine, ModefsmError, ModeSpec, TransitionLog
+from modefsm import LogStore, ModeChange, ModeEngine, ModefsmError, ModeSpec, TransitionLog
 from modefsm.engine._engine import SwitchOffer
 from modefsm.errors import SpecError, StaleOptionError
 from modefsm.replay import replay
@@ -105,7 +105,7 @@ class PolicyRuns(RuleBasedStateMachine):
     @initialize(spec=specs())
     def start(self, spec: ModeSpec) -> None:
         self.log = TransitionLog.to_file(self.path)
-        self.engine = ModeEngine(spec, log=self.log, after_change=[self._changed])
+        self.engine = ModeEngine(spec, store=LogStore(self.log), after_change=[self._changed])
 
     def _changed(self, change: ModeChange) -> None:
         self.last[change.session_id] = change

@@ -11,7 +11,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from modefsm import ModeEngine, ModefsmError, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, ModefsmError, TransitionLog, preset
 from modefsm.protocol.v1 import session_updates
 from modefsm.replay._replayer import last_points
 from tests.conftest import read_log
@@ -46,7 +46,7 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(index=st.integers(0, len(SPECS) - 1))
     def start(self, index: int) -> None:
         self.spec = SPECS[index]
-        self.engine = ModeEngine(self.spec, log=self.log, sink=self._sink)
+        self.engine = ModeEngine(self.spec, store=LogStore(self.log), sink=self._sink)
         for sid in SESSIONS:
             self.engine.new_session(sid)
             self.model[sid] = self.spec.initial
@@ -103,7 +103,7 @@ class EngineMachine(RuleBasedStateMachine):
         """A fresh engine (a restarted process) restores the session from the log."""
         assert self.engine is not None
         point = last_points([self.path])[sid]
-        fresh = ModeEngine(self.spec, log=self.log, sink=self._sink)
+        fresh = ModeEngine(self.spec, store=LogStore(self.log), sink=self._sink)
         for other in SESSIONS:
             if other != sid:
                 fresh._sessions[other] = self.engine.get(other)

@@ -18,7 +18,7 @@ import pytest
 from acp._transport import memory_transport_pair
 from acp.agent.connection import AgentSideConnection
 
-from modefsm import TransitionLog, preset
+from modefsm import LogStore, TransitionLog, preset
 from modefsm.protocol._sdk import ROUTES_CANCEL_REQUEST
 from modefsm.protocol.v1._agent import ModeAgent
 from tests.conftest import read_log
@@ -43,7 +43,7 @@ async def _cancel_after(method: str, turns: int, log_path: Path) -> tuple[str, l
 
     agent_end.send = send_like_a_pipe  # type: ignore[method-assign]
     log = TransitionLog.to_file(log_path)
-    agent = ModeAgent(preset("seed"), log=log)
+    agent = ModeAgent(preset("seed"), store=LogStore(log))
     conn = AgentSideConnection(cast("Any", agent), agent_end, listening=True)
     try:
         await client_end.send(

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from modefsm import ModeEngine, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, TransitionLog, preset
 from modefsm.cli._main import main
 
 from .harness import soak_factor
@@ -34,7 +34,7 @@ def _clean_log() -> bytes:
     """A real log: three sessions of the seed spec, changes, a switch and a rejection."""
     folder = Path(tempfile.mkdtemp())
     log = TransitionLog.to_file(folder / "log.jsonl")
-    engine = ModeEngine(preset("seed"), log=log)
+    engine = ModeEngine(preset("seed"), store=LogStore(log))
     for sid in ("s1", "s2", "s3"):
         engine.new_session(sid)
         engine.change(sid, "architect", "set_mode")

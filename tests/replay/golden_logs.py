@@ -17,7 +17,7 @@ from unittest import mock
 
 import orjson
 
-from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, ModeSpec, TransitionLog, preset
 from modefsm.errors import ModefsmError
 from modefsm.log._records import record_digest
 
@@ -41,7 +41,7 @@ def fixed_clock() -> Iterator[None]:
 def _run(spec: ModeSpec, script: Callable[[ModeEngine], None]) -> list[bytes]:
     buffer = io.BytesIO()
     with fixed_clock():
-        script(ModeEngine(spec, log=TransitionLog.to_stream(buffer)))
+        script(ModeEngine(spec, store=LogStore(TransitionLog.to_stream(buffer))))
     return buffer.getvalue().splitlines()
 
 
@@ -199,18 +199,18 @@ def interleaved() -> list[bytes]:
     """Two processes appending to one file: the second opened it after two records."""
     with tempfile.TemporaryDirectory() as folder, fixed_clock():
         path = Path(folder) / "shared.jsonl"
-        first = ModeEngine(preset("seed"), log=TransitionLog.to_file(path))
+        first_log = TransitionLog.to_file(path)
+        first = ModeEngine(preset("seed"), store=LogStore(first_log))
         first.new_session("sess_1")
         first.change("sess_1", "architect", "set_mode")
-        second = ModeEngine(preset("seed"), log=TransitionLog.to_file(path))
+        second_log = TransitionLog.to_file(path)
+        second = ModeEngine(preset("seed"), store=LogStore(second_log))
         first.change("sess_1", "code", "set_mode")
         second.new_session("sess_2")
         first.change("sess_1", "ask", "set_mode")
         second.change("sess_2", "code", "set_mode")
-        assert first.log is not None
-        assert second.log is not None
-        first.log.close()
-        second.log.close()
+        first_log.close()
+        second_log.close()
         return path.read_bytes().splitlines()
 
 

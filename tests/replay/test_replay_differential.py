@@ -20,7 +20,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from modefsm import ModeEngine, TransitionLog, preset, preset_names
+from modefsm import LogStore, ModeEngine, TransitionLog, preset, preset_names
 from modefsm.errors import ModefsmError
 from modefsm.log import Origin, Outcome, read_log, record_digest
 from modefsm.replay import Replayer, ReplayReport, replay
@@ -64,7 +64,7 @@ def run_engine(spec: ModeSpec, script: list[Op]) -> list[bytes]:
     buffer = io.BytesIO()
     with fixed_clock():
         log = TransitionLog.to_stream(buffer)
-        engine = ModeEngine(spec, log=log)
+        engine = ModeEngine(spec, store=LogStore(log))
         decider = Decider(engine, log)
         modes = spec.mode_ids
         for step, (op, who, pick, origin) in enumerate(script):

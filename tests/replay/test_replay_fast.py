@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from modefsm import ModeEngine, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, TransitionLog, preset
 from modefsm.errors import ModefsmError
 from modefsm.log._reader import MAX_LINE, read_log
 from modefsm.replay._replayer import Replayer, ReplayReport, replay
@@ -39,7 +39,7 @@ def _permission_log() -> list[bytes]:
     """
     buffer = io.BytesIO()
     with fixed_clock():
-        engine = ModeEngine(preset("permission"), log=TransitionLog.to_stream(buffer))
+        engine = ModeEngine(preset("permission"), store=LogStore(TransitionLog.to_stream(buffer)))
         engine.new_session("a", request_id=0)
         engine.new_session("b")
         engine.change("a", "plan", "set_mode", request_id=1)
@@ -149,7 +149,7 @@ def test_a_restore_keeps_the_previous_mode_a_switch_returns_to(tmp_path):
         }
     )  # fmt: skip
     buffer = io.BytesIO()
-    engine = ModeEngine(spec, log=TransitionLog.to_stream(buffer))
+    engine = ModeEngine(spec, store=LogStore(TransitionLog.to_stream(buffer)))
     engine.new_session("s")
     engine.change("s", "yolo", "set_mode")
     engine.close_session("s")
@@ -368,7 +368,7 @@ def test_a_duplicated_record_keeps_its_age_among_the_recent_digests(tmp_path):
     forks record 1500: 3,500 distinct digests back but 4,666 lines; duplicates take no
     room among the 4,096 most recent distinct digests."""
     buffer = io.BytesIO()
-    engine = ModeEngine(preset("seed"), log=TransitionLog.to_stream(buffer))
+    engine = ModeEngine(preset("seed"), store=LogStore(TransitionLog.to_stream(buffer)))
     for number in range(5000):
         engine.new_session(f"s{number}")
     lines, first_line = [], {}

@@ -9,7 +9,15 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from modefsm import ModeChange, ModeEngine, ModefsmError, TransitionLog, preset, preset_names
+from modefsm import (
+    LogStore,
+    ModeChange,
+    ModeEngine,
+    ModefsmError,
+    TransitionLog,
+    preset,
+    preset_names,
+)
 from modefsm.replay._replayer import replay
 
 SESSION_IDS = st.sampled_from(["s0", "s1", "s2", "s3"])
@@ -44,7 +52,7 @@ class EngineRuns(RuleBasedStateMachine):
     def start(self, name: str) -> None:
         self.engine = ModeEngine(
             preset(name),
-            log=TransitionLog.to_stream(self.buffer),
+            store=LogStore(TransitionLog.to_stream(self.buffer)),
             after_change=[self._changed],
         )
 

@@ -11,7 +11,7 @@ import time
 import orjson
 import pytest
 
-from modefsm import ModeEngine, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, TransitionLog, preset
 from modefsm.errors import LogError
 from modefsm.store import (
     RETRY_SECONDS,
@@ -36,7 +36,7 @@ def _open(tmp_path, spec="seed", **index_options):
     index = RestoreIndex(tmp_path / "modes.index", **index_options)
     log = TransitionLog.to_file(tmp_path / "modes.jsonl", index=index)
     _OPENED.extend([index, log])
-    return ModeEngine(preset(spec), log=log), log, index
+    return ModeEngine(preset(spec), store=LogStore(log)), log, index
 
 
 def _crash(log: TransitionLog, index: RestoreIndex) -> None:
@@ -81,7 +81,7 @@ class TestIndexFollowsTheLog:
 
     def test_index_given_as_a_path_is_closed_with_the_log(self, tmp_path):
         log = RestoreIndex.open_log(tmp_path / "modes.jsonl", tmp_path / "modes.index")
-        ModeEngine(preset("seed"), log=log).new_session("s1")
+        ModeEngine(preset("seed"), store=LogStore(log)).new_session("s1")
         log.close()
         index = RestoreIndex(tmp_path / "modes.index")
         _OPENED.append(index)
@@ -262,7 +262,7 @@ def test_rejections_alone_then_a_commit(tmp_path):
     from modefsm import UnknownModeError
 
     log = RestoreIndex.open_log(tmp_path / "l.jsonl", tmp_path / "l.index")
-    engine = ModeEngine(preset("seed"), log=log)
+    engine = ModeEngine(preset("seed"), store=LogStore(log))
     engine.new_session("s1")
     log.index.commit()
     with pytest.raises(UnknownModeError):

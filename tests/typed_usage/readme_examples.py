@@ -16,6 +16,7 @@ from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock
 
 from modefsm import (
     FileStore,
+    LogStore,
     MemoryStore,
     ModeAgent,
     ModeEngine,
@@ -79,7 +80,7 @@ def restore_from_the_index() -> None:
     """**Restore.** Open the log with an index, and answer ``session/load`` from it."""
     index = RestoreIndex("modes.index")  # caught up with the log, closed with it
     log = TransitionLog.to_file("modes.jsonl", index=index, close_index=True)
-    engine = ModeEngine(preset("seed"), log=log)
+    engine = ModeEngine(preset("seed"), store=LogStore(log))
     session_id = "sess_1"  # the sessionId of the session/load request
     point = index.restore_point(session_id)  # RestorePoint(session_id, mode, seq, previous)
     assert_type(point, RestorePoint | None)

@@ -9,8 +9,7 @@ from modefsm.diagram._model import Diagram, Traffic, TransitionKey
 from modefsm.diagram.renderers._mermaid import mermaid_key, to_mermaid
 from modefsm.diagram.renderers._text import _visible
 from modefsm.errors import DiagramError
-from modefsm.spec._model import ModeSpec, SwitchOption
-from modefsm.spec._table import PREVIOUS
+from modefsm.spec import PREVIOUS, ModeSpec, SwitchOption
 
 __all__ = ["to_markdown"]
 

@@ -113,6 +113,7 @@ __all__ = [
     "RESERVED_DESCRIPTORS",
     "AgentFactory",
     "create_app",
+    "raise_descriptor_limit",
     "serve_http",
 ]
 

@@ -68,7 +68,6 @@ from typing import TYPE_CHECKING, Any
 from modefsm.engine import ModeChange, ModeEngine, notification_kind
 
 if TYPE_CHECKING:
-    from modefsm.log import TransitionLog
     from modefsm.spec import ModeSpec
     from modefsm.store import SessionStore
 
@@ -227,7 +226,6 @@ class SharedEngine(ModeEngine):
         spec: ModeSpec,
         *,
         store: SessionStore | None = None,
-        log: TransitionLog | None = None,
         before_change: Iterable[Callable[[ModeChange], None]] = (),
         after_change: Iterable[Callable[[ModeChange], None]] = (),
         other_config_options: Callable[[str], Sequence[Any]] | None = None,
@@ -241,7 +239,6 @@ class SharedEngine(ModeEngine):
         super().__init__(
             spec,
             store=store,
-            log=log,
             before_change=before_change,
             after_change=after_change,
             other_config_options=other_config_options,

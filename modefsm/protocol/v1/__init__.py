@@ -1,4 +1,16 @@
-"""modefsm.protocol.v1: the ACP v1 agent adapter."""
+"""modefsm.protocol.v1: the ACP v1 agent adapter.
+
+``ModeAgent`` serves the session methods of ACP v1 over the engine; ``_switch`` is the
+``switch_mode`` permission flow; ``_render`` turns the engine's views and events into
+the SDK's v1 models.
+
+Exports: ``ModeAgent``, ``SwitchResult``, ``propose_switch``, ``offered_options``, the
+renderers (``config_options``, ``mode_state``, ``session_updates``), ``CLOSE_WAIT`` and
+``MAX_CWD_CHARS``.
+
+May import: ``errors``, ``spec``, ``log``, ``store``, ``engine``, and ``protocol`` (its
+JSON-RPC errors, the transports and the session/list pages).
+"""
 
 from modefsm.protocol.v1._agent import (
     CLOSE_WAIT,

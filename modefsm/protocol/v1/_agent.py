@@ -60,17 +60,16 @@ from acp.schema import (
     ToolCallStart,
 )
 
-from modefsm.engine._engine import ModeChange, ModeEngine, Session
+from modefsm.engine import ModeChange, ModeEngine, Session
 from modefsm.errors import UnknownSessionError
-from modefsm.log._conversation import ConversationStore, Part
-from modefsm.log._writer import TransitionLog
+from modefsm.log import ConversationStore, Part
 from modefsm.protocol._list import list_page
 from modefsm.protocol.errors import acp_errors, invalid_params
 from modefsm.protocol.transport._shared import SharedEngine
 from modefsm.protocol.transport._stdio import PermissionRequest
 from modefsm.protocol.v1._render import config_options, mode_state, session_updates
 from modefsm.protocol.v1._switch import SwitchResult, propose_switch
-from modefsm.spec._model import ModeSpec
+from modefsm.spec import ModeSpec
 from modefsm.store import RestorePoint, SessionStore
 
 __all__ = ["CLOSE_WAIT", "MAX_CWD_CHARS", "ModeAgent"]
@@ -87,15 +86,15 @@ class ModeAgent:
             ``session/resume`` and ``session/list`` find sessions unknown to this process
             (after a restart): a :class:`~modefsm.store.FileStore`, a PostgreSQL store
             (:func:`~modefsm.store.open_store`) or a :class:`~modefsm.store.MemoryStore`.
-        log: a transition log written without a store (deprecated: nothing can be
-            restored from it; give a *store*). With neither, nothing is logged and
-            ``session/load``/``session/resume`` of an unknown session answer ``-32002``.
+            A :class:`~modefsm.store.LogStore` only writes the records to a transition
+            log. ``None``: nothing is logged and ``session/load``/``session/resume`` of
+            an unknown session answer ``-32002``.
         unstable: advertise ``session/resume``, ``session/close`` and ``session/list``
             (the SDK routes them whatever its ``use_unstable_protocol``).
         conversation: where the ``switch_mode`` tool calls (and anything the host passes
             to :meth:`record`) are kept for replay; a fresh in-memory
             :class:`~modefsm.log.ConversationStore` when ``None``.
-        engine: an engine to use instead of building one (*store*, *log* and the hooks
+        engine: an engine to use instead of building one (*store* and the hooks
             and options below are then ignored: the engine's own are used); its ``sink``
             is set to this agent's connection, which a
             :class:`~modefsm.protocol.SharedEngine` keeps per connection.
@@ -126,7 +125,6 @@ class ModeAgent:
         spec: ModeSpec,
         *,
         store: SessionStore | None = None,
-        log: TransitionLog | None = None,
         unstable: bool = False,
         conversation: ConversationStore | None = None,
         engine: ModeEngine | None = None,
@@ -139,7 +137,6 @@ class ModeAgent:
             self.engine = ModeEngine(
                 spec,
                 store=store,
-                log=log,
                 sink=self._send,
                 before_change=before_change,
                 after_change=after_change,

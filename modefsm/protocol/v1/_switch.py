@@ -54,7 +54,7 @@ from acp.schema import (
 )
 from pydantic import ValidationError
 
-from modefsm.engine._engine import ModeChange, ModeEngine, SwitchOffer
+from modefsm.engine import ModeChange, ModeEngine, SwitchOffer
 from modefsm.errors import (
     REQUEST_CANCELLED,
     HookError,
@@ -62,7 +62,7 @@ from modefsm.errors import (
     StaleOptionError,
     TransitionNotAllowedError,
 )
-from modefsm.log._records import RejectReason
+from modefsm.log import RejectReason
 
 __all__ = ["SwitchResult", "offered_options", "propose_switch"]
 

@@ -44,7 +44,7 @@ from acp.experimental.v2 import schema as v2
 
 from modefsm.engine import ModeChanged
 from modefsm.errors import RESOURCE_NOT_FOUND, UnknownSessionError
-from modefsm.log._conversation import ConversationItem
+from modefsm.log import ConversationItem
 from modefsm.protocol._list import list_page
 from modefsm.protocol.errors import acp_errors, invalid_params, session_not_found
 from modefsm.protocol.v1._agent import ModeAgent, _finish, _version
