@@ -14,9 +14,9 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
-    from modefsm.engine import OfferedOption, SwitchOffer
-    from modefsm.engine._engine import ModeChange, ModeEngine, NotificationSink, Session
-    from modefsm.engine._events import ModeChanged
+    from modefsm.engine import OfferedOption, SwitchOffer, SwitchResult
+    from modefsm.engine._engine import ModeEngine, NotificationSink, Session
+    from modefsm.engine._events import ModeChange, ModeChanged
     from modefsm.engine._views import ModeView, OptionView
     from modefsm.errors import (
         ChangeRefused,
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from modefsm.log._conversation import ConversationStore
     from modefsm.log._records import TransitionRecord
     from modefsm.log._writer import TransitionLog
-    from modefsm.protocol import ModeAgent, SwitchResult, run_agent
+    from modefsm.protocol import ModeAgent, run_agent
     from modefsm.protocol.transport._access import new_token
     from modefsm.protocol.transport._http import serve_http
     from modefsm.protocol.transport._negotiate import serve_negotiated
@@ -91,7 +91,7 @@ _EXPORTS = {
     "Mode": "modefsm.spec",
     "ModeAgent": "modefsm.protocol",
     "ModeAgentV2": "modefsm.protocol.v2._agent",
-    "ModeChange": "modefsm.engine._engine",
+    "ModeChange": "modefsm.engine._events",
     "ModeChanged": "modefsm.engine._events",
     "ModeEngine": "modefsm.engine._engine",
     "ModeSpec": "modefsm.spec",
@@ -114,7 +114,7 @@ _EXPORTS = {
     "Switch": "modefsm.spec",
     "SwitchOffer": "modefsm.engine",
     "SwitchOption": "modefsm.spec",
-    "SwitchResult": "modefsm.protocol",
+    "SwitchResult": "modefsm.engine",
     "TransitionLog": "modefsm.log._writer",
     "TransitionNotAllowedError": "modefsm.errors",
     "TransitionRecord": "modefsm.log._records",

@@ -60,6 +60,7 @@ from acp.schema import (
     ToolCallStart,
 )
 
+from modefsm.engine import SwitchResult
 from modefsm.engine._engine import ModeChange, ModeEngine, Session
 from modefsm.errors import UnknownSessionError
 from modefsm.log._conversation import ConversationStore, Part
@@ -69,7 +70,7 @@ from modefsm.protocol.errors import acp_errors, invalid_params
 from modefsm.protocol.transport._shared import SharedEngine
 from modefsm.protocol.transport._stdio import PermissionRequest
 from modefsm.protocol.v1._render import config_options, mode_state, session_updates
-from modefsm.protocol.v1._switch import SwitchResult, propose_switch
+from modefsm.protocol.v1._switch import propose_switch
 from modefsm.spec._model import ModeSpec
 from modefsm.store import RestorePoint, SessionStore
 
