@@ -650,32 +650,12 @@ class ModeEngine(SwitchOffers):
             self._reject(session, None, "set_config_option", "invalid_value", request_id=request_id)
             raise InvalidValueError("value", value, self.spec.mode_ids, "a mode id (string)")
 
-    def reject_switch(
-        self,
-        session_id: str,
-        reason: RejectReason,
-        *,
-        dest: str | None = None,
-        tool_call_id: str | None = None,
-        option_id: str | None = None,
-        proposed_in: str | None = None,
-        request_id: str | int | None = None,
-    ) -> None:
-        """Log that a ``switch_mode`` changed nothing, and why (``option_rejected``, ...).
+    def _detached(self, session_id: str) -> Session:
+        """The live session *session_id*, or a stand-in for a closed or unknown one.
 
-        Works for closed sessions too (``session_closed``); unknown ids are logged as given.
+        The stand-in (no mode, ``seq`` 0) is for logging a rejection about it.
         """
-        session = self._sessions.get(session_id) or Session(session_id, "", 0)
-        self._reject(
-            session,
-            dest,
-            "switch_mode",
-            reason,
-            request_id=request_id,
-            tool_call_id=tool_call_id,
-            option_id=option_id,
-            proposed_in=proposed_in,
-        )
+        return self._sessions.get(session_id) or Session(session_id, "", 0)
 
     async def set_mode(
         self, session_id: str, mode_id: object, *, request_id: str | int | None = None

@@ -273,18 +273,51 @@ class SwitchOffers(ABC):
                 request_id=request_id,
             )
 
-        await self._noting(reject)
         error = None
-        if reason == "option_not_offered" and option_id is not None:
+        live = self._sessions.get(session_id)
+        if reason == "option_not_offered" and option_id is not None and live is not None:
             error = TransitionNotAllowedError(
                 session_id=session_id,
-                source=self._sessions[session_id].state,
+                source=live.state,
                 dest=option_id,
                 origin="switch_mode",
                 allowed=[o.option_id for o in offer.options if o.target is not None],
                 field="optionId",
             )
+        await self._noting(reject)
         return SwitchResult(offer.tool_call_id, option_id, None, reason, error)
+
+    def reject_switch(
+        self,
+        session_id: str,
+        reason: RejectReason,
+        *,
+        dest: str | None = None,
+        tool_call_id: str | None = None,
+        option_id: str | None = None,
+        proposed_in: str | None = None,
+        request_id: str | int | None = None,
+    ) -> None:
+        """Log that a ``switch_mode`` changed nothing, and why, without an offer.
+
+        :meth:`settle_switch` logs the outcomes of an offer; this is for the answers no
+        offer takes: a second answer seen on the wire (``duplicate_answer``), or one after
+        a cancel ended the wait (``late_answer``). Works for closed sessions too; unknown
+        ids are logged as given. With a store, it blocks until the store's lock is taken.
+
+        Raises:
+            LogError: the record could not be written.
+        """
+        self._reject(
+            self._detached(session_id),
+            dest,
+            "switch_mode",
+            reason,
+            request_id=request_id,
+            tool_call_id=tool_call_id,
+            option_id=option_id,
+            proposed_in=proposed_in,
+        )
 
     async def _approve(
         self, offer: SwitchOffer, option_id: str, request_id: str | int | None
@@ -421,18 +454,8 @@ class SwitchOffers(ABC):
         """Catch up with what other processes committed to the session."""
 
     @abstractmethod
-    def reject_switch(
-        self,
-        session_id: str,
-        reason: RejectReason,
-        *,
-        dest: str | None = None,
-        tool_call_id: str | None = None,
-        option_id: str | None = None,
-        proposed_in: str | None = None,
-        request_id: str | int | None = None,
-    ) -> None:
-        """Log that a ``switch_mode`` changed nothing, and why."""
+    def _detached(self, session_id: str) -> Session:
+        """The live session, or a stand-in for a closed or unknown one (to log about it)."""
 
     @abstractmethod
     async def _in_turn(
