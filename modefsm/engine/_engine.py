@@ -19,9 +19,12 @@ block until it answers. The notification queue is drained under one ``asyncio.Lo
 notifications leave in commit order. Nothing awaits the client while a change is in
 progress.
 
-Several processes sharing a store: before acting on a session (a prompt turn, a switch
-offer, an answer that reports the mode), call :meth:`ModeEngine.refresh`: it takes the
-mode other processes committed and tells the client. A change checks the session's
+An agent's ``switch_mode`` is one offer settled once (:class:`~modefsm.engine.SwitchOffers`,
+in ``_offers.py``): it goes through the same pipeline, in the session's turn.
+
+Several processes sharing a store: before acting on a session (a prompt turn, an answer
+that reports the mode), call :meth:`ModeEngine.refresh` (a switch offer does it itself):
+it takes the mode other processes committed and tells the client. A change checks the session's
 point as it writes; a request refused for the mode it asks for, or that changes nothing,
 is decided on the committed mode (the session is read back first).
 
@@ -146,7 +149,10 @@ ChangeHook = Callable[[ModeChange], None]
 
 
 class ModeEngine(SwitchOffers):
-    """Every session's mode under one spec.
+    """Every session's mode under one spec: the sessions, and the change pipeline.
+
+    An agent's switch is offered and settled through the methods of its base,
+    :class:`~modefsm.engine.SwitchOffers` (``offer_switch``, ``settle_switch``).
 
     Args:
         spec: the modes and policy.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +128,26 @@ class TestSettle:
         result = await engine.settle_switch(offer, "code")
         assert result == SwitchResult("t1", "code", None, "session_closed", None)
         assert "s1" not in engine
+        assert read_log(log_path)[-1] == {
+            **rejection(
+                "session_closed", tool_call_id="t1", option_id="code", proposed_in="architect"
+            ),
+            "from_mode": None,
+            "to_mode": "code",
+        }
+
+    async def test_a_session_closed_while_the_approval_waits_for_its_turn(
+        self, make_engine, log_path
+    ):
+        engine = await in_architect(make_engine)
+        offer = await engine.offer_switch("s1", tool_call_id="t1")
+        async with engine._turn("s1"):  # a change of the session is in progress
+            settling = asyncio.create_task(engine.settle_switch(offer, "code"))
+            await asyncio.sleep(0)  # judged (the session is live), now waiting for the turn
+            assert not settling.done()
+            engine.close_session("s1")
+        result = await settling
+        assert result == SwitchResult("t1", "code", None, "session_closed", None)
         assert read_log(log_path)[-1] == {
             **rejection(
                 "session_closed", tool_call_id="t1", option_id="code", proposed_in="architect"
