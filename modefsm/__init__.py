@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         OptionView,
         Session,
         SwitchOffer,
+        SwitchResult,
     )
     from modefsm.errors import (
         ChangeRefused,
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
         UnknownSessionError,
     )
     from modefsm.log import ConversationStore, TransitionLog, TransitionRecord
-    from modefsm.protocol import ModeAgent, SwitchResult, run_agent
+    from modefsm.protocol import ModeAgent, run_agent
     from modefsm.protocol.transport import SharedEngine, new_token, serve_http, serve_negotiated
     from modefsm.protocol.v2 import ModeAgentV2
     from modefsm.replay import ReplayReport, Violation, replay
@@ -119,7 +120,7 @@ _EXPORTS = {
     "Switch": "modefsm.spec",
     "SwitchOffer": "modefsm.engine",
     "SwitchOption": "modefsm.spec",
-    "SwitchResult": "modefsm.protocol",
+    "SwitchResult": "modefsm.engine",
     "TransitionLog": "modefsm.log",
     "TransitionNotAllowedError": "modefsm.errors",
     "TransitionRecord": "modefsm.log",

@@ -49,7 +49,7 @@ def test_engine_only(tmp_path: Path):
         "new session in ask\n"
         "set_mode -> architect\n"
         "Ready for implementation: code=code, ask=ask, reject=None\n"
-        "approved code -> code\n"
+        "settled code: approved=True -> code\n"
         "refused: modeId: unknown mode 'nowhere'; available modes: 'ask', 'architect', "
         "'code'\n"
     ) == done.stdout

@@ -133,7 +133,7 @@ def option_reach(spec: ModeSpec) -> tuple[OptionReach, ...]:
     """Where each allow option of each switch can lead, in each of the switch's source modes.
 
     The one statement of the rule the engine applies (its ``offer_switch`` and
-    ``apply_switch``), which every renderer draws. A named target is reached alone. A
+    ``settle_switch``), which every renderer draws. A named target is reached alone. A
     ``$previous`` option returns to the mode the session was in before the current one,
     named in the option when the permission request is built; it reaches the modes from
     which a client change or a switch enters the source mode (or enters a non-restorable

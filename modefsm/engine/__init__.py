@@ -15,15 +15,12 @@ May import: ``errors``, ``spec``, ``log``, ``store``.
 """
 
 from modefsm.engine._engine import (
-    ModeChange,
     ModeEngine,
     NotificationSink,
-    OfferedOption,
     Session,
-    SwitchOffer,
     notification_kind,
 )
-from modefsm.engine._events import ModeChanged
+from modefsm.engine._events import ModeChange, ModeChanged
 from modefsm.engine._machine import (
     MATERIALIZED_MAX,
     MODEL_ATTRIBUTE,
@@ -31,6 +28,7 @@ from modefsm.engine._machine import (
     mode_of,
     state_name,
 )
+from modefsm.engine._offers import OfferedOption, SwitchOffer, SwitchOffers, SwitchResult
 from modefsm.engine._views import Choice, ModeInfo, ModeView, OptionView, build_views
 
 __all__ = [
@@ -48,6 +46,8 @@ __all__ = [
     "OptionView",
     "Session",
     "SwitchOffer",
+    "SwitchOffers",
+    "SwitchResult",
     "build_views",
     "mode_of",
     "notification_kind",

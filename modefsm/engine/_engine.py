@@ -19,9 +19,12 @@ block until it answers. The notification queue is drained under one ``asyncio.Lo
 notifications leave in commit order. Nothing awaits the client while a change is in
 progress.
 
-Several processes sharing a store: before acting on a session (a prompt turn, a switch
-offer, an answer that reports the mode), call :meth:`ModeEngine.refresh`: it takes the
-mode other processes committed and tells the client. A change checks the session's
+An agent's ``switch_mode`` is one offer settled once (:class:`~modefsm.engine.SwitchOffers`,
+in ``_offers.py``): it goes through the same pipeline, in the session's turn.
+
+Several processes sharing a store: before acting on a session (a prompt turn, an answer
+that reports the mode), call :meth:`ModeEngine.refresh` (a switch offer does it itself):
+it takes the mode other processes committed and tells the client. A change checks the session's
 point as it writes; a request refused for the mode it asks for, or that changes nothing,
 is decided on the committed mode (the session is read back first).
 
@@ -51,8 +54,9 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from modefsm.engine._events import ModeChanged
+from modefsm.engine._events import ModeChange, ModeChanged
 from modefsm.engine._machine import ModeMachine, mode_of, state_name
+from modefsm.engine._offers import SwitchOffers
 from modefsm.engine._views import ModeView, build_views
 from modefsm.errors import (
     INVALID_PARAMS,
@@ -61,9 +65,7 @@ from modefsm.errors import (
     InvalidParamsError,
     InvalidValueError,
     ModefsmError,
-    NoSwitchError,
     SessionExistsError,
-    StaleOptionError,
     TransitionNotAllowedError,
     UnknownConfigOptionError,
     UnknownModeError,
@@ -77,19 +79,17 @@ from modefsm.log import (
     RejectReason,
     utc_timestamp,
 )
-from modefsm.spec import ORIGIN_KINDS, PREVIOUS, TriggerKind
+from modefsm.spec import ORIGIN_KINDS, TriggerKind
 from modefsm.store import RestorePoint, SessionMoved, SessionStore, StoreBusy, StoreInDoubt
 
 if TYPE_CHECKING:  # the spec's models: an engine is built with one, never builds them
-    from modefsm.spec import ModeSpec, PermissionOptionKind, SwitchOption
+    from modefsm.spec import ModeSpec
 
 __all__ = [
-    "ModeChange",
+    "ModeChange",  # defined in _events, named here too for the modules that import it from here
     "ModeEngine",
     "NotificationSink",
-    "OfferedOption",
     "Session",
-    "SwitchOffer",
     "notification_kind",
 ]
 
@@ -146,91 +146,14 @@ class Session:
         return f"Session({self.session_id!r}, state={self.state!r}, seq={self.seq})"
 
 
-@dataclass(frozen=True, slots=True)
-class ModeChange:
-    """A committed (or, for ``before_change`` hooks, about to be committed) mode change.
-
-    Attributes:
-        session_id: ACP ``sessionId``.
-        seq: its sequence number in the session.
-        from_mode: the mode before (the transition's source).
-        to_mode: the mode after (the transition's dest).
-        origin: ``set_mode``, ``set_config_option``, ``switch_mode`` or ``restore``.
-        request_id: the JSON-RPC id of the request, if known.
-        tool_call_id: ACP ``toolCallId``, for an approved switch.
-        option_id: ACP ``optionId`` selected, for an approved switch.
-        proposed_in: the mode an approved switch was proposed in, when the client changed
-            the mode while its permission request was pending.
-    """
-
-    session_id: str
-    seq: int
-    from_mode: str
-    to_mode: str
-    origin: Origin
-    request_id: str | int | None = None
-    tool_call_id: str | None = None
-    option_id: str | None = None
-    proposed_in: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class OfferedOption:
-    """One permission option as the user is shown it: its target already resolved.
-
-    Attributes:
-        option_id: ACP ``optionId``.
-        name: ACP ``PermissionOption.name`` as shown: the spec's name with ``{mode}``
-            replaced by the target's display name; a ``$previous`` option whose name has no
-            ``{mode}`` gets `` (Name)`` appended, so it always names its mode.
-        kind: ACP ``PermissionOption.kind``.
-        target: the concrete mode id an allow option leads to; ``None`` for reject options.
-    """
-
-    option_id: str
-    name: str
-    kind: PermissionOptionKind
-    target: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class SwitchOffer:
-    """The options of one ``switch_mode`` permission request, resolved when it is built.
-
-    An approval applies exactly the target of the option it selects, as shown here; it is
-    never resolved again against a later state (see :meth:`ModeEngine.approve_switch`).
-
-    Attributes:
-        session_id: ACP ``sessionId``.
-        proposed_in: the mode the switch was proposed in (the switch's source).
-        seq: the session's ``seq`` when the offer was built; a different ``seq`` at
-            approval time means the mode changed while the request was open (stale).
-        title: the tool call's ``title``.
-        options: the options, in the spec's order, without the ones left out (a
-            ``$previous`` option with no target, or whose target another option offers).
-    """
-
-    session_id: str
-    proposed_in: str
-    seq: int
-    title: str
-    options: tuple[OfferedOption, ...]
-
-    def get(self, option_id: object) -> OfferedOption | None:
-        """The offered option with ACP ``optionId`` *option_id*, if it was offered."""
-        return next((o for o in self.options if o.option_id == option_id), None)
-
-    @property
-    def targets(self) -> dict[str, str | None]:
-        """``{optionId: target}`` in the order shown (``None`` for reject options)."""
-        return {o.option_id: o.target for o in self.options}
-
-
 ChangeHook = Callable[[ModeChange], None]
 
 
-class ModeEngine:
-    """Every session's mode under one spec.
+class ModeEngine(SwitchOffers):
+    """Every session's mode under one spec: the sessions, and the change pipeline.
+
+    An agent's switch is offered and settled through the methods of its base,
+    :class:`~modefsm.engine.SwitchOffers` (``offer_switch``, ``settle_switch``).
 
     Args:
         spec: the modes and policy.
@@ -594,17 +517,12 @@ class ModeEngine:
         """
         if self.store is None:
             return self.change(session_id, mode_id, origin, request_id=request_id, field=field)
-        async with self._turn(session_id) as deadline:
-            for _ in range(_RACES):
-                try:
-                    return await self._noting(
-                        lambda: self._change_async(
-                            session_id, mode_id, origin, request_id, field, deadline
-                        )
-                    )
-                except SessionMoved as moved:
-                    self._adopt(moved.current)
-        raise self._busy(session_id)
+        return await self._in_turn(
+            session_id,
+            lambda deadline: self._change_async(
+                session_id, mode_id, origin, request_id, field, deadline
+            ),
+        )
 
     def _change(
         self,
@@ -732,366 +650,12 @@ class ModeEngine:
             self._reject(session, None, "set_config_option", "invalid_value", request_id=request_id)
             raise InvalidValueError("value", value, self.spec.mode_ids, "a mode id (string)")
 
-    def resolve_target(self, session_id: str, option: SwitchOption) -> str | None:
-        """The mode an allow *option* of a switch would move session *session_id* to now.
+    def _detached(self, session_id: str) -> Session:
+        """The live session *session_id*, or a stand-in for a closed or unknown one.
 
-        Returns:
-            The target mode id; ``None`` for a reject option, or for a ``$previous`` target
-            when the session has no previous mode, when it is the current mode, or when the
-            policy does not let a switch reach it from the current mode.
+        The stand-in (no mode, ``seq`` 0) is for logging a rejection about it.
         """
-        if not option.allows:
-            return None
-        if option.target == PREVIOUS:
-            return self._previous_target(self.get(session_id))
-        return option.target
-
-    def offer_switch(self, session_id: str) -> SwitchOffer:
-        """Resolve the options of the switch from the session's current mode, as shown.
-
-        ``$previous`` is resolved here, once: the option then names its concrete mode. A
-        ``$previous`` option is left out when it has no target (see :meth:`resolve_target`)
-        or when its target is also the target of another allow option (that option, worded
-        by the spec for that mode, is kept).
-
-        Raises:
-            UnknownSessionError: no such session.
-            NoSwitchError: the current mode has no switch.
-        """
-        session = self.get(session_id)
-        switch = self.spec.switch_from(session.state)
-        if switch is None:
-            raise NoSwitchError(session_id, session.state)
-        explicit = {o.target for o in switch.options if o.allows and o.target != PREVIOUS}
-        shown: list[OfferedOption] = []
-        for option in switch.options:
-            target = self.resolve_target(session_id, option)
-            if option.allows and (
-                target is None or (option.target == PREVIOUS and target in explicit)
-            ):
-                continue
-            shown.append(
-                OfferedOption(
-                    option.option_id, self._shown_name(option, target), option.kind, target
-                )
-            )
-        return SwitchOffer(session_id, session.state, session.seq, switch.title, tuple(shown))
-
-    def approve_switch(
-        self,
-        offer: SwitchOffer,
-        option_id: str,
-        *,
-        tool_call_id: str,
-        request_id: str | int | None = None,
-    ) -> ModeChange | None:
-        """Apply the user's approval of the allow option *option_id* of *offer*.
-
-        The switch goes to exactly the target *offer* showed for that option. When the
-        session changed since the offer was built (a stale approval), that target still
-        applies if the policy lets a switch reach it from the current mode and it is
-        restorable; otherwise nothing changes and ``stale_option`` is logged.
-
-        Returns:
-            The committed change, or ``None`` when the target is already the current mode.
-
-        Raises:
-            UnknownSessionError: the session is gone.
-            TransitionNotAllowedError: *option_id* is not an allow option of *offer*
-                (logged as ``option_not_offered``), or the policy refuses the target.
-            StaleOptionError: a stale approval refused as above (logged).
-            HookError, LogError: as :meth:`change`.
-        """
-        session = self.get(offer.session_id)
-        target = self._offered(offer, option_id, tool_call_id, request_id)
-        return self.apply_switch(
-            offer.session_id,
-            target,
-            tool_call_id=tool_call_id,
-            option_id=option_id,
-            proposed_in=offer.proposed_in,
-            request_id=request_id,
-            stale=session.seq != offer.seq,
-        )
-
-    async def approve_switch_async(
-        self,
-        offer: SwitchOffer,
-        option_id: str,
-        *,
-        tool_call_id: str,
-        request_id: str | int | None = None,
-    ) -> ModeChange | None:
-        """:meth:`approve_switch`, awaiting the store (see :meth:`change_async`).
-
-        Raises:
-            UnknownSessionError: as :meth:`approve_switch`.
-            TransitionNotAllowedError: as :meth:`approve_switch`.
-            StaleOptionError: as :meth:`approve_switch`.
-            HookError: as :meth:`approve_switch`.
-            LogError: as :meth:`approve_switch`.
-        """
-        if self.store is None:
-            return self.approve_switch(
-                offer, option_id, tool_call_id=tool_call_id, request_id=request_id
-            )
-        target = await self._noting(
-            lambda: _now(self._offered, offer, option_id, tool_call_id, request_id)
-        )
-        switch = _Switch(target, tool_call_id, option_id, offer.proposed_in, request_id)
-        # stale or not is judged in the session's turn: a change may commit while it waits
-        return await self._switch_async(offer.session_id, switch, offered_seq=offer.seq)
-
-    def _offered(
-        self, offer: SwitchOffer, option_id: str, tool_call_id: str, request_id: str | int | None
-    ) -> str:
-        """The target *offer* showed for the allow option *option_id*; else logged and raised."""
-        option = offer.get(option_id)
-        if option is not None and option.target is not None:
-            return option.target
-        self.reject_switch(
-            offer.session_id,
-            "option_not_offered",
-            tool_call_id=tool_call_id,
-            option_id=option_id,
-            proposed_in=offer.proposed_in,
-            request_id=request_id,
-        )
-        raise TransitionNotAllowedError(
-            session_id=offer.session_id,
-            source=self.get(offer.session_id).state,
-            dest=option_id,
-            origin="switch_mode",
-            allowed=[o.option_id for o in offer.options if o.target is not None],
-            field="optionId",
-        )
-
-    def apply_switch(
-        self,
-        session_id: str,
-        dest: str,
-        *,
-        tool_call_id: str,
-        option_id: str,
-        proposed_in: str,
-        request_id: str | int | None = None,
-        stale: bool | None = None,
-    ) -> ModeChange | None:
-        """Fire an approved ``switch_mode`` to *dest* now; queue its notifications.
-
-        The low-level step of :meth:`approve_switch`, which a host that shows its own
-        permission dialog should use instead: it resolves ``$previous`` once and checks
-        that the option was offered.
-
-        Args:
-            session_id: ACP ``sessionId``.
-            dest: the target of the selected allow option (already resolved).
-            tool_call_id: ACP ``toolCallId`` of the switch's tool call.
-            option_id: ACP ``optionId`` the user selected.
-            proposed_in: the mode the switch was proposed in; when it differs from the
-                current mode (the client changed it meanwhile) it is recorded.
-            request_id: the ``session/request_permission`` request id, if known.
-            stale: whether the session changed since the options were shown; ``None``
-                guesses it from the mode (*proposed_in* differs from the current mode).
-                A stale approval of a mode the policy forbids from the current mode, or of
-                a non-restorable mode, is refused (``stale_option``).
-
-        Returns:
-            The committed change, or ``None`` when *dest* is already the current mode.
-
-        Raises:
-            UnknownSessionError: the session is gone.
-            StaleOptionError: a stale approval refused as above (logged).
-            TransitionNotAllowedError: *dest* is not reachable from the current mode (logged).
-            HookError, LogError: as :meth:`change` (a session another process moved
-                meanwhile makes the approval stale, and it is tried again as such).
-        """
-        for _ in range(_RACES):
-            try:
-                return self._apply_switch(
-                    session_id, dest, tool_call_id, option_id, proposed_in, request_id, stale
-                )
-            except SessionMoved as moved:
-                self._adopt(moved.current)
-                stale = True
-        raise self._busy(session_id)
-
-    async def apply_switch_async(
-        self,
-        session_id: str,
-        dest: str,
-        *,
-        tool_call_id: str,
-        option_id: str,
-        proposed_in: str,
-        request_id: str | int | None = None,
-        stale: bool | None = None,
-    ) -> ModeChange | None:
-        """:meth:`apply_switch`, awaiting the store (see :meth:`change_async`).
-
-        Raises:
-            UnknownSessionError: as :meth:`apply_switch`.
-            StaleOptionError: as :meth:`apply_switch`.
-            TransitionNotAllowedError: as :meth:`apply_switch`.
-            HookError: as :meth:`apply_switch`.
-            LogError: as :meth:`apply_switch`.
-        """
-        if self.store is None:
-            return self.apply_switch(
-                session_id,
-                dest,
-                tool_call_id=tool_call_id,
-                option_id=option_id,
-                proposed_in=proposed_in,
-                request_id=request_id,
-                stale=stale,
-            )
-        switch = _Switch(dest, tool_call_id, option_id, proposed_in, request_id)
-        return await self._switch_async(session_id, switch, stale=stale)
-
-    async def _switch_async(
-        self,
-        session_id: str,
-        switch: _Switch,
-        *,
-        stale: bool | None = None,
-        offered_seq: int | None = None,
-    ) -> ModeChange | None:
-        """:meth:`_apply_switch` in the session's turn, the store awaited; races retried.
-
-        *offered_seq* (the offer's ``seq``), when given, decides staleness once the turn
-        is taken.
-        """
-        dest = switch.dest
-        async with self._turn(session_id) as deadline:
-            for _ in range(_RACES):
-                session = self.get(session_id)
-
-                async def attempt(session: Session = session) -> ModeChange | None:
-                    nonlocal stale
-                    if session.doubt:
-                        await self._confirm_async(session, deadline)
-                    if dest == session.state:
-                        await self._confirm_async(session, deadline)
-                        return None
-                    if stale is None and offered_seq is not None:
-                        stale = session.seq != offered_seq
-                    stale = switch.proposed_in != session.state if stale is None else stale
-                    refusal = self._switch_refusal(session, dest, stale=stale)
-                    if refusal is not None:
-                        await self._confirm_async(session, deadline)
-                        self._refuse_switch(session, switch, refusal)
-                    context = switch.change(session, stale=stale)
-                    await self._fire_async(session, "switch_mode", dest, context, deadline)
-                    return context
-
-                try:
-                    return await self._noting(attempt)
-                except SessionMoved as moved:
-                    self._adopt(moved.current)
-                    stale = True
-        raise self._busy(session_id)
-
-    def _apply_switch(  # noqa: PLR0917 - apply_switch's arguments, in order
-        self,
-        session_id: str,
-        dest: str,
-        tool_call_id: str,
-        option_id: str,
-        proposed_in: str,
-        request_id: str | int | None,
-        stale: bool | None,  # noqa: FBT001 - passed through from apply_switch
-    ) -> ModeChange | None:
-        session = self.get(session_id)
-        if session.doubt:
-            self._confirm(session)
-        if dest == session.state:
-            self._confirm(session)
-            return None
-        switch = _Switch(dest, tool_call_id, option_id, proposed_in, request_id)
-        stale = proposed_in != session.state if stale is None else stale
-        refusal = self._switch_refusal(session, dest, stale=stale)
-        if refusal is not None:
-            self._confirm(session)  # refused on the committed mode, not on a stale view
-            self._refuse_switch(session, switch, refusal)
-        context = switch.change(session, stale=stale)
-        self._fire(session, "switch_mode", dest, context)
-        return context
-
-    def _switch_refusal(self, session: Session, dest: str, *, stale: bool) -> RejectReason | None:
-        """Why an approved switch to *dest* cannot apply now, or ``None`` if it can.
-
-        A stale approval (the session changed since the options were shown) applies only
-        to a restorable mode the current mode can reach by a switch.
-        """
-        allowed = self.machine.allows("switch_mode", session.state, dest)
-        if stale and not (self.spec.has_mode(dest) and self.spec.mode(dest).restorable and allowed):
-            return "stale_option"
-        return None if allowed else "not_allowed"
-
-    def _refuse_switch(self, session: Session, switch: _Switch, reason: RejectReason) -> NoReturn:
-        """Log and raise the refusal of an approved switch (``stale_option``, ``not_allowed``).
-
-        Raises:
-            SessionMoved: the session moved before the rejection was written: decide again.
-            StaleOptionError, TransitionNotAllowedError: the refusal.
-        """
-        stale = reason == "stale_option"
-        self._reject(
-            session,
-            switch.dest,
-            "switch_mode",
-            reason,
-            redecide=True,
-            request_id=switch.request_id if stale else None,
-            tool_call_id=switch.tool_call_id,
-            option_id=switch.option_id,
-            proposed_in=switch.proposed_in if stale else None,
-        )
-        error = StaleOptionError if stale else TransitionNotAllowedError
-        raise error(
-            session_id=session.session_id,
-            source=session.state,
-            dest=switch.dest,
-            origin="switch_mode",
-            allowed=self._stale_targets(session.state)
-            if stale
-            else self.machine.targets("switch_mode", session.state),
-            field="optionId",
-        )
-
-    def reject_switch(
-        self,
-        session_id: str,
-        reason: RejectReason,
-        *,
-        dest: str | None = None,
-        tool_call_id: str | None = None,
-        option_id: str | None = None,
-        proposed_in: str | None = None,
-        request_id: str | int | None = None,
-    ) -> None:
-        """Log that a ``switch_mode`` changed nothing, and why (``option_rejected``, ...).
-
-        Works for closed sessions too (``session_closed``); unknown ids are logged as given.
-        """
-        session = self._sessions.get(session_id) or Session(session_id, "", 0)
-        self._reject(
-            session,
-            dest,
-            "switch_mode",
-            reason,
-            request_id=request_id,
-            tool_call_id=tool_call_id,
-            option_id=option_id,
-            proposed_in=proposed_in,
-        )
-
-    async def reject_switch_async(
-        self, session_id: str, reason: RejectReason, **ids: str | int | None
-    ) -> None:
-        """:meth:`reject_switch` (the same keywords), the store's wait for its lock awaited."""
-        await self._noting(lambda: _now(self.reject_switch, session_id, reason, **ids))
+        return self._sessions.get(session_id) or Session(session_id, "", 0)
 
     async def set_mode(
         self, session_id: str, mode_id: object, *, request_id: str | int | None = None
@@ -1236,32 +800,6 @@ class ModeEngine:
 
     # -- internals ------------------------------------------------------------------------
 
-    def _previous_target(self, session: Session) -> str | None:
-        """Where ``$previous`` leads the session now, or ``None`` (see :meth:`resolve_target`)."""
-        previous = session.previous
-        if previous is None or previous == session.state:
-            return None
-        if not self.machine.allows("switch_mode", session.state, previous):
-            return None
-        return previous
-
-    def _shown_name(self, option: SwitchOption, target: str | None) -> str:
-        """The option's name as shown: ``{mode}`` filled in; a ``$previous`` one names it."""
-        if target is None:
-            return option.name
-        mode_name = self.spec.mode(target).name
-        if "{mode}" in option.name:
-            return option.name.replace("{mode}", mode_name)
-        if option.target == PREVIOUS:
-            return f"{option.name} ({mode_name})"
-        return option.name
-
-    def _stale_targets(self, source: str) -> list[str]:
-        """The modes a stale approval may still reach from *source*."""
-        return [
-            m for m in self.machine.targets("switch_mode", source) if self.spec.mode(m).restorable
-        ]
-
     def _fire(self, session: Session, kind: TriggerKind, dest: str, context: ModeChange) -> bool:
         """Policy, then hooks, then the machine (write-ahead record, commit), then after-hooks."""
         if not self.machine.allows(kind, context.from_mode, dest):
@@ -1291,8 +829,12 @@ class ModeEngine:
 
         The session's turn is held, so nothing moves it between the write and the
         commit: the machine then only commits (its write-ahead callback finds the record
-        written, :attr:`_written`).
+        written, :attr:`_written`). Without a store it is :meth:`_fire` (the log's write
+        is local).
         """
+        if self.store is None:
+            self._fire(session, kind, dest, context)
+            return
         self._run_before_hooks(session, context)
         written = await self._write_async(session, context, deadline)
         self._written = written
@@ -1323,6 +865,31 @@ class ModeEngine:
         except (StoreInDoubt, asyncio.CancelledError):  # it may have committed
             session.doubt = True
             raise
+
+    async def _in_turn(
+        self,
+        session_id: str,
+        attempt: Callable[[float | None], Awaitable[_T]],
+        moved: Callable[[], None] | None = None,
+    ) -> _T:
+        """``await attempt(deadline)`` in the session's turn, its rejections written after it.
+
+        When another process moved the session (:class:`~modefsm.store.SessionMoved`), the
+        session takes that point, ``moved()`` is called, and *attempt* runs again, at most
+        :data:`_RACES` times in all.
+
+        Raises:
+            StoreBusy: the races were all lost, or the turn did not come in time.
+        """
+        async with self._turn(session_id) as deadline:
+            for _ in range(_RACES):
+                try:
+                    return await self._noting(lambda: attempt(deadline))
+                except SessionMoved as lost:
+                    self._adopt(lost.current)
+                    if moved is not None:
+                        moved()
+        raise self._busy(session_id)
 
     def _turn(self, session_id: str) -> _Turn:
         """The session's turn (``async with``): one change of a session at a time.
@@ -1691,31 +1258,6 @@ REQUEST_TIMEOUTS = 3
 """A request on a session with a store ends within this many times the store's
 ``timeout``: waiting for the session's previous request, for the store's turn, for the
 store itself all count against it."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Switch:
-    """An approved ``switch_mode`` as asked for (see :meth:`ModeEngine.apply_switch`)."""
-
-    dest: str
-    tool_call_id: str
-    option_id: str
-    proposed_in: str
-    request_id: str | int | None
-
-    def change(self, session: Session, *, stale: bool) -> ModeChange:
-        """The change from the session's mode now (``proposed_in`` kept when stale)."""
-        return ModeChange(
-            session.session_id,
-            session.seq + 1,
-            session.state,
-            self.dest,
-            "switch_mode",
-            self.request_id,
-            self.tool_call_id,
-            self.option_id,
-            self.proposed_in if stale else None,
-        )
 
 
 class _Turn:

@@ -1,4 +1,7 @@
-"""What the engine tells a session's client, as data: its notifications.
+"""What the engine tells, as data: a change to its hooks, a notification to its sink.
+
+A :class:`ModeChange` is what ``before_change`` and ``after_change`` hooks get (and what
+the coroutines that change a mode return).
 
 The engine hands each event to its sink (``await sink(session_id, event)``) in commit
 order; :mod:`modefsm.protocol` renders it as the ``session/update`` notifications of the
@@ -13,8 +16,37 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from modefsm.engine._views import OptionView
+from modefsm.log import Origin
 
-__all__ = ["ModeChanged"]
+__all__ = ["ModeChange", "ModeChanged"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModeChange:
+    """A committed (or, for ``before_change`` hooks, about to be committed) mode change.
+
+    Attributes:
+        session_id: ACP ``sessionId``.
+        seq: its sequence number in the session.
+        from_mode: the mode before (the transition's source).
+        to_mode: the mode after (the transition's dest).
+        origin: ``set_mode``, ``set_config_option``, ``switch_mode`` or ``restore``.
+        request_id: the JSON-RPC id of the request, if known.
+        tool_call_id: ACP ``toolCallId``, for an approved switch.
+        option_id: ACP ``optionId`` selected, for an approved switch.
+        proposed_in: the mode an approved switch was proposed in, when the client changed
+            the mode while its permission request was pending.
+    """
+
+    session_id: str
+    seq: int
+    from_mode: str
+    to_mode: str
+    origin: Origin
+    request_id: str | int | None = None
+    tool_call_id: str | None = None
+    option_id: str | None = None
+    proposed_in: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from modefsm import LogStore, ModeEngine, TransitionLog, preset
 from modefsm.cli import _main as cli
 from modefsm.cli._main import main
 from modefsm.store import RestoreIndex, RestorePoint
+from tests.conftest import settle_now
 
 GOLDEN = Path(__file__).resolve().parents[1] / "replay" / "golden"
 
@@ -105,9 +106,7 @@ def long_ids_log(tmp_path) -> Path:
         engine.new_session(LONG_ID)
         engine.new_session("s2")
         engine.change(LONG_ID, "architect", "set_mode")
-        engine.apply_switch(
-            LONG_ID, "code", tool_call_id="call_1", option_id="code", proposed_in="architect"
-        )
+        settle_now(engine, LONG_ID, "code", tool_call_id="call_1")
     log.close()
     return Path(path)
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from modefsm import LogStore, ModeEngine, ModeSpec, TransitionLog, preset
+from tests.conftest import settle_now
 
 if TYPE_CHECKING:
     from tests.diagram._browser import Browser
@@ -99,13 +100,7 @@ def write_permission_log(path: Path) -> None:
         engine.new_session(session_id)
     engine.change("sess_a", "plan", "set_mode")
     engine.reject_switch("sess_a", "option_rejected", option_id="keep_planning", tool_call_id="t1")
-    engine.apply_switch(
-        "sess_a",
-        "acceptEdits",
-        tool_call_id="t2",
-        option_id="exit_plan_accept_edits",
-        proposed_in="plan",
-    )
+    settle_now(engine, "sess_a", "exit_plan_accept_edits", tool_call_id="t2")
     engine.change("sess_a", "bypassPermissions", "set_config_option")
     engine.change("sess_b", "plan", "set_mode")
     engine.change("sess_b", "default", "set_mode")

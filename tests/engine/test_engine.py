@@ -251,16 +251,11 @@ class TestSwitches:
         engine.new_session("s1")
         await engine.set_mode("s1", "architect")
         recorder.sent.clear()
-        change = engine.apply_switch(
-            "s1",
-            "code",
-            tool_call_id="call_1",
-            option_id="code",
-            proposed_in="architect",
-            request_id=0,
-        )
+        offer = await engine.offer_switch("s1", tool_call_id="call_1")
+        result = await engine.settle_switch(offer, "code", request_id=0)
         await engine.flush()
-        assert change == ModeChange(
+        assert (result.tool_call_id, result.option_id, result.reason) == ("call_1", "code", None)
+        assert result.change == ModeChange(
             "s1", 3, "architect", "code", "switch_mode", 0, "call_1", "code"
         )
         assert recorder.sent == announced(SEED, "s1", "code")
@@ -277,24 +272,24 @@ class TestSwitches:
     async def test_previous_target_returns_to_the_mode_before(self, make_engine):
         engine = make_engine("permission")
         engine.new_session("s1")
-        await engine.set_mode("s1", "acceptEdits")
+        await engine.set_mode("s1", "bypassPermissions")
         await engine.set_mode("s1", "plan")
         switch = engine.spec.switch_from("plan")
         previous = next(o for o in switch.options if o.target == "$previous")
-        assert engine.resolve_target("s1", previous) == "acceptEdits"
-        engine.apply_switch(
-            "s1", "acceptEdits", tool_call_id="t", option_id=previous.option_id, proposed_in="plan"
-        )
-        assert engine.get("s1").state == "acceptEdits"
+        offer = await engine.offer_switch("s1")
+        assert offer.targets[previous.option_id] == "bypassPermissions"
+        result = await engine.settle_switch(offer, previous.option_id)
+        assert (result.reason, engine.get("s1").state) == (None, "bypassPermissions")
 
-    def test_previous_target_without_history(self, make_engine):
+    async def test_previous_target_without_history(self, make_engine):
         engine = make_engine("permission")
-        engine.new_session("s1")
+        engine.restore_session("s1", "plan", 3)  # in plan with no history
         switch = engine.spec.switch_from("plan")
         previous = next(o for o in switch.options if o.target == "$previous")
-        assert engine.resolve_target("s1", previous) is None
+        offer = await engine.offer_switch("s1")
+        assert offer.get(previous.option_id) is None
         reject = next(o for o in switch.options if not o.allows)
-        assert engine.resolve_target("s1", reject) is None
+        assert offer.targets[reject.option_id] is None
 
     async def test_switch_after_a_meanwhile_change_records_where_it_was_proposed(
         self, make_engine, log_path
@@ -302,10 +297,9 @@ class TestSwitches:
         engine = make_engine()
         engine.new_session("s1")
         await engine.set_mode("s1", "architect")
+        offer = await engine.offer_switch("s1", tool_call_id="t")
         await engine.set_mode("s1", "ask")  # the client moved while the request was pending
-        engine.apply_switch(
-            "s1", "code", tool_call_id="t", option_id="code", proposed_in="architect"
-        )
+        assert (await engine.settle_switch(offer, "code")).reason is None
         assert read_log(log_path)[-1] == changed(
             4,
             "ask",
@@ -334,12 +328,14 @@ class TestSwitches:
         )
         engine = make_engine(spec)
         engine.new_session("s1")
+        offer = await engine.offer_switch("s1", tool_call_id="t")
         await engine.set_mode("s1", "b")  # the client left a while the request was pending
         recorder.sent.clear()
-        with pytest.raises(TransitionNotAllowedError) as info:
-            engine.apply_switch("s1", "c", tool_call_id="t", option_id="c", proposed_in="a")
-        assert info.value.to_data()["field"] == "optionId"
-        assert info.value.to_data()["valid"] == ["a"]
+        result = await engine.settle_switch(offer, "c")
+        assert (result.change, result.reason) == (None, "stale_option")
+        assert isinstance(result.error, TransitionNotAllowedError)
+        assert result.error.to_data()["field"] == "optionId"
+        assert result.error.to_data()["valid"] == ["a"]
         assert (engine.get("s1").state, engine.get("s1").seq) == ("b", 2)
         await engine.flush()
         assert recorder.sent == []

@@ -85,15 +85,13 @@ class EngineMachine(RuleBasedStateMachine):
         if switch is None:
             return
         option = switch.options[pick % len(switch.options)]
-        dest = self.engine.resolve_target(sid, option)
+        offer = self.loop.run_until_complete(self.engine.offer_switch(sid, tool_call_id="t"))
+        dest = offer.targets.get(option.option_id)  # None: a reject option, or not offered
+        result = self.loop.run_until_complete(self.engine.settle_switch(offer, option.option_id))
         if dest is None:
-            self.engine.reject_switch(
-                sid, "option_rejected", tool_call_id="t", option_id=option.option_id
-            )
+            assert (result.change, result.reason is None) == (None, False)
             return
-        self.engine.apply_switch(
-            sid, dest, tool_call_id="t", option_id=option.option_id, proposed_in=current
-        )
+        assert result.reason is None
         self.loop.run_until_complete(self.engine.flush())
         self._expect_commit(sid, dest)
 

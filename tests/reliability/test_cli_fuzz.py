@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from modefsm import LogStore, ModeEngine, TransitionLog, preset
 from modefsm.cli._main import main
+from tests.conftest import settle_now
 
 from .harness import soak_factor
 
@@ -38,7 +39,7 @@ def _clean_log() -> bytes:
     for sid in ("s1", "s2", "s3"):
         engine.new_session(sid)
         engine.change(sid, "architect", "set_mode")
-    engine.apply_switch("s1", "code", tool_call_id="t1", option_id="code", proposed_in="architect")
+    settle_now(engine, "s1", "code", tool_call_id="t1")
     engine.change("s2", "ask", "set_config_option")
     asyncio.run(engine.flush())
     log.close()

@@ -20,6 +20,7 @@ import orjson
 from modefsm import LogStore, ModeEngine, ModeSpec, TransitionLog, preset
 from modefsm.errors import ModefsmError
 from modefsm.log._records import record_digest
+from tests.conftest import settle_now
 
 HOST_JSON = b'{"event":"http request","method":"GET","path":"/health","level":"info"}'
 HOST_TEXT = b"2026-01-01 00:00:00 INFO host: agent started (modefsm.serve)"
@@ -49,9 +50,7 @@ def _seed_script(engine: ModeEngine) -> None:
     engine.new_session("sess_a", request_id=0)
     engine.new_session("sess_b", request_id=1)
     engine.change("sess_a", "architect", "set_mode", request_id=2)
-    engine.apply_switch(
-        "sess_a", "code", tool_call_id="call_1", option_id="code", proposed_in="architect"
-    )
+    settle_now(engine, "sess_a", "code", tool_call_id="call_1")
     engine.change("sess_b", "architect", "set_config_option", request_id=3)
     with contextlib.suppress(ModefsmError):
         engine.change("sess_a", "debug", "set_mode", request_id=4)
@@ -147,13 +146,7 @@ def illegal_edge() -> list[bytes]:
     def script(engine: ModeEngine) -> None:
         engine.new_session("sess_p")
         engine.change("sess_p", "plan", "set_mode", request_id=1)
-        engine.apply_switch(
-            "sess_p",
-            "acceptEdits",
-            tool_call_id="call_9",
-            option_id="exit_plan_accept_edits",
-            proposed_in="plan",
-        )
+        settle_now(engine, "sess_p", "exit_plan_accept_edits", tool_call_id="call_9")
         engine.change("sess_p", "default", "set_mode", request_id=2)
 
     lines = _run(preset("permission"), script)

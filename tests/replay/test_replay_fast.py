@@ -22,6 +22,7 @@ from modefsm.errors import ModefsmError
 from modefsm.log._reader import MAX_LINE, read_log
 from modefsm.replay._replayer import Replayer, ReplayReport, replay
 from modefsm.spec._model import ModeSpec
+from tests.conftest import offer_now, settle_now
 
 from .golden_logs import CASES, HOST_JSON, fixed_clock, render
 
@@ -33,9 +34,10 @@ def _permission_log() -> list[bytes]:
 
     Lines: 1 a created, 2 b created, 3 a default->plan (set_mode, int id),
     4 b default->acceptEdits (set_config_option, str id), 5 the host's, 6 a rejected
-    (not_allowed), 7 a switch plan->default ($previous; restoring a in plan wrote
-    nothing), 8 b set_mode ->bypassPermissions, 9 b restore bypassPermissions->default
-    (fallback), 10 b switch rejected, 11 c created, 12 c rejected (unknown_mode).
+    (not_allowed), 7 a switch plan->default (restoring a in plan wrote nothing; its
+    ``$previous``, default too, is not offered), 8 b set_mode ->bypassPermissions,
+    9 b restore bypassPermissions->default (fallback), 10 b switch rejected, 11 c created,
+    12 c rejected (unknown_mode).
     """
     buffer = io.BytesIO()
     with fixed_clock():
@@ -48,12 +50,7 @@ def _permission_log() -> list[bytes]:
             engine.change("a", "acceptEdits", "set_mode", request_id=3)
         engine.close_session("a")
         engine.restore_session("a", "plan", 2, previous="default")
-        previous = next(o for o in engine.spec.switches[0].options if o.target == "$previous")
-        dest = engine.resolve_target("a", previous)
-        assert dest == "default"
-        engine.apply_switch(
-            "a", dest, tool_call_id="t1", option_id=previous.option_id, proposed_in="plan"
-        )
+        assert settle_now(engine, "a", "exit_plan_default", tool_call_id="t1").change is not None
         engine.change("b", "bypassPermissions", "set_mode")
         engine.close_session("b")
         engine.restore_session("b", "bypassPermissions", 3)
@@ -154,9 +151,9 @@ def test_a_restore_keeps_the_previous_mode_a_switch_returns_to(tmp_path):
     engine.change("s", "yolo", "set_mode")
     engine.close_session("s")
     engine.restore_session("s", "yolo", 2, previous="ask")
-    back = spec.switches[0].options[0]
-    assert engine.resolve_target("s", back) == "ask"
-    engine.apply_switch("s", "ask", tool_call_id="t1", option_id="back", proposed_in="plan")
+    offer = offer_now(engine, "s", "t1")
+    assert offer.targets == {"back": "ask"}
+    assert settle_now(engine, offer, "back").reason is None
     path = _write(tmp_path, buffer.getvalue().splitlines())
     fast = replay([path], [spec], verify=True)
     for report in (fast, by_feed([path], [spec], verify=True, keep_timeline=True)):

@@ -21,6 +21,7 @@ from modefsm.store import (
     last_points,
 )
 from modefsm.store import _restore as restore
+from tests.conftest import settle_now
 
 _OPENED: list[RestoreIndex | TransitionLog] = []
 
@@ -54,9 +55,7 @@ class TestIndexFollowsTheLog:
         engine, _log, index = _open(tmp_path)
         engine.new_session("s1")
         engine.change("s1", "architect", "set_mode")
-        engine.apply_switch(
-            "s1", "code", tool_call_id="t", option_id="code", proposed_in="architect"
-        )
+        settle_now(engine, "s1", "code")
         assert RestorePoint("s1", "code", 3, "architect") == index.restore_point("s1")
 
     def test_rejection_leaves_the_point(self, tmp_path):

@@ -26,6 +26,7 @@ from modefsm import (
     Session,
     SessionStore,
     SharedEngine,
+    SwitchOffer,
     SwitchResult,
     TransitionLog,
     Violation,
@@ -71,6 +72,22 @@ def serve(argv: list[str]) -> None:
     log_path = argv[1] if len(argv) > 1 else "modes.jsonl"
     agent = MyAgent(preset("seed"), store=FileStore(log_path), unstable=True)
     asyncio.run(run_agent(agent))  # acp.run_agent behind modefsm's frame checks
+
+
+async def a_switch_of_your_own() -> None:
+    """**Embedding.** A permission dialog the host shows: an offer, settled once."""
+    engine = ModeEngine(preset("seed"))
+    engine.new_session("sess_1")
+    await engine.set_mode("sess_1", "architect")
+    offer = await engine.offer_switch("sess_1")  # show offer.title and offer.options
+    assert_type(offer, SwitchOffer)
+    assert_type(offer.options[0].target, str | None)
+    result = await engine.settle_switch(offer, "code")  # the optionId the user selected
+    assert_type(result, SwitchResult)
+    assert_type(result.approved, bool)
+    again = await engine.settle_switch(offer, "ask")  # an offer is settled once
+    reason: str | None = again.reason  # "duplicate_answer"
+    assert reason is not None
 
 
 # -- Replay and restore --------------------------------------------------------------------

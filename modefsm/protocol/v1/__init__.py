@@ -18,20 +18,14 @@ from modefsm.protocol.v1._agent import (
     ModeAgent,
 )
 from modefsm.protocol.v1._render import config_options, mode_state, session_updates
-from modefsm.protocol.v1._switch import (
-    SwitchResult,
-    offered_options,
-    propose_switch,
-)
+from modefsm.protocol.v1._switch import propose_switch
 
 __all__ = [
     "CLOSE_WAIT",
     "MAX_CWD_CHARS",
     "ModeAgent",
-    "SwitchResult",
     "config_options",
     "mode_state",
-    "offered_options",
     "propose_switch",
     "session_updates",
 ]

@@ -60,7 +60,7 @@ from acp.schema import (
     ToolCallStart,
 )
 
-from modefsm.engine import ModeChange, ModeEngine, Session
+from modefsm.engine import ModeChange, ModeEngine, Session, SwitchResult
 from modefsm.errors import UnknownSessionError
 from modefsm.log import ConversationStore, Part
 from modefsm.protocol._list import list_page
@@ -68,7 +68,7 @@ from modefsm.protocol.errors import acp_errors, invalid_params
 from modefsm.protocol.transport._shared import SharedEngine
 from modefsm.protocol.transport._stdio import PermissionRequest
 from modefsm.protocol.v1._render import config_options, mode_state, session_updates
-from modefsm.protocol.v1._switch import SwitchResult, propose_switch
+from modefsm.protocol.v1._switch import propose_switch
 from modefsm.spec import ModeSpec
 from modefsm.store import RestorePoint, SessionStore
 

@@ -18,13 +18,15 @@ An answer that arrives after ``session/cancel`` ended the wait changes nothing: 
 drops it, and :class:`~modefsm.protocol.ModeAgent` logs it as ``late_answer`` (served through
 :mod:`modefsm.protocol`, which also reports a second answer as ``duplicate_answer``).
 
-Options are resolved when the request is built (:meth:`ModeEngine.offer_switch
-<modefsm.engine._engine.ModeEngine.offer_switch>`): a ``$previous`` option names its concrete
-mode, and is left out when it has none or another option already leads there. With a store
-shared by several processes, the session first catches up with what the others committed
-(:meth:`ModeEngine.refresh <modefsm.engine._engine.ModeEngine.refresh>`): the switch offered
-is the committed mode's, and an outcome that changes nothing is logged from the committed
-mode too (its client is told of a mode taken meanwhile before the tool call ends).
+The engine holds the switch as one object: :meth:`ModeEngine.offer_switch
+<modefsm.engine.SwitchOffers.offer_switch>` builds the offer from the committed mode (with a
+store shared by several processes, the session first catches up with what the others
+committed), options resolved once: a ``$previous`` option names its concrete mode, and is
+left out when it has none or another option already leads there.
+:meth:`ModeEngine.settle_switch <modefsm.engine.SwitchOffers.settle_switch>` takes the answer
+and decides, once, against the committed mode; an outcome that changes nothing is logged
+from the committed mode too (its client is told of a mode taken meanwhile before the tool
+call ends).
 
 If the session changed while the request was pending (a stale approval), the approval
 applies exactly the target its option showed, never re-resolved, and only when the spec
@@ -36,10 +38,7 @@ is locked while the client is deciding.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from acp.exceptions import RequestError
@@ -54,17 +53,11 @@ from acp.schema import (
 )
 from pydantic import ValidationError
 
-from modefsm.engine import ModeChange, ModeEngine, SwitchOffer
-from modefsm.errors import (
-    REQUEST_CANCELLED,
-    HookError,
-    LogError,
-    StaleOptionError,
-    TransitionNotAllowedError,
-)
+from modefsm.engine import ModeEngine, SwitchOffer, SwitchResult
+from modefsm.errors import REQUEST_CANCELLED
 from modefsm.log import RejectReason
 
-__all__ = ["SwitchResult", "offered_options", "propose_switch"]
+__all__ = ["propose_switch"]
 
 _DECLINED_TEXT: dict[RejectReason, str] = {
     "option_rejected": "Declined: staying in {mode} mode.",
@@ -80,44 +73,7 @@ _DECLINED_TEXT: dict[RejectReason, str] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class SwitchResult:
-    """How a proposed switch ended.
-
-    Attributes:
-        tool_call_id: ACP ``toolCallId`` of the switch's tool call.
-        option_id: ACP ``optionId`` the client selected (``None`` when cancelled).
-        change: the committed change, or ``None`` when nothing changed.
-        reason: why nothing changed, or ``None`` when the switch was approved.
-    """
-
-    tool_call_id: str
-    option_id: str | None
-    change: ModeChange | None
-    reason: RejectReason | None
-
-    @property
-    def approved(self) -> bool:
-        """Whether the client selected an allow option and the switch was applied."""
-        return self.reason is None
-
-
-def offered_options(engine: ModeEngine, session_id: str) -> dict[str, str | None]:
-    """The options the switch from the session's current mode offers now.
-
-    Returns:
-        ``{optionId: target}`` in the spec's order, targets resolved (see
-        :meth:`ModeEngine.offer_switch <modefsm.engine._engine.ModeEngine.offer_switch>`); the
-        target is ``None`` for reject options.
-
-    Raises:
-        UnknownSessionError: no such session.
-        NoSwitchError: the current mode has no switch.
-    """
-    return engine.offer_switch(session_id).targets
-
-
-async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top to bottom
+async def propose_switch(  # noqa: C901, PLR0912 - one flow, read top to bottom
     engine: ModeEngine,
     client: Any,
     session_id: str,
@@ -158,11 +114,8 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
         LogError: the store could not be read to catch up (nothing was proposed).
         ConnectionError: the connection closed while waiting (logged as ``session_closed``).
     """
-    tool_call_id = tool_call_id or f"call_switch_mode_{uuid.uuid4().hex[:12]}"
-    await engine.refresh(session_id)  # offer the committed mode's switch
-    offer = engine.offer_switch(session_id)
-    source = offer.proposed_in
-    offered = offer.targets
+    offer = await engine.offer_switch(session_id, tool_call_id=tool_call_id)
+    tool_call_id = offer.tool_call_id
     content = _text(plan)
     start = ToolCallStart(
         session_update="tool_call",
@@ -177,13 +130,13 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
     try:
         await _shielded(engine.notify(session_id, start))
     except asyncio.CancelledError:
-        await _end_cancelled(engine, session_id, tool_call_id, source, None)
+        await _end_cancelled(engine, offer, None)
         raise
     option_id: str | None = None
     reason: RejectReason | None = None
     if cancelled is not None and cancelled.is_set():
         reason = "cancelled"
-    elif not any(target is not None for target in offered.values()):
+    elif not offer.approvable:
         reason = "no_previous_mode"
     else:
         request = client.request_permission(
@@ -204,87 +157,45 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
         except ValidationError:  # the SDK could not read the answer as a permission response
             reason = "invalid_answer"
         except ConnectionError:
-            await _caught_up(engine, session_id)
-            await engine.reject_switch_async(
-                session_id, "session_closed", tool_call_id=tool_call_id, proposed_in=source
-            )
+            await engine.settle_switch(offer, None, reason="session_closed")
             raise
         except asyncio.CancelledError:  # $/cancel_request of the request running the turn
-            await _end_cancelled(engine, session_id, tool_call_id, source, abandoned)
+            await _end_cancelled(engine, offer, abandoned)
             raise
         else:
             if response is not None and isinstance(response.outcome, AllowedOutcome):
                 option_id = response.outcome.option_id
-            reason = _judge(engine, session_id, offered, option_id)
-    change: ModeChange | None = None
-    if reason is None:
-        assert option_id is not None  # noqa: S101 - _judge checked it
-        try:
-            change = await engine.approve_switch_async(offer, option_id, tool_call_id=tool_call_id)
-        except StaleOptionError:
-            reason = "stale_option"  # logged by the engine
-        except TransitionNotAllowedError:
-            reason = "not_allowed"  # logged by the engine
-        except HookError:
-            reason = "hook_failed"  # logged by the engine
-        except LogError:
-            reason = "log_failed"  # nothing could be logged
-    elif reason != "log_failed":
-        await _caught_up(engine, session_id)
-        await engine.reject_switch_async(
-            session_id,
-            reason,
-            dest=offered.get(option_id) if option_id else None,
-            tool_call_id=tool_call_id,
-            option_id=option_id,
-            proposed_in=source,
-        )
+    result = await engine.settle_switch(offer, option_id, reason=reason)
     if session_id in engine:
         mode = engine.get(session_id).state
-        if reason is None:
-            text = f"Switched to {mode} mode." if change else f"Already in {mode} mode."
+        if result.reason is None:
+            text = f"Switched to {mode} mode." if result.change else f"Already in {mode} mode."
         else:
-            text = _DECLINED_TEXT[reason].format(mode=mode)
+            text = _DECLINED_TEXT[result.reason].format(mode=mode)
         final = ToolCallProgress(
             session_update="tool_call_update",
             tool_call_id=tool_call_id,
-            status="completed" if reason is None else "failed",
+            status="completed" if result.reason is None else "failed",
             content=_text(text),
         )
         if record is not None:
             record(final)
         # shielded: once decided, the outcome is announced in full whatever cancels the turn
         await _shielded(engine.notify(session_id, final))
-    return SwitchResult(tool_call_id, option_id, change, reason)
-
-
-async def _caught_up(engine: ModeEngine, session_id: str) -> None:
-    """Catch the live session up before logging an outcome; a store that fails is let be.
-
-    The rejection is then logged from the committed mode (as the store last answered).
-    """
-    if session_id in engine:
-        with contextlib.suppress(LogError):
-            await engine.refresh(session_id)
+    return result
 
 
 async def _end_cancelled(
-    engine: ModeEngine,
-    session_id: str,
-    tool_call_id: str,
-    source: str,
-    abandoned: Callable[[], None] | None,
+    engine: ModeEngine, offer: SwitchOffer, abandoned: Callable[[], None] | None
 ) -> None:
     """A cancelled turn ends its switch: logged ``cancelled``, the tool call ``failed``."""
-    await _shielded(
-        engine.reject_switch_async(
-            session_id, "cancelled", tool_call_id=tool_call_id, proposed_in=source
-        )
-    )
+    await _shielded(engine.settle_switch(offer, None, reason="cancelled"))
     if abandoned is not None:
         abandoned()  # the SDK drops the answer if it comes: log it as late_answer
+    session_id = offer.session_id
     if session_id in engine:
-        engine.enqueue(session_id, _final(tool_call_id, "cancelled", engine.get(session_id).state))
+        final = _final(offer.tool_call_id, "cancelled", engine.get(session_id).state)
+        engine.enqueue(session_id, final)
         await _shielded(engine.flush())
 
 
@@ -307,21 +218,6 @@ async def _shielded(work: Any) -> None:
         if not task.done():
             await asyncio.wait({task})
         raise
-
-
-def _judge(
-    engine: ModeEngine, session_id: str, offered: dict[str, str | None], option_id: str | None
-) -> RejectReason | None:
-    """Why the client's answer changes nothing, or ``None`` if it approves the switch."""
-    if session_id not in engine:
-        return "session_closed"
-    if option_id is None:
-        return "cancelled"
-    if option_id not in offered:
-        return "option_not_offered"
-    if offered[option_id] is None:
-        return "option_rejected"
-    return None
 
 
 def _permission_options(offer: SwitchOffer) -> list[PermissionOption]:
