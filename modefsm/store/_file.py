@@ -53,7 +53,7 @@ from typing import Any, NamedTuple
 
 from modefsm.errors import LogError
 from modefsm.log._files import lock_holders, open_private
-from modefsm.log._reader import LogEntry, read_log
+from modefsm.log._reader import DecisionEntry, LogEntry, read_log
 from modefsm.log._records import (
     CHAINED_EVENTS,
     EVENT_CHANGED,
@@ -61,6 +61,7 @@ from modefsm.log._records import (
     EVENT_DECIDED,
     EVENT_REJECTED,
     SEQ_MAX,
+    DecisionRecord,
     TransitionRecord,
 )
 from modefsm.log._writer import (
@@ -828,6 +829,15 @@ class FileStore:
                     EVENT_CHANGED,
                 ):
                     yield record
+
+    def decisions(self, session_id: str) -> Iterator[DecisionRecord]:
+        """The ``modefsm.tool_decided`` records of *session_id* in the file, in order.
+
+        A full scan (what a restored session's grants are rebuilt from).
+        """
+        for item in read_log([self.path], decisions=True):
+            if isinstance(item, DecisionEntry) and item.record.session_id == session_id:
+                yield item.record
 
     def close(self) -> None:
         """Catch the index up with the file, commit it and close both (idempotent).
