@@ -8,6 +8,12 @@ kind table when no name pattern precedes the kind; otherwise it scans the rules 
 once per mode, kind and tool name and keeps the answer (the seed preset's architect mode,
 whose plan rule matches by name, for edits).
 
+The engine's rows time what a host calls for each tool call of a session:
+``ModeEngine.decide(session_id, call)`` (the session's committed mode and seq, the rules,
+the session's grants, and the immutable ``ToolDecision`` it returns), against a host's
+hand-written table keyed by a mode flag it keeps per session
+(``table[modes[session_id]][call.kind]``), over sessions in every mode of the preset.
+
 Each repetition times the same calls (every mode and kind of the preset, a tool name each,
 in a shuffled order) through each implementation, each first in turn, with the cyclic
 garbage collector off.
@@ -20,13 +26,14 @@ import time
 from collections.abc import Callable
 
 from benchmarks.harness import Result, Row, Size, benchmark, no_gc
-from modefsm import preset
-from modefsm.spec import TOOL_KINDS
+from modefsm import ModeEngine, ToolCall, preset
+from modefsm.spec import TOOL_KINDS, ModeSpec
 
 __all__ = ["run"]
 
 TITLE = "11. tool decisions"
 METRIC = "a tool call judged by its mode"
+ENGINE_METRIC = "a session's tool call decided by its committed mode"
 RATIO_BOUND = 3.0
 """The most ``judge`` may take, as a multiple of the dict lookup."""
 ABSOLUTE_BOUND = 2.0
@@ -42,6 +49,77 @@ def _calls(mode_ids: tuple[str, ...], count: int, kinds: tuple[str, ...]) -> lis
     names = ["Read", "Edit", "Bash", "Grep", "WebFetch", "write_plan"]
     every = [(m, k, rng.choice(names)) for m in mode_ids for k in kinds]
     return [every[i % len(every)] for i in rng.sample(range(count), count)]
+
+
+def _time_sessions(
+    fn: Callable[[str, ToolCall], object], calls: list[tuple[str, ToolCall]]
+) -> float:
+    """µs per call of *fn* over *calls* (a session and a tool call each)."""
+    with no_gc():
+        start = time.perf_counter()
+        for session_id, call in calls:
+            fn(session_id, call)
+        return (time.perf_counter() - start) * 1e6 / len(calls)
+
+
+def _engine_rows(result: Result, spec: ModeSpec, calls: list[_Call], size: Size) -> None:
+    """``ModeEngine.decide`` against a host's per-session mode flag and table."""
+    engine = ModeEngine(spec)
+    modes: dict[str, str] = {}
+    for mode_id in spec.mode_ids:
+        session_id = f"sess_{mode_id}"
+        engine.new_session(session_id)
+        if mode_id != spec.initial:
+            engine.change(session_id, mode_id, "set_mode")
+        modes[session_id] = mode_id
+    table = {m: {str(k): d for k, d in spec.rules.decisions(m).items()} for m in spec.mode_ids}
+
+    def host(session_id: str, call: ToolCall) -> object:
+        return table[modes[session_id]][call.kind]  # type: ignore[index]  # kinds are set
+
+    timed_calls = [
+        (f"sess_{mode}", ToolCall(f"call_{i}", kind, name))  # type: ignore[arg-type]
+        for i, (mode, kind, name) in enumerate(calls)
+    ]
+    assert all(engine.decide(*c).decision == host(*c) for c in timed_calls)  # noqa: S101
+    samples: dict[str, list[float]] = {"host": [], "decide": []}
+    runs = {"host": host, "decide": engine.decide}
+    order = list(runs)
+    for rep in range(size.warmup + size.repeat):
+        order = order[1:] + order[:1]
+        timed = {key: _time_sessions(runs[key], timed_calls) for key in order}
+        if rep >= size.warmup:
+            for key, value in timed.items():
+                samples[key].append(value)
+    result.add(
+        Row(
+            ENGINE_METRIC,
+            "host table (table[modes[session_id]][call.kind])",
+            "µs/call",
+            samples["host"],
+            baseline=True,
+        )
+    )
+    decided = result.add(
+        Row(
+            ENGINE_METRIC,
+            "modefsm ModeEngine.decide",
+            "µs/call",
+            samples["decide"],
+            note="returns the ToolDecision: decision, rule, reason, mode, seq, options",
+        )
+    )
+    ratio = result.ratio(decided) or 0.0
+    result.target(
+        f"decide <= {RATIO_BOUND:g}x the host's table",
+        met=ratio <= RATIO_BOUND,
+        measured=f"{ratio:.2f}x",
+    )
+    result.target(
+        f"decide < {ABSOLUTE_BOUND:g} µs per call",
+        met=decided.median < ABSOLUTE_BOUND,
+        measured=f"{decided.median:.3f} µs",
+    )
 
 
 def _time(fn: Callable[[str, str, str], object], calls: list[_Call]) -> float:
@@ -108,6 +186,7 @@ def run(size: Size) -> Result:
         met=judged.median < ABSOLUTE_BOUND,
         measured=f"{judged.median:.3f} µs",
     )
+    _engine_rows(result, spec, calls, size)
     result.notes.append(
         f"{count:,} calls per repetition over every mode and kind of the permission preset, "
         f"shuffled; {size.repeat} repetitions after {size.warmup} untimed; gc off"

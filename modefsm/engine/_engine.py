@@ -508,7 +508,11 @@ class ModeEngine(ToolCalls):
                     except SessionMoved as moved:
                         mode_id, seq, previous, digest = moved.current[1:]
                         continue
-                past = await asyncio.to_thread(self._past_decisions, session_id)
+                past = (
+                    await asyncio.to_thread(self._past_decisions, session_id)
+                    if self._persists
+                    else []
+                )
                 if session_id in self._sessions:  # pragma: no cover - held by the turn
                     return self._sessions[session_id]
                 self._tools_restored(session_id, past)

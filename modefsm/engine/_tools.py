@@ -25,8 +25,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
+import msgspec
+import msgspec.structs
+
+from modefsm.engine._machine import state_name
 from modefsm.errors import (
     AskClosedError,
     AskLimitError,
@@ -107,8 +111,12 @@ _OPTION_KINDS: dict[str, PermissionOptionKind] = {o.option_id: o.kind for o in A
 _RAN = frozenset({"allow_once", "allow_always", "granted"})
 
 
-class ToolDecision(NamedTuple):
+class ToolDecision(msgspec.Struct, frozen=True, gc=False):
     """What the session's committed mode says of one tool call (immutable).
+
+    A frozen :class:`msgspec.Struct`: compared by value, copied with changes by
+    :func:`msgspec.structs.replace`; it is made on every tool call, and a struct is made
+    in C.
 
     Attributes:
         call: the tool call decided.
@@ -142,7 +150,7 @@ class ToolDecision(NamedTuple):
         return self.decision == "allow" or (self.decision == "ask" and self.outcome in _RAN)
 
 
-_new = tuple.__new__
+_replace = msgspec.structs.replace
 
 
 class _Ask:
@@ -158,9 +166,10 @@ class _Ask:
 class _Tools:
     """One session's tool state: its grants and its open asks (by ``toolCallId``)."""
 
-    __slots__ = ("asks", "grants")
+    __slots__ = ("asks", "grants", "session_id")
 
-    def __init__(self, grants: GrantMemory) -> None:
+    def __init__(self, session_id: str, grants: GrantMemory) -> None:
+        self.session_id = session_id
         self.grants = grants
         self.asks: dict[str, _Ask] = {}
 
@@ -187,8 +196,10 @@ class ToolCalls:
 
     def _init_tools(self) -> None:
         self._rules: RuleTable = self.spec.rules
+        self._fixed = _fixed_verdicts(self.spec, self._rules)
         self._tools: dict[str, _Tools] = {}
         self._rejudges: set[asyncio.Task[None]] = set()
+        self._granting: set[str] = set()  # the sessions with a grant
         self._asked: dict[int, str] = {}  # id() of an open ask's call -> its sessionId
         self._ended: dict[int, tuple[ToolCall, ToolDecision]] = {}  # the last asks ended
         self._persists = any(self.spec.grants_in(m).persist for m in self.spec.mode_ids)
@@ -206,9 +217,18 @@ class ToolCalls:
             UnknownSessionError: no such session.
             InvalidParamsError: ``call.kind`` is not an ACP ``ToolKind`` (field ``kind``).
         """
-        session = self._sessions.get(session_id)
-        if session is None:
-            raise UnknownSessionError(session_id)
+        try:
+            session = self._sessions[session_id]
+        except KeyError:
+            raise UnknownSessionError(session_id) from None
+        fixed = self._fixed[session.fsm_state][call.kind]
+        if fixed is None or (fixed[4] and session_id in self._granting):
+            return self._judged(session, call)  # a name decides, or a grant may cover it
+        decision, rule, reason, mode, options = fixed
+        return ToolDecision(call, decision, rule, reason, mode, session.seq, None, options)
+
+    def _judged(self, session: Session, call: ToolCall) -> ToolDecision:
+        """:meth:`decide` by the rules' judge and the grants (an ask, or a name decides)."""
         mode, seq = session.state, session.seq
         try:
             verdict = self._rules.judge(mode, call.kind, call.name)
@@ -216,11 +236,11 @@ class ToolCalls:
             raise _bad_kind(call.kind) from None
         rule, reason = verdict.rule_index, verdict.reason
         if verdict.decision == "ask":
-            tools = self._tools.get(session_id)
+            tools = self._tools.get(session.session_id)
             if tools is not None and tools.grants.covers(mode, call.kind or "other", call.name):
-                return _new(ToolDecision, (call, "allow", rule, reason, mode, seq, "granted", ()))
-            return _new(ToolDecision, (call, "ask", rule, reason, mode, seq, None, ASK_OPTIONS))
-        return _new(ToolDecision, (call, verdict.decision, rule, reason, mode, seq, None, ()))
+                return ToolDecision(call, "allow", rule, reason, mode, seq, "granted", ())
+            return ToolDecision(call, "ask", rule, reason, mode, seq, None, ASK_OPTIONS)
+        return ToolDecision(call, verdict.decision, rule, reason, mode, seq, None, ())
 
     async def decide_async(self, session_id: str, call: ToolCall) -> ToolDecision:
         """Decide *call* against the committed mode; record it before returning.
@@ -316,7 +336,7 @@ class ToolCalls:
                     await self._rejudge(session, tools)
                     if ask.done.done():
                         return ask.done.result()
-                    settled = ask.decision._replace(outcome=outcome, options=())
+                    settled = _replace(ask.decision, outcome=outcome, options=())
                     await self._record(session, settled)
                 except SessionMoved as moved:
                     self._adopt(moved.current)
@@ -384,7 +404,7 @@ class ToolCalls:
     def _tools_of(self, session_id: str) -> _Tools:
         tools = self._tools.get(session_id)
         if tools is None:
-            tools = self._tools[session_id] = _Tools(GrantMemory(self.spec))
+            tools = self._tools[session_id] = _Tools(session_id, GrantMemory(self.spec))
         return tools
 
     def _close(self, tools: _Tools, ask: _Ask, final: ToolDecision) -> None:
@@ -396,8 +416,10 @@ class ToolCalls:
         if len(ended) >= ENDED_KEPT:
             del ended[next(iter(ended))]
         ended[id(call)] = (call, final)
-        if final.outcome == "allow_always":
-            tools.grants.remember(final.mode, call.kind or "other", call.name)
+        if final.outcome == "allow_always" and tools.grants.remember(
+            final.mode, call.kind or "other", call.name
+        ):
+            self._granting.add(tools.session_id)
         if not ask.done.done():
             ask.done.set_result(final)
 
@@ -464,6 +486,7 @@ class ToolCalls:
         no record where it allows (the tool did not run: the session is gone).
         """
         tools = self._tools.pop(session.session_id, None)
+        self._granting.discard(session.session_id)
         if tools is None:
             return
         point = _head(session)
@@ -480,7 +503,9 @@ class ToolCalls:
                 except ModefsmError as exc:
                     self._log_failure("modefsm.cancel_failed", session.session_id, exc)
                 break
-            self._close(tools, ask, final or ask.decision._replace(outcome="cancelled", options=()))
+            self._close(
+                tools, ask, final or _replace(ask.decision, outcome="cancelled", options=())
+            )
 
     def _cancelled(self, point: RestorePoint, decision: ToolDecision) -> ToolDecision | None:
         """*decision*'s ask cancelled against the mode at *point* (``None``: it allows)."""
@@ -510,7 +535,10 @@ class ToolCalls:
 
     def _tools_restored(self, session_id: str, decisions: Iterable[DecisionRecord]) -> None:
         """A restored session's grants, rebuilt from its decision records."""
-        self._tools[session_id] = _Tools(GrantMemory.rebuild(self.spec, decisions))
+        grants = GrantMemory.rebuild(self.spec, decisions)
+        self._tools[session_id] = _Tools(session_id, grants)
+        if len(grants):
+            self._granting.add(session_id)
 
     # -- records -------------------------------------------------------------------------
 
@@ -553,6 +581,38 @@ class ToolCalls:
             "spec": self.spec.name,
             "spec_hash": self.spec.content_hash,
         }
+
+
+_Fixed = tuple[Decision, int | None, str | None, str, tuple[AskOption, ...]]
+"""``(decision, rule, reason, mode, options)``: a verdict no tool name can change (an
+``ask``'s options are :data:`ASK_OPTIONS`: a grant may still cover it)."""
+
+
+class _ByKind(dict[str | None, "_Fixed | None"]):
+    """One mode's fixed verdicts by ACP ``ToolKind`` (``None`` where the judge decides)."""
+
+    __slots__ = ()
+
+    def __missing__(self, kind: object) -> None:
+        return None  # not a ToolKind: the judge says so
+
+
+def _fixed_verdicts(spec: ModeSpec, rules: RuleTable) -> dict[str, _ByKind]:
+    """The verdicts only the kind decides, by mode (its machine state's name) and kind.
+
+    What :meth:`ToolCalls.decide` answers without the judge.
+    """
+    fixed: dict[str, _ByKind] = {}
+    for mode_id in spec.mode_ids:
+        by_kind = _ByKind()
+        for kind, decided in rules.decisions(mode_id).items():
+            if decided is not None:
+                verdict = rules.judge(mode_id, kind)
+                options = ASK_OPTIONS if decided == "ask" else ()
+                by_kind[kind] = (decided, verdict.rule_index, verdict.reason, mode_id, options)
+        by_kind[None] = by_kind["other"]  # ACP: a tool call without a kind is "other"
+        fixed[state_name(mode_id)] = by_kind
+    return fixed
 
 
 def _head(session: Session) -> RestorePoint:
