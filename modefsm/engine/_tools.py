@@ -267,6 +267,7 @@ class ToolCalls:
             async with self._turn(session_id):
                 session = self.get(session_id)
                 tools = self._tools_of(session_id)
+                self._take_grants(tools)
                 try:
                     await self._rejudge(session, tools)
                     decision = self.decide(session_id, call)
@@ -332,6 +333,7 @@ class ToolCalls:
                 if ask.done.done():  # a mode change or the close ended it meanwhile
                     return ask.done.result()
                 session = self.get(session_id)
+                self._take_grants(tools)
                 try:
                     await self._rejudge(session, tools)
                     if ask.done.done():
@@ -400,6 +402,20 @@ class ToolCalls:
         if ask is None or ask.decision.call != decision.call or session_id not in self._sessions:
             raise AskClosedError(session_id, decision.call.tool_call_id)
         return tools, ask  # type: ignore[return-value]  # tools is set when ask is
+
+    def _take_grants(self, tools: _Tools) -> None:
+        """Remember the grants other processes made in the session (seen as it caught up).
+
+        From a store that reports them (``store.grants_seen(session_id)``: the file store).
+        """
+        seen = getattr(self.store, "grants_seen", None)
+        if seen is None:
+            return
+        for grant in seen(tools.session_id):
+            if self.spec.has_mode(grant.mode) and tools.grants.remember(
+                grant.mode, grant.kind, grant.tool
+            ):
+                self._granting.add(tools.session_id)
 
     def _tools_of(self, session_id: str) -> _Tools:
         tools = self._tools.get(session_id)

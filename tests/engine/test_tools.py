@@ -534,3 +534,37 @@ def test_records_need_no_store(tmp_path: Path) -> None:
     lines = [strip(orjson.loads(x)) for x in path.read_bytes().splitlines()]
     assert lines[1] == record("s", READ, "allow", 0, "default", 1)
     assert replay([path], [PERMISSION], verify=True).violations == ()
+
+
+class TestGrantsAcrossProcesses:
+    """A grant made in one process reaches the other's next decision after it catches up."""
+
+    async def test_a_grant_in_one_engine_holds_in_the_other(self, tmp_path: Path) -> None:
+        made = Backing("file", tmp_path)
+        first, second = made.engine(), made.engine()
+        await first.new_session_async("s")
+        restore(second, "s")
+        await first.settle(await first.decide_async("s", BASH), "allow_always")
+        again = ToolCall("call_bash2", "execute", "Bash")
+        assert second.decide("s", again).decision == "ask"  # not caught up yet
+        granted = decision(again, "allow", 1, ASKS_EDITS, "default", 1, "granted")
+        assert await second.decide_async("s", again) == granted
+        await second.set_mode("s", "acceptEdits")  # mode-scoped: not in another mode
+        other = ToolCall("call_bash3", "execute", "Bash")
+        assert (await second.decide_async("s", other)).decision == "ask"
+        made.close()
+        made.verify()
+
+    async def test_postgresql_keeps_grants_in_the_process_that_made_them(
+        self, postgres_url: str, tmp_path: Path
+    ) -> None:
+        """A PostgreSQL worker writes its decisions to its own log, not to the database:
+        another worker does not learn the grant and asks again."""
+        made = Backing("postgres", tmp_path, postgres_url)
+        first, second = made.engine(), made.engine()
+        await first.new_session_async("s")
+        restore(second, "s")
+        await first.settle(await first.decide_async("s", BASH), "allow_always")
+        again = ToolCall("call_bash2", "execute", "Bash")
+        assert (await second.decide_async("s", again)).decision == "ask"
+        made.close()
