@@ -82,15 +82,13 @@ def _engine_rows(result: Result, spec: ModeSpec, calls: list[_Call], size: Size)
         for i, (mode, kind, name) in enumerate(calls)
     ]
     assert all(engine.decide(*c).decision == host(*c) for c in timed_calls)  # noqa: S101
-    samples: dict[str, list[float]] = {"host": [], "decide": []}
-    runs = {"host": host, "decide": engine.decide}
-    order = list(runs)
-    for rep in range(size.warmup + size.repeat):
-        order = order[1:] + order[:1]
-        timed = {key: _time_sessions(runs[key], timed_calls) for key in order}
-        if rep >= size.warmup:
-            for key, value in timed.items():
-                samples[key].append(value)
+    samples = _sample(
+        {
+            "host": lambda: _time_sessions(host, timed_calls),
+            "decide": lambda: _time_sessions(engine.decide, timed_calls),
+        },
+        size,
+    )
     result.add(
         Row(
             ENGINE_METRIC,
@@ -109,16 +107,34 @@ def _engine_rows(result: Result, spec: ModeSpec, calls: list[_Call], size: Size)
             note="returns the ToolDecision: decision, rule, reason, mode, seq, options",
         )
     )
-    ratio = result.ratio(decided) or 0.0
+    _targets(result, decided, "decide", "the host's table")
+
+
+def _sample(runs: dict[str, Callable[[], float]], size: Size) -> dict[str, list[float]]:
+    """Each run's µs per call, once per repetition after the warm-up, each first in turn."""
+    samples: dict[str, list[float]] = {key: [] for key in runs}
+    order = list(runs)
+    for rep in range(size.warmup + size.repeat):
+        order = order[1:] + order[:1]  # each implementation first in turn
+        timed = {key: runs[key]() for key in order}
+        if rep >= size.warmup:
+            for key, value in timed.items():
+                samples[key].append(value)
+    return samples
+
+
+def _targets(result: Result, row: Row, name: str, baseline: str) -> None:
+    """The two targets of *row*: a ratio to its *baseline*, and a time per call."""
+    ratio = result.ratio(row) or 0.0
     result.target(
-        f"decide <= {RATIO_BOUND:g}x the host's table",
+        f"{name} <= {RATIO_BOUND:g}x {baseline}",
         met=ratio <= RATIO_BOUND,
         measured=f"{ratio:.2f}x",
     )
     result.target(
-        f"decide < {ABSOLUTE_BOUND:g} µs per call",
-        met=decided.median < ABSOLUTE_BOUND,
-        measured=f"{decided.median:.3f} µs",
+        f"{name} < {ABSOLUTE_BOUND:g} µs per call",
+        met=row.median < ABSOLUTE_BOUND,
+        measured=f"{row.median:.3f} µs",
     )
 
 
@@ -149,19 +165,14 @@ def run(size: Size) -> Result:
     assert all(rules.judge(*c).decision == lookup(*c) for c in calls)  # noqa: S101 - same answers
     seed = preset("seed")
     scanned = _calls(("architect",), count, ("edit",))  # the plan rule matches by name first
-    samples: dict[str, list[float]] = {"dict": [], "judge": [], "scan": []}
-    runs: dict[str, tuple[Callable[[str, str, str], object], list[_Call]]] = {
-        "dict": (lookup, calls),
-        "judge": (rules.judge, calls),
-        "scan": (seed.rules.judge, scanned),
-    }
-    order = list(runs)
-    for rep in range(size.warmup + size.repeat):
-        order = order[1:] + order[:1]  # each implementation first in turn
-        timed = {key: _time(*runs[key]) for key in order}
-        if rep >= size.warmup:
-            for key, value in timed.items():
-                samples[key].append(value)
+    samples = _sample(
+        {
+            "dict": lambda: _time(lookup, calls),
+            "judge": lambda: _time(rules.judge, calls),
+            "scan": lambda: _time(seed.rules.judge, scanned),
+        },
+        size,
+    )
     result.add(
         Row(METRIC, "dict lookup (table[mode][kind])", "µs/call", samples["dict"], baseline=True)
     )
@@ -175,17 +186,7 @@ def run(size: Size) -> Result:
             note="seed preset, architect mode, edit calls",
         )
     )
-    ratio = result.ratio(judged) or 0.0
-    result.target(
-        f"judge <= {RATIO_BOUND:g}x the dict lookup",
-        met=ratio <= RATIO_BOUND,
-        measured=f"{ratio:.2f}x",
-    )
-    result.target(
-        f"judge < {ABSOLUTE_BOUND:g} µs per call",
-        met=judged.median < ABSOLUTE_BOUND,
-        measured=f"{judged.median:.3f} µs",
-    )
+    _targets(result, judged, "judge", "the dict lookup")
     _engine_rows(result, spec, calls, size)
     result.notes.append(
         f"{count:,} calls per repetition over every mode and kind of the permission preset, "
