@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from modefsm.engine import (
+        AskOption,
         ModeChange,
         ModeChanged,
         ModeEngine,
@@ -25,8 +26,12 @@ if TYPE_CHECKING:
         Session,
         SwitchOffer,
         SwitchResult,
+        ToolCall,
+        ToolDecision,
     )
     from modefsm.errors import (
+        AskClosedError,
+        AskLimitError,
         ChangeRefused,
         DiagramError,
         FrameError,
@@ -77,6 +82,9 @@ else:
     ModuleType = type(sys)  # types.ModuleType, without importing types
 
 _EXPORTS = {
+    "AskClosedError": "modefsm.errors",
+    "AskLimitError": "modefsm.errors",
+    "AskOption": "modefsm.engine",
     "ChangeRefused": "modefsm.errors",
     "ConversationStore": "modefsm.log",
     "FileStore": "modefsm.store",
@@ -122,6 +130,8 @@ _EXPORTS = {
     "SwitchOption": "modefsm.spec",
     "SwitchResult": "modefsm.engine",
     "TransitionLog": "modefsm.log",
+    "ToolCall": "modefsm.engine",
+    "ToolDecision": "modefsm.engine",
     "TransitionNotAllowedError": "modefsm.errors",
     "TransitionRecord": "modefsm.log",
     "UnknownConfigOptionError": "modefsm.errors",
@@ -165,6 +175,9 @@ sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "PREVIOUS",
+    "AskClosedError",
+    "AskLimitError",
+    "AskOption",
     "ChangeRefused",
     "ConversationStore",
     "DiagramError",
@@ -207,6 +220,8 @@ __all__ = [
     "SwitchOffer",
     "SwitchOption",
     "SwitchResult",
+    "ToolCall",
+    "ToolDecision",
     "TransitionLog",
     "TransitionNotAllowedError",
     "TransitionRecord",

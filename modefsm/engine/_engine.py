@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from modefsm.engine._events import ModeChange, ModeChanged
 from modefsm.engine._machine import ModeMachine, mode_of, state_name
 from modefsm.engine._offers import SwitchOffers
+from modefsm.engine._tools import ToolCalls
 from modefsm.engine._views import ModeView, build_views
 from modefsm.errors import (
     INVALID_PARAMS,
@@ -149,11 +150,13 @@ class Session:
 ChangeHook = Callable[[ModeChange], None]
 
 
-class ModeEngine(SwitchOffers):
-    """Every session's mode under one spec: the sessions, and the change pipeline.
+class ModeEngine(SwitchOffers, ToolCalls):
+    """Every session's mode under one spec: sessions, changes, and the tool calls modes decide.
 
-    An agent's switch is offered and settled through the methods of its base,
-    :class:`~modefsm.engine.SwitchOffers` (``offer_switch``, ``settle_switch``).
+    An agent's switch is offered and settled through the methods of
+    :class:`~modefsm.engine.SwitchOffers` (``offer_switch``, ``settle_switch``); the tool-call
+    methods (:meth:`decide`, :meth:`decide_async`, :meth:`settle`, :meth:`outcome_of`,
+    :meth:`open_asks`, :meth:`prompt_for`) are described in :mod:`modefsm.engine._tools`.
 
     Args:
         spec: the modes and policy.
@@ -210,6 +213,7 @@ class ModeEngine(SwitchOffers):
         self._spec_fields = {"spec": spec.name, "spec_hash": spec.content_hash}
         self.protocol: int | None = None
         """The ACP protocol version of the client, written into records when not ``None``."""
+        self._init_tools()
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -304,12 +308,15 @@ class ModeEngine(SwitchOffers):
         return iter(list(self._sessions.values()))
 
     def close_session(self, session_id: str) -> None:
-        """Forget session *session_id* (O(1)); later changes to it raise ``UnknownSessionError``.
+        """Forget session *session_id*; later changes to it raise ``UnknownSessionError``.
+
+        O(1), plus one record per open ask of a tool call: each is cancelled (see
+        :mod:`modefsm.engine._tools`).
 
         Raises:
             UnknownSessionError: no such session.
         """
-        self.get(session_id)
+        self._tools_closed(self.get(session_id))
         del self._sessions[session_id]
         release = getattr(self.store, "release", None)
         if release is not None:
@@ -366,6 +373,7 @@ class ModeEngine(SwitchOffers):
                 except SessionMoved as moved:  # another process wrote the fallback (or more)
                     mode_id, seq, previous, digest = moved.current[1:]
                     continue
+            self._tools_restored(session_id, self._past_decisions(session_id))
             self._sessions[session_id] = session
             return session
         raise self._busy(session_id)
@@ -415,6 +423,14 @@ class ModeEngine(SwitchOffers):
                     except SessionMoved as moved:
                         mode_id, seq, previous, digest = moved.current[1:]
                         continue
+                past = (
+                    await asyncio.to_thread(self._past_decisions, session_id)
+                    if self._persists
+                    else []
+                )
+                if session_id in self._sessions:  # pragma: no cover - held by the turn
+                    return self._sessions[session_id]
+                self._tools_restored(session_id, past)
                 self._sessions[session_id] = session
                 return session
         raise self._busy(session_id)
@@ -1010,6 +1026,7 @@ class ModeEngine(SwitchOffers):
         session.digest = current.digest
         session.doubt = False
         self._enqueue(session.session_id, mode, current.seq)
+        self._tools_moved(session.session_id)
 
     def _confirm(self, session: Session) -> None:
         """Before deciding on the session's mode: is it still where this process saw it?
@@ -1047,6 +1064,7 @@ class ModeEngine(SwitchOffers):
         # no longer has, which has no machine state to leave: set it here for both.
         session.fsm_state = state_name(dest)
         self._enqueue(session.session_id, dest, context.seq)
+        self._tools_moved(session.session_id)
 
     def _enqueue(self, session_id: str, mode_id: str, seq: int) -> None:
         if self.sink is not None:

@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from modefsm.errors import LogError
-from modefsm.log import RECORD_EVENTS, record_digest
+from modefsm.log import EVENT_DECIDED, RECORD_EVENTS, record_digest
 from modefsm.store._interface import ListAfter, ListedSession, RestorePoint, SessionMoved
 
 if TYPE_CHECKING:
-    from modefsm.log import TransitionRecord
+    from modefsm.log import DecisionRecord, TransitionRecord
 
 __all__ = ["MemoryStore"]
 
@@ -176,6 +176,14 @@ class MemoryStore:
 
         for line in self._records.get(session_id, ()):
             yield TransitionRecord.model_validate(line)
+
+    def decisions(self, session_id: str) -> Iterator[DecisionRecord]:
+        """The ``modefsm.tool_decided`` records of *session_id*, in order."""
+        from modefsm.log import DecisionRecord  # noqa: PLC0415 - the model, when read
+
+        for line in self.lines:
+            if line["event"] == EVENT_DECIDED and line["session_id"] == session_id:
+                yield DecisionRecord.model_validate(line)
 
     def list_sessions(
         self, cwd: str | None = None, after: ListAfter = None, limit: int = 100
