@@ -8,7 +8,7 @@ index (``FileStore``, ``LogStore``, ``open_store``, ``export_store``, ``RestoreI
 reader until it opens a store. ``PgStore`` (``modefsm.store._postgres``, psycopg) is
 loaded by ``open_store("postgresql://...")``.
 
-May import: ``errors``, ``log``, and ``modefsm._lazy``.
+May import: ``errors``, ``spec`` (the bound on grants), ``log``, and ``modefsm._lazy``.
 """
 
 from typing import TYPE_CHECKING

@@ -76,7 +76,7 @@ from modefsm.log._writer import (
     _index_record,
     _record_line,
 )
-from modefsm.spec._grants import MAX_GRANTS
+from modefsm.spec import MAX_GRANTS
 from modefsm.store._interface import (
     ListAfter,
     ListedSession,

@@ -19,6 +19,7 @@ from modefsm import (
     AskLimitError,
     FileStore,
     InvalidParamsError,
+    LogStore,
     MemoryStore,
     ModeEngine,
     ModeSpec,
@@ -519,10 +520,11 @@ class TestTwoProcesses:
 
 
 def test_records_need_no_store(tmp_path: Path) -> None:
-    """A log without a store gets the records too; no log, no store: decided, not written."""
+    """A LogStore (a log nothing restores from) gets the records too; no store: decided,
+    not written."""
     path = tmp_path / "log.jsonl"
     log = TransitionLog.to_file(path)
-    engine = ModeEngine(PERMISSION, log=log)
+    engine = ModeEngine(PERMISSION, store=LogStore(log))
     bare = ModeEngine(PERMISSION)
 
     async def run(on: ModeEngine) -> ToolDecision:
