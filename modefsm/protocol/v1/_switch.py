@@ -42,27 +42,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from acp.exceptions import RequestError
 from acp.schema import (
-    AllowedOutcome,
-    ContentToolCallContent,
     PermissionOption,
-    TextContentBlock,
     ToolCallProgress,
     ToolCallStart,
     ToolCallUpdate,
 )
-from pydantic import ValidationError
 
 from modefsm.engine._engine import ModeChange, ModeEngine, SwitchOffer
 from modefsm.errors import (
-    REQUEST_CANCELLED,
     HookError,
     LogError,
     StaleOptionError,
     TransitionNotAllowedError,
 )
 from modefsm.log._records import RejectReason
+from modefsm.protocol.v1._ask import ask_permission, shielded, text_content
 
 __all__ = ["SwitchResult", "offered_options", "propose_switch"]
 
@@ -163,7 +158,7 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
     offer = engine.offer_switch(session_id)
     source = offer.proposed_in
     offered = offer.targets
-    content = _text(plan)
+    content = text_content(plan)
     start = ToolCallStart(
         session_update="tool_call",
         tool_call_id=tool_call_id,
@@ -175,7 +170,7 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
     if record is not None:
         record(start)
     try:
-        await _shielded(engine.notify(session_id, start))
+        await shielded(engine.notify(session_id, start))
     except asyncio.CancelledError:
         await _end_cancelled(engine, session_id, tool_call_id, source, None)
         raise
@@ -186,23 +181,21 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
     elif not any(target is not None for target in offered.values()):
         reason = "no_previous_mode"
     else:
-        request = client.request_permission(
-            session_id=session_id,
-            tool_call=ToolCallUpdate(
-                tool_call_id=tool_call_id,
-                title=offer.title,
-                kind="switch_mode",
-                status="pending",
-                content=content,
-            ),
-            options=_permission_options(offer),
-        )
         try:
-            response = await _until_cancelled(request, cancelled, abandoned)
-        except RequestError as exc:
-            reason = "cancelled" if exc.code == REQUEST_CANCELLED else "invalid_answer"
-        except ValidationError:  # the SDK could not read the answer as a permission response
-            reason = "invalid_answer"
+            answer = await ask_permission(
+                client,
+                session_id,
+                ToolCallUpdate(
+                    tool_call_id=tool_call_id,
+                    title=offer.title,
+                    kind="switch_mode",
+                    status="pending",
+                    content=content,
+                ),
+                _permission_options(offer),
+                cancelled=cancelled,
+                abandoned=abandoned,
+            )
         except ConnectionError:
             await _caught_up(engine, session_id)
             await engine.reject_switch_async(
@@ -212,9 +205,10 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
         except asyncio.CancelledError:  # $/cancel_request of the request running the turn
             await _end_cancelled(engine, session_id, tool_call_id, source, abandoned)
             raise
+        option_id = answer.option_id
+        if answer.unanswered is not None:
+            reason = "invalid_answer" if answer.unanswered == "invalid_answer" else "cancelled"
         else:
-            if response is not None and isinstance(response.outcome, AllowedOutcome):
-                option_id = response.outcome.option_id
             reason = _judge(engine, session_id, offered, option_id)
     change: ModeChange | None = None
     if reason is None:
@@ -249,12 +243,12 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
             session_update="tool_call_update",
             tool_call_id=tool_call_id,
             status="completed" if reason is None else "failed",
-            content=_text(text),
+            content=text_content(text),
         )
         if record is not None:
             record(final)
         # shielded: once decided, the outcome is announced in full whatever cancels the turn
-        await _shielded(engine.notify(session_id, final))
+        await shielded(engine.notify(session_id, final))
     return SwitchResult(tool_call_id, option_id, change, reason)
 
 
@@ -276,7 +270,7 @@ async def _end_cancelled(
     abandoned: Callable[[], None] | None,
 ) -> None:
     """A cancelled turn ends its switch: logged ``cancelled``, the tool call ``failed``."""
-    await _shielded(
+    await shielded(
         engine.reject_switch_async(
             session_id, "cancelled", tool_call_id=tool_call_id, proposed_in=source
         )
@@ -285,7 +279,7 @@ async def _end_cancelled(
         abandoned()  # the SDK drops the answer if it comes: log it as late_answer
     if session_id in engine:
         engine.enqueue(session_id, _final(tool_call_id, "cancelled", engine.get(session_id).state))
-        await _shielded(engine.flush())
+        await shielded(engine.flush())
 
 
 def _final(tool_call_id: str, reason: RejectReason, mode: str) -> ToolCallProgress:
@@ -294,19 +288,8 @@ def _final(tool_call_id: str, reason: RejectReason, mode: str) -> ToolCallProgre
         session_update="tool_call_update",
         tool_call_id=tool_call_id,
         status="failed",
-        content=_text(_DECLINED_TEXT[reason].format(mode=mode)),
+        content=text_content(_DECLINED_TEXT[reason].format(mode=mode)),
     )
-
-
-async def _shielded(work: Any) -> None:
-    """Run *work* to its end even if this task is cancelled meanwhile (then re-raise)."""
-    task = asyncio.ensure_future(work)
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        if not task.done():
-            await asyncio.wait({task})
-        raise
 
 
 def _judge(
@@ -329,43 +312,3 @@ def _permission_options(offer: SwitchOffer) -> list[PermissionOption]:
     return [
         PermissionOption(option_id=o.option_id, name=o.name, kind=o.kind) for o in offer.options
     ]
-
-
-def _text(text: str) -> list[ContentToolCallContent]:
-    return [
-        ContentToolCallContent(type="content", content=TextContentBlock(type="text", text=text))
-    ]
-
-
-async def _until_cancelled(
-    request: Any, cancelled: asyncio.Event | None, abandoned: Callable[[], None] | None = None
-) -> Any:
-    """Await *request* in this task; return ``None`` if *cancelled* is set first.
-
-    The request is awaited directly (not in a task of its own), so its answer is handled
-    in the order the client sent it relative to the client's next requests.
-    """
-    if cancelled is None:
-        return await request
-    task = asyncio.current_task()
-    assert task is not None  # noqa: S101 - always called from a task
-    fired = False
-
-    async def watch() -> None:
-        nonlocal fired
-        await cancelled.wait()
-        fired = True
-        if abandoned is not None:
-            abandoned()
-        task.cancel()
-
-    watcher = asyncio.ensure_future(watch())
-    try:
-        return await request
-    except asyncio.CancelledError:
-        if not fired:
-            raise
-        task.uncancel()
-        return None
-    finally:
-        watcher.cancel()
