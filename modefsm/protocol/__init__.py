@@ -56,10 +56,12 @@ from modefsm.protocol.v1 import (
     MAX_CWD_CHARS,
     ModeAgent,
     SwitchResult,
+    ToolResult,
     config_options,
     mode_state,
     offered_options,
     propose_switch,
+    run_tool,
     session_updates,
 )
 
@@ -105,6 +107,7 @@ __all__ = [
     "Refusal",
     "SharedEngine",
     "SwitchResult",
+    "ToolResult",
     "check_frame",
     "config_options",
     "create_app",
@@ -113,6 +116,7 @@ __all__ = [
     "offered_options",
     "propose_switch",
     "run_agent",
+    "run_tool",
     "serve_http",
     "serve_negotiated",
     "session_updates",

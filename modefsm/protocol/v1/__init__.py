@@ -6,6 +6,7 @@ from modefsm.protocol.v1._agent import (
     ModeAgent,
 )
 from modefsm.protocol.v1._render import config_options, mode_state, session_updates
+from modefsm.protocol.v1._tools import ToolResult, run_tool
 from modefsm.protocol.v1._switch import (
     SwitchResult,
     offered_options,
@@ -17,9 +18,11 @@ __all__ = [
     "MAX_CWD_CHARS",
     "ModeAgent",
     "SwitchResult",
+    "ToolResult",
     "config_options",
     "mode_state",
     "offered_options",
     "propose_switch",
+    "run_tool",
     "session_updates",
 ]
