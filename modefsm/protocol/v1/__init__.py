@@ -6,12 +6,12 @@ from modefsm.protocol.v1._agent import (
     ModeAgent,
 )
 from modefsm.protocol.v1._render import config_options, mode_state, session_updates
-from modefsm.protocol.v1._tools import ToolResult, run_tool
 from modefsm.protocol.v1._switch import (
     SwitchResult,
     offered_options,
     propose_switch,
 )
+from modefsm.protocol.v1._tools import ToolResult, run_tool
 
 __all__ = [
     "CLOSE_WAIT",

@@ -83,7 +83,7 @@ class ToolResult(Generic[_T]):
         return self.status == "completed"
 
 
-async def run_tool(  # noqa: PLR0913 - the call, the tool, and the turn's three hooks
+async def run_tool(  # noqa: C901 - one flow, read top to bottom
     engine: ModeEngine,
     client: Any,
     session_id: str,
@@ -163,7 +163,13 @@ async def run_tool(  # noqa: PLR0913 - the call, the tool, and the turn's three 
         decision = await engine.decide_async(session_id, call)
         if decision.decision == "ask" and decision.outcome is None:
             decision = await _asked(
-                engine, client, session_id, decision, title, cancelled, abandoned
+                engine,
+                client,
+                session_id,
+                decision,
+                title=title,
+                cancelled=cancelled,
+                abandoned=abandoned,
             )
     except asyncio.CancelledError:
         await end("failed", "Cancelled: the turn was cancelled.")
@@ -191,11 +197,12 @@ async def run_tool(  # noqa: PLR0913 - the call, the tool, and the turn's three 
     return ToolResult(tool_call_id, decision, "completed", value, text)
 
 
-async def _asked(  # noqa: PLR0913 - run_tool's state, passed on
+async def _asked(
     engine: ModeEngine,
     client: Any,
     session_id: str,
     decision: ToolDecision,
+    *,
     title: str,
     cancelled: asyncio.Event | None,
     abandoned: Callable[[], None] | None,
