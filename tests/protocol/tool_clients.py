@@ -111,9 +111,7 @@ class ToolClient:
     def updates(self, mark: int = 0) -> list[dict[str, Any]]:
         """The ``update`` bodies of the ``session/update`` frames since *mark*."""
         return [
-            f["params"]["update"]
-            for f in self.frames[mark:]
-            if f.get("method") == "session/update"
+            f["params"]["update"] for f in self.frames[mark:] if f.get("method") == "session/update"
         ]
 
     async def until(self, test: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
@@ -154,10 +152,12 @@ async def connect(
     assert process.stdin is not None
     assert process.stdout is not None
     try:
-        conn = v2.connect_to_agent(client, process.stdin, process.stdout, observers=[client.observe])
-        client.conn = conn
+        connection = v2.connect_to_agent(
+            client, process.stdin, process.stdout, observers=[client.observe]
+        )
+        client.conn = connection
         info = s2.Implementation(name="tests", version="0")
-        await asyncio.wait_for(conn.initialize(protocol_version=2, info=info), TIMEOUT)
+        await asyncio.wait_for(connection.initialize(protocol_version=2, info=info), TIMEOUT)
         yield client
     finally:
         process.stdin.close()
