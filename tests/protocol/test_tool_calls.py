@@ -458,3 +458,62 @@ async def test_a_change_through_one_process_governs_the_other_processes_next_too
     ]
     assert decisions(store) == [(edit, "edit", "edit_file", 0, "deny", None, "plan", 2)]
     assert_replay_clean(store)
+
+
+async def _asked_edit(peer: Any) -> tuple[str, int, dict[str, Any]]:
+    """A session in default whose prompt waits on the edit's permission request."""
+    session_id = await peer.new_session()
+    peer.next_id += 1
+    params = {"sessionId": session_id, "prompt": [{"type": "text", "text": "edit notes.txt"}]}
+    await peer.send(
+        {"jsonrpc": "2.0", "id": peer.next_id, "method": "session/prompt", "params": params}
+    )
+    request = await peer.next_agent_request()
+    assert request["method"] == "session/request_permission"
+    return session_id, peer.next_id, request
+
+
+@pytest.mark.parametrize("how", ["session/cancel", "$/cancel_request"])
+async def test_a_cancelled_turn_settles_its_ask_cancelled_and_runs_nothing(
+    log_path: Path, how: str
+):
+    async with raw_serve(log_path, "--preset", "permission") as peer:
+        session_id, prompt_id, request = await _asked_edit(peer)
+        if how == "session/cancel":
+            await peer.notify(how, {"sessionId": session_id})
+        else:
+            await peer.notify(how, {"requestId": prompt_id})
+        response = await peer.response(prompt_id)
+        sent = list(peer.notifications)
+        await peer.answer(request, {"outcome": {"outcome": "selected", "optionId": "allow_once"}})
+        # one more round trip (session/load replays the kept conversation, after `sent`)
+        assert await peer.current_mode(session_id) == "default"
+    if how == "session/cancel":
+        assert response["result"] == {"stopReason": "cancelled"}
+        text = "Cancelled: the permission request was not answered."
+    else:
+        assert response["error"]["code"] == -32800
+        text = "Cancelled: the turn was cancelled."
+    call = request["params"]["toolCall"]["toolCallId"]
+    expect = Expect(1, session_id)
+    tool_updates = [
+        {k: v for k, v in n.items() if k != "jsonrpc"}
+        for n in sent
+        if n["method"] == "session/update" and n["params"]["update"].get("toolCallId") == call
+    ]
+    assert tool_updates == [
+        expect.start(call, "Edit notes.txt", "edit"),
+        expect.end(call, "failed", text),
+    ]
+    assert {
+        "jsonrpc": "2.0",
+        "method": "$/cancel_request",
+        "params": {"requestId": request["id"]},
+    } in peer.notifications
+    assert decisions(log_path) == [(call, "edit", "edit_file", 1, "ask", "cancelled", "default", 1)]
+    assert [
+        (r["reason"], r["option_id"])
+        for r in read_log(log_path)
+        if r["event"] == "modefsm.change_rejected"
+    ] == [("late_answer", "allow_once")]
+    assert_replay_clean(log_path)
