@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from modefsm.errors import REQUEST_CANCELLED
 
-__all__ = ["Answer", "ask_permission", "shielded", "text_content"]
+__all__: list[str] = []  # used by the switch and tool-call flows of this package only
 
 Unanswered = Literal["cancelled", "invalid_answer", "withdrawn"]
 """Why a request ended without a selected option: ``session/cancel`` (or ``-32800``, or the
