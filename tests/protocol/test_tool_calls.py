@@ -13,8 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import acp
 import pytest
 
+from modefsm import MemoryStore, ModeAgent, ModeSpec
+from modefsm.cli._serve import MAX_TOOL_LINES
 from tests.conftest import read_log
 from tests.protocol.tool_clients import ToolClient, connect
 from tests.reliability.harness import raw_serve
@@ -523,3 +526,41 @@ async def test_a_cancelled_turn_settles_its_ask_cancelled_and_runs_nothing(
         if r["event"] == "modefsm.change_rejected"
     ] == [("late_answer", "allow_once")]
     assert_replay_clean(log_path)
+
+
+async def test_a_prompt_of_more_tool_lines_than_the_bound_is_refused_naming_prompt(
+    log_path: Path,
+):
+    async with raw_serve(log_path, "--preset", "permission") as peer:
+        session_id = await peer.new_session()
+        text = "\n".join(["read a.txt"] * (MAX_TOOL_LINES + 1))
+        params = {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]}
+        response = await peer.request("session/prompt", params)
+    message = f"prompt: at most {MAX_TOOL_LINES} tool lines, not {MAX_TOOL_LINES + 1}"
+    assert response["error"] == {
+        "code": -32602,
+        "message": message,
+        "data": {"field": "prompt", "max": MAX_TOOL_LINES, "message": message},
+    }
+    assert [r["event"] for r in read_log(log_path)] == ["modefsm.session_created"]
+
+
+async def test_prompt_for_is_the_committed_modes_prompt():
+    spec = ModeSpec.from_data(
+        {
+            "name": "prompts",
+            "initial": "plan",
+            "modes": [
+                {"id": "plan", "name": "Plan", "prompt": "Plan only: read, never write."},
+                {"id": "code", "name": "Code"},
+            ],
+        }
+    )
+    agent = ModeAgent(spec, store=MemoryStore())
+    session_id = agent.engine.new_session().session_id
+    assert agent.prompt_for(session_id) == "Plan only: read, never write."
+    agent.engine.change(session_id, "code", "set_mode")
+    assert agent.prompt_for(session_id) is None
+    with pytest.raises(acp.RequestError) as unknown:
+        agent.prompt_for("sess_unknown")
+    assert (unknown.value.code, unknown.value.data) == (-32002, {"uri": "sess_unknown"})
