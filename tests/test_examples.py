@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from tests.acp_client import TestClient, select, text_block
-from tests.protocol.http_wire import TIMEOUT
+from tests.protocol.http_wire import TIMEOUT, verify
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -28,16 +28,6 @@ pytestmark = pytest.mark.e2e
 def _run(name: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(EXAMPLES / name), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-def _run_module(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "modefsm", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -282,5 +272,4 @@ async def test_pydantic_ai_agent_runs_each_tool_only_as_the_mode_decides(tmp_pat
         ("edit", "write_file", "ask", "allow_once", "default"),
         ("edit", "write_file", "ask", "reject_once", "default"),
     ]
-    replay = _run_module("replay", str(log), "--verify")
-    assert "RESULT  clean" in replay.stdout, replay.stdout
+    assert verify(log) == "RESULT  clean"

@@ -8,8 +8,6 @@ checks that `modefsm replay --verify` finds the log clean.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +16,9 @@ import pytest
 
 from modefsm import MemoryStore, ModeAgent, ModeSpec
 from modefsm.cli._serve import MAX_TOOL_LINES
+from tests.acp_client import select, text_block
 from tests.conftest import read_log
+from tests.protocol.http_wire import http_server, v1_client, verify
 from tests.protocol.tool_clients import ToolClient, connect
 from tests.reliability.harness import raw_serve
 
@@ -171,15 +171,7 @@ def decisions(log: Path) -> list[tuple[Any, ...]]:
 
 
 def assert_replay_clean(log: Path, *args: str) -> None:
-    replay = subprocess.run(
-        [sys.executable, "-m", "modefsm", "replay", str(log), "--verify", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert replay.returncode == 0, replay.stdout + replay.stderr
-    assert "RESULT  clean" in replay.stdout
+    assert verify(log, *args) == "RESULT  clean"
 
 
 def asked_call(request: dict[str, Any]) -> str:
@@ -564,3 +556,33 @@ async def test_prompt_for_is_the_committed_modes_prompt():
     with pytest.raises(acp.RequestError) as unknown:
         agent.prompt_for("sess_unknown")
     assert (unknown.value.code, unknown.value.data) == (-32002, {"uri": "sess_unknown"})
+
+
+@pytest.mark.parametrize("kind", ["http", "ws"])
+async def test_over_http_and_websocket_the_seed_modes_decide_the_edit(log_path: Path, kind: str):
+    with http_server(log_path) as url:
+        async with v1_client(url, kind) as (conn, client):
+            session_id = (await conn.new_session(cwd=".")).session_id
+
+            async def allow(options: Any, tool_call: Any) -> Any:
+                del options, tool_call
+                return select("allow_once")
+
+            client.answer = allow
+            await conn.prompt(session_id=session_id, prompt=[text_block("edit notes.txt")])
+            await conn.set_session_mode(session_id=session_id, mode_id="architect")
+            await conn.prompt(session_id=session_id, prompt=[text_block("edit notes.txt")])
+    ends = [
+        (u["update"]["status"], u["update"]["content"][0]["content"]["text"])
+        for u in client.updates(session_id)
+        if u["update"]["sessionUpdate"] == "tool_call_update" and "content" in u["update"]
+    ]
+    assert ends == [
+        ("completed", acted("Edit notes.txt")),
+        ("failed", "Architect mode designs without implementation: no edits, no commands"),
+    ]
+    assert [d[1:] for d in decisions(log_path)] == [
+        ("edit", "edit_file", 1, "ask", "allow_once", "ask", 1),
+        ("edit", "edit_file", 1, "deny", None, "architect", 2),
+    ]
+    assert_replay_clean(log_path)
