@@ -14,11 +14,13 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
-    from modefsm.engine import OfferedOption, SwitchOffer
+    from modefsm.engine import AskOption, OfferedOption, SwitchOffer, ToolCall, ToolDecision
     from modefsm.engine._engine import ModeChange, ModeEngine, NotificationSink, Session
     from modefsm.engine._events import ModeChanged
     from modefsm.engine._views import ModeView, OptionView
     from modefsm.errors import (
+        AskClosedError,
+        AskLimitError,
         ChangeRefused,
         DiagramError,
         FrameError,
@@ -72,6 +74,9 @@ else:
     ModuleType = type(sys)  # types.ModuleType, without importing types
 
 _EXPORTS = {
+    "AskClosedError": "modefsm.errors",
+    "AskLimitError": "modefsm.errors",
+    "AskOption": "modefsm.engine",
     "ChangeRefused": "modefsm.errors",
     "ConversationStore": "modefsm.log._conversation",
     "FileStore": "modefsm.store",
@@ -115,6 +120,8 @@ _EXPORTS = {
     "SwitchOffer": "modefsm.engine",
     "SwitchOption": "modefsm.spec",
     "SwitchResult": "modefsm.protocol",
+    "ToolCall": "modefsm.engine",
+    "ToolDecision": "modefsm.engine",
     "TransitionLog": "modefsm.log._writer",
     "TransitionNotAllowedError": "modefsm.errors",
     "TransitionRecord": "modefsm.log._records",
@@ -159,6 +166,9 @@ sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "PREVIOUS",
+    "AskClosedError",
+    "AskLimitError",
+    "AskOption",
     "ChangeRefused",
     "ConversationStore",
     "DiagramError",
@@ -200,6 +210,8 @@ __all__ = [
     "SwitchOffer",
     "SwitchOption",
     "SwitchResult",
+    "ToolCall",
+    "ToolDecision",
     "TransitionLog",
     "TransitionNotAllowedError",
     "TransitionRecord",

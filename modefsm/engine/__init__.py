@@ -20,11 +20,23 @@ from modefsm.engine._machine import (
     mode_of,
     state_name,
 )
+from modefsm.engine._tools import (
+    ASK_OPTIONS,
+    ENDED_KEPT,
+    MAX_OPEN_ASKS,
+    AskOption,
+    ToolCall,
+    ToolDecision,
+)
 from modefsm.engine._views import Choice, ModeInfo, ModeView, OptionView, build_views
 
 __all__ = [
+    "ASK_OPTIONS",
+    "ENDED_KEPT",
     "MATERIALIZED_MAX",
+    "MAX_OPEN_ASKS",
     "MODEL_ATTRIBUTE",
+    "AskOption",
     "Choice",
     "ModeChange",
     "ModeChanged",
@@ -37,6 +49,8 @@ __all__ = [
     "OptionView",
     "Session",
     "SwitchOffer",
+    "ToolCall",
+    "ToolDecision",
     "build_views",
     "mode_of",
     "notification_kind",

@@ -53,6 +53,7 @@ from typing import Any, NoReturn, TypeVar
 
 from modefsm.engine._events import ModeChanged
 from modefsm.engine._machine import ModeMachine, mode_of, state_name
+from modefsm.engine._tools import ToolCalls
 from modefsm.engine._views import ModeView, build_views
 from modefsm.errors import (
     INVALID_PARAMS,
@@ -228,8 +229,12 @@ class SwitchOffer:
 ChangeHook = Callable[[ModeChange], None]
 
 
-class ModeEngine:
-    """Every session's mode under one spec.
+class ModeEngine(ToolCalls):
+    """Every session's mode under one spec, and the tool calls its modes decide.
+
+    The tool-call methods (:meth:`decide`, :meth:`decide_async`, :meth:`settle`,
+    :meth:`outcome_of`, :meth:`open_asks`, :meth:`prompt_for`) are described in
+    :mod:`modefsm.engine._tools`.
 
     Args:
         spec: the modes and policy.
@@ -291,6 +296,7 @@ class ModeEngine:
         self._spec_fields = {"spec": spec.name, "spec_hash": spec.content_hash}
         self.protocol: int | None = None
         """The ACP protocol version of the client, written into records when not ``None``."""
+        self._init_tools()
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -387,12 +393,15 @@ class ModeEngine:
         return iter(list(self._sessions.values()))
 
     def close_session(self, session_id: str) -> None:
-        """Forget session *session_id* (O(1)); later changes to it raise ``UnknownSessionError``.
+        """Forget session *session_id*; later changes to it raise ``UnknownSessionError``.
+
+        O(1), plus one record per open ask of a tool call: each is cancelled (see
+        :mod:`modefsm.engine._tools`).
 
         Raises:
             UnknownSessionError: no such session.
         """
-        self.get(session_id)
+        self._tools_closed(self.get(session_id))
         del self._sessions[session_id]
         release = getattr(self.store, "release", None)
         if release is not None:
@@ -449,6 +458,7 @@ class ModeEngine:
                 except SessionMoved as moved:  # another process wrote the fallback (or more)
                     mode_id, seq, previous, digest = moved.current[1:]
                     continue
+            self._tools_restored(session_id, self._past_decisions(session_id))
             self._sessions[session_id] = session
             return session
         raise self._busy(session_id)
@@ -498,6 +508,14 @@ class ModeEngine:
                     except SessionMoved as moved:
                         mode_id, seq, previous, digest = moved.current[1:]
                         continue
+                past = (
+                    await asyncio.to_thread(self._past_decisions, session_id)
+                    if self._persists
+                    else []
+                )
+                if session_id in self._sessions:  # pragma: no cover - held by the turn
+                    return self._sessions[session_id]
+                self._tools_restored(session_id, past)
                 self._sessions[session_id] = session
                 return session
         raise self._busy(session_id)
@@ -1455,6 +1473,7 @@ class ModeEngine:
         session.digest = current.digest
         session.doubt = False
         self._enqueue(session.session_id, mode, current.seq)
+        self._tools_moved(session.session_id)
 
     def _confirm(self, session: Session) -> None:
         """Before deciding on the session's mode: is it still where this process saw it?
@@ -1492,6 +1511,7 @@ class ModeEngine:
         # no longer has, which has no machine state to leave: set it here for both.
         session.fsm_state = state_name(dest)
         self._enqueue(session.session_id, dest, context.seq)
+        self._tools_moved(session.session_id)
 
     def _enqueue(self, session_id: str, mode_id: str, seq: int) -> None:
         if self.sink is not None:

@@ -51,9 +51,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from pydantic import ValidationError
+
 from modefsm.errors import LogError
 from modefsm.log._files import lock_holders, open_private
-from modefsm.log._reader import LogEntry, read_log
+from modefsm.log._reader import DecisionEntry, LogEntry, read_log
 from modefsm.log._records import (
     CHAINED_EVENTS,
     EVENT_CHANGED,
@@ -61,6 +63,7 @@ from modefsm.log._records import (
     EVENT_DECIDED,
     EVENT_REJECTED,
     SEQ_MAX,
+    DecisionRecord,
     TransitionRecord,
 )
 from modefsm.log._writer import (
@@ -70,6 +73,7 @@ from modefsm.log._writer import (
     _index_record,
     _record_line,
 )
+from modefsm.spec._grants import MAX_GRANTS
 from modefsm.store._interface import (
     ListAfter,
     ListedSession,
@@ -127,6 +131,7 @@ class FileStore:
         except OSError as exc:
             raise LogError(f"cannot open the transition log: {exc.strerror}", str(path)) from None
         self._heads: dict[str, RestorePoint] = {}  # sessions this process holds
+        self._granted: dict[str, list[dict[str, Any]]] = {}  # others' allow_always, by session
         self._queued: list[tuple[str, dict[str, Any], asyncio.Future[str]]] = []
         self._writer: asyncio.Task[None] | None = None  # writes the queued records
         self._watch = _LockWatch()
@@ -467,6 +472,8 @@ class FileStore:
                 seq = data.get("seq")
                 if held is not None and isinstance(seq, int) and seq > held.seq:
                     heads[held.session_id] = _after(held, data)
+                elif held is not None and data.get("outcome") == "allow_always":
+                    self._grant_seen(held.session_id, data)
                 if feed:
                     self._feed(data, line_end)
         self._log.follow(chain if isinstance(chain, str) else None)
@@ -817,6 +824,26 @@ class FileStore:
     def release(self, session_id: str) -> None:
         """Stop following *session_id* (closed here): held heads stay bounded."""
         self._heads.pop(session_id, None)
+        self._granted.pop(session_id, None)
+
+    def _grant_seen(self, session_id: str, data: dict[str, Any]) -> None:
+        seen = self._granted.setdefault(session_id, [])
+        if len(seen) < MAX_GRANTS:
+            seen.append(data)
+
+    def grants_seen(self, session_id: str) -> list[DecisionRecord]:
+        """The ``allow_always`` decisions other processes wrote for *session_id* since then.
+
+        Read as the store caught up with the file, since the last call (at most
+        :data:`~modefsm.spec.MAX_GRANTS`). Only for sessions this process holds; a line
+        that is not a valid decision is left out (replay reports it).
+        """
+        seen = self._granted.pop(session_id, ())
+        grants = []
+        for data in seen:
+            with contextlib.suppress(ValidationError):
+                grants.append(DecisionRecord.model_validate(data))
+        return grants
 
     def history(self, session_id: str) -> Iterator[TransitionRecord]:
         """The committed records of *session_id* in the file, ``seq`` 1 to n (a full scan)."""
@@ -828,6 +855,15 @@ class FileStore:
                     EVENT_CHANGED,
                 ):
                     yield record
+
+    def decisions(self, session_id: str) -> Iterator[DecisionRecord]:
+        """The ``modefsm.tool_decided`` records of *session_id* in the file, in order.
+
+        A full scan (what a restored session's grants are rebuilt from).
+        """
+        for item in read_log([self.path], decisions=True):
+            if isinstance(item, DecisionEntry) and item.record.session_id == session_id:
+                yield item.record
 
     def close(self) -> None:
         """Catch the index up with the file, commit it and close both (idempotent).

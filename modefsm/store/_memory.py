@@ -13,7 +13,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from modefsm.errors import LogError
-from modefsm.log._records import RECORD_EVENTS, TransitionRecord, record_digest
+from modefsm.log._records import (
+    EVENT_DECIDED,
+    RECORD_EVENTS,
+    DecisionRecord,
+    TransitionRecord,
+    record_digest,
+)
 from modefsm.store._interface import ListAfter, ListedSession, RestorePoint, SessionMoved
 
 __all__ = ["MemoryStore"]
@@ -163,6 +169,12 @@ class MemoryStore:
         """The session's committed records, ``seq`` 1 to n."""
         for line in self._records.get(session_id, ()):
             yield TransitionRecord.model_validate(line)
+
+    def decisions(self, session_id: str) -> Iterator[DecisionRecord]:
+        """The ``modefsm.tool_decided`` records of *session_id*, in order."""
+        for line in self.lines:
+            if line["event"] == EVENT_DECIDED and line["session_id"] == session_id:
+                yield DecisionRecord.model_validate(line)
 
     def list_sessions(
         self, cwd: str | None = None, after: ListAfter = None, limit: int = 100

@@ -26,6 +26,8 @@ from modefsm import (
     SessionStore,
     SharedEngine,
     SwitchResult,
+    ToolCall,
+    ToolDecision,
     TransitionLog,
     Violation,
     new_token,
@@ -126,3 +128,19 @@ def keep_sessions_in_memory() -> None:
     store = MemoryStore()
     agent = ModeAgent(preset("seed"), store=store)
     assert_type(agent.engine.store, SessionStore | None)
+
+
+# -- Specs and mode rules: deciding tool calls -------------------------------------------
+
+
+async def decide_tool_calls() -> None:
+    engine = ModeEngine(preset("permission"), store=MemoryStore())
+    await engine.new_session_async("sess_1")
+    edit = ToolCall("call_1", kind="edit", name="Edit", title="Edit README.md")
+    asked = await engine.decide_async("sess_1", edit)
+    assert_type(asked, ToolDecision)
+    assert_type(engine.decide("sess_1", edit), ToolDecision)
+    assert_type(await engine.outcome_of(asked), ToolDecision)
+    assert_type(await engine.settle(asked, "allow_always"), ToolDecision)
+    assert_type(asked.runs, bool)
+    assert_type(engine.prompt_for("sess_1"), str | None)

@@ -96,29 +96,23 @@ def read_token_file(path: Path) -> tuple[str, bool]:
     """The token in the file *path*, and whether it was created now.
 
     A missing file is created (``0600``, whatever the umask) holding a new token
-    (:func:`new_token`); it stays after the server ends. An existing one must be a regular
-    file of this user (a file another user made chose the token, even when this user,
-    root, can read it) that neither group nor others may read or write, holding one
-    token (:func:`check_token`) and optionally a newline.
+    (:func:`new_token`); it stays after the server ends. It appears whole: the token is
+    written to a private file beside it, then linked to *path*, so a process starting at the
+    same moment reads either no file or the complete token (the first link wins; the others
+    read its token). An existing one must be a regular file of this user (a file another
+    user made chose the token, even when this user, root, can read it) that neither group
+    nor others may read or write, holding one token (:func:`check_token`) and optionally a
+    newline.
 
     Raises:
         ModefsmError: the file cannot be read or created, is another user's, others may
             read or write it, or it holds no usable token (the message names the file,
             never the token).
     """
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise ModefsmError(f"{path}: cannot create the token file: {exc.strerror}") from None
-    else:
+    if not os.path.lexists(path):
         token = new_token()
-        try:
-            _fill(fd, path, token)
-        except OSError as exc:
-            raise ModefsmError(f"{path}: cannot write the token file: {exc.strerror}") from None
-        return token, True
+        if _publish(path, token):
+            return token, True
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
@@ -417,6 +411,33 @@ def write_token_file(token: str, name: str) -> Path:
     except OSError as exc:
         raise ModefsmError(f"{path}: cannot write the token file: {exc.strerror}") from None
     return path
+
+
+def _publish(path: Path, token: str) -> bool:
+    """Make *path* hold *token*, whole from its first moment; ``False`` if it already exists.
+
+    Raises:
+        ModefsmError: the file cannot be written (a full disk, a directory not writable).
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    draft = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    try:
+        fd = os.open(draft, flags, 0o600)
+    except OSError as exc:
+        raise ModefsmError(f"{path}: cannot create the token file: {exc.strerror}") from None
+    try:
+        _fill(fd, draft, token)
+    except OSError as exc:
+        raise ModefsmError(f"{path}: cannot write the token file: {exc.strerror}") from None
+    try:
+        os.link(draft, path)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        raise ModefsmError(f"{path}: cannot create the token file: {exc.strerror}") from None
+    finally:
+        draft.unlink(missing_ok=True)
+    return True
 
 
 def _fill(fd: int, path: Path, token: str) -> None:
