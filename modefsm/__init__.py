@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from modefsm.log._conversation import ConversationStore
     from modefsm.log._records import TransitionRecord
     from modefsm.log._writer import TransitionLog
-    from modefsm.protocol import ModeAgent, SwitchResult, run_agent
+    from modefsm.protocol import ModeAgent, SwitchResult, ToolResult, run_agent
     from modefsm.protocol.transport._access import new_token
     from modefsm.protocol.transport._http import serve_http
     from modefsm.protocol.transport._negotiate import serve_negotiated
@@ -122,6 +122,7 @@ _EXPORTS = {
     "SwitchResult": "modefsm.protocol",
     "ToolCall": "modefsm.engine",
     "ToolDecision": "modefsm.engine",
+    "ToolResult": "modefsm.protocol",
     "TransitionLog": "modefsm.log._writer",
     "TransitionNotAllowedError": "modefsm.errors",
     "TransitionRecord": "modefsm.log._records",
@@ -212,6 +213,7 @@ __all__ = [
     "SwitchResult",
     "ToolCall",
     "ToolDecision",
+    "ToolResult",
     "TransitionLog",
     "TransitionNotAllowedError",
     "TransitionRecord",
