@@ -15,6 +15,7 @@ import pytest
 from modefsm import preset
 from tests.acp_client import cancelled, select, serve, text_block
 from tests.conftest import announced, mode_option, read_log
+from tests.protocol.http_wire import verify
 
 pytestmark = pytest.mark.e2e
 
@@ -549,14 +550,7 @@ class TestCommands:
         assert f"tool calls decided by the mode: 5 (session {tools})" in result.stdout
         assert [r for r in records[7:] if r["session_id"] != tools] == []
         assert demo_tool_calls(records[7:]) == DEMO_TOOL_CALLS
-        replay = subprocess.run(
-            [sys.executable, "-m", "modefsm", "replay", str(log), "--verify"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert "RESULT  clean" in replay.stdout, replay.stdout
+        assert verify(log) == "RESULT  clean"
 
     def test_demo_json_prints_only_frames(self, tmp_path: Path):
         import json
