@@ -15,7 +15,7 @@ import acp
 import pytest
 
 from modefsm import MemoryStore, ModeAgent, ModeSpec
-from modefsm.cli._serve import MAX_TOOL_LINES
+from modefsm.cli._serve import MAX_TOOL_LINES, TOOL_VERBS
 from tests.acp_client import select, text_block
 from tests.conftest import read_log
 from tests.protocol.http_wire import http_server, v1_client, verify
@@ -586,3 +586,20 @@ async def test_over_http_and_websocket_the_seed_modes_decide_the_edit(log_path: 
         ("edit", "edit_file", 1, "deny", None, "architect", 2),
     ]
     assert_replay_clean(log_path)
+
+
+def test_serve_help_names_the_tool_lines_and_their_bound():
+    import subprocess
+    import sys
+
+    shown = subprocess.run(
+        [sys.executable, "-m", "modefsm", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    text = " ".join(shown.split())
+    verbs = "read PATH, edit PATH, delete PATH, move PATH, search TEXT, run COMMAND, fetch URL, "
+    assert f"({verbs}think TEXT; at most {MAX_TOOL_LINES})" in text
+    assert sorted(TOOL_VERBS) == sorted(v.split()[0] for v in (verbs + "think TEXT").split(", "))
