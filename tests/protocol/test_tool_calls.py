@@ -8,6 +8,8 @@ checks that `modefsm replay --verify` finds the log clean.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -589,9 +591,6 @@ async def test_over_http_and_websocket_the_seed_modes_decide_the_edit(log_path: 
 
 
 def test_serve_help_names_the_tool_lines_and_their_bound():
-    import subprocess
-    import sys
-
     shown = subprocess.run(
         [sys.executable, "-m", "modefsm", "serve", "--help"],
         capture_output=True,
