@@ -660,8 +660,9 @@ class ModeAgent:
     def late_answer(self, request: PermissionRequest, response: dict[str, Any]) -> None:
         """The first answer to a ``session/request_permission``, seen on the wire.
 
-        If the switch had stopped waiting (``session/cancel``, ``session/close``), the SDK
-        drops the answer: it changes nothing, and an option it selected is logged here
+        If the switch or the tool call had stopped waiting (``session/cancel``,
+        ``session/close``, a mode change that withdrew a tool call's ask), the SDK drops the
+        answer: it changes nothing, and an option it selected is logged here
         (``late_answer``). Called by :class:`~modefsm.protocol.CheckedTransport`.
         """
         if request.tool_call_id not in self._abandoned:
