@@ -63,6 +63,9 @@ __all__ = [
 MAX_OPEN_ASKS = 64
 """The most permission requests for tool calls one session may have open at once; past
 it :meth:`ToolCalls.decide_async` raises :class:`~modefsm.errors.AskLimitError`."""
+_TRIES = 3
+"""How many times a decision or an answer is tried when other processes keep moving its
+session (as for a change)."""
 ENDED_KEPT = 1024
 """How many ended asks (of all sessions) :meth:`ToolCalls.outcome_of` still answers for."""
 
@@ -189,7 +192,6 @@ class ToolCalls:
         def _turn(self, session_id: str) -> _Turn: ...
         def _adopt(self, current: RestorePoint) -> None: ...
         def _busy(self, session_id: str) -> StoreBusy: ...
-        async def _confirm_async(self, session: Session, deadline: float | None) -> None: ...
         def _log_failure(
             self, event: str, session_id: str, exc: BaseException, **fields: Any
         ) -> None: ...
@@ -263,7 +265,7 @@ class ToolCalls:
         """
         if self.store is not None:
             await self.refresh(session_id)
-        for _ in range(3):
+        for _ in range(_TRIES):
             async with self._turn(session_id):
                 session = self.get(session_id)
                 tools = self._tools_of(session_id)
@@ -328,7 +330,7 @@ class ToolCalls:
             raise InvalidParamsError("optionId", option_id, tuple(_OPTION_KINDS), msg)
         if self.store is not None:
             await self.refresh(session_id)
-        for _ in range(3):
+        for _ in range(_TRIES):
             async with self._turn(session_id):
                 if ask.done.done():  # a mode change or the close ended it meanwhile
                     return ask.done.result()
@@ -477,7 +479,7 @@ class ToolCalls:
         task.add_done_callback(self._rejudges.discard)
 
     async def _rejudge_soon(self, session_id: str) -> None:
-        for _ in range(3):
+        for _ in range(_TRIES):
             async with self._turn(session_id):
                 session = self._sessions.get(session_id)
                 tools = self._tools.get(session_id)
@@ -508,7 +510,7 @@ class ToolCalls:
         point = _head(session)
         for ask in list(tools.asks.values()):
             final = None
-            for _ in range(3):
+            for _ in range(_TRIES):
                 final = self._cancelled(point, ask.decision)
                 try:
                     if final is not None:
