@@ -51,7 +51,7 @@ if TYPE_CHECKING:
         UnknownSessionError,
     )
     from modefsm.log import ConversationStore, TransitionLog, TransitionRecord
-    from modefsm.protocol import ModeAgent, run_agent
+    from modefsm.protocol import ModeAgent, ToolResult, run_agent
     from modefsm.protocol.transport import SharedEngine, new_token, serve_http, serve_negotiated
     from modefsm.protocol.v2 import ModeAgentV2
     from modefsm.replay import ReplayReport, Violation, replay
@@ -132,6 +132,7 @@ _EXPORTS = {
     "TransitionLog": "modefsm.log",
     "ToolCall": "modefsm.engine",
     "ToolDecision": "modefsm.engine",
+    "ToolResult": "modefsm.protocol",
     "TransitionNotAllowedError": "modefsm.errors",
     "TransitionRecord": "modefsm.log",
     "UnknownConfigOptionError": "modefsm.errors",
@@ -222,6 +223,7 @@ __all__ = [
     "SwitchResult",
     "ToolCall",
     "ToolDecision",
+    "ToolResult",
     "TransitionLog",
     "TransitionNotAllowedError",
     "TransitionRecord",

@@ -99,8 +99,12 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "serve",
         help="run an ACP agent hosting a spec (stdio, or HTTP and WebSocket)",
         description="Serve a spec (default: --preset seed) as an ACP agent. Its prompt "
-        "turn is a fixed script: in a mode with a switch it proposes the switch, otherwise "
-        "it answers with the current mode. Transports: stdio (the default; stdout carries "
+        "turn is a fixed script: a prompt whose every line is a tool line (read PATH, edit "
+        "PATH, delete PATH, move PATH, search TEXT, run COMMAND, fetch URL, think TEXT; at "
+        "most 32) acts those tool calls out, each decided by the session's mode (asked "
+        "with session/request_permission where the mode says ask; the tools only "
+        "pretend); otherwise, in a mode with a switch it proposes the switch, else it "
+        "answers with the current mode. Transports: stdio (the default; stdout carries "
         "only ACP messages), or with --http HOST:PORT the SDK's streamable HTTP and "
         "WebSocket on the same endpoint, http://HOST:PORT/acp and ws://HOST:PORT/acp "
         "(needs the http extra; all connections share one engine, log and store, so a "

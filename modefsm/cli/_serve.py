@@ -3,10 +3,19 @@
 The agent's ``session/prompt`` is small and deterministic so that any client can
 exercise every mode path:
 
-- in a mode that has a switch (``architect`` in the seed preset), the prompt proposes it
-  through ``session/request_permission``, with the prompt's text as the plan, and answers
-  with a message saying how it ended (if the mode changed to one without a switch before
-  the offer, it answers as in that mode);
+- a prompt whose every non-empty line is a tool line (:data:`TOOL_VERBS`: ``read PATH``,
+  ``edit PATH``, ``delete PATH``, ``move PATH``, ``search TEXT``, ``run COMMAND``,
+  ``fetch URL``, ``think TEXT``) acts those tool calls out, in order, each through
+  :meth:`ModeAgent.run_tool <modefsm.protocol.ModeAgent.run_tool>`: decided by the
+  session's committed mode at that moment (asked with ``session/request_permission``
+  where the mode says ``ask``), and when it may run, "run" by a pretend tool that touches
+  nothing and answers a text. The turn then answers one ``agent_message_chunk``, a line
+  per tool call (``edit notes.txt: failed (Plan mode: no edits and no commands)``). At
+  most :data:`MAX_TOOL_LINES` tool lines a prompt;
+- otherwise, in a mode that has a switch (``architect`` in the seed preset), the prompt
+  proposes it through ``session/request_permission``, with the prompt's text as the plan,
+  and answers with a message saying how it ended (if the mode changed to one without a
+  switch before the offer, it answers as in that mode);
 - in any other mode, it answers one ``agent_message_chunk`` naming the current mode.
 
 stdout carries only ACP messages. The transition log goes to ``--log FILE`` (JSON
@@ -28,6 +37,7 @@ import os
 import signal
 import stat
 import sys
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +46,7 @@ from typing import Any, TypeVar
 import orjson
 from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock, UserMessageChunk
 
+from modefsm.engine import ToolCall
 from modefsm.errors import LogError, ModefsmError, NoSwitchError
 from modefsm.log import (
     ConversationStore,
@@ -45,6 +56,7 @@ from modefsm.log import (
     journal_path,
 )
 from modefsm.protocol import require_v2
+from modefsm.protocol.errors import invalid_params
 from modefsm.protocol.transport import (
     SUPPORTED_PROTOCOLS,
     BoundedPipeWriter,
@@ -53,17 +65,20 @@ from modefsm.protocol.transport import (
     serve_negotiated,
 )
 from modefsm.protocol.v1 import ModeAgent
-from modefsm.spec import ModeSpec
+from modefsm.spec import ModeSpec, ToolKind
 from modefsm.store import LogStore, SessionStore, open_store
 
 __all__ = [
+    "MAX_TOOL_LINES",
     "STDERR_LOG_WAIT",
+    "TOOL_VERBS",
     "HttpAccess",
     "ScriptedAgent",
     "check_log_path",
     "conversation_path",
     "index_path",
     "serve",
+    "tool_script",
 ]
 
 _T = TypeVar("_T")
@@ -103,16 +118,24 @@ class ScriptedAgent(ModeAgent):
     replay_on_load = True
 
     async def prompt(self, prompt: list[Any], session_id: str, **kwargs: Any) -> PromptResponse:
-        """``session/prompt``: propose the mode's switch, or say which mode the session is in."""
+        """``session/prompt``: act out tool calls, propose the mode's switch, or say the mode.
+
+        Raises:
+            RequestError: ``-32602`` naming ``prompt`` for more than
+                :data:`MAX_TOOL_LINES` tool lines (nothing is run).
+        """
         del kwargs
         session = await self.refresh(session_id)  # the mode another process may have set
         text = " ".join(getattr(block, "text", "") for block in prompt).strip()
+        script = tool_script("\n".join(getattr(block, "text", "") for block in prompt))
         for block in prompt:
             self.record(
                 session_id, UserMessageChunk(session_update="user_message_chunk", content=block)
             )
         cancelled = self.begin_turn(session_id)
         try:
+            if script:
+                return await self._act_out(session_id, script, cancelled)
             result = None
             if self.engine.spec.switch_from(session.state) is not None:
                 try:
@@ -133,15 +156,82 @@ class ScriptedAgent(ModeAgent):
                 reply = f"Not switched ({result.reason}): still in {session.state} mode."
             if cancelled.is_set():
                 return PromptResponse(stop_reason="cancelled")
-            message = AgentMessageChunk(
-                session_update="agent_message_chunk",
-                content=TextContentBlock(type="text", text=reply),
-            )
-            self.record(session_id, message)
-            await self.engine.notify(session_id, message)
+            await self._reply(session_id, reply)
             return PromptResponse(stop_reason="end_turn")
         finally:
             self.end_turn(session_id, cancelled)
+
+    async def _reply(self, session_id: str, reply: str) -> None:
+        message = AgentMessageChunk(
+            session_update="agent_message_chunk",
+            content=TextContentBlock(type="text", text=reply),
+        )
+        self.record(session_id, message)
+        await self.engine.notify(session_id, message)
+
+    async def _act_out(
+        self, session_id: str, script: list[tuple[str, str]], cancelled: asyncio.Event
+    ) -> PromptResponse:
+        """Run the prompt's tool lines through :meth:`run_tool`, then say how each ended."""
+        lines = []
+        for verb, argument in script:
+            kind, name, label = TOOL_VERBS[verb]
+            title = f"{label} {argument}"
+            call = ToolCall(f"call_{verb}_{uuid.uuid4().hex[:12]}", kind, name, title)
+
+            async def pretend(title: str = title) -> str:
+                return f"{title}: acted out (modefsm serve touches nothing)"
+
+            try:
+                result = await self.run_tool(session_id, call, pretend, cancelled=cancelled)
+            except ConnectionError:  # the client hung up while deciding
+                return PromptResponse(stop_reason="cancelled")
+            if cancelled.is_set():  # session/cancel or session/close ended the turn
+                return PromptResponse(stop_reason="cancelled")
+            line = f"{verb} {argument}: {result.status}"
+            lines.append(line if result.ran else f"{line} ({result.text})")
+        await self._reply(session_id, "\n".join(lines))
+        return PromptResponse(stop_reason="end_turn")
+
+
+TOOL_VERBS: dict[str, tuple[ToolKind, str, str]] = {
+    "read": ("read", "read_file", "Read"),
+    "edit": ("edit", "edit_file", "Edit"),
+    "delete": ("delete", "delete_file", "Delete"),
+    "move": ("move", "move_file", "Move"),
+    "search": ("search", "search", "Search"),
+    "run": ("execute", "run_command", "Run"),
+    "fetch": ("fetch", "fetch", "Fetch"),
+    "think": ("think", "think", "Think"),
+}
+"""The scripted agent's tool lines: ``verb -> (ACP ToolKind, tool name, title prefix)``; the
+tool name is what the spec's ``tools[].name`` patterns match."""
+
+MAX_TOOL_LINES = 32
+"""The most tool lines one prompt of the scripted agent may act out."""
+
+
+def tool_script(text: str) -> list[tuple[str, str]]:
+    """The tool lines of a prompt's *text*, ``[(verb, argument), ...]``; ``[]`` if it is not one.
+
+    A prompt is a tool script when every non-empty line is ``VERB ARGUMENT``, *VERB* one
+    of :data:`TOOL_VERBS` (lowercase) and *ARGUMENT* not empty.
+
+    Raises:
+        RequestError: ``-32602`` naming ``prompt`` for more than :data:`MAX_TOOL_LINES`.
+    """
+    script = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        verb, _space, argument = line.strip().partition(" ")
+        if verb not in TOOL_VERBS or not argument.strip():
+            return []
+        script.append((verb, argument.strip()))
+    if len(script) > MAX_TOOL_LINES:
+        text = f"prompt: at most {MAX_TOOL_LINES} tool lines, not {len(script)}"
+        raise invalid_params(text, {"field": "prompt", "max": MAX_TOOL_LINES})
+    return script
 
 
 def _check_stdio() -> None:

@@ -70,9 +70,11 @@ from modefsm.protocol.v1 import (
     CLOSE_WAIT,
     MAX_CWD_CHARS,
     ModeAgent,
+    ToolResult,
     config_options,
     mode_state,
     propose_switch,
+    run_tool,
     session_updates,
 )
 
@@ -120,6 +122,7 @@ __all__ = [
     "Refusal",
     "SdkFeatureError",
     "SharedEngine",
+    "ToolResult",
     "check_frame",
     "config_options",
     "create_app",
@@ -133,6 +136,7 @@ __all__ = [
     "read_token_file",
     "require_v2",
     "run_agent",
+    "run_tool",
     "serve_http",
     "serve_negotiated",
     "session_updates",

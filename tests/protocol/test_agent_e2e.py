@@ -16,6 +16,7 @@ from modefsm import preset
 from modefsm.protocol._sdk import HAS_V2
 from tests.acp_client import cancelled, select, serve, text_block
 from tests.conftest import announced, mode_option, read_log
+from tests.protocol.http_wire import verify
 
 pytestmark = pytest.mark.e2e
 
@@ -487,6 +488,35 @@ class TestRestore:
         ]
 
 
+DEMO_TOOL_CALLS = [
+    ("session_created", "default", None),
+    ("mode_changed", "plan", None),
+    ("tool_decided", "plan", ("edit", 0, "deny", None)),
+    ("mode_changed", "default", None),
+    ("tool_decided", "default", ("edit", 1, "ask", "allow_once")),
+    ("mode_changed", "acceptEdits", None),
+    ("tool_decided", "acceptEdits", ("edit", 0, "allow", None)),
+    ("mode_changed", "default", None),
+    ("mode_changed", "acceptEdits", None),  # while `run make` is asked
+    ("tool_decided", "acceptEdits", ("execute", 1, "ask", "allow_once")),
+    ("tool_decided", "acceptEdits", ("edit", 0, "allow", None)),
+]
+"""The demo's tool-call act, as its records say: (event, mode, (kind, rule, decision, outcome))."""
+
+
+def demo_tool_calls(records: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [
+        (
+            r["event"].removeprefix("modefsm."),
+            r.get("to_mode", r.get("mode")),
+            (r["kind"], r["rule"], r["decision"], r["outcome"])
+            if r["event"] == "modefsm.tool_decided"
+            else None,
+        )
+        for r in records
+    ]
+
+
 class TestCommands:
     """`modefsm demo` runs the whole story; `modefsm serve` keeps stdout for ACP."""
 
@@ -509,8 +539,11 @@ class TestCommands:
             f"  replay it: {python} -m modefsm replay {log}\n"
             == result.stdout.splitlines(keepends=True)[-1]
         )
+        records = read_log(log)
         assert [
-            (r["event"], r["to_mode"], r["origin"], r.get("reason")) for r in read_log(log)
+            (r["event"], r["to_mode"], r["origin"], r.get("reason"))
+            for r in records
+            if r["session_id"] == session_id
         ] == [
             ("modefsm.session_created", "ask", "new", None),
             ("modefsm.mode_changed", "architect", "set_mode", None),
@@ -520,6 +553,11 @@ class TestCommands:
             ("modefsm.change_rejected", "does-not-exist", "set_mode", "unknown_mode"),
             ("modefsm.mode_changed", "code", "set_config_option", None),
         ]
+        tools = records[7]["session_id"]
+        assert f"tool calls decided by the mode: 5 (session {tools})" in result.stdout
+        assert [r for r in records[7:] if r["session_id"] != tools] == []
+        assert demo_tool_calls(records[7:]) == DEMO_TOOL_CALLS
+        assert verify(log) == "RESULT  clean"
 
     @pytest.mark.sdk_compat
     def test_demo_json_prints_only_frames(self, tmp_path: Path):

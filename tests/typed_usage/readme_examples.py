@@ -30,6 +30,7 @@ from modefsm import (
     SwitchResult,
     ToolCall,
     ToolDecision,
+    ToolResult,
     TransitionLog,
     Violation,
     new_token,
@@ -162,3 +163,19 @@ async def decide_tool_calls() -> None:
     assert_type(await engine.settle(asked, "allow_always"), ToolDecision)
     assert_type(asked.runs, bool)
     assert_type(engine.prompt_for("sess_1"), str | None)
+
+
+# -- Embedding: tool calls over ACP ------------------------------------------------------
+
+
+async def run_tool_calls(agent: ModeAgent, session_id: str) -> None:
+    async def read() -> str:
+        return "contents"
+
+    call = ToolCall("call_2", kind="read", name="read_file", title="Read notes.txt")
+    result = await agent.run_tool(session_id, call, read)
+    assert_type(result, ToolResult[str])
+    assert_type(result.value, str | None)
+    assert_type(result.decision, ToolDecision | None)
+    assert_type(result.ran, bool)
+    assert_type(agent.prompt_for(session_id), str | None)

@@ -19,13 +19,16 @@ from modefsm.protocol.v1._agent import (
 )
 from modefsm.protocol.v1._render import config_options, mode_state, session_updates
 from modefsm.protocol.v1._switch import propose_switch
+from modefsm.protocol.v1._tools import ToolResult, run_tool
 
 __all__ = [
     "CLOSE_WAIT",
     "MAX_CWD_CHARS",
     "ModeAgent",
+    "ToolResult",
     "config_options",
     "mode_state",
     "propose_switch",
+    "run_tool",
     "session_updates",
 ]

@@ -41,21 +41,16 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from acp.exceptions import RequestError
 from acp.schema import (
-    AllowedOutcome,
-    ContentToolCallContent,
     PermissionOption,
-    TextContentBlock,
     ToolCallProgress,
     ToolCallStart,
     ToolCallUpdate,
 )
-from pydantic import ValidationError
 
 from modefsm.engine import ModeEngine, SwitchOffer, SwitchResult
-from modefsm.errors import REQUEST_CANCELLED
 from modefsm.log import RejectReason
+from modefsm.protocol.v1._ask import ask_permission, shielded, text_content
 
 __all__ = ["propose_switch"]
 
@@ -73,7 +68,7 @@ _DECLINED_TEXT: dict[RejectReason, str] = {
 }
 
 
-async def propose_switch(  # noqa: C901, PLR0912 - one flow, read top to bottom
+async def propose_switch(  # noqa: C901 - one flow, read top to bottom
     engine: ModeEngine,
     client: Any,
     session_id: str,
@@ -116,7 +111,7 @@ async def propose_switch(  # noqa: C901, PLR0912 - one flow, read top to bottom
     """
     offer = await engine.offer_switch(session_id, tool_call_id=tool_call_id)
     tool_call_id = offer.tool_call_id
-    content = _text(plan)
+    content = text_content(plan)
     start = ToolCallStart(
         session_update="tool_call",
         tool_call_id=tool_call_id,
@@ -128,7 +123,7 @@ async def propose_switch(  # noqa: C901, PLR0912 - one flow, read top to bottom
     if record is not None:
         record(start)
     try:
-        await _shielded(engine.notify(session_id, start))
+        await shielded(engine.notify(session_id, start))
     except asyncio.CancelledError:
         await _end_cancelled(engine, offer, None)
         raise
@@ -139,32 +134,30 @@ async def propose_switch(  # noqa: C901, PLR0912 - one flow, read top to bottom
     elif not offer.approvable:
         reason = "no_previous_mode"
     else:
-        request = client.request_permission(
-            session_id=session_id,
-            tool_call=ToolCallUpdate(
-                tool_call_id=tool_call_id,
-                title=offer.title,
-                kind="switch_mode",
-                status="pending",
-                content=content,
-            ),
-            options=_permission_options(offer),
-        )
         try:
-            response = await _until_cancelled(request, cancelled, abandoned)
-        except RequestError as exc:
-            reason = "cancelled" if exc.code == REQUEST_CANCELLED else "invalid_answer"
-        except ValidationError:  # the SDK could not read the answer as a permission response
-            reason = "invalid_answer"
+            answer = await ask_permission(
+                client,
+                session_id,
+                ToolCallUpdate(
+                    tool_call_id=tool_call_id,
+                    title=offer.title,
+                    kind="switch_mode",
+                    status="pending",
+                    content=content,
+                ),
+                _permission_options(offer),
+                cancelled=cancelled,
+                abandoned=abandoned,
+            )
         except ConnectionError:
             await engine.settle_switch(offer, None, reason="session_closed")
             raise
         except asyncio.CancelledError:  # $/cancel_request of the request running the turn
             await _end_cancelled(engine, offer, abandoned)
             raise
-        else:
-            if response is not None and isinstance(response.outcome, AllowedOutcome):
-                option_id = response.outcome.option_id
+        option_id = answer.option_id
+        if answer.unanswered is not None:
+            reason = "invalid_answer" if answer.unanswered == "invalid_answer" else "cancelled"
     result = await engine.settle_switch(offer, option_id, reason=reason)
     if session_id in engine:
         mode = engine.get(session_id).state
@@ -176,12 +169,12 @@ async def propose_switch(  # noqa: C901, PLR0912 - one flow, read top to bottom
             session_update="tool_call_update",
             tool_call_id=tool_call_id,
             status="completed" if result.reason is None else "failed",
-            content=_text(text),
+            content=text_content(text),
         )
         if record is not None:
             record(final)
         # shielded: once decided, the outcome is announced in full whatever cancels the turn
-        await _shielded(engine.notify(session_id, final))
+        await shielded(engine.notify(session_id, final))
     return result
 
 
@@ -189,14 +182,14 @@ async def _end_cancelled(
     engine: ModeEngine, offer: SwitchOffer, abandoned: Callable[[], None] | None
 ) -> None:
     """A cancelled turn ends its switch: logged ``cancelled``, the tool call ``failed``."""
-    await _shielded(engine.settle_switch(offer, None, reason="cancelled"))
+    await shielded(engine.settle_switch(offer, None, reason="cancelled"))
     if abandoned is not None:
         abandoned()  # the SDK drops the answer if it comes: log it as late_answer
     session_id = offer.session_id
     if session_id in engine:
         final = _final(offer.tool_call_id, "cancelled", engine.get(session_id).state)
         engine.enqueue(session_id, final)
-        await _shielded(engine.flush())
+        await shielded(engine.flush())
 
 
 def _final(tool_call_id: str, reason: RejectReason, mode: str) -> ToolCallProgress:
@@ -205,19 +198,8 @@ def _final(tool_call_id: str, reason: RejectReason, mode: str) -> ToolCallProgre
         session_update="tool_call_update",
         tool_call_id=tool_call_id,
         status="failed",
-        content=_text(_DECLINED_TEXT[reason].format(mode=mode)),
+        content=text_content(_DECLINED_TEXT[reason].format(mode=mode)),
     )
-
-
-async def _shielded(work: Any) -> None:
-    """Run *work* to its end even if this task is cancelled meanwhile (then re-raise)."""
-    task = asyncio.ensure_future(work)
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        if not task.done():
-            await asyncio.wait({task})
-        raise
 
 
 def _permission_options(offer: SwitchOffer) -> list[PermissionOption]:
@@ -225,43 +207,3 @@ def _permission_options(offer: SwitchOffer) -> list[PermissionOption]:
     return [
         PermissionOption(option_id=o.option_id, name=o.name, kind=o.kind) for o in offer.options
     ]
-
-
-def _text(text: str) -> list[ContentToolCallContent]:
-    return [
-        ContentToolCallContent(type="content", content=TextContentBlock(type="text", text=text))
-    ]
-
-
-async def _until_cancelled(
-    request: Any, cancelled: asyncio.Event | None, abandoned: Callable[[], None] | None = None
-) -> Any:
-    """Await *request* in this task; return ``None`` if *cancelled* is set first.
-
-    The request is awaited directly (not in a task of its own), so its answer is handled
-    in the order the client sent it relative to the client's next requests.
-    """
-    if cancelled is None:
-        return await request
-    task = asyncio.current_task()
-    assert task is not None  # noqa: S101 - always called from a task
-    fired = False
-
-    async def watch() -> None:
-        nonlocal fired
-        await cancelled.wait()
-        fired = True
-        if abandoned is not None:
-            abandoned()
-        task.cancel()
-
-    watcher = asyncio.ensure_future(watch())
-    try:
-        return await request
-    except asyncio.CancelledError:
-        if not fired:
-            raise
-        task.uncancel()
-        return None
-    finally:
-        watcher.cancel()
