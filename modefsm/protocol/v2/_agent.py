@@ -47,8 +47,8 @@ from modefsm.errors import RESOURCE_NOT_FOUND, UnknownSessionError
 from modefsm.log import ConversationItem
 from modefsm.protocol._list import list_page
 from modefsm.protocol.errors import acp_errors, invalid_params, session_not_found
+from modefsm.protocol.v1 import ToolResult
 from modefsm.protocol.v1._agent import ModeAgent, _finish, _version
-from modefsm.protocol.v1._tools import ToolResult
 from modefsm.protocol.v2._render import config_options, session_updates
 
 __all__ = ["V2_PROTOCOL_VERSION", "ModeAgentV2"]
