@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
     from modefsm.engine import OfferedOption, SwitchOffer
     from modefsm.engine._engine import ModeChange, ModeEngine, NotificationSink, Session
-    from modefsm.engine._events import ModeChanged
+    from modefsm.engine._events import ConfigChanged, ModeChanged
+    from modefsm.engine._options import HostOption, OptionChange
     from modefsm.engine._views import ModeView, OptionView
     from modefsm.errors import (
         ChangeRefused,
@@ -93,6 +94,9 @@ _EXPORTS = {
     "ModeAgentV2": "modefsm.protocol.v2._agent",
     "ModeChange": "modefsm.engine._engine",
     "ModeChanged": "modefsm.engine._events",
+    "ConfigChanged": "modefsm.engine._events",
+    "HostOption": "modefsm.engine._options",
+    "OptionChange": "modefsm.engine._options",
     "ModeEngine": "modefsm.engine._engine",
     "ModeSpec": "modefsm.spec",
     "ModeView": "modefsm.engine._views",
@@ -160,11 +164,13 @@ sys.modules[__name__].__class__ = _Package
 __all__ = [
     "PREVIOUS",
     "ChangeRefused",
+    "ConfigChanged",
     "ConversationStore",
     "DiagramError",
     "FileStore",
     "FrameError",
     "HookError",
+    "HostOption",
     "InvalidParamsError",
     "InvalidValueError",
     "LogError",
@@ -182,6 +188,7 @@ __all__ = [
     "NoSwitchError",
     "NotificationSink",
     "OfferedOption",
+    "OptionChange",
     "OptionView",
     "ReplayReport",
     "RestoreIndex",

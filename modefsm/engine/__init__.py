@@ -12,7 +12,7 @@ from modefsm.engine._engine import (
     SwitchOffer,
     notification_kind,
 )
-from modefsm.engine._events import ModeChanged
+from modefsm.engine._events import ConfigChanged, ModeChanged
 from modefsm.engine._machine import (
     MATERIALIZED_MAX,
     MODEL_ATTRIBUTE,
@@ -20,12 +20,16 @@ from modefsm.engine._machine import (
     mode_of,
     state_name,
 )
+from modefsm.engine._options import HostOption, HostOptions, OptionChange
 from modefsm.engine._views import Choice, ModeInfo, ModeView, OptionView, build_views
 
 __all__ = [
     "MATERIALIZED_MAX",
     "MODEL_ATTRIBUTE",
     "Choice",
+    "ConfigChanged",
+    "HostOption",
+    "HostOptions",
     "ModeChange",
     "ModeChanged",
     "ModeEngine",
@@ -34,6 +38,7 @@ __all__ = [
     "ModeView",
     "NotificationSink",
     "OfferedOption",
+    "OptionChange",
     "OptionView",
     "Session",
     "SwitchOffer",

@@ -10,6 +10,14 @@ events exist:
     a committed change (``seq`` 2, 3, ... without gaps, per session).
 ``modefsm.change_rejected``
     an attempt that changed nothing (``seq`` null, ``reason`` says why).
+``modefsm.config_changed``
+    a committed change of a host's config option (``config_id`` set to ``value``): the
+    mode stays (``from_mode`` and ``to_mode`` are both the session's mode) and ``seq``
+    counts it like a mode change.
+
+Every committed record of a session whose host options were set carries ``config``: the
+session's host option values after it (``{"model": "smart"}``), so that its last record
+alone says where the session stands.
 
 A fourth, :data:`EVENT_DECIDED` (``modefsm.tool_decided``), is a tool call decided by its
 session's mode (:class:`DecisionRecord`); it is chained like the others.
@@ -58,6 +66,7 @@ from modefsm.spec._rules import Decision, ToolKind
 __all__ = [
     "CHAINED_EVENTS",
     "EVENT_CHANGED",
+    "EVENT_CONFIG",
     "EVENT_CREATED",
     "EVENT_DECIDED",
     "EVENT_REJECTED",
@@ -82,12 +91,14 @@ __all__ = [
 EVENT_CREATED = "modefsm.session_created"
 EVENT_CHANGED = "modefsm.mode_changed"
 EVENT_REJECTED = "modefsm.change_rejected"
+EVENT_CONFIG = "modefsm.config_changed"
+"""A host config option set by ``session/set_config_option``: a committed record."""
 EVENT_REPAIRED = "modefsm.log_repaired"
 """A diagnostic, not a record: the line before it was torn by a crash (``torn_bytes`` long)."""
 SEQ_MAX = (1 << 63) - 1
 """The largest ``seq`` a record may hold (SQLite's largest ``INTEGER``): a line with a larger
 one, or one below 1, is not a record (readers report it as ``not_a_record``)."""
-RECORD_EVENTS = frozenset({EVENT_CREATED, EVENT_CHANGED, EVENT_REJECTED})
+RECORD_EVENTS = frozenset({EVENT_CREATED, EVENT_CHANGED, EVENT_CONFIG, EVENT_REJECTED})
 """The events that are :class:`TransitionRecord` lines (other ``modefsm.*`` events, such as
 ``modefsm.notify_failed``, are diagnostics: not records, not chained)."""
 EVENT_DECIDED = "modefsm.tool_decided"
@@ -135,8 +146,8 @@ class TransitionRecord(BaseModel):
     """One line of the transition log.
 
     Attributes:
-        event: ``modefsm.session_created``, ``modefsm.mode_changed`` or
-            ``modefsm.change_rejected``.
+        event: ``modefsm.session_created``, ``modefsm.mode_changed``,
+            ``modefsm.config_changed`` or ``modefsm.change_rejected``.
         timestamp: UTC, ISO 8601 with a ``Z`` suffix.
         session_id: ACP ``sessionId``.
         seq: the session's sequence number, 1 for its creation, then +1 per committed
@@ -157,6 +168,13 @@ class TransitionRecord(BaseModel):
             ``session/new`` (what ``session/list`` reports and filters on); absent on
             sessions made without one and in logs written before it existed.
         reason: why a rejection changed nothing.
+        config_id: on a ``config_changed`` record: the ACP ``configId`` of the host's
+            option set (on a rejection: the one asked for, if known).
+        value: on a ``config_changed`` record: the value it was set to (a select
+            option's ``value``, or a boolean option's).
+        config: on a committed record of a session whose host options were set: their
+            values after it, by ``configId`` (options never set are at their defaults);
+            absent when none was set.
         spec: the spec's name.
         spec_hash: the spec's :attr:`~modefsm.spec.ModeSpec.content_hash`.
         level: the log level (``info``, ``warning`` for rejections).
@@ -172,7 +190,12 @@ class TransitionRecord(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
-    event: Literal["modefsm.session_created", "modefsm.mode_changed", "modefsm.change_rejected"]
+    event: Literal[
+        "modefsm.session_created",
+        "modefsm.mode_changed",
+        "modefsm.config_changed",
+        "modefsm.change_rejected",
+    ]
     timestamp: str
     session_id: str
     seq: Annotated[int, Field(ge=1, le=SEQ_MAX)] | None
@@ -186,6 +209,9 @@ class TransitionRecord(BaseModel):
     protocol: Annotated[int, Field(ge=1, le=2)] | None = None
     cwd: str | None = None
     reason: RejectReason | None = None
+    config_id: str | None = None
+    value: str | bool | None = None
+    config: dict[str, str | bool] | None = None
     spec: str
     spec_hash: str
     level: str = "info"
@@ -274,7 +300,9 @@ class FieldCheck:
 
     Attributes:
         name: the field (the JSON key).
-        types: the exact Python types of the accepted values (``bool`` is not ``int``).
+        types: the exact Python types of the accepted values (``bool`` is not ``int``); a
+            ``dict`` field (``config``) accepts no dict here: such a value goes through
+            the model.
         low: the smallest accepted integer, if bounded.
         high: the largest accepted integer, if bounded.
         values: the accepted strings, for a ``Literal`` field.
@@ -297,7 +325,7 @@ class FieldCheck:
             (True, False, False, True)
         """
         kind = type(value)
-        if kind not in self.types:
+        if kind not in self.types or kind is dict:
             return False
         if kind is int:
             number: int = value  # type: ignore[assignment]  # checked just above
@@ -327,8 +355,10 @@ def _check_of(name: str, annotation: Any, *, required: bool) -> FieldCheck:
     values: frozenset[str] | None = None
     arms = get_args(annotation) if get_origin(annotation) in {Union, types.UnionType} else ()
     for arm in arms or (annotation,):
-        if arm in {str, int, type(None)}:
+        if arm in {str, int, bool, type(None)}:
             kinds.add(arm)
+        elif get_origin(arm) is dict:
+            kinds.add(dict)
         elif get_origin(arm) is Literal and all(type(v) is str for v in get_args(arm)):
             kinds.add(str)
             values = frozenset(get_args(arm))
@@ -383,13 +413,16 @@ def title_digest(title: str | None) -> str | None:
     return "sha256:" + hashlib.sha256(title.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def previous_of(origin: str, from_mode: str | None) -> tuple[str | None, bool]:
+def previous_of(
+    origin: str, from_mode: str | None, event: str = EVENT_CHANGED
+) -> tuple[str | None, bool]:
     """How a committed record moves a session's ``previous`` mode: ``(value, keep)``.
 
     A client or switch change sets it to the record's ``from_mode``; a creation clears it;
-    a restore keeps it (a fallback is not a move the user can return from).
+    a restore keeps it (a fallback is not a move the user can return from), and so does a
+    ``config_changed`` record (the mode did not move).
     """
-    if origin == "restore":
+    if origin == "restore" or event == EVENT_CONFIG:
         return None, True
     return (None if origin == "new" else from_mode), False
 

@@ -57,11 +57,13 @@ from modefsm.log._reader import LogEntry, read_log
 from modefsm.log._records import (
     CHAINED_EVENTS,
     EVENT_CHANGED,
+    EVENT_CONFIG,
     EVENT_CREATED,
     EVENT_DECIDED,
     EVENT_REJECTED,
     SEQ_MAX,
     TransitionRecord,
+    previous_of,
 )
 from modefsm.log._writer import (
     TransitionLog,
@@ -466,7 +468,7 @@ class FileStore:
                 held = heads.get(data.get("session_id"))  # type: ignore[arg-type]
                 seq = data.get("seq")
                 if held is not None and isinstance(seq, int) and seq > held.seq:
-                    heads[held.session_id] = _after(held, data)
+                    heads[held.session_id] = _after(held, data, data.get("event"))
                 if feed:
                     self._feed(data, line_end)
         self._log.follow(chain if isinstance(chain, str) else None)
@@ -608,7 +610,7 @@ class FileStore:
         assert digest is not None  # noqa: S101 - a record was just written
         fields["digest"] = digest
         self._wrote(event, fields, digest)
-        self._heads[session_id] = _after(held, fields)
+        self._heads[session_id] = _after(held, fields, event)
         return digest
 
     def _adopt(
@@ -826,6 +828,7 @@ class FileStore:
                 if record.session_id == session_id and record.event in (
                     EVENT_CREATED,
                     EVENT_CHANGED,
+                    EVENT_CONFIG,
                 ):
                     yield record
 
@@ -892,7 +895,7 @@ def _committed(data: dict[str, Any]) -> bool:
     """Whether *data* is a committed record whose fields the index can take."""
     seq, source, cwd = data.get("seq"), data.get("from_mode"), data.get("cwd")
     return (
-        data.get("event") in (EVENT_CREATED, EVENT_CHANGED)
+        data.get("event") in (EVENT_CREATED, EVENT_CHANGED, EVENT_CONFIG)
         and isinstance(data.get("session_id"), str)
         and isinstance(data.get("to_mode"), str)
         and isinstance(data.get("origin"), str)
@@ -914,14 +917,20 @@ def _index_path(path: Path) -> Path:
     return path.with_name(path.name + ".index")
 
 
-def _after(head: RestorePoint | None, data: dict[str, Any]) -> RestorePoint:
-    """The session's point after the committed record *data*."""
-    origin = data["origin"]
-    if origin == "restore":
+def _after(head: RestorePoint | None, data: dict[str, Any], event: object) -> RestorePoint:
+    """The session's point after the committed record *data* of *event*."""
+    previous, keep = previous_of(data["origin"], data["from_mode"], str(event))
+    if keep:
         previous = head.previous if head is not None else None
-    else:
-        previous = None if origin == "new" else data["from_mode"]
-    return RestorePoint(data["session_id"], data["to_mode"], data["seq"], previous, data["digest"])
+    config = data.get("config")
+    return RestorePoint(
+        data["session_id"],
+        data["to_mode"],
+        data["seq"],
+        previous,
+        data["digest"],
+        config if isinstance(config, dict) else None,
+    )
 
 
 class _Wait(NamedTuple):

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from modefsm.errors import LogError
-from modefsm.log._records import RECORD_EVENTS, TransitionRecord, record_digest
+from modefsm.log._records import RECORD_EVENTS, TransitionRecord, previous_of, record_digest
 from modefsm.store._interface import ListAfter, ListedSession, RestorePoint, SessionMoved
 
 __all__ = ["MemoryStore"]
@@ -97,12 +97,11 @@ class MemoryStore:
         digest = self._write(event, fields)
         assert digest is not None  # noqa: S101 - a committed record has a digest
         fields["digest"] = digest
-        if fields["origin"] == "restore":
+        previous, keep = previous_of(fields["origin"], fields["from_mode"], event)
+        if keep:
             previous = held.previous if held is not None else None
-        else:
-            previous = None if fields["origin"] == "new" else fields["from_mode"]
         self._points[session_id] = RestorePoint(
-            session_id, fields["to_mode"], seq, previous, digest
+            session_id, fields["to_mode"], seq, previous, digest, fields.get("config")
         )
         self._records.setdefault(session_id, []).append(self.lines[-1])
         cwd = fields.get("cwd") if seq == 1 else self._listed.get(session_id, (None,))[0]
