@@ -753,7 +753,10 @@ class ModeEngine:
             UnknownConfigOptionError: *config_id* is none of the session's options (logged).
             InvalidValueError: *value* is not one of the option's values (logged).
             ChangeRefused: the host option's ``on_change`` vetoed it (logged).
-            UnknownModeError, TransitionNotAllowedError, HookError, LogError: as :meth:`change`.
+            UnknownModeError: as :meth:`change`.
+            TransitionNotAllowedError: as :meth:`change`.
+            HookError: as :meth:`change`.
+            LogError: as :meth:`change`.
         """
         option = self._check_config(session_id, config_id, value, request_id)
         if option is not None:
@@ -1331,9 +1334,14 @@ class ModeEngine:
             (ACP requires the complete list), for the session at that moment.
 
         Raises:
-            UnknownSessionError, UnknownConfigOptionError, InvalidValueError, ChangeRefused,
-            UnknownModeError, TransitionNotAllowedError, HookError, LogError: as
-                :meth:`set_config_value`.
+            UnknownSessionError: as :meth:`set_config_value`.
+            UnknownConfigOptionError: as :meth:`set_config_value`.
+            InvalidValueError: as :meth:`set_config_value`.
+            ChangeRefused: as :meth:`set_config_value`.
+            UnknownModeError: as :meth:`change`.
+            TransitionNotAllowedError: as :meth:`change`.
+            HookError: as :meth:`change`.
+            LogError: as :meth:`change`.
         """
         session = self.get(session_id)
         if self.store is None:

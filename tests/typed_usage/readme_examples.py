@@ -15,10 +15,13 @@ from typing import Any, assert_type
 from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock
 
 from modefsm import (
+    ChangeRefused,
     FileStore,
+    HostOption,
     MemoryStore,
     ModeAgent,
     ModeEngine,
+    OptionChange,
     ReplayReport,
     RestoreIndex,
     RestorePoint,
@@ -70,6 +73,30 @@ def serve(argv: list[str]) -> None:
     log_path = argv[1] if len(argv) > 1 else "modes.jsonl"
     agent = MyAgent(preset("seed"), store=FileStore(log_path), unstable=True)
     asyncio.run(run_agent(agent))  # acp.run_agent behind modefsm's frame checks
+
+
+# -- A host's own config options ------------------------------------------------------------
+
+
+def smart_needs_code(change: OptionChange) -> None:  # optional: a veto
+    if change.value == "smart" and change.mode_id != "code":
+        raise ChangeRefused("the smart model is for code mode")
+
+
+MODEL = HostOption(
+    id="model",
+    name="Model",
+    category="model",
+    choices=[("fast", "Fast"), ("smart", "Smart")],
+    default="fast",
+    on_change=smart_needs_code,
+)
+
+
+def host_options_agent(store: FileStore) -> ModeAgent:
+    agent = ModeAgent(preset("seed"), store=store, config_options=[MODEL])
+    assert_type(agent.engine.config_options("sess_1")[1].current_value, str)
+    return agent
 
 
 # -- Replay and restore --------------------------------------------------------------------
