@@ -41,10 +41,10 @@ Example:
     >>> engine = ModeEngine(preset("seed"), log=log)
     >>> _ = engine.new_session("sess_1"); _ = engine.change("sess_1", "code", "set_mode")
     >>> log.index.restore_point("sess_1")
-    RestorePoint(session_id='sess_1', mode='code', seq=2, previous='ask', digest=None)
+    RestorePoint(session_id='sess_1', mode='code', seq=2, previous='ask', digest=None, config=None)
     >>> log.close()
     >>> LogRestore(folder / "modes.jsonl").restore_point("sess_1")
-    RestorePoint(session_id='sess_1', mode='code', seq=2, previous='ask', digest=None)
+    RestorePoint(session_id='sess_1', mode='code', seq=2, previous='ask', digest=None, config=None)
 """
 
 from __future__ import annotations
