@@ -137,10 +137,16 @@ async def test_host_config_option_rides_along_with_the_mode(tmp_path: Path):
     assert [("mode", "ask"), ("model", "fast")] == current(created.config_options)
     assert [("mode", "ask"), ("model", "smart")] == current(model.config_options)
     assert [("mode", "code"), ("model", "smart")] == current(mode.config_options)
-    assert (-32602, {"field": "value", "valid": ["fast", "smart"]}) == (
-        refused.value.code,
-        refused.value.data,
-    )
+    assert (
+        -32602,
+        {
+            "field": "value",
+            "value": "huge",
+            "valid": ["fast", "smart"],
+            "message": "value: expected a value of 'model', got 'huge'; valid values: "
+            "'fast', 'smart'",
+        },
+    ) == (refused.value.code, refused.value.data)
     updates = [
         [(o["id"], o["currentValue"]) for o in u["update"]["configOptions"]]
         for u in client.updates(session_id)

@@ -6,7 +6,8 @@ its command runs (``modefsm --help``, ``replay`` and ``diagram`` load no ACP SDK
 
 Exports: ``main(argv=None) -> int``, the command line (exit 2 for usage and input errors).
 
-May import: ``errors``, ``spec``, ``log``, ``store``, ``engine``, ``replay``, ``diagram``, ``protocol``.
+May import: ``errors``, ``spec``, ``log``, ``store``, ``engine``, ``replay``, ``diagram``,
+``protocol``.
 """
 
 from modefsm.cli._main import main

@@ -20,7 +20,7 @@ from modefsm.engine._engine import (
     Session,
     notification_kind,
 )
-from modefsm.engine._events import ModeChange, ModeChanged
+from modefsm.engine._events import ConfigChanged, ModeChange, ModeChanged
 from modefsm.engine._machine import (
     MATERIALIZED_MAX,
     MODEL_ATTRIBUTE,
@@ -29,6 +29,7 @@ from modefsm.engine._machine import (
     state_name,
 )
 from modefsm.engine._offers import OfferedOption, SwitchOffer, SwitchOffers, SwitchResult
+from modefsm.engine._options import HostOption, HostOptions, OptionChange
 from modefsm.engine._tools import (
     ASK_OPTIONS,
     ENDED_KEPT,
@@ -47,6 +48,9 @@ __all__ = [
     "MODEL_ATTRIBUTE",
     "AskOption",
     "Choice",
+    "ConfigChanged",
+    "HostOption",
+    "HostOptions",
     "ModeChange",
     "ModeChanged",
     "ModeEngine",
@@ -55,6 +59,7 @@ __all__ = [
     "ModeView",
     "NotificationSink",
     "OfferedOption",
+    "OptionChange",
     "OptionView",
     "Session",
     "SwitchOffer",

@@ -50,15 +50,16 @@ import contextlib
 import contextvars
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from modefsm.engine._events import ModeChange, ModeChanged
+from modefsm.engine._events import ConfigChanged, ModeChange, ModeChanged
 from modefsm.engine._machine import ModeMachine, mode_of, state_name
 from modefsm.engine._offers import SwitchOffers
+from modefsm.engine._options import HostOption, HostOptions, OptionChange
 from modefsm.engine._tools import ToolCalls
-from modefsm.engine._views import ModeView, build_views
+from modefsm.engine._views import ModeView, OptionView, build_views
 from modefsm.errors import (
     INVALID_PARAMS,
     ChangeRefused,
@@ -74,6 +75,7 @@ from modefsm.errors import (
 )
 from modefsm.log import (
     EVENT_CHANGED,
+    EVENT_CONFIG,
     EVENT_CREATED,
     EVENT_REJECTED,
     Origin,
@@ -116,9 +118,20 @@ class Session:
         cwd: the ACP ``cwd`` given to ``session/new`` in this process, or ``None``.
         doubt: a record of this session was sent to the store and its commit not answered
             (:class:`~modefsm.store.StoreInDoubt`): its next use reads its point back first.
+        config: the values of the host's config options set in the session, by
+            ``configId`` (``None``: none set; the others are at their defaults).
     """
 
-    __slots__ = ("cwd", "digest", "doubt", "fsm_state", "previous", "seq", "session_id")
+    __slots__ = (
+        "config",
+        "cwd",
+        "digest",
+        "doubt",
+        "fsm_state",
+        "previous",
+        "seq",
+        "session_id",
+    )
 
     def __init__(
         self,
@@ -136,6 +149,7 @@ class Session:
         self.digest = digest
         self.cwd: str | None = None
         self.doubt = False
+        self.config: dict[str, str | bool] | None = None
 
     @property
     def state(self) -> str:
@@ -176,10 +190,14 @@ class ModeEngine(SwitchOffers, ToolCalls):
             and message, anything else as a :class:`~modefsm.errors.HookError`.
         after_change: host callbacks run after a change committed; one that raises is logged
             and does not undo the change.
-        other_config_options: ``other_config_options(session_id)`` returns the host's own
-            ``configOptions`` of a session (a model selector, ...), which every
-            ``configOptions`` list modefsm sends then includes after the mode option: ACP
-            requires the complete list, and clients replace theirs with it.
+        config_options: the host's own config options (a model picker, ...), declared
+            once: every complete ``configOptions`` list shows them after the mode option,
+            and :meth:`set_config_option` sets them (checked, vetoed by their
+            ``on_change``, logged as ``modefsm.config_changed`` records, announced,
+            restored with the session).
+
+    Raises:
+        ValueError: two *config_options* share an ``id``, or one has the mode option's.
     """
 
     def __init__(
@@ -190,7 +208,7 @@ class ModeEngine(SwitchOffers, ToolCalls):
         sink: NotificationSink | None = None,
         before_change: Iterable[ChangeHook] = (),
         after_change: Iterable[ChangeHook] = (),
-        other_config_options: Callable[[str], Sequence[Any]] | None = None,
+        config_options: Iterable[HostOption] = (),
     ) -> None:
         """Compile *spec* into a machine and prepare its ACP views."""
         self.spec = spec
@@ -200,7 +218,8 @@ class ModeEngine(SwitchOffers, ToolCalls):
         self.sink = sink
         self.before_change: list[ChangeHook] = list(before_change)
         self.after_change: list[ChangeHook] = list(after_change)
-        self.other_config_options = other_config_options
+        self.host_options = HostOptions(config_options, mode_option_id=spec.config_option_id)
+        """The host's config options (see *config_options*)."""
         before = self._append if store is not None else _write_nothing
         self.machine = ModeMachine(spec, before=before, after=self._commit)
         self.views: Mapping[str, ModeView] = build_views(spec)
@@ -331,6 +350,7 @@ class ModeEngine(SwitchOffers, ToolCalls):
         previous: str | None = None,
         request_id: str | int | None = None,
         digest: str | None = None,
+        config: Mapping[str, object] | None = None,
     ) -> Session:
         """Bring back a session whose last record put it in *mode_id* with number *seq*.
 
@@ -350,6 +370,8 @@ class ModeEngine(SwitchOffers, ToolCalls):
                 ``$previous`` options are then not offered until the next change.
             request_id: the load/resume request id, for the record.
             digest: the ``digest`` of that record (the session chain's head), if known.
+            config: that record's ``config`` (the host option values set); a value the
+                host's options no longer have is dropped (the option shows its default).
 
         Returns:
             The live session (already live sessions are returned unchanged).
@@ -364,6 +386,7 @@ class ModeEngine(SwitchOffers, ToolCalls):
             session, context = self._restoring(
                 session_id, mode_id, seq, previous=previous, request_id=request_id, digest=digest
             )
+            session.config = self.host_options.restored(config)
             if context is not None:
                 try:
                     if self.spec.has_mode(mode_id):
@@ -371,7 +394,7 @@ class ModeEngine(SwitchOffers, ToolCalls):
                     else:  # the spec no longer has this mode: no machine state to leave
                         self._fire_outside_machine(session, context)
                 except SessionMoved as moved:  # another process wrote the fallback (or more)
-                    mode_id, seq, previous, digest = moved.current[1:]
+                    mode_id, seq, previous, digest, config = moved.current[1:]
                     continue
             self._tools_restored(session_id, self._past_decisions(session_id))
             self._sessions[session_id] = session
@@ -387,6 +410,7 @@ class ModeEngine(SwitchOffers, ToolCalls):
         previous: str | None = None,
         request_id: str | int | None = None,
         digest: str | None = None,
+        config: Mapping[str, object] | None = None,
     ) -> Session:
         """:meth:`restore_session`, awaiting the store's write of a fallback.
 
@@ -395,7 +419,13 @@ class ModeEngine(SwitchOffers, ToolCalls):
         """
         if self.store is None:
             return self.restore_session(
-                session_id, mode_id, seq, previous=previous, request_id=request_id, digest=digest
+                session_id,
+                mode_id,
+                seq,
+                previous=previous,
+                request_id=request_id,
+                digest=digest,
+                config=config,
             )
         async with self._turn(session_id) as deadline:
             for _ in range(_RACES):
@@ -410,6 +440,7 @@ class ModeEngine(SwitchOffers, ToolCalls):
                     request_id=request_id,
                     digest=digest,
                 )
+                session.config = self.host_options.restored(config)
                 if context is not None:
                     try:
                         if self.spec.has_mode(mode_id):
@@ -421,7 +452,7 @@ class ModeEngine(SwitchOffers, ToolCalls):
                             self._digest = await self._write_async(session, context, deadline)
                             self._commit(session, context.from_mode, context.to_mode, context)
                     except SessionMoved as moved:
-                        mode_id, seq, previous, digest = moved.current[1:]
+                        mode_id, seq, previous, digest, config = moved.current[1:]
                         continue
                 past = (
                     await asyncio.to_thread(self._past_decisions, session_id)
@@ -634,37 +665,213 @@ class ModeEngine(SwitchOffers, ToolCalls):
         value: object,
         *,
         request_id: str | int | None = None,
-    ) -> ModeChange | None:
-        """Apply ``session/set_config_option`` to the mode option; see :meth:`change`.
+    ) -> ModeChange | OptionChange | None:
+        """Apply ``session/set_config_option`` now; queue its notifications (see :meth:`flush`).
+
+        The mode option changes the mode (see :meth:`change`); a host option
+        (*config_options*) takes *value*, written first as a ``modefsm.config_changed``
+        record. Setting the current value succeeds and changes nothing.
+
+        Returns:
+            The committed :class:`ModeChange` or :class:`~modefsm.engine.OptionChange`, or
+            ``None`` when *value* is already the current one.
 
         Raises:
             UnknownSessionError: no such session.
-            UnknownConfigOptionError: *config_id* is not the mode option (logged).
-            InvalidValueError: *value* is not a string (a boolean option request; logged).
-            UnknownModeError, TransitionNotAllowedError, HookError, LogError: as :meth:`change`.
+            UnknownConfigOptionError: *config_id* is none of the session's options (logged).
+            InvalidValueError: *value* is not one of the option's values (logged).
+            ChangeRefused: the host option's ``on_change`` vetoed it (logged).
+            UnknownModeError: as :meth:`change`.
+            TransitionNotAllowedError: as :meth:`change`.
+            HookError: as :meth:`change`.
+            LogError: as :meth:`change`.
         """
-        self._check_config(session_id, config_id, value, request_id)
+        option = self._check_config(session_id, config_id, value, request_id)
+        if option is not None:
+            return self._set_host_value(session_id, option, value, request_id)
         return self.change(
             session_id, value, "set_config_option", request_id=request_id, field="value"
         )
 
     def _check_config(
         self, session_id: str, config_id: object, value: object, request_id: str | int | None
-    ) -> None:
-        """Refuse (and log) a ``configId`` that is not the mode option, or a non-string value."""
+    ) -> HostOption | None:
+        """The host option *config_id* with *value* checked; ``None`` for the mode option.
+
+        Refuses (and logs) an unknown ``configId``, a value a host option does not have,
+        and a non-string value for the mode option.
+        """
         session = self.get(session_id)
-        option_ids = tuple(
-            str(getattr(o, "id", None) or getattr(o, "config_id", ""))  # v1 or v2 host models
-            for o in self.config_options(session_id)
-        )
+        if config_id in self.host_options:
+            assert isinstance(config_id, str)  # noqa: S101 - a host option's id
+            try:
+                return self.host_options.check(config_id, value)
+            except InvalidValueError:
+                self._reject(
+                    session,
+                    None,
+                    "set_config_option",
+                    "invalid_value",
+                    request_id=request_id,
+                    config_id=config_id,
+                    value=value if isinstance(value, str | bool) else None,
+                )
+                raise
         if config_id != self.spec.config_option_id:
             self._reject(
-                session, None, "set_config_option", "unknown_config_option", request_id=request_id
+                session,
+                None,
+                "set_config_option",
+                "unknown_config_option",
+                request_id=request_id,
+                config_id=config_id if isinstance(config_id, str) else None,
             )
-            raise UnknownConfigOptionError(config_id, option_ids)
+            raise UnknownConfigOptionError(config_id, self.host_options.ids)
         if not isinstance(value, str):
             self._reject(session, None, "set_config_option", "invalid_value", request_id=request_id)
             raise InvalidValueError("value", value, self.spec.mode_ids, "a mode id (string)")
+        return None
+
+    # -- host config options -----------------------------------------------------------------
+
+    def _set_host_value(
+        self, session_id: str, option: HostOption, value: object, request_id: str | int | None
+    ) -> OptionChange | None:
+        """Set a host option now (write-ahead, commit, queue); races with others retried."""
+        for _ in range(_RACES):
+            session = self.get(session_id)
+            if session.doubt:
+                self._confirm(session)
+            step = self._host_step(session, option, value, request_id)
+            if step is None:
+                self._confirm(session)
+                return None
+            change, fields = step
+            try:
+                digest = self._write_config(session, fields)
+            except SessionMoved as moved:
+                self._adopt(moved.current)
+                continue
+            self._commit_config(session, change, fields, digest)
+            return change
+        raise self._busy(session_id)
+
+    async def _set_host_value_async(
+        self, session_id: str, option: HostOption, value: object, request_id: str | int | None
+    ) -> OptionChange | None:
+        """:meth:`_set_host_value` in the session's turn, the store's write awaited."""
+        if self.store is None:
+            return self._set_host_value(session_id, option, value, request_id)
+        async with self._turn(session_id) as deadline:
+            for _ in range(_RACES):
+                session = self.get(session_id)
+
+                async def attempt(session: Session = session) -> OptionChange | None:
+                    if session.doubt:
+                        await self._confirm_async(session, deadline)
+                    step = self._host_step(session, option, value, request_id)
+                    if step is None:
+                        await self._confirm_async(session, deadline)
+                        return None
+                    change, fields = step
+                    head = RestorePoint(
+                        session.session_id, session.state, session.seq, session.previous,
+                        session.digest,
+                    )  # fmt: skip
+                    try:
+                        digest = await self.store.append_async(  # type: ignore[union-attr]
+                            EVENT_CONFIG, fields, head, deadline=deadline
+                        )
+                    except (StoreInDoubt, asyncio.CancelledError):  # it may have committed
+                        session.doubt = True
+                        raise
+                    self._commit_config(session, change, fields, digest)
+                    return change
+
+                try:
+                    return await self._noting(attempt)
+                except SessionMoved as moved:
+                    self._adopt(moved.current)
+        raise self._busy(session_id)
+
+    def _host_step(
+        self, session: Session, option: HostOption, value: object, request_id: str | int | None
+    ) -> tuple[OptionChange, dict[str, Any]] | None:
+        """The change and its record's fields, once ``on_change`` agreed; ``None``: no change.
+
+        Raises:
+            ChangeRefused, HookError: ``on_change`` refused (logged, nothing changed).
+        """
+        assert isinstance(value, str)  # noqa: S101 - checked against the option's values
+        previous = self.host_options.value(session.config, option.id)
+        if value == previous:
+            return None
+        change = OptionChange(
+            session.session_id,
+            session.seq + 1,
+            option.id,
+            value,
+            previous,
+            session.state,
+            request_id,
+        )
+        if option.on_change is not None:
+            try:
+                option.on_change(change)
+            except Exception as exc:
+                self._reject(
+                    session,
+                    None,
+                    "set_config_option",
+                    "hook_failed",
+                    request_id=request_id,
+                    config_id=option.id,
+                    value=value,
+                )
+                error = _hook_error(option.on_change, exc)
+                if error is exc:
+                    raise
+                raise error from exc
+        values = {**(session.config or {}), option.id: value}
+        fields = self._fields(
+            session.session_id,
+            change.seq,
+            session.state,
+            session.state,
+            "set_config_option",
+            request_id=request_id,
+            config_id=option.id,
+            value=value,
+        )
+        fields["config"] = values
+        return change, fields
+
+    def _write_config(self, session: Session, fields: dict[str, Any]) -> str | None:
+        """Write a ``config_changed`` record ahead (through the store, or to the log)."""
+        if self.store is None:
+            return None
+        head = RestorePoint(
+            session.session_id, session.state, session.seq, session.previous, session.digest
+        )
+        try:
+            return self.store.append(EVENT_CONFIG, fields, head)
+        except StoreInDoubt:
+            session.doubt = True
+            raise
+
+    def _commit_config(
+        self, session: Session, change: OptionChange, fields: dict[str, Any], digest: str | None
+    ) -> None:
+        """The record is written: the session takes the value; its notification is queued."""
+        session.seq = change.seq
+        session.digest = digest
+        session.config = fields["config"]
+        if self.sink is not None:
+            options = self._complete(self.views[session.state], session)
+            event = ConfigChanged(
+                session.session_id, change.config_id, change.value, change.seq, options
+            )
+            self._outbox.append((session.session_id, event))
 
     def _detached(self, session_id: str) -> Session:
         """The live session *session_id*, or a stand-in for a closed or unknown one.
@@ -688,27 +895,43 @@ class ModeEngine(SwitchOffers, ToolCalls):
         value: object,
         *,
         request_id: str | int | None = None,
-    ) -> tuple[object, ...]:
+    ) -> tuple[OptionView, ...]:
         """``session/set_config_option``: change, send notifications, return ``configOptions``.
+
+        The mode option or a host option (see :meth:`set_config_value`); the store's
+        write is awaited (see :meth:`change_async`).
 
         Returns:
             The complete ``configOptions`` list once the change's notifications have left
-            (ACP requires the complete list), for the session's mode at that moment.
+            (ACP requires the complete list), for the session at that moment.
+
+        Raises:
+            UnknownSessionError: as :meth:`set_config_value`.
+            UnknownConfigOptionError: as :meth:`set_config_value`.
+            InvalidValueError: as :meth:`set_config_value`.
+            ChangeRefused: as :meth:`set_config_value`.
+            UnknownModeError: as :meth:`change`.
+            TransitionNotAllowedError: as :meth:`change`.
+            HookError: as :meth:`change`.
+            LogError: as :meth:`change`.
         """
         session = self.get(session_id)
         if self.store is None:
-            self._check_config(session_id, config_id, value, request_id)
+            option = self._check_config(session_id, config_id, value, request_id)
         else:
-            await self._noting(
+            option = await self._noting(
                 lambda: _now(self._check_config, session_id, config_id, value, request_id)
             )
-        await self.change_async(
-            session_id, value, "set_config_option", request_id=request_id, field="value"
-        )
+        if option is not None:
+            await self._set_host_value_async(session_id, option, value, request_id)
+        else:
+            await self.change_async(
+                session_id, value, "set_config_option", request_id=request_id, field="value"
+            )
         await self.flush()
         # The session object, not the id: a close during the flush must not fail a change
         # that is committed; and its state now, so the answer matches the last notification.
-        return self._complete(self.views[session.state], session_id)
+        return self._complete(self.views[session.state], session)
 
     async def refresh(self, session_id: str) -> Session:
         """Catch up with what other processes committed to the session, before acting on it.
@@ -742,16 +965,15 @@ class ModeEngine(SwitchOffers, ToolCalls):
         await self.flush()
         return session
 
-    def config_options(self, session_id: str) -> tuple[object, ...]:
-        """The session's complete ``configOptions``: the mode option, then the host's others.
+    def config_options(self, session_id: str) -> tuple[OptionView, ...]:
+        """The session's complete ``configOptions``: the mode option, then the host's.
 
-        The mode option is an :class:`~modefsm.engine.OptionView`; the host's entries are
-        as its ``other_config_options`` returns them.
+        Each is an :class:`~modefsm.engine.OptionView` at the session's value.
 
         Raises:
             UnknownSessionError: no such session.
         """
-        return self._complete(self.view(session_id), session_id)
+        return self._complete(self.view(session_id), self.get(session_id))
 
     def view(self, session_id: str) -> ModeView:
         """The ACP views (``modes``, ``configOptions``, updates) of the session's current mode.
@@ -995,6 +1217,8 @@ class ModeEngine(SwitchOffers, ToolCalls):
             fields["proposed_in"] = context.proposed_in
         if self.protocol is not None:
             fields["protocol"] = self.protocol
+        if session.config is not None:
+            fields["config"] = session.config
         fields["spec"] = self._spec_name
         fields["spec_hash"] = self._spec_hash
         return fields
@@ -1025,7 +1249,8 @@ class ModeEngine(SwitchOffers, ToolCalls):
         session.previous = current.previous
         session.digest = current.digest
         session.doubt = False
-        self._enqueue(session.session_id, mode, current.seq)
+        session.config = self.host_options.restored(current.config)
+        self._enqueue(session, mode, current.seq)
         self._tools_moved(session.session_id)
 
     def _confirm(self, session: Session) -> None:
@@ -1063,19 +1288,21 @@ class ModeEngine(SwitchOffers, ToolCalls):
         # The machine has set fsm_state already, except for a restore from a mode the spec
         # no longer has, which has no machine state to leave: set it here for both.
         session.fsm_state = state_name(dest)
-        self._enqueue(session.session_id, dest, context.seq)
+        self._enqueue(session, dest, context.seq)
         self._tools_moved(session.session_id)
 
-    def _enqueue(self, session_id: str, mode_id: str, seq: int) -> None:
+    def _enqueue(self, session: Session, mode_id: str, seq: int) -> None:
         if self.sink is not None:
-            options = self._complete(self.views[mode_id], session_id)
-            self._outbox.append((session_id, ModeChanged(session_id, mode_id, seq, options)))
+            options = self._complete(self.views[mode_id], session)
+            sid = session.session_id
+            self._outbox.append((sid, ModeChanged(sid, mode_id, seq, options)))
 
-    def _complete(self, view: ModeView, session_id: str) -> tuple[object, ...]:
-        """The mode option of *view* followed by the host's other options of the session."""
-        if self.other_config_options is None:
+    def _complete(self, view: ModeView, session: Session | None) -> tuple[OptionView, ...]:
+        """The mode option of *view* followed by the host's options at the session's values."""
+        if not self.host_options:
             return (view.mode_option,)
-        return (view.mode_option, *self.other_config_options(session_id))
+        values = session.config if session is not None else None
+        return (view.mode_option, *self.host_options.views(values))
 
     def _reject(
         self,
@@ -1185,6 +1412,8 @@ class ModeEngine(SwitchOffers, ToolCalls):
         tool_call_id: str | None = None,
         option_id: str | None = None,
         proposed_in: str | None = None,
+        config_id: str | None = None,
+        value: str | bool | None = None,
     ) -> dict[str, Any]:
         fields: dict[str, Any] = {
             "timestamp": utc_timestamp(),
@@ -1202,6 +1431,10 @@ class ModeEngine(SwitchOffers, ToolCalls):
             fields["option_id"] = option_id
         if proposed_in is not None:
             fields["proposed_in"] = proposed_in
+        if config_id is not None:
+            fields["config_id"] = config_id
+        if value is not None:
+            fields["value"] = value
         if self.protocol is not None:
             fields["protocol"] = self.protocol
         fields["spec"] = self._spec_name
@@ -1228,7 +1461,7 @@ def _write_nothing(session: Session, source: str, dest: str, context: ModeChange
     del session, source, dest, context
 
 
-def _hook_error(hook: ChangeHook, exc: Exception) -> HookError:
+def _hook_error(hook: Callable[..., None], exc: Exception) -> HookError:
     """What a ``before_change`` hook that raised *exc* makes the change raise.
 
     A veto (:class:`~modefsm.errors.ChangeRefused`, or modefsm's own

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from modefsm.log._records import (
         CHAINED_EVENTS,
         EVENT_CHANGED,
+        EVENT_CONFIG,
         EVENT_CREATED,
         EVENT_DECIDED,
         EVENT_REJECTED,
@@ -70,6 +71,7 @@ __all__ = [
     "CONVERSATION_MAX_ENTRIES",
     "CONVERSATION_SESSIONS_CACHED",
     "EVENT_CHANGED",
+    "EVENT_CONFIG",
     "EVENT_CONVERSATION",
     "EVENT_CREATED",
     "EVENT_DECIDED",
@@ -139,6 +141,7 @@ _MODULES = {
     "modefsm.log._records": (
         "CHAINED_EVENTS",
         "EVENT_CHANGED",
+        "EVENT_CONFIG",
         "EVENT_CREATED",
         "EVENT_DECIDED",
         "EVENT_REJECTED",

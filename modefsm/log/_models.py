@@ -25,8 +25,8 @@ class TransitionRecord(BaseModel):
     """One line of the transition log.
 
     Attributes:
-        event: ``modefsm.session_created``, ``modefsm.mode_changed`` or
-            ``modefsm.change_rejected``.
+        event: ``modefsm.session_created``, ``modefsm.mode_changed``,
+            ``modefsm.config_changed`` or ``modefsm.change_rejected``.
         timestamp: UTC, ISO 8601 with a ``Z`` suffix.
         session_id: ACP ``sessionId``.
         seq: the session's sequence number, 1 for its creation, then +1 per committed
@@ -48,6 +48,13 @@ class TransitionRecord(BaseModel):
             ``session/new`` (what ``session/list`` reports and filters on); absent on
             sessions made without one and in logs written before it existed.
         reason: why a rejection changed nothing.
+        config_id: on a ``config_changed`` record: the ACP ``configId`` of the host's
+            option set (on a rejection: the one asked for, if known).
+        value: on a ``config_changed`` record: the value it was set to (a select
+            option's ``value``, or a boolean option's).
+        config: on a committed record of a session whose host options were set: their
+            values after it, by ``configId`` (options never set are at their defaults);
+            absent when none was set.
         spec: the spec's name.
         spec_hash: the spec's :attr:`~modefsm.spec.ModeSpec.content_hash`.
         level: the log level (``info``, ``warning`` for rejections).
@@ -63,7 +70,12 @@ class TransitionRecord(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
-    event: Literal["modefsm.session_created", "modefsm.mode_changed", "modefsm.change_rejected"]
+    event: Literal[
+        "modefsm.session_created",
+        "modefsm.mode_changed",
+        "modefsm.config_changed",
+        "modefsm.change_rejected",
+    ]
     timestamp: str
     session_id: str
     seq: Annotated[int, Field(ge=1, le=SEQ_MAX)] | None
@@ -77,6 +89,9 @@ class TransitionRecord(BaseModel):
     protocol: Annotated[int, Field(ge=1, le=2)] | None = None
     cwd: str | None = None
     reason: RejectReason | None = None
+    config_id: str | None = None
+    value: str | bool | None = None
+    config: dict[str, str | bool] | None = None
     spec: str
     spec_hash: str
     level: str = "info"
@@ -153,7 +168,9 @@ class FieldCheck:
 
     Attributes:
         name: the field (the JSON key).
-        types: the exact Python types of the accepted values (``bool`` is not ``int``).
+        types: the exact Python types of the accepted values (``bool`` is not ``int``); a
+            ``dict`` field (``config``) accepts no dict here: such a value goes through
+            the model.
         low: the smallest accepted integer, if bounded.
         high: the largest accepted integer, if bounded.
         values: the accepted strings, for a ``Literal`` field.
@@ -176,7 +193,7 @@ class FieldCheck:
             (True, False, False, True)
         """
         kind = type(value)
-        if kind not in self.types:
+        if kind not in self.types or kind is dict:
             return False
         if kind is int:
             number: int = value  # type: ignore[assignment]  # checked just above
@@ -206,8 +223,10 @@ def _check_of(name: str, annotation: Any, *, required: bool) -> FieldCheck:
     values: frozenset[str] | None = None
     arms = get_args(annotation) if get_origin(annotation) in {Union, types.UnionType} else ()
     for arm in arms or (annotation,):
-        if arm in {str, int, type(None)}:
+        if arm in {str, int, bool, type(None)}:
             kinds.add(arm)
+        elif get_origin(arm) is dict:
+            kinds.add(dict)
         elif get_origin(arm) is Literal and all(type(v) is str for v in get_args(arm)):
             kinds.add(str)
             values = frozenset(get_args(arm))

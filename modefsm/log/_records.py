@@ -10,6 +10,14 @@ events exist:
     a committed change (``seq`` 2, 3, ... without gaps, per session).
 ``modefsm.change_rejected``
     an attempt that changed nothing (``seq`` null, ``reason`` says why).
+``modefsm.config_changed``
+    a committed change of a host's config option (``config_id`` set to ``value``): the
+    mode stays (``from_mode`` and ``to_mode`` are both the session's mode) and ``seq``
+    counts it like a mode change.
+
+Every committed record of a session whose host options were set carries ``config``: the
+session's host option values after it (``{"model": "smart"}``), so that its last record
+alone says where the session stands.
 
 A fourth, :data:`EVENT_DECIDED` (``modefsm.tool_decided``), is a tool call decided by its
 session's mode (:class:`~modefsm.log.DecisionRecord`); it is chained like the others.
@@ -53,6 +61,7 @@ import orjson
 __all__ = [
     "CHAINED_EVENTS",
     "EVENT_CHANGED",
+    "EVENT_CONFIG",
     "EVENT_CREATED",
     "EVENT_DECIDED",
     "EVENT_REJECTED",
@@ -73,12 +82,14 @@ __all__ = [
 EVENT_CREATED = "modefsm.session_created"
 EVENT_CHANGED = "modefsm.mode_changed"
 EVENT_REJECTED = "modefsm.change_rejected"
+EVENT_CONFIG = "modefsm.config_changed"
+"""A host config option set by ``session/set_config_option``: a committed record."""
 EVENT_REPAIRED = "modefsm.log_repaired"
 """A diagnostic, not a record: the line before it was torn by a crash (``torn_bytes`` long)."""
 SEQ_MAX = (1 << 63) - 1
 """The largest ``seq`` a record may hold (SQLite's largest ``INTEGER``): a line with a larger
 one, or one below 1, is not a record (readers report it as ``not_a_record``)."""
-RECORD_EVENTS = frozenset({EVENT_CREATED, EVENT_CHANGED, EVENT_REJECTED})
+RECORD_EVENTS = frozenset({EVENT_CREATED, EVENT_CHANGED, EVENT_CONFIG, EVENT_REJECTED})
 """The events that are :class:`~modefsm.log.TransitionRecord` lines (other ``modefsm.*``
 events, such as ``modefsm.notify_failed``, are diagnostics: not records, not chained)."""
 EVENT_DECIDED = "modefsm.tool_decided"
@@ -146,6 +157,9 @@ _DIGEST_KEYS = frozenset(
         "protocol",
         "cwd",
         "reason",
+        "config_id",
+        "value",
+        "config",
         "spec",
         "spec_hash",
         "prev",
@@ -215,13 +229,16 @@ def title_digest(title: str | None) -> str | None:
     return "sha256:" + hashlib.sha256(title.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def previous_of(origin: str, from_mode: str | None) -> tuple[str | None, bool]:
+def previous_of(
+    origin: str, from_mode: str | None, event: str = EVENT_CHANGED
+) -> tuple[str | None, bool]:
     """How a committed record moves a session's ``previous`` mode: ``(value, keep)``.
 
     A client or switch change sets it to the record's ``from_mode``; a creation clears it;
-    a restore keeps it (a fallback is not a move the user can return from).
+    a restore keeps it (a fallback is not a move the user can return from), and so does a
+    ``config_changed`` record (the mode did not move).
     """
-    if origin == "restore":
+    if origin == "restore" or event == EVENT_CONFIG:
         return None, True
     return (None if origin == "new" else from_mode), False
 

@@ -28,6 +28,7 @@ from modefsm.log._files import open_private
 from modefsm.log._records import (
     CHAINED_EVENTS,
     EVENT_CHANGED,
+    EVENT_CONFIG,
     EVENT_CREATED,
     EVENT_DECIDED,
     EVENT_REJECTED,
@@ -81,6 +82,7 @@ class LogIndex(Protocol):
         *,
         cwd: str | None = None,
         timestamp: str | None = None,
+        config: dict[str, str | bool] | None = None,
     ) -> None:
         """Note a committed record (after its line is written); never raises."""
         ...  # pragma: no cover
@@ -281,13 +283,14 @@ def _index_record(
         fields["seq"],
         offset,
         digest,
-        previous_of(fields["origin"], fields["from_mode"]),
+        previous_of(fields["origin"], fields["from_mode"], event),
         cwd=fields.get("cwd"),
         timestamp=fields.get("timestamp"),
+        config=fields.get("config"),
     )
 
 
-_INFO_EVENTS = frozenset({EVENT_CHANGED, EVENT_CREATED, EVENT_DECIDED})
+_INFO_EVENTS = frozenset({EVENT_CHANGED, EVENT_CONFIG, EVENT_CREATED, EVENT_DECIDED})
 """The events written at level ``info`` (the others at ``warning``)."""
 
 

@@ -57,6 +57,7 @@ from modefsm.errors import LogError
 from modefsm.log import (
     CHAINED_EVENTS,
     EVENT_CHANGED,
+    EVENT_CONFIG,
     EVENT_CREATED,
     EVENT_DECIDED,
     EVENT_REJECTED,
@@ -67,6 +68,7 @@ from modefsm.log import (
     TransitionRecord,
     lock_holders,
     open_private,
+    previous_of,
     read_log,
 )
 from modefsm.log._writer import (
@@ -474,7 +476,7 @@ class FileStore:
                 held = heads.get(data.get("session_id"))  # type: ignore[arg-type]
                 seq = data.get("seq")
                 if held is not None and isinstance(seq, int) and seq > held.seq:
-                    heads[held.session_id] = _after(held, data)
+                    heads[held.session_id] = _after(held, data, data.get("event"))
                 elif held is not None and data.get("outcome") == "allow_always":
                     self._grant_seen(held.session_id, data)
                 if feed:
@@ -618,7 +620,7 @@ class FileStore:
         assert digest is not None  # noqa: S101 - a record was just written
         fields["digest"] = digest
         self._wrote(event, fields, digest)
-        self._heads[session_id] = _after(held, fields)
+        self._heads[session_id] = _after(held, fields, event)
         return digest
 
     def _adopt(
@@ -856,6 +858,7 @@ class FileStore:
                 if record.session_id == session_id and record.event in (
                     EVENT_CREATED,
                     EVENT_CHANGED,
+                    EVENT_CONFIG,
                 ):
                     yield record
 
@@ -931,7 +934,7 @@ def _committed(data: dict[str, Any]) -> bool:
     """Whether *data* is a committed record whose fields the index can take."""
     seq, source, cwd = data.get("seq"), data.get("from_mode"), data.get("cwd")
     return (
-        data.get("event") in (EVENT_CREATED, EVENT_CHANGED)
+        data.get("event") in (EVENT_CREATED, EVENT_CHANGED, EVENT_CONFIG)
         and isinstance(data.get("session_id"), str)
         and isinstance(data.get("to_mode"), str)
         and isinstance(data.get("origin"), str)
@@ -953,14 +956,20 @@ def _index_path(path: Path) -> Path:
     return path.with_name(path.name + ".index")
 
 
-def _after(head: RestorePoint | None, data: dict[str, Any]) -> RestorePoint:
-    """The session's point after the committed record *data*."""
-    origin = data["origin"]
-    if origin == "restore":
+def _after(head: RestorePoint | None, data: dict[str, Any], event: object) -> RestorePoint:
+    """The session's point after the committed record *data* of *event*."""
+    previous, keep = previous_of(data["origin"], data["from_mode"], str(event))
+    if keep:
         previous = head.previous if head is not None else None
-    else:
-        previous = None if origin == "new" else data["from_mode"]
-    return RestorePoint(data["session_id"], data["to_mode"], data["seq"], previous, data["digest"])
+    config = data.get("config")
+    return RestorePoint(
+        data["session_id"],
+        data["to_mode"],
+        data["seq"],
+        previous,
+        data["digest"],
+        config if isinstance(config, dict) else None,
+    )
 
 
 class _Wait(NamedTuple):

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from modefsm.errors import LogError
-from modefsm.log import EVENT_DECIDED, RECORD_EVENTS, record_digest
+from modefsm.log import EVENT_DECIDED, RECORD_EVENTS, previous_of, record_digest
 from modefsm.store._interface import ListAfter, ListedSession, RestorePoint, SessionMoved
 
 if TYPE_CHECKING:
@@ -109,12 +109,11 @@ class MemoryStore:
         if seq != (held.seq if held is not None else 0) + 1:
             raise SessionMoved(held or RestorePoint(session_id, fields["to_mode"], seq - 1))
         digest = self._commit(event, fields, held)
-        if fields["origin"] == "restore":
+        previous, keep = previous_of(fields["origin"], fields["from_mode"], event)
+        if keep:
             previous = held.previous if held is not None else None
-        else:
-            previous = None if fields["origin"] == "new" else fields["from_mode"]
         self._points[session_id] = RestorePoint(
-            session_id, fields["to_mode"], seq, previous, digest
+            session_id, fields["to_mode"], seq, previous, digest, fields.get("config")
         )
         cwd = fields.get("cwd") if seq == 1 else self._listed.get(session_id, (None,))[0]
         if cwd is not None:

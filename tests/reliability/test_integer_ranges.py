@@ -79,7 +79,7 @@ def test_reported_as_a_bad_record(tmp_path: Path, case: str):
     index = tmp_path / "log.index"
     assert RestoreIndex.rebuild(index, [path]) == 1
     restored = RestoreIndex(index)
-    assert restored.restore_point("s1") == ("s1", "ask", 1, None, None)
+    assert restored.restore_point("s1") == ("s1", "ask", 1, None, None, None)
     restored.close()
 
 

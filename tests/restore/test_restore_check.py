@@ -95,7 +95,7 @@ def first_layout(paths):
     with sqlite3.connect(paths[1]) as db:
         db.execute("DROP INDEX sessions_listed")
         db.execute("DROP INDEX sessions_by_cwd")
-        for column in ("digest", "offset", "cwd", "updated_at", "earlier"):
+        for column in ("digest", "offset", "cwd", "updated_at", "earlier", "config"):
             db.execute(f"ALTER TABLE sessions DROP COLUMN {column}")
         db.execute("INSERT INTO sessions VALUES ('ghost', 'code', 5, NULL)")
     db.close()

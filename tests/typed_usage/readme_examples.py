@@ -15,11 +15,14 @@ from typing import Any, assert_type
 from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock
 
 from modefsm import (
+    ChangeRefused,
     FileStore,
+    HostOption,
     LogStore,
     MemoryStore,
     ModeAgent,
     ModeEngine,
+    OptionChange,
     ReplayReport,
     RestoreIndex,
     RestorePoint,
@@ -91,6 +94,30 @@ async def a_switch_of_your_own() -> None:
     again = await engine.settle_switch(offer, "ask")  # an offer is settled once
     reason: str | None = again.reason  # "duplicate_answer"
     assert reason is not None
+
+
+# -- A host's own config options ------------------------------------------------------------
+
+
+def smart_needs_code(change: OptionChange) -> None:  # optional: a veto
+    if change.value == "smart" and change.mode_id != "code":
+        raise ChangeRefused("the smart model is for code mode")
+
+
+MODEL = HostOption(
+    id="model",
+    name="Model",
+    category="model",
+    choices=[("fast", "Fast"), ("smart", "Smart")],
+    default="fast",
+    on_change=smart_needs_code,
+)
+
+
+def host_options_agent(store: FileStore) -> ModeAgent:
+    agent = ModeAgent(preset("seed"), store=store, config_options=[MODEL])
+    assert_type(agent.engine.config_options("sess_1")[1].current_value, str)
+    return agent
 
 
 # -- Replay and restore --------------------------------------------------------------------

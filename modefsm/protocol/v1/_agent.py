@@ -36,7 +36,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from importlib import metadata
 from typing import Any, TypeVar
 
@@ -61,7 +61,7 @@ from acp.schema import (
     ToolCallStart,
 )
 
-from modefsm.engine import ModeChange, ModeEngine, Session, SwitchResult, ToolCall
+from modefsm.engine import HostOption, ModeChange, ModeEngine, Session, SwitchResult, ToolCall
 from modefsm.errors import UnknownSessionError
 from modefsm.log import ConversationStore, Part
 from modefsm.protocol._list import list_page
@@ -103,9 +103,10 @@ class ModeAgent:
         before_change: host callbacks run before a change commits; one that raises
             cancels the change (see :class:`~modefsm.engine.ModeEngine`).
         after_change: host callbacks run after a change committed.
-        other_config_options: ``other_config_options(session_id)`` returns the host's own
-            ``configOptions`` of a session, sent after the mode option in every complete
-            list (see :class:`~modefsm.engine.ModeEngine`).
+        config_options: the host's own config options (:class:`~modefsm.engine.HostOption`),
+            declared once: listed after the mode option in every complete list, set by
+            ``session/set_config_option``, logged and restored (see
+            :class:`~modefsm.engine.ModeEngine`).
 
     Attributes:
         engine: the engine; its sink is this connection's ``session/update``.
@@ -132,7 +133,7 @@ class ModeAgent:
         engine: ModeEngine | None = None,
         before_change: Iterable[Callable[[ModeChange], None]] = (),
         after_change: Iterable[Callable[[ModeChange], None]] = (),
-        other_config_options: Callable[[str], Sequence[Any]] | None = None,
+        config_options: Iterable[HostOption] = (),
     ) -> None:
         """Build the engine for *spec*; the connection arrives with :meth:`on_connect`."""
         if engine is None:
@@ -142,7 +143,7 @@ class ModeAgent:
                 sink=self._send,
                 before_change=before_change,
                 after_change=after_change,
-                other_config_options=other_config_options,
+                config_options=config_options,
             )
         else:  # shared with other connections (log and hooks are the engine's own)
             self.engine = engine
@@ -356,7 +357,12 @@ class ModeAgent:
             else:
                 point = point or await self._restore_point(session_id)
                 await self.engine.restore_session_async(
-                    session_id, point.mode, point.seq, previous=point.previous, digest=point.digest
+                    session_id,
+                    point.mode,
+                    point.seq,
+                    previous=point.previous,
+                    digest=point.digest,
+                    config=point.config,
                 )
             # the answer reports the current mode: its notifications must have left first
             await self.engine.flush()
@@ -445,7 +451,10 @@ class ModeAgent:
         value: str | bool,  # noqa: FBT001 - the SDK passes it by keyword
         **kwargs: Any,
     ) -> SetSessionConfigOptionResponse:
-        """``session/set_config_option`` on the mode option; answers the complete list."""
+        """``session/set_config_option`` on the mode option or a host option.
+
+        Answers the complete list once the change's ``config_option_update`` has left.
+        """
         del kwargs
         with acp_errors():
             self._held(session_id)

@@ -42,7 +42,7 @@ from acp import RequestError
 from acp import schema as v1
 from acp.experimental.v2 import schema as v2
 
-from modefsm.engine import ModeChanged, ToolCall
+from modefsm.engine import ConfigChanged, ModeChanged, ToolCall
 from modefsm.errors import RESOURCE_NOT_FOUND, UnknownSessionError
 from modefsm.log import ConversationItem
 from modefsm.protocol._list import list_page
@@ -287,7 +287,7 @@ class ModeAgentV2:
 
     async def _send(self, session_id: str, update: Any) -> None:
         """The engine's sink: its events and a host's v1 updates as v2 models, v2 ones as given."""
-        if isinstance(update, ModeChanged):
+        if isinstance(update, ModeChanged | ConfigChanged):
             for item in session_updates(update):
                 await self.conn.session_update(session_id=session_id, update=item)
             return
