@@ -57,9 +57,11 @@ def settle_now(
 
 
 def read_log(path: Path) -> list[dict[str, Any]]:
-    """Every JSON line of *path*, without the fields that vary from run to run: the
-    timestamp and the digest chain (``prev``, ``digest``; the replay tests check those)."""
+    """Every JSON line of *path* but the file's header (``modefsm.spec``: the replay tests
+    check it), without the fields that vary from run to run: the timestamp and the digest
+    chain (``prev``, ``digest``; the replay tests check those)."""
     lines = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    lines = [line for line in lines if line["event"] != "modefsm.spec"]
     for line in lines:
         line.pop("timestamp")
         line.pop("prev", None)

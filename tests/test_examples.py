@@ -72,7 +72,7 @@ def test_read_log_of_the_engine_example_then_of_an_edited_copy(tmp_path: Path):
     assert [
         "sess_1: ask -> architect -> ask (now ask, seq 3)",
         (
-            f"violation: {edited}:3: session 'sess_1' seq 3: tampered: the record was changed "
+            f"violation: {edited}:4: session 'sess_1' seq 3: tampered: the record was changed "
             "after it was written: its digest does not match"
         ),
     ] == done.stdout.splitlines()[:2]
@@ -111,7 +111,7 @@ async def test_embedded_agent_switches_when_the_user_approves(tmp_path: Path):
         if u["update"]["sessionUpdate"] == "agent_message_chunk"
     ]
     assert ["working in ask mode", "switched to code"] == texts
-    records = [orjson.loads(line) for line in log.read_bytes().splitlines()]
+    _header, *records = [orjson.loads(line) for line in log.read_bytes().splitlines()]
     assert [("new", "ask"), ("set_mode", "architect"), ("switch_mode", "code")] == [
         (r["origin"], r["to_mode"]) for r in records
     ]
@@ -185,7 +185,7 @@ async def test_serve_http_with_its_token(tmp_path: Path):
         process.send_signal(signal.SIGTERM)
         _, err = await asyncio.wait_for(process.communicate(), TIMEOUT)
     assert (0, b"") == (process.returncode, err)
-    records = [orjson.loads(line) for line in log.read_bytes().splitlines()]
+    _header, *records = [orjson.loads(line) for line in log.read_bytes().splitlines()]
     assert [("new", "ask"), ("set_mode", "code")] == [(r["origin"], r["to_mode"]) for r in records]
 
 

@@ -363,7 +363,9 @@ def _add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
             "1 violations found, 2 usage error or unusable input (a file that cannot be "
             "read, is not text, or has more lines that are not JSON objects than modefsm "
             "records), 3 spec mismatch (the only violations are records written with a spec "
-            "not given, or with an earlier version of one given)."
+            "not given, or with an earlier version of one given, or a log's header naming "
+            "another spec than the one given). Without --spec or --preset, each log's header "
+            "names the spec its records are checked against."
         ),
     )
     parser.add_argument("logs", nargs="+", metavar="LOG", help="a transition log, or -")
@@ -380,7 +382,7 @@ def _add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default=[],
         metavar="NAME",
         help="a shipped spec the records may have been written with; repeatable "
-        "(default, without --spec: every preset)",
+        "(default, without --spec: the spec each log's header names, and every preset)",
     )
     parser.add_argument("--session", metavar="ID", help="replay only this sessionId")
     parser.add_argument(

@@ -230,6 +230,10 @@ class ModeEngine(SwitchOffers, ToolCalls):
         self._spec_name = spec.name
         self._spec_hash = spec.content_hash
         self._spec_fields = {"spec": spec.name, "spec_hash": spec.content_hash}
+        # the log's header names the spec (a store without headers has no describe)
+        describe = getattr(store, "describe", None)
+        if describe is not None:
+            describe(spec)
         self.protocol: int | None = None
         """The ACP protocol version of the client, written into records when not ``None``."""
         self._init_tools()

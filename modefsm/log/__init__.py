@@ -32,7 +32,13 @@ if TYPE_CHECKING:
         journal_path,
     )
     from modefsm.log._files import check_private, create_private, lock_holders, open_private
-    from modefsm.log._models import DecisionRecord, FieldCheck, TransitionRecord, record_checks
+    from modefsm.log._models import (
+        DecisionRecord,
+        FieldCheck,
+        SpecRecord,
+        TransitionRecord,
+        record_checks,
+    )
     from modefsm.log._reader import (
         MAX_LINE,
         RECORD_MARK,
@@ -41,6 +47,7 @@ if TYPE_CHECKING:
         LogEntry,
         LogProblem,
         ProblemKind,
+        SpecEntry,
         Take,
         read_log,
     )
@@ -52,6 +59,8 @@ if TYPE_CHECKING:
         EVENT_DECIDED,
         EVENT_REJECTED,
         EVENT_REPAIRED,
+        EVENT_SPEC,
+        MAX_SPEC_TEXT,
         RECORD_EVENTS,
         SEQ_MAX,
         Origin,
@@ -77,8 +86,10 @@ __all__ = [
     "EVENT_DECIDED",
     "EVENT_REJECTED",
     "EVENT_REPAIRED",
+    "EVENT_SPEC",
     "JOURNAL_SUFFIX",
     "MAX_LINE",
+    "MAX_SPEC_TEXT",
     "RECORD_EVENTS",
     "RECORD_MARK",
     "SEQ_MAX",
@@ -96,6 +107,8 @@ __all__ = [
     "Part",
     "ProblemKind",
     "RejectReason",
+    "SpecEntry",
+    "SpecRecord",
     "Take",
     "TransitionLog",
     "TransitionRecord",
@@ -127,7 +140,13 @@ _MODULES = {
         "Part",
     ),
     "modefsm.log._files": ("check_private", "create_private", "lock_holders", "open_private"),
-    "modefsm.log._models": ("DecisionRecord", "FieldCheck", "TransitionRecord", "record_checks"),
+    "modefsm.log._models": (
+        "DecisionRecord",
+        "FieldCheck",
+        "SpecRecord",
+        "TransitionRecord",
+        "record_checks",
+    ),
     "modefsm.log._reader": (
         "DecisionEntry",
         "Location",
@@ -135,6 +154,7 @@ _MODULES = {
         "LogProblem",
         "ProblemKind",
         "RECORD_MARK",
+        "SpecEntry",
         "Take",
         "read_log",
     ),
@@ -146,7 +166,9 @@ _MODULES = {
         "EVENT_DECIDED",
         "EVENT_REJECTED",
         "EVENT_REPAIRED",
+        "EVENT_SPEC",
         "MAX_LINE",
+        "MAX_SPEC_TEXT",
         "RECORD_EVENTS",
         "SEQ_MAX",
         "Origin",

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from modefsm.log._records import SEQ_MAX, Origin, Outcome, RejectReason
 from modefsm.spec import Decision, ToolKind
 
-__all__ = ["DecisionRecord", "FieldCheck", "TransitionRecord", "record_checks"]
+__all__ = ["DecisionRecord", "FieldCheck", "SpecRecord", "TransitionRecord", "record_checks"]
 
 
 class TransitionRecord(BaseModel):
@@ -241,3 +241,31 @@ def _check_of(name: str, annotation: Any, *, required: bool) -> FieldCheck:
             msg = f"no JSON check for the record field {name!r}: {arm!r}"
             raise TypeError(msg)
     return FieldCheck(name, frozenset(kinds), low, high, values, required)
+
+
+class SpecRecord(BaseModel):
+    """One ``modefsm.spec`` line: a file's header, naming the spec of the records after it.
+
+    Attributes:
+        event: ``modefsm.spec``.
+        timestamp: UTC, ISO 8601 with a ``Z`` suffix.
+        spec: the spec's name.
+        spec_hash: the spec's :attr:`~modefsm.spec.ModeSpec.content_hash`.
+        definition: the spec itself, as :attr:`~modefsm.spec.ModeSpec.definition` gives it
+            (what its ``content_hash`` is the digest of); ``None`` when its compact JSON is
+            longer than :data:`~modefsm.log.MAX_SPEC_TEXT` bytes.
+        level: the log level (``info``).
+        prev: the ``digest`` of the record written before this one on the same log.
+        digest: :func:`~modefsm.log.record_digest` of this record.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
+
+    event: Literal["modefsm.spec"]
+    timestamp: str
+    spec: str
+    spec_hash: str
+    definition: dict[str, Any] | None = None
+    level: str = "info"
+    prev: str | None = None
+    digest: str | None = None

@@ -54,11 +54,12 @@ from typing import Any, BinaryIO, Literal, overload
 import orjson
 from pydantic import ValidationError
 
-from modefsm.log._models import DecisionRecord, TransitionRecord
+from modefsm.log._models import DecisionRecord, SpecRecord, TransitionRecord
 from modefsm.log._records import (
     CHAINED_EVENTS,
     EVENT_DECIDED,
     EVENT_REPAIRED,
+    EVENT_SPEC,
     MAX_LINE,
     RECORD_EVENTS,
     record_digest,
@@ -72,6 +73,7 @@ __all__ = [
     "LogEntry",
     "LogProblem",
     "ProblemKind",
+    "SpecEntry",
     "Take",
     "read_log",
 ]
@@ -169,6 +171,24 @@ class DecisionEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class SpecEntry:
+    """One ``modefsm.spec`` line, a file's header, and where it was read (``headers=True``).
+
+    Attributes:
+        location: its file and line.
+        record: the parsed header.
+        end: the byte offset just past its line, in the (decompressed) file.
+        intact: whether its ``digest`` matches its content; ``None`` when digests were not
+            checked or the header has none.
+    """
+
+    location: Location
+    record: SpecRecord
+    end: int
+    intact: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class LogProblem:
     """A line or file that could not be used.
 
@@ -221,6 +241,7 @@ def read_log(
     stdin: BinaryIO | None = ...,
     take: Take | None = ...,
     decisions: Literal[False] = ...,
+    headers: Literal[False] = ...,
 ) -> Iterator[LogEntry | LogProblem]: ...
 @overload
 def read_log(
@@ -232,7 +253,20 @@ def read_log(
     stdin: BinaryIO | None = ...,
     take: Take | None = ...,
     decisions: Literal[True],
+    headers: Literal[False] = ...,
 ) -> Iterator[LogEntry | DecisionEntry | LogProblem]: ...
+@overload
+def read_log(
+    paths: Iterable[str | Path],
+    *,
+    check_digests: bool = ...,
+    start: int = ...,
+    progress: Callable[[int], None] | None = ...,
+    stdin: BinaryIO | None = ...,
+    take: Take | None = ...,
+    decisions: bool = ...,
+    headers: Literal[True],
+) -> Iterator[LogEntry | DecisionEntry | SpecEntry | LogProblem]: ...
 def read_log(
     paths: Iterable[str | Path],
     *,
@@ -242,7 +276,8 @@ def read_log(
     stdin: BinaryIO | None = None,
     take: Take | None = None,
     decisions: bool = False,
-) -> Iterator[LogEntry | DecisionEntry | LogProblem]:
+    headers: bool = False,
+) -> Iterator[LogEntry | DecisionEntry | SpecEntry | LogProblem]:
     """Yield the records of the JSON-lines logs *paths*, in order, and every problem met.
 
     Args:
@@ -259,6 +294,8 @@ def read_log(
             yielded for the lines it takes.
         decisions: also yield a :class:`DecisionEntry` for each ``modefsm.tool_decided``
             line (else skipped, as diagnostics are).
+        headers: also yield a :class:`SpecEntry` for each ``modefsm.spec`` line (a file's
+            header; else skipped).
 
     Yields:
         :class:`LogEntry` and :class:`LogProblem` items, in input order.
@@ -268,7 +305,7 @@ def read_log(
     carry: _Torn | None = None  # a torn record at the end of a file, before the next file
     for number, path in enumerate(files, 1):
         reader = _FileReader(str(path), check_digests=check_digests, stdin=stdin, take=take)
-        reader.decisions = decisions
+        reader.decisions, reader.headers = decisions, headers
         reader.carry, reader.more = carry, number < len(files)
         report = None if progress is None else (lambda n, base=done: progress(base + n))
         yield from reader.items(start, report)
@@ -290,10 +327,11 @@ class _FileReader:
         self.carry: _Torn | None = None  # in: from the file before; out: to the next
         self.more = False  # whether another file follows this one
         self.decisions = False  # whether decision lines are yielded
+        self.headers = False  # whether header lines are yielded
 
     def items(
         self, start: int, progress: Callable[[int], None] | None
-    ) -> Iterator[LogEntry | DecisionEntry | LogProblem]:
+    ) -> Iterator[LogEntry | DecisionEntry | SpecEntry | LogProblem]:
         try:
             raw: Any = (
                 (self.stdin or sys.stdin.buffer) if self.name == "-" else open(self.name, "rb")  # noqa: SIM115, PTH123 - closed by the stack below
@@ -308,7 +346,7 @@ class _FileReader:
 
     def _lines(  # noqa: C901, PLR0912, PLR0915 - the hot loop: no call per line it can spare
         self, raw: Any, start: int, progress: Callable[[int], None] | None
-    ) -> Iterator[LogEntry | DecisionEntry | LogProblem]:
+    ) -> Iterator[LogEntry | DecisionEntry | SpecEntry | LogProblem]:
         name = self.name
         if not hasattr(raw, "peek"):
             raw = io.BufferedReader(raw)
@@ -448,7 +486,7 @@ class _FileReader:
 
     def _parse(  # noqa: C901, PLR0911 - one return per kind of line
         self, content: bytes, location: Location, *, terminated: bool, end: int
-    ) -> LogEntry | DecisionEntry | LogProblem | None:
+    ) -> LogEntry | DecisionEntry | SpecEntry | LogProblem | None:
         if not (content.startswith(b"{") and RECORD_MARK in content) and terminated:
             if b"\x00" in content:
                 return LogProblem(location, "binary", "a line of binary data, skipped")
@@ -473,8 +511,10 @@ class _FileReader:
             return LogProblem(location, "not_json", f"a modefsm record that is not JSON: {exc}")
         event = data.get("event") if isinstance(data, dict) else None
         if type(event) is not str or event not in RECORD_EVENTS:
-            if event == EVENT_DECIDED and self.decisions:
-                return self._decision(data, location, end)
+            if (event == EVENT_DECIDED and self.decisions) or (
+                event == EVENT_SPEC and self.headers
+            ):
+                return self._chained(data, location, end)
             return None
         try:
             record = TransitionRecord.model_validate(data)
@@ -494,23 +534,33 @@ class _FileReader:
         gseq = data.get("gseq")
         return LogEntry(location, record, end, intact, gseq if type(gseq) is int else None)
 
-    def _decision(
+    def _chained(
         self, data: dict[str, Any], location: Location, end: int
-    ) -> DecisionEntry | LogProblem:
+    ) -> DecisionEntry | SpecEntry | LogProblem:
+        """A decision or header line as its entry (or why it does not fit its model)."""
+        model, entry, noun = _CHAINED_LINES[data["event"]]
         try:
-            record = DecisionRecord.model_validate(data)
+            record = model.model_validate(data)
         except ValidationError as exc:
             session_id = data.get("session_id")
             return LogProblem(
                 location,
                 "not_a_record",
-                f"a {EVENT_DECIDED} record that does not fit the record model: " + _describe(exc),
+                f"a {data['event']} {noun} that does not fit the {noun} model: " + _describe(exc),
                 session_id if isinstance(session_id, str) else None,
             )
         intact = None
         if self.check_digests and record.digest is not None:
             intact = record_digest(data) == record.digest
-        return DecisionEntry(location, record, end, intact)
+        made: DecisionEntry | SpecEntry = entry(location, record, end, intact)
+        return made
+
+
+_CHAINED_LINES: dict[str, tuple[Any, Any, str]] = {
+    EVENT_DECIDED: (DecisionRecord, DecisionEntry, "record"),
+    EVENT_SPEC: (SpecRecord, SpecEntry, "header"),
+}
+"""The chained lines that are not transition records: their model, entry, and noun."""
 
 
 _REPAIRED = f'"{EVENT_REPAIRED}"'.encode()

@@ -22,6 +22,12 @@ alone says where the session stands.
 A fourth, :data:`EVENT_DECIDED` (``modefsm.tool_decided``), is a tool call decided by its
 session's mode (:class:`~modefsm.log.DecisionRecord`); it is chained like the others.
 
+A file's first record is its header, :data:`EVENT_SPEC` (``modefsm.spec``,
+:class:`~modefsm.log.SpecRecord`): the spec the records after it were written with, by name, content
+hash and definition, chained like the others. A writer writes one before its first record
+of a spec in each file it starts or continues, unless the file already has one for that
+spec's hash, so ``modefsm replay`` needs no spec file to check a log.
+
 A line is one JSON object (at most :data:`MAX_LINE` bytes before its newline): the
 record's fields, then ``event``, then ``level``::
 
@@ -66,7 +72,9 @@ __all__ = [
     "EVENT_DECIDED",
     "EVENT_REJECTED",
     "EVENT_REPAIRED",
+    "EVENT_SPEC",
     "MAX_LINE",
+    "MAX_SPEC_TEXT",
     "RECORD_EVENTS",
     "SEQ_MAX",
     "Origin",
@@ -94,12 +102,20 @@ RECORD_EVENTS = frozenset({EVENT_CREATED, EVENT_CHANGED, EVENT_CONFIG, EVENT_REJ
 events, such as ``modefsm.notify_failed``, are diagnostics: not records, not chained)."""
 EVENT_DECIDED = "modefsm.tool_decided"
 """A tool call decided by its session's mode: a :class:`~modefsm.log.DecisionRecord`."""
-CHAINED_EVENTS = RECORD_EVENTS | {EVENT_DECIDED}
-"""The events whose lines are chained (``prev`` and ``digest``): the records and decisions."""
+EVENT_SPEC = "modefsm.spec"
+"""A file's header: the spec its records were written with (a
+:class:`~modefsm.log.SpecRecord`)."""
+CHAINED_EVENTS = RECORD_EVENTS | {EVENT_DECIDED, EVENT_SPEC}
+"""The events whose lines are chained (``prev`` and ``digest``): the records, decisions and
+spec headers."""
 MAX_LINE = 1 << 20
 """The longest line looked at, in bytes (1 MiB, its newline not counted): readers skip a
 longer line as ``too_long``, and a writer reopening a log does not read one to find its
 last record."""
+MAX_SPEC_TEXT = MAX_LINE - (64 << 10)
+"""The longest spec definition a header holds, in bytes of compact JSON (960 KiB: the
+header line stays within :data:`MAX_LINE`). The header of a longer spec names it by name
+and hash only (``definition`` null): replay then needs the spec given."""
 
 
 Origin = Literal["new", "set_mode", "set_config_option", "switch_mode", "restore"]
@@ -189,13 +205,17 @@ _DECISION_KEYS = frozenset(
 )
 """The keys a decision's digest covers: :class:`~modefsm.log.DecisionRecord`'s fields but
 ``level`` and ``digest``."""
+_SPEC_KEYS = frozenset({"event", "timestamp", "spec", "spec_hash", "definition", "prev"})
+"""The keys a header's digest covers: :class:`~modefsm.log.SpecRecord`'s fields but
+``level`` and ``digest``."""
 
 
 def canonical_record(data: Mapping[str, Any]) -> bytes:
     """The bytes a record's digest covers: its fields as compact JSON with sorted keys.
 
     Every :class:`~modefsm.log.TransitionRecord` field present in *data* counts (every
-    :class:`~modefsm.log.DecisionRecord` field for a ``modefsm.tool_decided`` line), ``prev`` and
+    :class:`~modefsm.log.DecisionRecord` field for a ``modefsm.tool_decided`` line, every
+    :class:`~modefsm.log.SpecRecord` field for a ``modefsm.spec`` header), ``prev`` and
     ``event`` included, except ``level`` (derived from the event) and ``digest`` itself.
     Keys a host logger adds (its own context) are not covered.
 
@@ -206,7 +226,14 @@ def canonical_record(data: Mapping[str, Any]) -> bytes:
         >>> canonical_record({"seq": 2, "event": "modefsm.mode_changed", "pid": 7})
         b'{"event":"modefsm.mode_changed","seq":2}'
     """
-    keys = _DECISION_KEYS if data.get("event") == EVENT_DECIDED else _DIGEST_KEYS
+    event = data.get("event")
+    keys = (
+        _DECISION_KEYS
+        if event == EVENT_DECIDED
+        else _SPEC_KEYS
+        if event == EVENT_SPEC
+        else _DIGEST_KEYS
+    )
     if not data.keys() <= keys:
         data = {key: value for key, value in data.items() if key in keys}
     return orjson.dumps(data, option=orjson.OPT_SORT_KEYS)

@@ -19,7 +19,7 @@ import signal
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol, overload
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, overload
 
 import orjson
 
@@ -33,11 +33,16 @@ from modefsm.log._records import (
     EVENT_DECIDED,
     EVENT_REJECTED,
     EVENT_REPAIRED,
+    EVENT_SPEC,
     MAX_LINE,
+    MAX_SPEC_TEXT,
     previous_of,
     record_digest,
     utc_timestamp,
 )
+
+if TYPE_CHECKING:
+    from modefsm.spec._model import ModeSpec
 
 __all__ = ["LogIndex", "TransitionLog", "ignore_file_size_signal"]
 
@@ -274,7 +279,7 @@ def _index_record(
     index: LogIndex, event: str, fields: dict[str, Any], digest: str, offset: int | None
 ) -> None:
     """Tell *index* of a record (*fields* of *event*, *digest*) whose line ends at *offset*."""
-    if event in (EVENT_REJECTED, EVENT_DECIDED):
+    if event in _UNMOVED:
         index.advance(offset, digest)
         return
     index.update(
@@ -290,8 +295,53 @@ def _index_record(
     )
 
 
-_INFO_EVENTS = frozenset({EVENT_CHANGED, EVENT_CONFIG, EVENT_CREATED, EVENT_DECIDED})
+_UNMOVED = frozenset({EVENT_REJECTED, EVENT_DECIDED, EVENT_SPEC})
+"""The chained events that move no session: they move the chain only."""
+_INFO_EVENTS = frozenset({EVENT_CHANGED, EVENT_CONFIG, EVENT_CREATED, EVENT_DECIDED, EVENT_SPEC})
 """The events written at level ``info`` (the others at ``warning``)."""
+_HEADERS_READ = 4 << 20
+"""How far into a file, from each end, a writer looks for headers (see :func:`_file_specs`)."""
+_SPEC_MARK = f'"{EVENT_SPEC}"'.encode()
+
+
+def _file_specs(fd: int, size: int) -> set[str]:
+    """The ``spec_hash`` of the headers among a file's first and last :data:`_HEADERS_READ` bytes.
+
+    A writer writes a header before its first record of a spec, so a file started by
+    modefsm has its headers at its start, and a spec that came later has its own where it
+    came (found while it is among the last bytes): a header further into a long file is
+    not looked for, and a writer needing it writes it again (the same spec: replay takes
+    it as the one before). Memory and time are bounded by the bytes read.
+    """
+    found: set[str] = set()
+    spans = [(0, min(size, _HEADERS_READ))]
+    if size > _HEADERS_READ:
+        spans.append((max(_HEADERS_READ, size - _HEADERS_READ), size))
+    for start, end in spans:
+        data = os.pread(fd, end - start, start)
+        at = data.find(_SPEC_MARK)
+        while at >= 0:
+            begin, stop = data.rfind(b"\n", 0, at) + 1, data.find(b"\n", at)
+            if stop < 0:
+                break  # the line goes on past the span
+            if begin or not start:  # a line that begins inside the span
+                record = _record_line(data[begin:stop]) or {}
+                spec_hash = record.get("spec_hash")
+                if record.get("event") == EVENT_SPEC and isinstance(spec_hash, str):
+                    found.add(spec_hash)
+            at = data.find(_SPEC_MARK, stop)
+    return found
+
+
+def spec_header(spec: ModeSpec) -> dict[str, Any]:
+    """The fields of *spec*'s header (:class:`~modefsm.log.SpecRecord`), but its timestamp.
+
+    Its ``definition`` is ``None`` when longer than :data:`~modefsm.log.MAX_SPEC_TEXT`.
+    """
+    definition: dict[str, Any] | None = spec.definition
+    if len(orjson.dumps(definition)) > MAX_SPEC_TEXT:
+        definition = None
+    return {"spec": spec.name, "spec_hash": spec.content_hash, "definition": definition}
 
 
 def _record_line(line: bytes) -> dict[str, Any] | None:
@@ -402,6 +452,7 @@ class _LogFile:
             if size and os.pread(fd, 1, size - 1) != b"\n":
                 size += _end_torn_line(fd, size)
             self.has_records, self.head = _last_record(fd, size) if size else (False, None)
+            self.specs = _file_specs(fd, size) if self.has_records else set()
             self.size = size
         except OSError as exc:
             os.close(fd)
@@ -458,6 +509,28 @@ class TransitionLog:
         self._end = 0  # where this writer's last line ended in its file (with an index)
         self._fsync = False
         self._owns_index = False
+        self._headers: dict[str, dict[str, Any]] = {}  # spec_hash: its header's fields
+        self._named: set[str] = set()  # the spec_hash of every header the file has
+
+    def describe(self, spec: ModeSpec) -> None:
+        """Name *spec* in the log: a header before the first record written with it.
+
+        The header (a ``modefsm.spec`` :class:`~modefsm.log.SpecRecord`, chained like a
+        record) is written before this log's first record whose ``spec_hash`` is *spec*'s,
+        in each file it writes to (a file opened again, a rotated file), unless the file
+        has one for that hash already: among its first or last 4 MiB when it was opened, or
+        written or seen (:meth:`named`) since. :class:`~modefsm.engine.ModeEngine`
+        calls it with its spec.
+        """
+        self._headers.setdefault(spec.content_hash, spec_header(spec))
+
+    def named(self, spec_hash: str) -> None:
+        """Note that the file has a header for *spec_hash* (another writer appended it)."""
+        self._named.add(spec_hash)
+
+    def unnamed(self) -> None:
+        """Forget the headers noted: the file is read again from its start (cut, refilled)."""
+        self._named = set()
 
     @property
     def head(self) -> str | None:
@@ -529,6 +602,7 @@ class TransitionLog:
                 raise
         self._file = log_file
         self._logger = self._lines = _bind(log_file.file)
+        self._named = log_file.specs
         self._head = log_file.head
         self._end = log_file.size
         if self.index is not None and not log_file.has_records:
@@ -571,6 +645,8 @@ class TransitionLog:
         """
         digest = None
         if event in CHAINED_EVENTS:
+            if self._headers:
+                self.prepare(fields)
             fields = {**fields, "event": event, "prev": self._head}
             digest = record_digest(fields)
             del fields["event"]
@@ -592,6 +668,31 @@ class TransitionLog:
             self._head = digest
         if self.index is not None:
             self._index_line(event, fields, digest, length)
+
+    def prepare(self, fields: dict[str, Any]) -> None:
+        """Write the header a record of *fields* needs before it, if it needs one.
+
+        :meth:`write` does it; a writer that chains a record before writing it (a
+        PostgreSQL store computes its digest for the database first) calls it before
+        reading :attr:`head`.
+
+        Raises:
+            LogError: the header cannot be written (nor then the record).
+        """
+        spec_hash = fields.get("spec_hash")
+        if spec_hash not in self._named and spec_hash in self._headers:
+            self._name_spec(spec_hash, fields.get("timestamp"))
+
+    def _name_spec(self, spec_hash: str, timestamp: object) -> None:
+        """Write the header of *spec_hash* before a record (stamped *timestamp*) needing it."""
+        stamp = timestamp if isinstance(timestamp, str) else utc_timestamp()
+        header = {"timestamp": stamp, **self._headers[spec_hash]}
+        self._named.add(spec_hash)  # before: write() does not come back here for it
+        try:
+            self.write(EVENT_SPEC, header)
+        except LogError:
+            self._named.discard(spec_hash)
+            raise
 
     def _index_line(
         self, event: str, fields: dict[str, Any], digest: str | None, length: int

@@ -20,7 +20,15 @@ from typing import Literal
 
 import orjson
 
-from modefsm.log import EVENT_REJECTED, MAX_LINE, DecisionEntry, LogEntry, LogProblem, read_log
+from modefsm.log import (
+    EVENT_REJECTED,
+    MAX_LINE,
+    DecisionEntry,
+    LogEntry,
+    LogProblem,
+    SpecEntry,
+    read_log,
+)
 from modefsm.store import EXPORT_EVENT
 
 __all__: list[str] = []  # used by replay() only
@@ -96,18 +104,21 @@ def _regular(path: str) -> bool:
 
 def merge_by_gseq(
     paths: Sequence[str], *, check_digests: bool = False
-) -> Iterator[LogEntry | DecisionEntry | LogProblem]:
+) -> Iterator[LogEntry | DecisionEntry | SpecEntry | LogProblem]:
     """The items of :func:`~modefsm.log.read_log` of every file in *paths*, merged by ``gseq``.
 
     Streaming: one item per file is held at a time. Each file's items come in their file
-    order; an item without ``gseq`` (a rejection, a decision, a problem) keeps the place of
-    the record before it in its file (before every record when there is none); equal
+    order; an item without ``gseq`` (a rejection, a decision, a header, a problem) keeps the
+    place of the record before it in its file (before every record when there is none); equal
     ``gseq`` are taken in the order of *paths*.
     """
-    readers = [read_log([path], check_digests=check_digests, decisions=True) for path in paths]
+    readers = [
+        read_log([path], check_digests=check_digests, decisions=True, headers=True)
+        for path in paths
+    ]
     keys = [0] * len(readers)  # the gseq of each file's last record, for items without one
     order = itertools.count()
-    heap: list[tuple[int, int, int, LogEntry | DecisionEntry | LogProblem]] = []
+    heap: list[tuple[int, int, int, LogEntry | DecisionEntry | SpecEntry | LogProblem]] = []
 
     def push(number: int) -> None:
         item = next(readers[number], None)

@@ -8,7 +8,8 @@ asked for the timelines) and checks, for each committed record:
 - its ``from_mode``: the ``to_mode`` of the session's previous record;
 - its legality: the change from ``from_mode`` to ``to_mode`` by its ``origin`` is a
   transition of the :class:`~modefsm.spec.TransitionTable` of the spec the record
-  was written with (matched by ``spec_hash``); a creation is in the spec's initial mode;
+  was written with (matched by ``spec_hash``: a spec given, else one a file's header
+  holds, or a preset); a creation is in the spec's initial mode;
   a restore goes where the spec's restore policy says;
 - approved switches: a ``tool_call_id``, and an ``option_id`` that the spec offers in the
   mode the switch was proposed in (``proposed_in``, else ``from_mode``), that approves,
@@ -48,18 +49,21 @@ from typing import Any, BinaryIO, Literal
 import msgspec
 import orjson
 
-from modefsm.errors import LogError
+from modefsm.errors import LogError, SpecError
 from modefsm.log import (
     EVENT_CHANGED,
     EVENT_CONFIG,
     EVENT_CREATED,
     EVENT_DECIDED,
     EVENT_REJECTED,
+    MAX_SPEC_TEXT,
     RECORD_MARK,
     DecisionEntry,
     Location,
     LogEntry,
     LogProblem,
+    SpecEntry,
+    SpecRecord,
     Take,
     TransitionRecord,
     canonical_record,
@@ -91,7 +95,8 @@ __all__ = [
 ViolationKind = Literal[
     "bad_record", "gap", "repeat", "out_of_order", "from_mode", "creation", "illegal",
     "switch", "unknown_spec", "spec_changed", "tampered", "chain", "no_digest", "torn",
-    "session_chain", "duplicate", "gseq", "tool_policy", "config",
+    "session_chain", "duplicate", "gseq", "tool_policy", "config", "spec_header",
+    "spec_mismatch",
 ]  # fmt: skip
 """What a :class:`Violation` is about.
 
@@ -101,11 +106,14 @@ session. ``creation``: a ``session_created`` that is not ``seq`` 1 in the initia
 ``illegal``: the spec does not allow the change by its origin. ``switch``: an approved
 switch without its tool call, or with an option not offered. ``unknown_spec``,
 ``spec_changed``: no spec given has the records' ``spec_hash`` (so their legality is
-unchecked). ``tampered``: the digest does not match the record. ``chain``: the record does
-not continue the chain. ``no_digest``: records that cannot be verified. ``torn``: a record
-cut short with more of the log after it (a torn *last* line is a note, what a crash
-leaves); its message says whether the next record proves its change was never
-acknowledged, or may have been.
+unchecked). ``spec_header``: a file's header (``modefsm.spec``) whose definition is not a
+valid spec, or not the spec its name and ``spec_hash`` say (changed after it was written).
+``spec_mismatch``: a header names a spec that is not among the specs given (``--spec``):
+its records are not checked. ``tampered``: the digest does not match the record.
+``chain``: the record does not continue the chain. ``no_digest``: records that cannot be
+verified. ``torn``: a record cut short with more of the log after it (a torn *last* line
+is a note, what a crash leaves); its message says whether the next record proves its
+change was never acknowledged, or may have been.
 
 Only when the files of several PostgreSQL workers are read together (merged by ``gseq``):
 ``session_chain``: the record's ``session_prev`` is not the digest of its session's
@@ -266,9 +274,9 @@ class ReplayReport:
         """What ``modefsm replay`` exits with.
 
         ``2`` if some input was unusable; else ``1`` if there is a violation other than
-        ``unknown_spec`` and ``spec_changed``; else ``3`` if there are only those (records
-        whose spec was not given: unchecked, so neither clean nor shown to be wrong);
-        else ``0``.
+        ``unknown_spec``, ``spec_changed`` and ``spec_mismatch``; else ``3`` if there are
+        only those (records whose spec was not given, or a header naming another spec than
+        the one given: unchecked, so neither clean nor shown to be wrong); else ``0``.
         """
         if self.errors:
             return 2
@@ -277,7 +285,7 @@ class ReplayReport:
         return 3 if self.violations else 0
 
 
-_SPEC_KINDS = frozenset({"unknown_spec", "spec_changed"})
+_SPEC_KINDS = frozenset({"unknown_spec", "spec_changed", "spec_mismatch"})
 _At = tuple[str, int]
 """A place as ``(path, line)``: what the replayer keeps; a :class:`Location` for reports."""
 
@@ -368,7 +376,7 @@ class _Chain:
         self.head: str | None = None
         self.undigested: dict[str, tuple[int, Location]] = {}
 
-    def check(self, entry: LogEntry | DecisionEntry) -> list[tuple[ViolationKind, str]]:
+    def check(self, entry: LogEntry | DecisionEntry | SpecEntry) -> list[tuple[ViolationKind, str]]:
         record, location = entry.record, entry.location
         new_file = location.path != self.path
         previous_path, self.path = self.path, location.path
@@ -389,7 +397,7 @@ class _Chain:
             if self.anchor[0] != location.path:  # in one file, a moved record shows above
                 found.append(("chain", _OUT_OF_ORDER.format(_where(self.anchor))))
         self._advance((location.path, location.line), record.prev, record.digest)
-        self.verified += not found
+        self.verified += not found and not isinstance(entry, SpecEntry)  # headers: uncounted
         return found
 
     def follow(self, at: _At, prev: str | None, digest: str) -> bool:
@@ -462,9 +470,15 @@ class _Chain:
 class Replayer:
     """Replays records one at a time; :meth:`report` gives the result so far.
 
+    A file's header (``modefsm.spec``, a :class:`~modefsm.log.SpecEntry`) is checked: its
+    definition must be a valid spec whose name and content hash are the header's
+    (``spec_header`` otherwise). Without *specs* its spec then checks the records after
+    it; with *specs*, a header naming a spec not among them is a ``spec_mismatch``.
+
     Args:
-        specs: the specs the records may have been written with; ``None``: the shipped
-            presets. Records are matched to a spec by ``spec_hash``.
+        specs: the specs the records may have been written with; ``None``: the specs the
+            logs' headers hold and the shipped presets. Records are matched to a spec by
+            ``spec_hash``.
         verify: also follow the digest chain (entries must come from
             ``read_log(..., check_digests=True)``).
         session_id: replay only this session (the chain is still followed over all).
@@ -513,8 +527,12 @@ class Replayer:
         self._gseqs: dict[int, tuple[_At, str | None]] = {}  # merged: recent gseqs read
         self._intact = 0  # merged: export records whose digest matched
         self._ledger = ToolLedger()
+        # the spec_hash of headers reported (a spec not given, or a bad definition): their
+        # records are not reported again as of an unknown spec
+        self._mismatched: set[str] = set()
+        self._untexted: set[str] = set()  # headers' spec_hash without a definition
 
-    def feed(self, item: LogEntry | DecisionEntry | LogProblem) -> bool:
+    def feed(self, item: LogEntry | DecisionEntry | SpecEntry | LogProblem) -> bool:
         """Take the next item of :func:`~modefsm.log.read_log`.
 
         Returns:
@@ -526,6 +544,9 @@ class Replayer:
             return False
         if isinstance(item, DecisionEntry):
             self._decided(item)
+            return False
+        if isinstance(item, SpecEntry):
+            self._header(item)
             return False
         record = item.record
         self._follow_chain(item)
@@ -540,9 +561,9 @@ class Replayer:
             self._committed(item, spec)
         return True
 
-    def _follow_chain(self, entry: LogEntry | DecisionEntry) -> None:
+    def _follow_chain(self, entry: LogEntry | DecisionEntry | SpecEntry) -> None:
         """Count a record read and follow the digest chain by it (with ``verify``)."""
-        self._records += 1
+        self._records += not isinstance(entry, SpecEntry)
         chain = self._chain if not self._merged else self._file_chain(entry)
         if chain is not None:
             for kind, message in chain.check(entry):
@@ -565,7 +586,39 @@ class Replayer:
         if track is not None:
             track.last = (entry.location.path, entry.location.line)
 
-    def _file_chain(self, entry: LogEntry | DecisionEntry) -> _Chain | None:
+    def _header(self, entry: SpecEntry) -> None:
+        """Check a file's header; learn its spec (or, with specs given, check it is one)."""
+        self._follow_chain(entry)
+        record = entry.record
+        spec_hash = record.spec_hash
+        spec = None
+        if record.definition is None:  # too long to be held: named only
+            self._untexted.add(spec_hash)
+        else:
+            spec, problem = _header_spec(record)
+            if problem is not None:
+                self._violations.append(Violation(entry.location, "spec_header", problem))
+                self._mismatched.add(spec_hash)  # its records: said here, not again
+                return
+        if not self.explicit_specs:
+            if spec is not None and spec_hash not in self._specs:
+                self._specs[spec_hash] = (spec, spec.table)
+                self._initial[spec_hash] = spec.initial
+                if not self._keep:
+                    self._edges[spec_hash] = _Edges(spec.table)
+            return
+        if spec_hash in self._specs or spec_hash in self._mismatched:
+            return  # the spec given (its records are checked against it), or said already
+        self._mismatched.add(spec_hash)
+        given = ", ".join(f"{s.name!r} {h}" for h, (s, _) in self._specs.items())
+        message = (
+            f"the log was written with spec {record.spec!r} {spec_hash} (its header), not "
+            f"with the spec given ({given}); its records are not checked: replay without "
+            "--spec or --preset to check them against the header's spec"
+        )
+        self._violations.append(Violation(entry.location, "spec_mismatch", message))
+
+    def _file_chain(self, entry: LogEntry | DecisionEntry | SpecEntry) -> _Chain | None:
         """Merged: the chain of *entry*'s file (``None`` for an export, or without verify)."""
         if not self._verify:
             return None
@@ -574,7 +627,7 @@ class Replayer:
             if entry.intact is False:
                 self._violation(entry, "tampered", _TAMPERED)
             else:
-                self._intact += entry.intact is True
+                self._intact += entry.intact is True and not isinstance(entry, SpecEntry)
             return None
         chain = self._chains.get(path)
         if chain is None:
@@ -749,7 +802,8 @@ class Replayer:
         """The result for everything fed so far."""
         violations = list(self._violations)
         for spec_hash, (count, entry) in self._unknown.items():
-            violations.append(self._unknown_spec(spec_hash, count, entry))
+            if spec_hash not in self._mismatched:  # said once, at the header
+                violations.append(self._unknown_spec(spec_hash, count, entry))
         if self._chain is not None:
             violations.extend(self._chain.violations())
         for file_chain in self._chains.values():
@@ -1016,23 +1070,49 @@ class Replayer:
                 record.seq,
             )
         given = ", ".join(f"{s.name} {h}" for h, (s, _) in self._specs.items()) or "none"
-        source = "given" if self.explicit_specs else "shipped (presets)"
+        source = "given" if self.explicit_specs else "shipped (presets) or named by a header"
+        untexted = (
+            f" (its header names it without its definition, longer than {MAX_SPEC_TEXT} bytes)"
+            if spec_hash in self._untexted
+            else ""
+        )
         return Violation(
             entry.location,
             "unknown_spec",
-            f"no spec {source} has {spec_hash} (spec {record.spec!r}; known: {given}); "
-            f"{unchecked}. Pass the spec they were written with",
+            f"no spec {source} has {spec_hash} (spec {record.spec!r}{untexted}; known: "
+            f"{given}); {unchecked}. Pass the spec they were written with",
             record.session_id,
             record.seq,
         )
 
     def _violation(
-        self, entry: LogEntry | DecisionEntry, kind: ViolationKind, message: str
+        self, entry: LogEntry | DecisionEntry | SpecEntry, kind: ViolationKind, message: str
     ) -> None:
+        if isinstance(entry, SpecEntry):
+            self._violations.append(Violation(entry.location, kind, message))
+            return
         seq = entry.record.seq if isinstance(entry, LogEntry) else None
         self._violations.append(
             Violation(entry.location, kind, message, entry.record.session_id, seq)
         )
+
+
+def _header_spec(record: SpecRecord) -> tuple[ModeSpec | None, str | None]:
+    """The spec a header holds, or why it holds none that its name and hash describe.
+
+    Returns ``(spec, None)``, or ``(None, why)``.
+    """
+    try:
+        spec = ModeSpec.from_data(record.definition or {})
+    except SpecError as exc:
+        return None, f"the header's definition of spec {record.spec!r} is not a valid spec: {exc}"
+    if spec.content_hash != record.spec_hash or spec.name != record.spec:
+        return None, (
+            f"the header names spec {record.spec!r} {record.spec_hash}, but its definition is "
+            f"spec {spec.name!r} {spec.content_hash}: it was changed after it was written; "
+            "the records written with it are not checked against it"
+        )
+    return spec, None
 
 
 _ABSENT = object()
@@ -1216,8 +1296,8 @@ def replay(
 
     Args:
         paths: JSON-lines logs, gzip files, or ``-`` for standard input, in order.
-        specs: the specs the records may have been written with; ``None``: the shipped
-            presets (see :class:`Replayer`).
+        specs: the specs the records may have been written with; ``None``: those the
+            logs' headers hold and the shipped presets (see :class:`Replayer`).
         verify: also verify the digest chain.
         session_id: replay only this session.
         keep_timeline: keep each session's records in :attr:`SessionHistory.changes`
@@ -1259,7 +1339,13 @@ def replay(
     if on_entry is not None or keep_timeline:
         take = replayer.take_others if session_id is not None else None
     items = read_log(
-        files, check_digests=verify, progress=progress, stdin=stdin, take=take, decisions=True
+        files,
+        check_digests=verify,
+        progress=progress,
+        stdin=stdin,
+        take=take,
+        decisions=True,
+        headers=True,
     )
     for read in items:
         if replayer.feed(read) and on_entry is not None:

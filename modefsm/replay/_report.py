@@ -24,19 +24,23 @@ HELD_ROWS = 10_000
 """Timeline rows a :class:`TableReport` holds to fit its columns to the longest value; past
 them the widths are fixed, and a longer value in a later row pushes the rest of its row
 right."""
-_SPEC_KINDS = frozenset({"unknown_spec", "spec_changed"})
+
+
+_SPEC_MISMATCH = 3
+"""The :attr:`~modefsm.replay.ReplayReport.exit_status` of a spec mismatch."""
 
 
 def verdict(report: ReplayReport) -> str:
     """The last line of a report: what :attr:`~ReplayReport.exit_status` says, in words.
 
     ``unusable input`` (2), ``N violation(s)`` (1), ``spec mismatch`` (3: the only
-    violations are records whose spec was not given) or ``clean`` (0).
+    violations are records whose spec was not given, or headers naming another spec than
+    the one given) or ``clean`` (0).
     """
     if report.errors:
         return "unusable input"
     count = len(report.violations)
-    if count and all(v.kind in _SPEC_KINDS for v in report.violations):
+    if report.exit_status == _SPEC_MISMATCH:
         hints = sorted({_spec_hint(v.kind) for v in report.violations})
         return "spec mismatch: " + "; ".join(hints)
     if count:
@@ -56,6 +60,8 @@ def _shown(value: object) -> str:
 def _spec_hint(kind: str) -> str:
     if kind == "spec_changed":
         return "the spec given changed since the records were written"
+    if kind == "spec_mismatch":
+        return "the log's header names another spec than the one given"
     return "records written with a spec not given"
 
 

@@ -340,11 +340,13 @@ class ModeSpec(BaseModel):
         return mode.fallback or self.initial
 
     @cached_property
-    def content_hash(self) -> str:
-        """A stable digest of the spec's content: ``sha256:`` and 16 hex digits.
+    def definition(self) -> dict[str, Any]:
+        """The spec as JSON data: what :attr:`content_hash` is the digest of.
 
-        Two specs with the same content have the same hash whatever file they came from;
-        log records carry it so that replay can tell which spec wrote them.
+        :meth:`from_data` builds the same spec from it (prompts inline, no
+        ``prompt_file``); keys of a mode left at their defaults are left out. A log's
+        header (``modefsm.spec``) holds it. Computed once: the same dictionary each time
+        (do not change it).
         """
         dump = self.model_dump(mode="json")
         for mode in dump["modes"]:  # keys a spec leaves at their defaults do not count, so
@@ -353,8 +355,29 @@ class ModeSpec(BaseModel):
                     del mode[key]
         if dump["grants"] == _GRANTS_DEFAULT:
             del dump["grants"]
-        canonical = orjson.dumps(dump, option=orjson.OPT_SORT_KEYS)
-        return "sha256:" + hashlib.sha256(canonical).hexdigest()[:16]
+        return dump
+
+    @cached_property
+    def content_hash(self) -> str:
+        """A stable digest of the spec's content: ``sha256:`` and 16 hex digits.
+
+        The SHA-256 of :attr:`definition` as compact JSON with sorted keys, cut to 16 hex
+        digits. Two specs with the same content have the same hash whatever file they came
+        from; log records carry it so that replay can tell which spec wrote them.
+        """
+        return definition_hash(self.definition)
+
+
+def definition_hash(definition: Mapping[str, Any]) -> str:
+    """The :attr:`ModeSpec.content_hash` of a spec's :attr:`~ModeSpec.definition`.
+
+    Example:
+        >>> spec = preset("seed")
+        >>> definition_hash(spec.definition) == spec.content_hash
+        True
+    """
+    canonical = orjson.dumps(definition, option=orjson.OPT_SORT_KEYS)
+    return "sha256:" + hashlib.sha256(canonical).hexdigest()[:16]
 
 
 _MODE_ADDED: dict[str, Any] = {

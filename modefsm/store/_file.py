@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -61,6 +61,7 @@ from modefsm.log import (
     EVENT_CREATED,
     EVENT_DECIDED,
     EVENT_REJECTED,
+    EVENT_SPEC,
     SEQ_MAX,
     DecisionEntry,
     DecisionRecord,
@@ -87,6 +88,9 @@ from modefsm.store._interface import (
     StoreBusy,
 )
 from modefsm.store._restore import RestoreIndex, is_index
+
+if TYPE_CHECKING:
+    from modefsm.spec._model import ModeSpec
 
 __all__ = ["FileStore"]
 
@@ -400,6 +404,7 @@ class FileStore:
         read so far, so it keeps their points as those of an earlier file.
         """
         self._seen, self._mark, self._fed = 0, b"", None
+        self._log.unnamed()  # the headers it has are those read now
         index = self._usable_index()
         if index is not None:
             with contextlib.suppress(LogError):
@@ -445,7 +450,7 @@ class FileStore:
         else:
             self._mark = os.pread(self._fd, _MARK, max(0, size - _MARK)) if size else b""
 
-    def _sync_tail(self) -> None:
+    def _sync_tail(self) -> None:  # noqa: C901 - one pass over others' lines, no call per line
         """Read what other processes appended since :attr:`_seen` (the lock is held)."""
         fd = self._fd
         size = os.lseek(fd, 0, os.SEEK_END)
@@ -473,6 +478,10 @@ class FileStore:
                     last = None
                     continue
                 chain = last = data.get("digest")
+                if data.get("event") == EVENT_SPEC:  # another writer's header: not twice
+                    spec_hash = data.get("spec_hash")
+                    if isinstance(spec_hash, str):
+                        self._log.named(spec_hash)
                 held = heads.get(data.get("session_id"))  # type: ignore[arg-type]
                 seq = data.get("seq")
                 if held is not None and isinstance(seq, int) and seq > held.seq:
@@ -492,7 +501,7 @@ class FileStore:
         if not isinstance(digest, str):
             return
         event = data.get("event")
-        if event in (EVENT_REJECTED, EVENT_DECIDED):  # no mode moved: the chain did
+        if event in (EVENT_REJECTED, EVENT_DECIDED, EVENT_SPEC):  # no mode moved: the chain did
             self._tell(event, {}, digest, end)
         elif _committed(data):
             self._tell(data["event"], data, digest, end)
@@ -517,6 +526,15 @@ class FileStore:
         self._read_to(size, digest)
 
     # -- the interface -------------------------------------------------------------------
+
+    def describe(self, spec: ModeSpec) -> None:
+        """Name *spec* in the file (a header before its first record of *spec*).
+
+        See :meth:`TransitionLog.describe <modefsm.log.TransitionLog.describe>`. The file
+        has one header per spec hash whichever process writes first: a process notes the
+        headers others appended as it reads their lines under the lock.
+        """
+        self._log.describe(spec)
 
     def append(self, event: str, fields: dict[str, Any], head: RestorePoint | None) -> str:
         """Write-ahead one committed record; see :meth:`SessionStore.append`.

@@ -21,6 +21,7 @@ from modefsm.store._memory import MemoryStore
 
 if TYPE_CHECKING:
     from modefsm.log import TransitionRecord
+    from modefsm.spec import ModeSpec
 
 __all__ = ["LogStore"]
 
@@ -55,6 +56,10 @@ class LogStore(MemoryStore):
         """A store writing to *log*, holding no session yet."""
         super().__init__(timeout=timeout)
         self.log = log
+
+    def describe(self, spec: ModeSpec) -> None:
+        """Name *spec* in the log: a header before its first record (see ``TransitionLog``)."""
+        self.log.describe(spec)
 
     def _write(self, event: str, fields: dict[str, Any]) -> str | None:
         """Write one line to the log; a record's ``digest`` (the log chains it).

@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from modefsm.errors import LogError
-from modefsm.log import TransitionLog
+from modefsm.log import EVENT_SPEC, TransitionLog
 from modefsm.store._file import FileStore
 from modefsm.store._interface import EXPORT_EVENT, SessionStore
 
@@ -74,8 +74,9 @@ def export_store(url: str, out: BinaryIO) -> int:
     """Write every record of the PostgreSQL store at *url* to *out*; return how many.
 
     The first line names the export (:data:`EXPORT_EVENT`, the store's host, port and
-    database, its schema version); then one JSON line per committed record, in commit
-    order, each with its ``gseq``. ``modefsm replay --verify`` reads it as one history
+    database, its schema version); then the header (``modefsm.spec``) of every spec the
+    workers named; then one JSON line per committed record, in commit order, each with its
+    ``gseq``; the count returned is of records. ``modefsm replay --verify`` reads it as one history
     per session. The store's tables are created if missing (then the export is empty).
     *out* gets the lines as they are read: on an error it holds a part of the export
     (``modefsm store export`` writes to a temporary file and keeps it only when complete).
@@ -93,9 +94,9 @@ def export_store(url: str, out: BinaryIO) -> int:
         header = {"event": EXPORT_EVENT, "store": store.where, "schema": postgres.SCHEMA_VERSION}
         out.write(orjson.dumps(header) + b"\n")
         count = 0
-        for record in store.export():
+        for record in store.export():  # the specs' headers, then the records
             out.write(orjson.dumps(record) + b"\n")
-            count += 1
+            count += record["event"] != EVENT_SPEC
     finally:
         store.close()
     return count

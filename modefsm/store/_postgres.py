@@ -32,7 +32,7 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 import psycopg
@@ -40,7 +40,15 @@ from psycopg import errors as pgerrors
 from psycopg.pq import TransactionStatus
 
 from modefsm.errors import LogError
-from modefsm.log import TransitionLog, TransitionRecord, previous_of, record_digest
+from modefsm.log import (
+    EVENT_SPEC,
+    TransitionLog,
+    TransitionRecord,
+    previous_of,
+    record_digest,
+    utc_timestamp,
+)
+from modefsm.log._writer import spec_header
 from modefsm.store._interface import (
     ListAfter,
     ListedSession,
@@ -50,6 +58,9 @@ from modefsm.store._interface import (
     StoreInDoubt,
 )
 from modefsm.store._restore import list_where
+
+if TYPE_CHECKING:
+    from modefsm.spec._model import ModeSpec
 
 __all__ = ["SCHEMA_VERSION", "PgStore"]
 
@@ -76,6 +87,10 @@ _SCHEMA = (
     digest text NOT NULL,
     record jsonb NOT NULL,
     PRIMARY KEY (session_id, seq)
+)""",
+    """CREATE TABLE IF NOT EXISTS modefsm_specs (
+    spec_hash text PRIMARY KEY,
+    header jsonb NOT NULL
 )""",
 )
 _COLUMNS = "v(session_id, seq, to_mode, previous, digest, record, session_prev"
@@ -274,6 +289,7 @@ class PgStore:
         self._lanes: dict[asyncio.AbstractEventLoop, _Lane] = {}
         self._checked = False
         self._held: list[tuple[str, dict[str, Any]]] | None = None
+        self._described: set[str] = set()  # the spec_hash of the specs in modefsm_specs
         self._thread: _LoopThread | None = None
         self._blocking(self._setup())
 
@@ -586,7 +602,7 @@ class PgStore:
                 for note in held:
                     self._write_note(*note)
 
-    async def _append(self, lane: _Lane, batch: list[_Entry]) -> None:
+    async def _append(self, lane: _Lane, batch: list[_Entry]) -> None:  # noqa: C901 - each outcome
         """Commit *batch* in one transaction; settle each entry with its own outcome.
 
         A row refused (another process moved its session) is rolled back with the rest,
@@ -595,7 +611,9 @@ class PgStore:
         limits = [e.deadline for e in batch if e.deadline is not None]
         attempt = _Try(self._deadline(lane, min(limits) if limits else None))
         while batch:
-            rows = self._rows(batch)
+            rows = self._rows_or_none(batch)
+            if rows is None:
+                return
             params = tuple(list(column) for column in zip(*(row[:7] for row in rows), strict=True))
             try:
                 gseqs, heads = await self._call(
@@ -630,12 +648,26 @@ class PgStore:
                     kept.append(entry)
             batch = kept
 
+    def _rows_or_none(self, batch: list[_Entry]) -> list[tuple[Any, ...]] | None:
+        """:meth:`_rows`, or ``None`` when a header they need was not written.
+
+        Then no record is written either: each entry is settled with that error.
+        """
+        try:
+            return self._rows(batch)
+        except LogError as exc:
+            for entry in batch:
+                _outcome(entry, error=copy.copy(exc))
+            return None
+
     def _rows(self, batch: list[_Entry]) -> list[tuple[Any, ...]]:
         """Each entry's row, its record chained to the one before in this process's file.
 
         ``(session_id, seq, to_mode, previous, digest, body, session_prev)``.
         """
         rows = []
+        for entry in batch:  # headers first: the records chain after them
+            self.log.prepare(entry.fields)
         prev = self.log.head
         for entry in batch:
             fields, head = entry.fields, entry.head
@@ -694,6 +726,31 @@ class PgStore:
             self.log.write(event, fields)
         except LogError as exc:  # its caller has moved on: keep the error for the host
             self.mirror_error = exc
+
+    def describe(self, spec: ModeSpec) -> None:
+        """Name *spec* in this worker's file and in the database (``modefsm_specs``).
+
+        The file gets a header before its first record of *spec*
+        (:meth:`TransitionLog.describe <modefsm.log.TransitionLog.describe>`); the database
+        keeps one row per ``spec_hash`` (the first worker's), which :meth:`export` writes
+        before the records; a store asks the database once per spec.
+
+        Raises:
+            StoreBusy, LogError: the database did not take the row in time.
+        """
+        self.log.describe(spec)
+        if spec.content_hash in self._described:  # another engine of this store: once
+            return
+        header = {"timestamp": utc_timestamp(), **spec_header(spec)}
+        self._blocking(
+            self._query(
+                "INSERT INTO modefsm_specs (spec_hash, header) VALUES (%s, %s::jsonb) "
+                "ON CONFLICT (spec_hash) DO NOTHING",
+                (spec.content_hash, orjson.dumps(header).decode()),
+                f"spec {spec.name!r}",
+            )
+        )
+        self._described.add(spec.content_hash)
 
     def restore_point(self, session_id: str) -> RestorePoint | None:
         """:meth:`restore_point_async`, blocking until it ends."""
@@ -778,12 +835,26 @@ class PgStore:
         return [ListedSession(row[0], row[1], row[2]) for row in rows]
 
     def export(self) -> Iterator[dict[str, Any]]:
-        """Every record in the database as a JSON object with its ``gseq``, in ``gseq`` order.
+        """Every spec's header, then every record with its ``gseq``, in ``gseq`` order.
+
+        Each as a JSON object: a header (``modefsm.spec``) with its ``digest`` (its ``prev``
+        null: an export chains by session only).
 
         Raises:
             StoreBusy, LogError: as :meth:`restore_point`; also a row whose ``record`` is
                 not a JSON object (raised when that row is reached).
         """
+        specs = self._blocking(
+            self._query(
+                "SELECT spec_hash, header FROM modefsm_specs ORDER BY spec_hash", (), "the specs"
+            )
+        )
+        for spec_hash, header in specs:
+            if not isinstance(header, dict):
+                msg = f"the header of spec {spec_hash} is {_json_kind(header)}, not a JSON object"
+                raise LogError(msg, self.where)
+            line = {**header, "event": EVENT_SPEC, "prev": None}
+            yield {**line, "digest": record_digest(line)}
         after = 0
         while True:
             rows = self._blocking(

@@ -997,11 +997,12 @@ def is_index(path: Path) -> bool:
 def _continues(path: Path, head: str | None) -> bool:
     """Whether the log *path* continues the chain whose last record has digest *head*.
 
-    It does when its first record's ``prev`` is *head*, or when it holds no record yet
-    (its writer appends the next one with ``prev`` *head*).
+    It does when its first chained line's ``prev`` (its header's, in a file that has one)
+    is *head*, or when it holds no record yet (its writer appends the next one with
+    ``prev`` *head*).
     """
-    for item in read_log([path]):
-        if isinstance(item, LogEntry):
+    for item in read_log([path], decisions=True, headers=True):  # its first chained line
+        if not isinstance(item, LogProblem):
             return item.record.prev == head
         if item.fatal:
             return False

@@ -49,7 +49,7 @@ class TestFormats:
             document["result"],
             document["chain"]["verified"],
         )
-        assert f"{log_path}:2" == document["timeline"][1]["location"]
+        assert f"{log_path}:3" == document["timeline"][1]["location"]  # line 1: the header
 
     def test_summary_leaves_out_the_timeline_only(self, capsys, log_path):
         _, full, _ = _run(capsys, str(log_path), "--verify")
@@ -67,7 +67,7 @@ class TestFormats:
     def test_json_lists_violations_with_their_place(self, capsys):
         status, out, _ = _run(capsys, str(GOLDEN / "gap.jsonl"), "--format", "json")
         document = json.loads(out)
-        assert (1, "gap", f"{GOLDEN}/gap.jsonl:9", "sess_a", 4) == (
+        assert (1, "gap", f"{GOLDEN}/gap.jsonl:10", "sess_a", 4) == (
             status,
             document["violations"][1]["kind"],
             document["violations"][1]["location"],
@@ -188,7 +188,9 @@ class TestExitStatus:
             "Exit status: 0 clean, 1 violations found, 2 usage error or unusable input (a "
             "file that cannot be read, is not text, or has more lines that are not JSON "
             "objects than modefsm records), 3 spec mismatch (the only violations are records "
-            "written with a spec not given, or with an earlier version of one given)."
+            "written with a spec not given, or with an earlier version of one given, or a "
+            "log's header naming another spec than the one given). Without --spec or --preset, "
+            "each log's header names the spec its records are checked against."
         ) in text
 
 
@@ -267,7 +269,7 @@ class TestBadInput:
         status, out, err = _run(capsys, str(path))
         assert (1, "") == (status, err)
         assert (
-            f"  {path}:2: session 's1': bad_record: a modefsm.mode_changed record that does "
+            f"  {path}:3: session 's1': bad_record: a modefsm.mode_changed record that does "
             "not fit the record model: seq: Input should be a valid integer (got [2])\n"
         ) in out
 

@@ -101,7 +101,8 @@ def test_a_recorded_script_in_a_file_runs_in_order_into_a_file(tmp_path: Path):
         (None, "session/update", "config_option_update", "ask"),
         (4, None, None, []),
     ] == [_summary(frame) for frame in frames]
-    records = [orjson.loads(line) for line in log.read_bytes().splitlines()]
+    header, *records = [orjson.loads(line) for line in log.read_bytes().splitlines()]
+    assert (header["event"], header["spec"]) == ("modefsm.spec", "seed")
     assert [
         ("new", None, "ask"),
         ("set_mode", "ask", "architect"),
@@ -128,7 +129,7 @@ def test_dev_null_as_stdout_takes_the_answers(tmp_path: Path):
     log = tmp_path / "modes.jsonl"
     done = _serve_files(script, Path("/dev/null"), "--log", str(log))
     assert (0, b"") == (done.returncode, done.stderr)
-    assert ["modefsm.session_created"] == [
+    assert ["modefsm.spec", "modefsm.session_created"] == [
         orjson.loads(line)["event"] for line in log.read_bytes().splitlines()
     ]
 

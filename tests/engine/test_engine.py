@@ -28,6 +28,7 @@ from modefsm import (
     preset,
 )
 from modefsm.engine import ModeChanged
+from modefsm.log import SpecRecord
 from modefsm.protocol.v1 import config_options as v1
 from modefsm.protocol.v1 import session_updates
 from tests.conftest import Recorder, announced, mode_option, read_log, spec_with
@@ -488,10 +489,9 @@ class TestLog:
         await engine.set_mode("s1", "code")
         with pytest.raises(UnknownModeError):
             await engine.set_mode("s1", "x")
-        records = [
-            TransitionRecord.model_validate_json(line)
-            for line in log_path.read_bytes().splitlines()
-        ]
+        header, *lines = log_path.read_bytes().splitlines()
+        assert SpecRecord.model_validate_json(header).spec_hash == engine.spec.content_hash
+        records = [TransitionRecord.model_validate_json(line) for line in lines]
         assert [(r.event, r.seq, r.to_mode) for r in records] == [
             ("modefsm.session_created", 1, "ask"),
             ("modefsm.mode_changed", 2, "code"),
@@ -547,7 +547,9 @@ class TestLog:
         engine = ModeEngine(SEED, store=LogStore(TransitionLog(logger)))
         engine.new_session("s1")
         await engine.set_mode("s1", "code")
-        events = [(e["event"], e["seq"], e["to_mode"], e["log_level"]) for e in capture.entries]
+        header, *entries = capture.entries
+        assert (header["event"], header["spec_hash"]) == ("modefsm.spec", SEED.content_hash)
+        events = [(e["event"], e["seq"], e["to_mode"], e["log_level"]) for e in entries]
         assert events == [
             ("modefsm.session_created", 1, "ask", "info"),
             ("modefsm.mode_changed", 2, "code", "info"),

@@ -97,7 +97,7 @@ def test_an_index_row_naming_a_line_over_64_kib_is_checked_and_used(tmp_path):
     log.close()
     events = [orjson.loads(line)["event"] for line in log_path.read_bytes().splitlines()]
     assert EVENT_INDEX_MISMATCH not in events
-    assert events == ["modefsm.session_created", "modefsm.mode_changed"]
+    assert events == ["modefsm.spec", "modefsm.session_created", "modefsm.mode_changed"]
 
 
 def demo(folder: Path) -> subprocess.CompletedProcess[str]:

@@ -5,19 +5,24 @@ from __future__ import annotations
 import gzip
 import io
 
+import orjson
 import pytest
 
 from modefsm import LogStore, ModeEngine, TransitionLog, preset
-from modefsm.log._reader import MAX_LINE, Location, LogEntry, LogProblem, read_log
+from modefsm.log._reader import MAX_LINE, Location, LogEntry, LogProblem, SpecEntry, read_log
 
 
 def _log(path, *sessions: str) -> bytes:
+    """The records of *sessions*, without the file's header (line 1: the first record)."""
     log = TransitionLog.to_file(path)
     engine = ModeEngine(preset("seed"), store=LogStore(log))
     for session_id in sessions:
         engine.new_session(session_id)
     log.close()
-    return bytes(path.read_bytes())
+    header, _, records = path.read_bytes().partition(b"\n")
+    assert not sessions or orjson.loads(header)["event"] == "modefsm.spec"
+    path.write_bytes(records)
+    return bytes(records)
 
 
 def _problems(items) -> list[LogProblem]:
@@ -32,6 +37,44 @@ def _summary(items) -> list[tuple[str, str]]:
     return [
         (str(i.location), i.record.session_id if isinstance(i, LogEntry) else i.kind) for i in items
     ]
+
+
+class TestHeaders:
+    """A file's header (``modefsm.spec``): yielded when asked for, else skipped."""
+
+    def test_the_header_is_line_1_and_yielded_with_headers(self, tmp_path):
+        path = tmp_path / "a.jsonl"
+        log = TransitionLog.to_file(path)
+        ModeEngine(preset("seed"), log=log).new_session("s1")
+        log.close()
+        items = list(read_log([path], check_digests=True, headers=True))
+        assert [type(i) for i in items] == [SpecEntry, LogEntry]
+        header = items[0]
+        assert isinstance(header, SpecEntry)
+        assert (str(header.location), header.intact, header.record.spec) == (
+            f"{path}:1",
+            True,
+            "seed",
+        )
+        assert (header.record.spec_hash, header.record.definition) == (
+            preset("seed").content_hash,
+            preset("seed").definition,
+        )
+        assert items[1].record.prev == header.record.digest
+        assert _summary(read_log([path])) == [(f"{path}:2", "s1")]
+
+    def test_a_header_that_does_not_fit_is_a_bad_record(self, tmp_path):
+        path = tmp_path / "a.jsonl"
+        path.write_bytes(b'{"event":"modefsm.spec","spec":"x","timestamp":"t"}\n')
+        assert [(p.kind, p.message) for p in _problems(read_log([path], headers=True))] == [
+            (
+                "not_a_record",
+                (
+                    "a modefsm.spec header that does not fit the header model: "
+                    "spec_hash: Field required"
+                ),
+            ),
+        ]
 
 
 class TestInputs:

@@ -23,10 +23,15 @@ def _engine(log: TransitionLog) -> ModeEngine:
 class TestChain:
     """Every record carries the digest of the one before it and its own."""
 
-    def test_first_record_of_a_fresh_log_has_no_prev(self):
+    def test_the_header_of_a_fresh_log_has_no_prev_and_the_first_record_follows_it(self):
         buffer = io.BytesIO()
         _engine(TransitionLog.to_stream(buffer)).new_session("s1")
-        assert [None] == [line["prev"] for line in _lines(buffer.getvalue())]
+        header, record = _lines(buffer.getvalue())
+        assert (header["event"], header["prev"], record["prev"]) == (
+            "modefsm.spec",
+            None,
+            header["digest"],
+        )
 
     def test_each_prev_is_the_digest_before_it(self):
         buffer = io.BytesIO()
@@ -35,14 +40,14 @@ class TestChain:
         engine.change("s1", "code", "set_mode")
         engine.reject_switch("s1", "cancelled", tool_call_id="t1")
         lines = _lines(buffer.getvalue())
-        assert [None, lines[0]["digest"], lines[1]["digest"]] == [x["prev"] for x in lines]
+        assert [None, *(x["digest"] for x in lines[:3])] == [x["prev"] for x in lines]
 
     def test_digest_is_sha256_of_the_canonical_record(self):
         buffer = io.BytesIO()
         _engine(TransitionLog.to_stream(buffer)).new_session("s1")
-        (line,) = _lines(buffer.getvalue())
-        assert line["digest"] == record_digest(line)
-        assert len(line["digest"]) == 64
+        for line in _lines(buffer.getvalue()):  # the header, then the record
+            assert line["digest"] == record_digest(line)
+            assert len(line["digest"]) == 64
 
     def test_canonical_record_leaves_out_level_digest_and_host_keys(self):
         data = {"event": "modefsm.mode_changed", "seq": 2, "level": "info", "digest": "x"}
@@ -112,7 +117,13 @@ class TestReopen:
         log.close()
         old = _lines((tmp_path / "modes.jsonl.1").read_bytes())
         new = _lines(path.read_bytes())
-        assert (len(old), len(new), old[-1]["digest"]) == (1, 1, new[0]["prev"])
+        assert [x["event"] for x in old + new] == [
+            "modefsm.spec",
+            "modefsm.session_created",
+            "modefsm.spec",  # the new file names its spec too
+            "modefsm.mode_changed",
+        ]
+        assert (old[-1]["digest"], new[0]["definition"]) == (new[0]["prev"], old[0]["definition"])
 
     def test_only_file_logs_reopen(self):
         with pytest.raises(LogError, match="only a log opened with to_file can be reopened"):
@@ -180,10 +191,11 @@ class TestDigestKeys:
     """The digest covers every field of the record models but ``level`` and ``digest``."""
 
     def test_the_record_keys_are_the_models_fields(self):
-        from modefsm.log import DecisionRecord, TransitionRecord
-        from modefsm.log._records import _DECISION_KEYS, _DIGEST_KEYS
+        from modefsm.log import DecisionRecord, SpecRecord, TransitionRecord
+        from modefsm.log._records import _DECISION_KEYS, _DIGEST_KEYS, _SPEC_KEYS
 
-        assert (_DIGEST_KEYS, _DECISION_KEYS) == (
+        assert (_DIGEST_KEYS, _DECISION_KEYS, _SPEC_KEYS) == (
             frozenset(TransitionRecord.model_fields) - {"level", "digest"},
             frozenset(DecisionRecord.model_fields) - {"level", "digest"},
+            frozenset(SpecRecord.model_fields) - {"level", "digest"},
         )

@@ -640,8 +640,8 @@ class TestCommands:
         err = [json.loads(line) for line in result.stderr.splitlines()]
         assert len(out) == 1
         assert out[0]["result"]["modes"]["currentModeId"] == "ask"
-        assert [e["event"] for e in err] == ["modefsm.session_created"]
-        assert err[0]["session_id"] == out[0]["result"]["sessionId"]
+        assert [e["event"] for e in err] == ["modefsm.spec", "modefsm.session_created"]
+        assert err[1]["session_id"] == out[0]["result"]["sessionId"]
 
     def test_serve_answers_every_request_read_before_the_end_of_input(self, tmp_path: Path):
         import json

@@ -75,7 +75,8 @@ def test_the_documented_curl_steps_work_to_the_end(tmp_path: Path):
         '"currentModeId":"code"',
         '"stopReason":"end_turn"',
     ] == rest
-    records = [orjson.loads(line) for line in (tmp_path / "modes.jsonl").read_bytes().splitlines()]
+    header, *records = map(orjson.loads, (tmp_path / "modes.jsonl").read_bytes().splitlines())
+    assert (header["event"], header["spec"]) == ("modefsm.spec", "seed")
     assert [
         ("new", None, "ask"),
         ("set_mode", "ask", "architect"),

@@ -62,11 +62,12 @@ def _seed_script(engine: ModeEngine) -> None:
 def clean_lines() -> list[bytes]:
     """Two seed sessions with every origin, a rejection, and two host lines mixed in.
 
-    Records: 1 a created, 2 b created, 3 a ask->architect, 4 a switch ->code,
-    5 b ->architect, 6 a rejected, 7 b switch rejected, 8 a ->ask, 9 b ->code.
+    Lines: 1 the header (the seed spec), then records 1 a created, 2 b created,
+    3 a ask->architect, 4 a switch ->code, 5 b ->architect, 6 a rejected, 7 b switch
+    rejected, 8 a ->ask, 9 b ->code (line 3 is a host's JSON line, line 8 its text).
     """
-    records = _run(preset("seed"), _seed_script)
-    return [records[0], HOST_JSON, *records[1:5], HOST_TEXT, *records[5:]]
+    header, *records = _run(preset("seed"), _seed_script)
+    return [header, records[0], HOST_JSON, *records[1:5], HOST_TEXT, *records[5:]]
 
 
 def rechain(lines: list[bytes]) -> list[bytes]:
@@ -105,37 +106,37 @@ def torn_tail() -> list[bytes]:
 
 
 def gap() -> list[bytes]:
-    """sess_a's seq 3 (its approved switch, line 5) is gone."""
+    """sess_a's seq 3 (its approved switch, line 6) is gone."""
     lines = clean_lines()
-    del lines[4]
+    del lines[5]
     return lines
 
 
 def duplicate() -> list[bytes]:
-    """sess_b's seq 2 (line 6) appears twice."""
+    """sess_b's seq 2 (line 7) appears twice."""
     lines = clean_lines()
-    lines.insert(6, lines[5])
+    lines.insert(7, lines[6])
     return lines
 
 
 def reorder() -> list[bytes]:
-    """sess_a's seq 2 and seq 3 (lines 4 and 5) are swapped."""
+    """sess_a's seq 2 and seq 3 (lines 5 and 6) are swapped."""
     lines = clean_lines()
-    lines[3], lines[4] = lines[4], lines[3]
+    lines[4], lines[5] = lines[5], lines[4]
     return lines
 
 
 def edited_mode() -> list[bytes]:
-    """sess_a's seq 2 (line 4) was edited to say ask -> code instead of ask -> architect."""
+    """sess_a's seq 2 (line 5) was edited to say ask -> code instead of ask -> architect."""
     lines = clean_lines()
-    lines[3] = _edit(lines[3], to_mode="code")
+    lines[4] = _edit(lines[4], to_mode="code")
     return lines
 
 
 def deleted_record() -> list[bytes]:
-    """sess_a's rejection (line 8) is gone: no seq is missing, only the chain shows it."""
+    """sess_a's rejection (line 9) is gone: no seq is missing, only the chain shows it."""
     lines = clean_lines()
-    del lines[7]
+    del lines[8]
     return lines
 
 
@@ -149,8 +150,8 @@ def illegal_edge() -> list[bytes]:
         settle_now(engine, "sess_p", "exit_plan_accept_edits", tool_call_id="call_9")
         engine.change("sess_p", "default", "set_mode", request_id=2)
 
-    lines = _run(preset("permission"), script)
-    lines[2] = _edit(lines[2], origin="set_mode", tool_call_id=None, option_id=None, request_id=7)
+    lines = _run(preset("permission"), script)  # line 1: the header
+    lines[3] = _edit(lines[3], origin="set_mode", tool_call_id=None, option_id=None, request_id=7)
     return rechain(lines)
 
 
@@ -164,28 +165,50 @@ def _custom_spec() -> ModeSpec:
     )
 
 
+def _review_script(engine: ModeEngine) -> None:
+    engine.new_session("sess_r")
+    engine.change("sess_r", "review", "set_mode")
+    engine.change("sess_r", "draft", "set_mode")
+
+
+def custom_spec() -> list[bytes]:
+    """A log written with a spec that is not shipped: its header holds it."""
+    return _run(_custom_spec(), _review_script)
+
+
 def unknown_spec() -> list[bytes]:
-    """A log written with a spec that is not shipped (and not given to replay)."""
+    """:func:`custom_spec` without its header (written before headers), no spec given."""
+    return rechain(custom_spec()[1:])
 
-    def script(engine: ModeEngine) -> None:
-        engine.new_session("sess_r")
-        engine.change("sess_r", "review", "set_mode")
-        engine.change("sess_r", "draft", "set_mode")
 
-    return _run(_custom_spec(), script)
+def header_edited() -> list[bytes]:
+    """:func:`custom_spec` whose header's mode ``review`` was renamed ``approve`` in its
+    definition, the digest chain recomputed: the definition no longer has its hash."""
+    header, *records = custom_spec()
+    data = orjson.loads(header)
+    data["definition"]["modes"][1]["id"] = "approve"
+    return rechain([orjson.dumps(data), *records])
+
+
+def _older_seed() -> ModeSpec:
+    data = preset("seed").model_dump(by_alias=True)
+    data["modes"] = [*data["modes"], {"id": "debug", "name": "Debug"}]
+    return ModeSpec.from_data(data)
+
+
+def _debug_script(engine: ModeEngine) -> None:
+    engine.new_session("sess_s")
+    engine.change("sess_s", "debug", "set_mode")
 
 
 def spec_changed() -> list[bytes]:
-    """A log written with an older seed that also had a ``debug`` mode."""
-    data = preset("seed").model_dump(by_alias=True)
-    data["modes"] = [*data["modes"], {"id": "debug", "name": "Debug"}]
-    older = ModeSpec.from_data(data)
+    """A log written, before headers, with an older seed that also had a ``debug`` mode."""
+    return rechain(_run(_older_seed(), _debug_script)[1:])
 
-    def script(engine: ModeEngine) -> None:
-        engine.new_session("sess_s")
-        engine.change("sess_s", "debug", "set_mode")
 
-    return _run(older, script)
+def spec_mismatch() -> list[bytes]:
+    """:func:`spec_changed` with its header: replayed against today's seed."""
+    return _run(_older_seed(), _debug_script)
 
 
 def interleaved() -> list[bytes]:
@@ -208,10 +231,10 @@ def interleaved() -> list[bytes]:
 
 
 def wrong_shape() -> list[bytes]:
-    """sess_b's seq 2 (line 6) has ``seq: "two"``; sess_a's seq 4 (line 10) lost a quote."""
+    """sess_b's seq 2 (line 7) has ``seq: "two"``; sess_a's seq 4 (line 11) lost a quote."""
     lines = clean_lines()
-    lines[5] = _edit(lines[5], seq="two")
-    lines[9] = lines[9].replace(b'"to_mode":"ask"', b'"to_mode":ask"')
+    lines[6] = _edit(lines[6], seq="two")
+    lines[10] = lines[10].replace(b'"to_mode":"ask"', b'"to_mode":ask"')
     return lines
 
 
@@ -224,8 +247,11 @@ CASES: dict[str, Callable[[], list[bytes]]] = {
     "edited_mode": edited_mode,
     "deleted_record": deleted_record,
     "illegal_edge": illegal_edge,
+    "custom_spec": custom_spec,
     "unknown_spec": unknown_spec,
+    "header_edited": header_edited,
     "spec_changed": spec_changed,
+    "spec_mismatch": spec_mismatch,
     "interleaved": interleaved,
     "wrong_shape": wrong_shape,
 }

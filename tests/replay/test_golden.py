@@ -33,8 +33,11 @@ REGISTRY: dict[str, Case] = {
     "edited_mode": Case(("--verify",), 1),
     "deleted_record": Case(("--verify",), 1),
     "illegal_edge": Case(("--verify",), 1),
+    "custom_spec": Case(("--verify",), 0),
     "unknown_spec": Case(("--verify",), 3),
+    "header_edited": Case(("--verify",), 1),
     "spec_changed": Case(("--preset", "seed", "--verify"), 3),
+    "spec_mismatch": Case(("--preset", "seed", "--verify"), 3),
     "interleaved": Case(("--verify",), 1),
     "wrong_shape": Case(("--verify",), 1),
 }

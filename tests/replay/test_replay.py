@@ -331,8 +331,8 @@ class TestChainAcrossFiles:
                     "read before it (a file missing between them, or files out of order)"
                 ),
             ),
-            ("gap", f"seq 3 follows seq 1 ({first}:1): 1 record is missing"),
-            ("from_mode", f"from_mode 'code', but seq 1 ({first}:1) left the session in 'ask'"),
+            ("gap", f"seq 3 follows seq 1 ({first}:2): 1 record is missing"),
+            ("from_mode", f"from_mode 'code', but seq 1 ({first}:2) left the session in 'ask'"),
         ] == [(v.kind, v.message) for v in replay([first, last], verify=True).violations]
 
     def test_files_out_of_order_are_reported_where_the_anchor_is_continued(self, tmp_path):
@@ -358,7 +358,7 @@ class TestChainAcrossFiles:
             assert [(v.kind, str(v.location), v.message) for v in report.violations] == [
                 (
                     "chain",
-                    f"{names[1]}:1",
+                    f"{names[1]}:2",  # line 1 of each file: its header
                     (
                         f"{names[2]}:1 continues this record, but was read before it: the "
                         "files are out of order (give them oldest first)"
@@ -373,8 +373,8 @@ class TestChainAcrossFiles:
         engine.new_session("s1")
         engine.new_session("s2")
         log.close()
-        first, second = path.read_bytes().splitlines()
-        path.write_bytes(second + b"\n" + first + b"\n")
+        _header, first, second = path.read_bytes().splitlines()
+        path.write_bytes(second + b"\n" + first + b"\n")  # the header is lost too
         assert [(v.kind, v.location.line) for v in replay([path], verify=True).violations] == [
             ("chain", 2)
         ]

@@ -217,7 +217,7 @@ def by_feed(data: bytes, *, verify: bool, session_id: str | None) -> ReplayRepor
     """The report of ``feed`` alone: every record parsed into its model first."""
     replayer = Replayer(SPECS, verify=verify, session_id=session_id, keep_timeline=False)
     stdin = io.BufferedReader(io.BytesIO(data))
-    for item in read_log(["-"], check_digests=verify, stdin=stdin, decisions=True):
+    for item in read_log(["-"], check_digests=verify, stdin=stdin, decisions=True, headers=True):
         replayer.feed(item)
     return replayer.report()
 
@@ -227,7 +227,9 @@ def by_fields(data: bytes, *, verify: bool, session_id: str | None) -> ReplayRep
     replayer = Replayer(SPECS, verify=verify, session_id=session_id, keep_timeline=False)
     replayer._decode = never_decoded  # the fast path's second way, alone
     stdin = io.BufferedReader(io.BytesIO(data))
-    items = read_log(["-"], check_digests=verify, stdin=stdin, take=replayer.take, decisions=True)
+    items = read_log(
+        ["-"], check_digests=verify, stdin=stdin, take=replayer.take, decisions=True, headers=True
+    )
     for item in items:
         replayer.feed(item)
     return replayer.report()
@@ -297,11 +299,11 @@ def test_the_fast_path_takes_most_of_an_engine_log():
         return stop
 
     stdin = io.BufferedReader(io.BytesIO(b"".join(x + b"\n" for x in lines)))
-    for item in read_log(["-"], check_digests=True, stdin=stdin, take=take):
+    for item in read_log(["-"], check_digests=True, stdin=stdin, take=take, headers=True):
         replayer.feed(item)
     assert replayer.report().violations == ()
-    assert len(lines) == 10
-    assert len(taken) >= 8  # the first record anchors the chain through feed
+    assert len(lines) == 11  # the header, then 10 records
+    assert taken == list(range(2, 12))  # the header anchors the chain through feed
 
 
 def test_the_fast_path_goes_on_after_each_decision():
@@ -322,12 +324,15 @@ def test_the_fast_path_goes_on_after_each_decision():
         return stop
 
     stdin = io.BufferedReader(io.BytesIO(b"".join(x + b"\n" for x in lines)))
-    for item in read_log(["-"], check_digests=True, stdin=stdin, take=take, decisions=True):
+    items = read_log(
+        ["-"], check_digests=True, stdin=stdin, take=take, decisions=True, headers=True
+    )
+    for item in items:
         replayer.feed(item)
     report = replayer.report()
     assert report.violations == ()
     assert report.chain is not None
-    assert (report.chain.verified, report.chain.unverifiable) == (len(lines), 0)
+    assert (report.chain.verified, report.chain.unverifiable) == (len(lines) - 1, 0)  # no header
     assert len(decided) == 4
     assert taken == [n for n in range(2, len(lines) + 1) if n not in decided]
     assert sum(t.allow + t.ask + t.deny for s in report.sessions for t in s.tools) == 4
@@ -338,7 +343,7 @@ def test_a_torn_record_before_a_declined_one_reads_the_same_both_ways():
     """Found by the tests above: the reader's fast path resolved a torn record with the
     ``prev``/``digest`` of the next line even when that line was not a usable record."""
     lines = mutate(
-        GOLDEN["illegal_edge"], [("set", 1, "session_id", None), ("torn", 0, "event", None)]
+        GOLDEN["illegal_edge"], [("set", 2, "session_id", None), ("torn", 1, "event", None)]
     )
     assert assert_same(lines) == len(GOLDEN["illegal_edge"])
     report = replay(["-"], SPECS, stdin=io.BufferedReader(io.BytesIO(b"\n".join(lines) + b"\n")))
@@ -367,6 +372,7 @@ def test_the_scripts_write_every_kind_of_record():
     lines = run_engine(preset("permission"), script)
     kinds = [(r["event"].rsplit(".")[-1], r.get("origin")) for r in map(orjson.loads, lines)]
     assert kinds == [
+        ("spec", None),
         ("session_created", "new"),
         ("mode_changed", "set_mode"),
         ("change_rejected", "set_mode"),

@@ -58,11 +58,12 @@ def _permission_log() -> list[bytes]:
         engine.new_session("c")
         with contextlib.suppress(ModefsmError):
             engine.change("c", "bogus", "set_mode")
-    lines = buffer.getvalue().splitlines()
-    return [*lines[:4], HOST_JSON, *lines[4:]]
+    header, *lines = buffer.getvalue().splitlines()
+    return [header, *lines[:4], HOST_JSON, *lines[4:]]
 
 
-PERMISSION = _permission_log()
+PERMISSION_HEADER, *PERMISSION = _permission_log()
+"""The permission log without its header (as logs written before headers were), and it."""
 
 
 def _write(tmp_path: Path, lines: list[bytes], name: str = "log.jsonl") -> Path:
@@ -81,7 +82,7 @@ def by_feed(
 ) -> ReplayReport:
     """The report of ``feed`` alone: every record parsed into its model first."""
     replayer = Replayer(specs, verify=verify, session_id=session_id, keep_timeline=keep_timeline)
-    for item in read_log(paths, check_digests=verify):
+    for item in read_log(paths, check_digests=verify, decisions=True, headers=True):
         replayer.feed(item)
     return replayer.report()
 
@@ -156,6 +157,7 @@ def test_a_restore_keeps_the_previous_mode_a_switch_returns_to(tmp_path):
     assert settle_now(engine, offer, "back").reason is None
     path = _write(tmp_path, buffer.getvalue().splitlines())
     fast = replay([path], [spec], verify=True)
+    assert fast == replay([path], verify=True)  # the header's spec: the same
     for report in (fast, by_feed([path], [spec], verify=True, keep_timeline=True)):
         assert report.violations == ()
         assert [(r.origin, r.from_mode, r.to_mode) for r in report.session("s").changes] == [
@@ -171,6 +173,17 @@ def test_golden_logs_report_the_same_both_ways(tmp_path, name):
     path = tmp_path / f"{name}.jsonl"
     path.write_bytes(render(name))
     assert_same([path], None)
+
+
+@pytest.mark.parametrize("specs", [SPECS, None], ids=["specs given", "the header's"])
+def test_a_log_with_its_header_reports_the_same_both_ways(tmp_path, specs):
+    """The header is the file's first line: the reader's (never taken), one model built."""
+    path = _write(tmp_path, [PERMISSION_HEADER, *PERMISSION])
+    assert_same([path], specs)
+    report = replay([path], specs, verify=True, keep_timeline=False)
+    assert (report.violations, report.records, report.chain.verified) == ((), 11, 11)
+    again = _write(tmp_path, [*PERMISSION[:6], PERMISSION_HEADER, *PERMISSION[6:]], "again.jsonl")
+    assert_same([again], specs)  # a header among the records (the chain breaks there)
 
 
 def test_logs_read_one_after_the_other_report_the_same(tmp_path):

@@ -62,14 +62,14 @@ class TestRecords:
         decider.decide("s1", "edit", "Edit", "allow_always")
         engine.change("s1", "acceptEdits", "set_mode")
         decider.decide("s1", "execute", "Bash", "reject_once")
-        rows = lines(path)
+        header, *rows = lines(path)
         assert [r["event"] for r in rows] == [
             "modefsm.session_created",
             "modefsm.tool_decided",
             "modefsm.mode_changed",
             "modefsm.tool_decided",
         ]
-        assert [r["prev"] for r in rows[1:]] == [r["digest"] for r in rows[:-1]]
+        assert [r["prev"] for r in rows] == [r["digest"] for r in [header, *rows[:-1]]]
         assert {k: rows[1][k] for k in (*KEYS, "mode_seq", "level")} == {
             "session_id": "s1",
             "tool_call_id": "call_1",
@@ -82,7 +82,7 @@ class TestRecords:
             "mode_seq": 1,
             "level": "info",
         }
-        items = list(read_log([path], check_digests=True, decisions=True))
+        items = list(read_log([path], check_digests=True, decisions=True))  # not the header
         assert [type(i) for i in items] == [LogEntry, DecisionEntry, LogEntry, DecisionEntry]
         assert all(i.intact for i in items if isinstance(i, (LogEntry, DecisionEntry)))
         decision = items[3]
@@ -103,11 +103,11 @@ class TestRecords:
         engine, decider = start(path)
         engine.new_session("s1")
         decider.decide("s1", "read", "Read")
-        rewrite(path, 1, kind="write")
+        rewrite(path, 2, kind="write")  # line 1: the header
         report = replay([path], verify=True)
         assert policy(report) == [
             (
-                f"{path}:2: session 's1': bad_record: a modefsm.tool_decided record that does not "
+                f"{path}:3: session 's1': bad_record: a modefsm.tool_decided record that does not "
                 "fit the record model: kind: Input should be 'read', 'edit', 'delete', 'move', "
                 "'search', 'execute', 'think', 'fetch', 'switch_mode' or 'other' (got 'write')"
             ),
@@ -139,9 +139,11 @@ class TestReplay:
     """Replay checks every decision against the committed mode and the rules."""
 
     def run(self, tmp_path: Path) -> tuple[Path, ModeEngine, Decider]:
+        """A log as written before headers (its header dropped): line 1 is the creation."""
         path = tmp_path / "modes.jsonl"
         engine, decider = start(path)
         engine.new_session("s1")
+        path.write_bytes(path.read_bytes().split(b"\n", 1)[1])
         decider.decide("s1", "read", "Read")  # line 2: allow
         decider.decide("s1", "execute", "Bash", "allow_always")  # line 3: ask, granted after
         decider.decide("s1", "execute", "Bash")  # line 4: granted
@@ -457,7 +459,7 @@ class TestWorkers:
         files = self.copy_with_decision(tmp_path, mode_seq=3)
         assert policy(replay(files, verify=True)) == [
             (
-                f"{files[0]}:4: session 'sess_a': tool_policy: a read call of 'Read' decided in "
+                f"{files[0]}:5: session 'sess_a': tool_policy: a read call of 'Read' decided in "
                 "mode 'ask' (seq 3), but the session's committed mode was 'ask' (seq 4)"
             )
         ]

@@ -61,7 +61,7 @@ def test_a_crash_tear_repaired_at_restart_is_proven_never_acknowledged(
     write(path, ["architect"])  # the restart ends the torn line, then goes on from `code`
     for verify in (False, True):
         assert violations(path, verify=verify) == [
-            (f"{path}:4", "torn", "s1", 4),
+            (f"{path}:5", "torn", "s1", 4),  # line 1: the header
             ("", NEVER, None, None),
         ]
     assert main(["replay", str(path), "--verify", "--summary"]) == 1
@@ -80,12 +80,12 @@ def test_a_record_cut_short_that_the_next_continues_from(
     path = tmp_path / "log.jsonl"
     write(path, ["architect", "code", "ask"])
     lines = path.read_bytes().splitlines(keepends=True)
-    lines[2] = lines[2][:keep] + b"\n"  # `code` cut short; `ask` follows it in the chain
+    lines[3] = lines[3][:keep] + b"\n"  # `code` cut short; `ask` follows it in the chain
     path.write_bytes(b"".join(lines))
     assert violations(path, verify=False) == [
-        (f"{path}:3", "torn", "s1", 3),
-        (f"{path}:4", "gap", "s1", 4),
-        (f"{path}:4", "from_mode", "s1", 4),
+        (f"{path}:4", "torn", "s1", 3),
+        (f"{path}:5", "gap", "s1", 4),
+        (f"{path}:5", "from_mode", "s1", 4),
         ("", message, None, None),
     ]
     report = replay([path], verify=True)
@@ -96,9 +96,9 @@ def test_a_torn_record_followed_by_nothing_is_unknown(tmp_path: Path):
     path = tmp_path / "log.jsonl"
     write(path, ["architect"])
     lines = path.read_bytes().splitlines(keepends=True)
-    path.write_bytes(lines[0] + lines[1][:80] + b"\n" + b'{"event":"host line"}\n')
+    path.write_bytes(b"".join(lines[:2]) + lines[2][:80] + b"\n" + b'{"event":"host line"}\n')
     assert violations(path, verify=True) == [
-        (f"{path}:2", "torn", "s1", 2),
+        (f"{path}:3", "torn", "s1", 2),
         ("", LAST, None, None),
     ]
 
@@ -123,6 +123,6 @@ def test_a_torn_last_line_of_a_file_that_another_follows_is_inside(tmp_path: Pat
     write(second, [])  # a fresh log after a rotation: its chain starts anew
     report = replay([first, second], verify=True)
     torn = [(str(v.location), v.kind, v.message) for v in report.violations if v.kind == "torn"]
-    assert torn == [(f"{first}:3", "torn", UNKNOWN)]
+    assert torn == [(f"{first}:4", "torn", UNKNOWN)]
     alone = replay([first], verify=True)
     assert ([n.kind for n in alone.notes], alone.violations) == (["torn"], ())

@@ -135,7 +135,7 @@ def test_after_a_rotation_a_session_only_in_the_earlier_file_is_restored(paths, 
         RestorePoint("both", "code", 2, "ask"),
     )
     lines = [*rotated.read_bytes().splitlines(), *paths[0].read_bytes().splitlines()]
-    stamps = {r["session_id"]: r["timestamp"] for r in map(orjson.loads, lines)}
+    stamps = {r.get("session_id"): r["timestamp"] for r in map(orjson.loads, lines)}
     listed = [
         ListedSession("both", "/b", stamps["both"]),
         ListedSession("old", "/o", stamps["old"]),
@@ -151,8 +151,12 @@ def test_after_a_rotation_a_session_only_in_the_earlier_file_is_restored(paths, 
         assert log.index.list_sessions() == listed
     finally:
         log.close()
+    # a renamed file's writer names its spec first; a file cut in place is not known to
+    # be new before the record is written (replay takes the spec from the earlier file)
+    header = ["modefsm.spec"] if how == "renamed" else []
     assert [orjson.loads(line)["event"] for line in paths[0].read_bytes().splitlines()] == [
-        "modefsm.mode_changed"
+        *header,
+        "modefsm.mode_changed",
     ]
 
 

@@ -46,6 +46,7 @@ def test_the_idle_worker_wrote_nothing_and_the_refusing_one_only_rejections(
     assert files["w4.jsonl"] == []
     refusals = [orjson.loads(line) for line in files["w5.jsonl"]]
     assert [(r["event"], r.get("reason"), "gseq" in r) for r in refusals] == [
+        ("modefsm.spec", None, False),  # its header: before its first record
         ("modefsm.change_rejected", "unknown_mode", False),
         ("modefsm.change_rejected", "option_rejected", False),
     ]

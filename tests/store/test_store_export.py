@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
 from tests.replay.golden_workers import clean_files
 
 pytest.importorskip("psycopg", reason="psycopg is not installed (.[postgresql])")
@@ -38,7 +39,15 @@ def test_an_export_replays_clean_as_the_workers_files_do(postgres_url: str, tmp_
     header = orjson.loads(lines[0])
     assert header["event"] == "modefsm.store_export"
     assert header["schema"] == 1
-    assert [orjson.loads(line)["gseq"] for line in lines[1:]] == [1, 2, 3, 4, 5, 7, 8, 9]
+    spec = orjson.loads(lines[1])  # the header of the spec the workers named, once
+    seed = preset("seed")
+    assert (spec["event"], spec["spec_hash"], spec["definition"], spec["prev"]) == (
+        "modefsm.spec",
+        seed.content_hash,
+        seed.definition,
+        None,
+    )
+    assert [orjson.loads(line)["gseq"] for line in lines[2:]] == [1, 2, 3, 4, 5, 7, 8, 9]
     status, report = replay_summary(tmp_path, "all.jsonl")
     assert status == 0
     assert report == [
@@ -61,32 +70,32 @@ def test_an_edited_or_deleted_record_of_an_export_is_found(postgres_url: str, tm
     clean_files(postgres_url)
     assert run("store", "export", postgres_url, "-o", "all.jsonl", cwd=tmp_path).returncode == 0
     lines = (tmp_path / "all.jsonl").read_bytes().splitlines()
-    edited = orjson.loads(lines[3])  # gseq 3: sess_a seq 2, ask -> architect
+    edited = orjson.loads(lines[4])  # gseq 3: sess_a seq 2, ask -> architect
     edited["to_mode"] = "code"
     (tmp_path / "edited.jsonl").write_bytes(
-        b"\n".join([*lines[:3], orjson.dumps(edited), *lines[4:]]) + b"\n"
+        b"\n".join([*lines[:4], orjson.dumps(edited), *lines[5:]]) + b"\n"
     )
     status, report = replay_summary(tmp_path, "edited.jsonl")
     assert status == 1
     assert report[4:7] == [
         "VIOLATIONS (2)",
         (
-            "  edited.jsonl:4: session 'sess_a' seq 2: tampered: the record was changed after it "
+            "  edited.jsonl:5: session 'sess_a' seq 2: tampered: the record was changed after it "
             "was written: its digest does not match"
         ),
         (
-            "  edited.jsonl:5: session 'sess_a' seq 3: from_mode: from_mode 'architect', but seq 2 "
-            "(edited.jsonl:4) left the session in 'code'"
+            "  edited.jsonl:6: session 'sess_a' seq 3: from_mode: from_mode 'architect', but seq 2 "
+            "(edited.jsonl:5) left the session in 'code'"
         ),
     ]
-    (tmp_path / "deleted.jsonl").write_bytes(b"\n".join([*lines[:3], *lines[4:]]) + b"\n")
+    (tmp_path / "deleted.jsonl").write_bytes(b"\n".join([*lines[:4], *lines[5:]]) + b"\n")
     status, report = replay_summary(tmp_path, "deleted.jsonl")
     assert status == 1
     assert report[4:6] == [
         "VIOLATIONS (2)",
         (
-            "  deleted.jsonl:4: session 'sess_a' seq 3: gap: seq 3 follows seq 1 "
-            "(deleted.jsonl:2): 1 record is missing"
+            "  deleted.jsonl:5: session 'sess_a' seq 3: gap: seq 3 follows seq 1 "
+            "(deleted.jsonl:3): 1 record is missing"
         ),
     ]
 
@@ -148,3 +157,46 @@ def test_a_malformed_row_is_refused_and_nothing_is_written(
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no partial export, no leftover
     done = run("store", "export", postgres_url, cwd=tmp_path)
     assert (done.returncode, done.stdout, done.stderr) == (2, "", expected)
+
+
+def test_an_export_and_a_workers_file_of_a_custom_spec_replay_without_spec(
+    postgres_url: str, tmp_path: Path
+):
+    """The header travels: the worker's file and the export both name the spec."""
+    from modefsm.store._postgres import PgStore
+
+    spec = ModeSpec.from_data(
+        {
+            "name": "review",
+            "initial": "draft",
+            "modes": [{"id": "draft", "name": "Draft"}, {"id": "review", "name": "Review"}],
+        }
+    )
+    log = TransitionLog.to_file(tmp_path / "w1.jsonl")
+    store = PgStore(postgres_url, log=log)
+    try:
+        engine = ModeEngine(spec, store=store)
+        ModeEngine(spec, store=store)  # a second engine of the store: no second row
+        engine.new_session("s1")
+        engine.change("s1", "review", "set_mode")
+    finally:
+        store.close()
+        log.close()
+    done = run("store", "export", postgres_url, "-o", "all.jsonl", cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (0, "exported 2 records\n")
+    events = [
+        orjson.loads(line)["event"] for line in (tmp_path / "all.jsonl").read_bytes().splitlines()
+    ]
+    assert events == [
+        "modefsm.store_export",
+        "modefsm.spec",
+        "modefsm.session_created",
+        "modefsm.mode_changed",
+    ]
+    for name in ("all.jsonl", "w1.jsonl"):
+        status, report = replay_summary(tmp_path, name)
+        assert (status, report[1], report[-1]) == (
+            0,
+            "  s1  review  (seq 2, spec review, 2 records)",
+            "RESULT  clean",
+        )
