@@ -26,7 +26,8 @@ from modefsm.diagram import (
     to_png,
     to_svg,
 )
-from modefsm.diagram.renderers._text import _edge_text, _wrapped
+from modefsm.diagram._build import rule_lines
+from modefsm.diagram.renderers._text import _edge_text, _rule_text, _wrapped
 from tests.diagram._diagram_support import (
     HARD_MODES,
     HARD_OPTION_NAMES,
@@ -50,12 +51,12 @@ SVG_NS = "{http://www.w3.org/2000/svg}"
 
 
 def mode_label(spec: ModeSpec, mode_id: str) -> str:
-    """The text a mode node shows: its name, its id, and whether load restores it."""
+    """The text a mode node shows: its name, its id, whether load restores it, its rules."""
     mode = spec.mode(mode_id)
     label = f"{mode.name}\n{mode.id}"
     if not mode.restorable:
         label += f"\nnot restored, load gives {spec.mode(spec.restore_target(mode.id)).name}"
-    return label
+    return label + "".join(f"\n{_rule_text(line)}" for line in rule_lines(spec, mode))
 
 
 def as_drawn(text: str) -> str:
