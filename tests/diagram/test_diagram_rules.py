@@ -68,6 +68,11 @@ def node_line(text: str, node_id: str) -> str:
     return line
 
 
+def between(page: str, first: str, last: str) -> str:
+    """The text of *page* from *first* up to *last*."""
+    return page[page.index(first) : page.index(last)]
+
+
 @pytest.fixture
 def permission_log(tmp_path: Path) -> Path:
     path = tmp_path / "permission.jsonl"
@@ -242,8 +247,7 @@ class TestRendered:
 
         page = to_markdown(build_diagram(spec), spec)
 
-        start = page.index("## What each mode allows")
-        assert page[start : page.index("## Agent switches")] == (
+        assert between(page, "## What each mode allows", "## Agent switches") == (
             "## What each mode allows (tools rules)\n"
             "\n"
             "A tool call gets the decision of the first rule that matches its kind "
@@ -372,8 +376,7 @@ class TestDecisionsFromTheLog:
 
         page = to_markdown(diagram, spec)
 
-        start = page.index("### Tool calls decided")
-        assert page[start : page.index("### Steps of session")] == (
+        assert between(page, "### Tool calls decided", "### Steps of session") == (
             "### Tool calls decided\n"
             "\n"
             "| Mode | Kind | allow | ask: answer | deny |\n"
