@@ -9,7 +9,6 @@ from typing import get_args
 
 from modefsm.diagram._model import ToolCount, Traffic, TransitionKey
 from modefsm.errors import DiagramError, LogError
-from modefsm.log._reader import DecisionEntry, LogEntry, read_log
 from modefsm.log._records import (
     EVENT_CHANGED,
     EVENT_CREATED,
@@ -18,6 +17,7 @@ from modefsm.log._records import (
     Outcome,
     TransitionRecord,
 )
+from modefsm.replay._replayer import iter_records
 from modefsm.spec._model import ModeSpec
 from modefsm.spec._rules import TOOL_KINDS
 from modefsm.spec._table import TriggerKind
@@ -105,18 +105,12 @@ def read_traffic(
 
 
 def _records(paths: Iterable[str | Path]) -> Iterator[TransitionRecord | DecisionRecord]:
-    """The records and decisions of *paths*; unusable lines are skipped (replay reports them).
-
-    Raises:
-        LogError: a file is unusable (missing, unreadable, not text).
-    """
     for path in paths:
-        for item in read_log([path], decisions=True):
-            if isinstance(item, LogEntry | DecisionEntry):
-                yield item.record
-            elif item.fatal:
-                msg = item.message.replace("cannot read:", "cannot read the transition log:")
-                raise LogError(msg, item.location.path)
+        try:
+            yield from iter_records([path], decisions=True)
+        except OSError as exc:
+            msg = f"cannot read the transition log: {exc.strerror or exc}"
+            raise LogError(msg, str(path)) from None
 
 
 def _count_decision(
