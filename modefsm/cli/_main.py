@@ -586,7 +586,8 @@ def _add_diagram(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="FILE",
         action="append",
         default=[],
-        help="a JSON-lines transition log: count the transitions taken (may be repeated)",
+        help="a JSON-lines transition log: count the transitions taken and the tool calls "
+        "each mode decided (may be repeated)",
     )
     parser.add_argument(
         "--session", metavar="ID", help="highlight this session's steps and current mode"

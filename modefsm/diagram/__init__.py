@@ -21,7 +21,13 @@ from modefsm._lazy import lazy_exports
 from modefsm.diagram._formats import FORMATS, Format
 
 if TYPE_CHECKING:
-    from modefsm.diagram._build import DRAWN_MAX, GROUP_STEPS_MAX, build_diagram, option_reach
+    from modefsm.diagram._build import (
+        DRAWN_MAX,
+        GROUP_STEPS_MAX,
+        build_diagram,
+        option_reach,
+        rule_lines,
+    )
     from modefsm.diagram._files import render, write_preset_diagrams
     from modefsm.diagram._model import (
         Diagram,
@@ -33,6 +39,8 @@ if TYPE_CHECKING:
         LegendKind,
         NodeKind,
         OptionReach,
+        RuleLine,
+        ToolCount,
         Traffic,
         TransitionKey,
     )
@@ -49,7 +57,13 @@ if TYPE_CHECKING:
     )
 
 _MODULES = {
-    "modefsm.diagram._build": ("DRAWN_MAX", "GROUP_STEPS_MAX", "build_diagram", "option_reach"),
+    "modefsm.diagram._build": (
+        "DRAWN_MAX",
+        "GROUP_STEPS_MAX",
+        "build_diagram",
+        "option_reach",
+        "rule_lines",
+    ),
     "modefsm.diagram._files": ("render", "write_preset_diagrams"),
     "modefsm.diagram._model": (
         "Diagram",
@@ -61,6 +75,8 @@ _MODULES = {
         "LegendKind",
         "NodeKind",
         "OptionReach",
+        "RuleLine",
+        "ToolCount",
         "Traffic",
         "TransitionKey",
     ),
@@ -94,12 +110,15 @@ __all__ = [
     "LegendKind",
     "NodeKind",
     "OptionReach",
+    "RuleLine",
+    "ToolCount",
     "Traffic",
     "TransitionKey",
     "build_diagram",
     "option_reach",
     "read_traffic",
     "render",
+    "rule_lines",
     "to_dot",
     "to_markdown",
     "to_mermaid",

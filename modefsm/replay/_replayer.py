@@ -44,7 +44,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO, Literal, overload
 
 import msgspec
 import orjson
@@ -59,6 +59,7 @@ from modefsm.log import (
     MAX_SPEC_TEXT,
     RECORD_MARK,
     DecisionEntry,
+    DecisionRecord,
     Location,
     LogEntry,
     LogProblem,
@@ -1353,16 +1354,32 @@ def replay(
     return replayer.report()
 
 
-def iter_records(paths: Iterable[str | Path]) -> Iterator[TransitionRecord]:
+@overload
+def iter_records(
+    paths: Iterable[str | Path], *, decisions: Literal[False] = ...
+) -> Iterator[TransitionRecord]: ...
+@overload
+def iter_records(
+    paths: Iterable[str | Path], *, decisions: Literal[True]
+) -> Iterator[TransitionRecord | DecisionRecord]: ...
+def iter_records(
+    paths: Iterable[str | Path], *, decisions: bool = False
+) -> Iterator[TransitionRecord | DecisionRecord]:
     """Yield the modefsm records of the JSON-lines files *paths*, in order.
 
     Lines that cannot be used (torn, not a record) are skipped; :func:`replay` reports them.
 
+    Args:
+        paths: the log files, read one after the other.
+        decisions: also yield each ``modefsm.tool_decided`` line as a
+            :class:`~modefsm.log.DecisionRecord` (else skipped).
+
     Raises:
         LogError: a file is unusable (missing, unreadable, not text).
     """
-    for item in read_log(paths):
-        if isinstance(item, LogEntry):
+    items = read_log(paths, decisions=True) if decisions else read_log(paths)
+    for item in items:
+        if isinstance(item, LogEntry | DecisionEntry):
             yield item.record
         elif item.fatal:
             msg = item.message.replace("cannot read:", "cannot read the transition log:")

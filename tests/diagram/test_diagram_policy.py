@@ -392,7 +392,7 @@ class TestRenderers:
                 "stroke-dasharray:6 4"
             ),
         ]
-        arrows = [line for line in mermaid if re.search(r" (-->|-\.->)\|", line)]
+        arrows = [line for line in mermaid if re.search(r" (-{2,3}>|-\.->)\|", line)]
         assert [arrows[i] for i in (6, 10, 11)] == [
             '    c0 -.->|"Stay<br>(reject_once)"| s2',
             '    c1 -.->|"No<br>(reject_once)"| s0',
