@@ -131,7 +131,7 @@ modes = {}
 with open(sys.argv[1], "rb") as file:
     for line in file:
         data = orjson.loads(line)
-        if data["event"] != "modefsm.change_rejected":
+        if data["event"] not in ("modefsm.change_rejected", "modefsm.spec"):
             modes[data["session_id"]] = data["to_mode"]
 print(len(modes))
 """

@@ -234,7 +234,7 @@ class TestTornLastLine:
         sid, modes = await self.write_some(log)
         data = log.read_bytes()
         # a record is whole once its closing brace is in; the newline is not needed
-        ends = [i for i, byte in enumerate(data) if byte == ord("\n")]
+        ends = [i for i, byte in enumerate(data) if byte == ord("\n")][1:]  # after the header
         for cut in range(ends[0], len(data) + 1):
             log.write_bytes(data[:cut])
             whole = sum(1 for end in ends if end <= cut)
