@@ -1,83 +1,36 @@
-"""A host with a config option of its own (a model selector) beside modefsm's mode option.
+"""A host with a config option of its own (a model picker) beside modefsm's mode option.
 
-Every ``configOptions`` list the agent sends is complete, as ACP requires: modefsm's
-``mode`` option and the host's ``model`` option, in each answer and each
-``config_option_update``. ``python examples/host_config_option.py LOG`` serves it on stdio.
+Declared once, the ``model`` option is handled as the mode option is: every
+``configOptions`` list is complete (``mode``, then ``model``), ``session/set_config_option``
+checks the value, logs it, announces it (``config_option_update``) and answers the list,
+and ``session/load``/``session/resume`` bring it back after a restart.
+``python examples/host_config_option.py STORE`` serves it on stdio to v1 and v2 clients.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any
 
-from acp import RequestError
-from acp.schema import (
-    ConfigOptionUpdate,
-    SessionConfigOptionSelect,
-    SessionConfigSelectOption,
-    SetSessionConfigOptionResponse,
+from modefsm import FileStore, HostOption, ModeAgent, preset, serve_negotiated
+
+MODEL = HostOption(
+    id="model",
+    name="Model",
+    category="model",
+    choices=[("fast", "Fast"), ("smart", "Smart")],
+    default="fast",
 )
 
-from modefsm import ModeAgent, TransitionLog, preset, run_agent
-from modefsm.protocol import config_options
 
-MODELS = ("fast", "smart")
-
-
-class Agent(ModeAgent):
-    """:class:`~modefsm.ModeAgent` with a ``model`` option per session (default ``fast``)."""
-
-    def __init__(self, log: TransitionLog) -> None:
-        """Serve the seed preset, logging to *log*."""
-        self.models: dict[str, str] = {}
-        super().__init__(
-            preset("seed"), log=log, unstable=True, other_config_options=self.model_option
-        )
-
-    def model_option(self, session_id: str) -> list[SessionConfigOptionSelect]:
-        """The host's own options of *session_id*: the ``model`` selector."""
-        choices = [SessionConfigSelectOption(value=m, name=m.title()) for m in MODELS]
-        current = self.models.get(session_id, MODELS[0])
-        return [
-            SessionConfigOptionSelect(
-                id="model",
-                name="Model",
-                category="model",
-                type="select",
-                current_value=current,
-                options=choices,
-            )
-        ]
-
-    async def set_config_option(
-        self,
-        config_id: str,
-        session_id: str,
-        value: str | bool,  # noqa: FBT001 - the SDK passes it by keyword
-        **kwargs: Any,
-    ) -> SetSessionConfigOptionResponse:
-        """``session/set_config_option``: the host's ``model``, or modefsm's options."""
-        if config_id != "model":
-            return await super().set_config_option(config_id, session_id, value, **kwargs)
-        self.session(session_id)  # -32002 for a session this connection does not hold
-        if value not in MODELS:
-            raise RequestError.invalid_params({"field": "value", "valid": list(MODELS)})
-        self.models[session_id] = str(value)
-        # the complete list, as ACP v1 models: modefsm's mode option, then the host's own
-        options = config_options(self.engine.config_options(session_id))
-        update = ConfigOptionUpdate(session_update="config_option_update", config_options=options)
-        await self.engine.notify(session_id, update)
-        return SetSessionConfigOptionResponse(config_options=options)
-
-
-def main(log_path: str) -> None:
-    """Serve :class:`Agent` on stdin and stdout, logging to *log_path*."""
-    log = TransitionLog.to_file(log_path)
+def main(store_path: str) -> None:
+    """Serve the seed preset and the ``model`` option on stdio, the store at *store_path*."""
+    store = FileStore(store_path)
+    agent = ModeAgent(preset("seed"), store=store, unstable=True, config_options=[MODEL])
     try:
-        asyncio.run(run_agent(Agent(log)))
+        asyncio.run(serve_negotiated(agent))
     finally:
-        log.close()
+        store.close()
 
 
 if __name__ == "__main__":

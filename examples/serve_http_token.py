@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from modefsm import ModeAgent, SharedEngine, TransitionLog, new_token, preset, serve_http
+from modefsm import LogStore, ModeAgent, SharedEngine, TransitionLog, new_token, preset, serve_http
 
 
 def main(log_path: str, token_path: str) -> None:
@@ -24,7 +24,8 @@ def main(log_path: str, token_path: str) -> None:
         file.write(token + "\n")
     spec = preset("seed")
     log = TransitionLog.to_file(log_path)
-    engine = SharedEngine(spec, log=log)  # one engine, log and history for all connections
+    # one engine, log and history for all connections
+    engine = SharedEngine(spec, store=LogStore(log))
 
     def connect(conn: Any) -> ModeAgent:
         agent = ModeAgent(spec, unstable=True, engine=engine)

@@ -14,11 +14,27 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
-    from modefsm.engine import OfferedOption, SwitchOffer
-    from modefsm.engine._engine import ModeChange, ModeEngine, NotificationSink, Session
-    from modefsm.engine._events import ModeChanged
-    from modefsm.engine._views import ModeView, OptionView
+    from modefsm.engine import (
+        AskOption,
+        ConfigChanged,
+        HostOption,
+        ModeChange,
+        ModeChanged,
+        ModeEngine,
+        ModeView,
+        NotificationSink,
+        OfferedOption,
+        OptionChange,
+        OptionView,
+        Session,
+        SwitchOffer,
+        SwitchResult,
+        ToolCall,
+        ToolDecision,
+    )
     from modefsm.errors import (
+        AskClosedError,
+        AskLimitError,
         ChangeRefused,
         DiagramError,
         FrameError,
@@ -37,15 +53,10 @@ if TYPE_CHECKING:
         UnknownModeError,
         UnknownSessionError,
     )
-    from modefsm.log._conversation import ConversationStore
-    from modefsm.log._records import TransitionRecord
-    from modefsm.log._writer import TransitionLog
-    from modefsm.protocol import ModeAgent, SwitchResult, run_agent
-    from modefsm.protocol.transport._access import new_token
-    from modefsm.protocol.transport._http import serve_http
-    from modefsm.protocol.transport._negotiate import serve_negotiated
-    from modefsm.protocol.transport._shared import SharedEngine
-    from modefsm.protocol.v2._agent import ModeAgentV2
+    from modefsm.log import ConversationStore, TransitionLog, TransitionRecord
+    from modefsm.protocol import ModeAgent, ToolResult, run_agent
+    from modefsm.protocol.transport import SharedEngine, new_token, serve_http, serve_negotiated
+    from modefsm.protocol.v2 import ModeAgentV2
     from modefsm.replay import ReplayReport, Violation, replay
     from modefsm.spec import (
         PREVIOUS,
@@ -59,22 +70,28 @@ if TYPE_CHECKING:
     )
     from modefsm.store import (
         FileStore,
+        LogRestore,
+        LogStore,
         MemoryStore,
+        RestoreIndex,
+        RestorePoint,
         SessionMoved,
         SessionStore,
         StoreBusy,
         StoreInDoubt,
         open_store,
     )
-    from modefsm.store._interface import RestorePoint
-    from modefsm.store._restore import LogRestore, RestoreIndex
 else:
     ModuleType = type(sys)  # types.ModuleType, without importing types
 
 _EXPORTS = {
+    "AskClosedError": "modefsm.errors",
+    "AskLimitError": "modefsm.errors",
+    "AskOption": "modefsm.engine",
     "ChangeRefused": "modefsm.errors",
-    "ConversationStore": "modefsm.log._conversation",
+    "ConversationStore": "modefsm.log",
     "FileStore": "modefsm.store",
+    "LogStore": "modefsm.store",
     "MemoryStore": "modefsm.store",
     "SessionMoved": "modefsm.store",
     "SessionStore": "modefsm.store",
@@ -87,48 +104,54 @@ _EXPORTS = {
     "InvalidParamsError": "modefsm.errors",
     "InvalidValueError": "modefsm.errors",
     "LogError": "modefsm.errors",
-    "LogRestore": "modefsm.store._restore",
+    "LogRestore": "modefsm.store",
     "Mode": "modefsm.spec",
     "ModeAgent": "modefsm.protocol",
-    "ModeAgentV2": "modefsm.protocol.v2._agent",
-    "ModeChange": "modefsm.engine._engine",
-    "ModeChanged": "modefsm.engine._events",
-    "ModeEngine": "modefsm.engine._engine",
+    "ModeAgentV2": "modefsm.protocol.v2",
+    "ModeChange": "modefsm.engine",
+    "ModeChanged": "modefsm.engine",
+    "ModeEngine": "modefsm.engine",
+    "ConfigChanged": "modefsm.engine",
+    "HostOption": "modefsm.engine",
+    "OptionChange": "modefsm.engine",
     "ModeSpec": "modefsm.spec",
-    "ModeView": "modefsm.engine._views",
+    "ModeView": "modefsm.engine",
     "ModefsmError": "modefsm.errors",
     "NoSwitchError": "modefsm.errors",
-    "NotificationSink": "modefsm.engine._engine",
+    "NotificationSink": "modefsm.engine",
     "OfferedOption": "modefsm.engine",
-    "OptionView": "modefsm.engine._views",
+    "OptionView": "modefsm.engine",
     "PREVIOUS": "modefsm.spec",
     "ReplayReport": "modefsm.replay",
-    "RestoreIndex": "modefsm.store._restore",
-    "RestorePoint": "modefsm.store._interface",
-    "Session": "modefsm.engine._engine",
+    "RestoreIndex": "modefsm.store",
+    "RestorePoint": "modefsm.store",
+    "Session": "modefsm.engine",
     "SessionExistsError": "modefsm.errors",
-    "SharedEngine": "modefsm.protocol.transport._shared",
+    "SharedEngine": "modefsm.protocol.transport",
     "SpecError": "modefsm.errors",
     "SpecProblem": "modefsm.errors",
     "StaleOptionError": "modefsm.errors",
     "Switch": "modefsm.spec",
     "SwitchOffer": "modefsm.engine",
     "SwitchOption": "modefsm.spec",
-    "SwitchResult": "modefsm.protocol",
-    "TransitionLog": "modefsm.log._writer",
+    "SwitchResult": "modefsm.engine",
+    "TransitionLog": "modefsm.log",
+    "ToolCall": "modefsm.engine",
+    "ToolDecision": "modefsm.engine",
+    "ToolResult": "modefsm.protocol",
     "TransitionNotAllowedError": "modefsm.errors",
-    "TransitionRecord": "modefsm.log._records",
+    "TransitionRecord": "modefsm.log",
     "UnknownConfigOptionError": "modefsm.errors",
     "UnknownModeError": "modefsm.errors",
     "UnknownSessionError": "modefsm.errors",
     "Violation": "modefsm.replay",
     "load_spec": "modefsm.spec",
-    "new_token": "modefsm.protocol.transport._access",
+    "new_token": "modefsm.protocol.transport",
     "preset": "modefsm.spec",
     "preset_names": "modefsm.spec",
     "replay": "modefsm.replay",
     "run_agent": "modefsm.protocol",
-    "serve_http": "modefsm.protocol.transport._http",
+    "serve_http": "modefsm.protocol.transport",
     "serve_negotiated": "modefsm.protocol",
 }
 """Where each public name is defined."""
@@ -159,16 +182,22 @@ sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "PREVIOUS",
+    "AskClosedError",
+    "AskLimitError",
+    "AskOption",
     "ChangeRefused",
+    "ConfigChanged",
     "ConversationStore",
     "DiagramError",
     "FileStore",
     "FrameError",
     "HookError",
+    "HostOption",
     "InvalidParamsError",
     "InvalidValueError",
     "LogError",
     "LogRestore",
+    "LogStore",
     "MemoryStore",
     "Mode",
     "ModeAgent",
@@ -182,6 +211,7 @@ __all__ = [
     "NoSwitchError",
     "NotificationSink",
     "OfferedOption",
+    "OptionChange",
     "OptionView",
     "ReplayReport",
     "RestoreIndex",
@@ -200,6 +230,9 @@ __all__ = [
     "SwitchOffer",
     "SwitchOption",
     "SwitchResult",
+    "ToolCall",
+    "ToolDecision",
+    "ToolResult",
     "TransitionLog",
     "TransitionNotAllowedError",
     "TransitionRecord",

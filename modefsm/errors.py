@@ -14,6 +14,8 @@ without parsing text::
     │   ├── InvalidValueError        a value of the wrong type
     │   └── TransitionNotAllowedError  the policy forbids this change from the current mode
     ├── NoSwitchError                the agent proposed a switch from a mode that has none
+    ├── AskClosedError               an answer for a tool call's ask that is no longer open
+    ├── AskLimitError                a session holds the most open asks it may
     ├── HookError                    a host before_change callback failed (JSON-RPC -32603)
     │   └── ChangeRefused            a host's veto: the client gets its code and message
     ├── LogError                     the transition log cannot be written or read
@@ -40,6 +42,8 @@ __all__ = [
     "REQUEST_CANCELLED",
     "RESOURCE_NOT_FOUND",
     "UNSUPPORTED_PROTOCOL",
+    "AskClosedError",
+    "AskLimitError",
     "ChangeRefused",
     "DiagramError",
     "HookError",
@@ -287,6 +291,46 @@ class NoSwitchError(ModefsmError):
         self.session_id = session_id
         self.mode = mode
         super().__init__(f"session {session_id!r}: mode {mode!r} has no switch to propose")
+
+
+class AskClosedError(ModefsmError):
+    """An answer for a tool call's permission request that is no longer open.
+
+    The ask was settled already, withdrawn by a mode change, cancelled, or its session
+    closed; the answer changes nothing.
+
+    Attributes:
+        session_id: ACP ``sessionId``, or ``None`` when the engine never asked it.
+        tool_call_id: ACP ``toolCallId`` of the tool call asked about.
+    """
+
+    def __init__(self, session_id: str | None, tool_call_id: str) -> None:
+        """Build the error for the ask of *tool_call_id* in *session_id*."""
+        self.session_id = session_id
+        self.tool_call_id = tool_call_id
+        where = "" if session_id is None else f"session {session_id!r}: "
+        super().__init__(
+            f"{where}toolCallId {tool_call_id!r} has no open permission request (settled, "
+            "withdrawn, cancelled or never asked); the answer changes nothing"
+        )
+
+
+class AskLimitError(ModefsmError):
+    """A session already holds the most open permission requests for tool calls it may.
+
+    Attributes:
+        session_id: ACP ``sessionId``.
+        limit: the bound (:data:`~modefsm.engine.MAX_OPEN_ASKS`).
+    """
+
+    def __init__(self, session_id: str, limit: int) -> None:
+        """Build the error for *session_id*, bounded at *limit* open asks."""
+        self.session_id = session_id
+        self.limit = limit
+        super().__init__(
+            f"session {session_id!r} already has {limit} open permission requests for tool "
+            "calls; settle or cancel one first (the tool call was not decided)"
+        )
 
 
 class HookError(ModefsmError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ from acp.schema import SessionNotification
 from acp.utils import serialize_params
 
 from benchmarks.pgserver import start
-from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, ModeSpec, SwitchOffer, SwitchResult, TransitionLog, preset
 from modefsm.protocol.v1 import session_updates
 from tests.frame_schemas import FrameLog, available
 
@@ -39,6 +40,20 @@ class Recorder:
     async def __call__(self, session_id: str, event: Any) -> None:
         for update in session_updates(event):
             self.sent.append(wire(session_id, update))
+
+
+def offer_now(engine: ModeEngine, session_id: str, tool_call_id: str = "t") -> SwitchOffer:
+    """``engine.offer_switch``, for code that runs without an event loop."""
+    return asyncio.run(engine.offer_switch(session_id, tool_call_id=tool_call_id))
+
+
+def settle_now(
+    engine: ModeEngine, offer: SwitchOffer | str, option_id: str | None, **answer: Any
+) -> SwitchResult:
+    """``engine.settle_switch`` without an event loop; a session id is offered first."""
+    if isinstance(offer, str):
+        offer = offer_now(engine, offer, answer.pop("tool_call_id", "t"))
+    return asyncio.run(engine.settle_switch(offer, option_id, **answer))
 
 
 def read_log(path: Path) -> list[dict[str, Any]]:
@@ -117,7 +132,7 @@ def make_engine(log_path: Path, recorder: Recorder) -> Iterator[Any]:
         spec = preset(spec) if isinstance(spec, str) else spec
         log = TransitionLog.to_file(log_path)
         logs.append(log)
-        return ModeEngine(spec, log=log, sink=recorder, **kwargs)
+        return ModeEngine(spec, store=LogStore(log), sink=recorder, **kwargs)
 
     yield make
     for log in logs:

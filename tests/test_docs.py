@@ -214,7 +214,9 @@ def test_readme_links_resolve_and_work_on_pypi(site: Path):
 
 # -- The README -----------------------------------------------------------------------------
 
-DEMO_COMMAND = "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/modefsm demo"
+DEMO_COMMAND = (
+    "python3 -m venv .venv && .venv/bin/pip install -e '.[acp]' && .venv/bin/modefsm demo"
+)
 TEST_COMMAND = (
     "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest"
 )

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from tests.acp_client import TestClient, select, text_block
-from tests.protocol.http_wire import TIMEOUT
+from tests.protocol.http_wire import TIMEOUT, verify
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -37,10 +37,11 @@ def _run(name: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_every_example_is_tested():
     tested = {"embedded_agent.py", "engine_only.py", "host_config_option.py", "read_log.py"}
-    tested |= {"serve_http_token.py"}
+    tested |= {"serve_http_token.py", "pydantic_ai_agent.py"}
     assert tested == {path.name for path in EXAMPLES.glob("*.py")}
 
 
+@pytest.mark.sdk_compat
 def test_engine_only(tmp_path: Path):
     done = _run("engine_only.py", str(tmp_path / "modes.jsonl"))
     assert (0, "") == (done.returncode, done.stderr)
@@ -48,7 +49,7 @@ def test_engine_only(tmp_path: Path):
         "new session in ask\n"
         "set_mode -> architect\n"
         "Ready for implementation: code=code, ask=ask, reject=None\n"
-        "approved code -> code\n"
+        "settled code: approved=True -> code\n"
         "refused: modeId: unknown mode 'nowhere'; available modes: 'ask', 'architect', "
         "'code'\n"
     ) == done.stdout
@@ -88,6 +89,7 @@ async def _spawn(name: str, log: Path, client: TestClient) -> Any:
     )
 
 
+@pytest.mark.sdk_compat
 async def test_embedded_agent_switches_when_the_user_approves(tmp_path: Path):
     client = TestClient()
 
@@ -115,6 +117,7 @@ async def test_embedded_agent_switches_when_the_user_approves(tmp_path: Path):
     ]
 
 
+@pytest.mark.sdk_compat
 async def test_host_config_option_rides_along_with_the_mode(tmp_path: Path):
     client = TestClient()
     async with await _spawn("host_config_option.py", tmp_path / "l.jsonl", client) as (conn, _):
@@ -134,10 +137,16 @@ async def test_host_config_option_rides_along_with_the_mode(tmp_path: Path):
     assert [("mode", "ask"), ("model", "fast")] == current(created.config_options)
     assert [("mode", "ask"), ("model", "smart")] == current(model.config_options)
     assert [("mode", "code"), ("model", "smart")] == current(mode.config_options)
-    assert (-32602, {"field": "value", "valid": ["fast", "smart"]}) == (
-        refused.value.code,
-        refused.value.data,
-    )
+    assert (
+        -32602,
+        {
+            "field": "value",
+            "value": "huge",
+            "valid": ["fast", "smart"],
+            "message": "value: expected a value of 'model', got 'huge'; valid values: "
+            "'fast', 'smart'",
+        },
+    ) == (refused.value.code, refused.value.data)
     updates = [
         [(o["id"], o["currentValue"]) for o in u["update"]["configOptions"]]
         for u in client.updates(session_id)
@@ -178,3 +187,98 @@ async def test_serve_http_with_its_token(tmp_path: Path):
     assert (0, b"") == (process.returncode, err)
     _header, *records = [orjson.loads(line) for line in log.read_bytes().splitlines()]
     assert [("new", "ask"), ("set_mode", "code")] == [(r["origin"], r["to_mode"]) for r in records]
+
+
+async def test_pydantic_ai_agent_runs_each_tool_only_as_the_mode_decides(tmp_path: Path):
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    notes = workspace / "notes.txt"
+    notes.write_text("hello", encoding="utf-8")
+    log = tmp_path / "modes.jsonl"
+    client = TestClient()
+    answers = ["allow_once", "reject_once"]
+
+    async def answer(options: Any, tool_call: Any) -> Any:
+        return select(answers.pop(0))
+
+    client.answer = answer
+    async with acp.spawn_agent_process(
+        client,  # type: ignore[arg-type]
+        sys.executable,
+        str(EXAMPLES / "pydantic_ai_agent.py"),
+        str(log),
+        str(workspace),
+        transport_kwargs={"stderr": None, "shutdown_timeout": 30.0},
+        observers=[client.observe],
+    ) as (conn, _process):
+        await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+        session_id = (await conn.new_session(cwd="/")).session_id
+        await conn.set_session_mode(session_id=session_id, mode_id="plan")
+        plan = client.mark()
+        await conn.prompt(
+            session_id=session_id, prompt=[text_block("read notes.txt\nwrite notes.txt changed")]
+        )
+        after_plan = notes.read_text(encoding="utf-8")
+        await conn.set_session_mode(session_id=session_id, mode_id="default")
+        asked = client.mark()
+        await conn.prompt(session_id=session_id, prompt=[text_block("write notes.txt changed")])
+        after_allow = notes.read_text(encoding="utf-8")
+        await conn.prompt(session_id=session_id, prompt=[text_block("write notes.txt again")])
+
+    def update(body: dict[str, Any]) -> dict[str, Any]:
+        return {"method": "session/update", "params": {"sessionId": session_id, "update": body}}
+
+    def content(value: str) -> list[dict[str, Any]]:
+        return [{"type": "content", "content": {"type": "text", "text": value}}]
+
+    # the plan turn, whole: the read runs; the write fails with the rule's reason
+    updates = [f for f in client.since(plan) if f.get("method") == "session/update"][:6]
+    read_id, write_id = (u["params"]["update"]["toolCallId"] for u in updates[0:4:3])
+    denied = "Plan mode: no edits and no commands"
+    assert updates == [
+        update({"sessionUpdate": "tool_call", "toolCallId": read_id, "title": "Read notes.txt",
+                "kind": "read", "status": "pending"}),
+        update({"sessionUpdate": "tool_call_update", "toolCallId": read_id,
+                "status": "in_progress"}),
+        update({"sessionUpdate": "tool_call_update", "toolCallId": read_id, "status": "completed",
+                "content": content("hello")}),
+        update({"sessionUpdate": "tool_call", "toolCallId": write_id, "title": "Write notes.txt",
+                "kind": "edit", "status": "pending"}),
+        update({"sessionUpdate": "tool_call_update", "toolCallId": write_id, "status": "failed",
+                "content": content(denied)}),
+        update({"sessionUpdate": "agent_message_chunk",
+                "content": {"type": "text", "text": f"read_file: hello\nwrite_file: {denied}"}}),
+    ]  # fmt: skip
+    assert ("hello", "changed", "changed") == (
+        after_plan,
+        after_allow,
+        notes.read_text(encoding="utf-8"),
+    )
+    requests = [f for f in client.since(asked) if f.get("method") == "session/request_permission"]
+    assert [(r["params"]["toolCall"]["title"], [o["optionId"] for o in r["params"]["options"]])
+            for r in requests] == [
+        ("Write notes.txt", ["allow_once", "allow_always", "reject_once"]),
+        ("Write notes.txt", ["allow_once", "allow_always", "reject_once"]),
+    ]  # fmt: skip
+    messages = [
+        u["update"]["content"]["text"]
+        for u in client.updates(session_id)
+        if u["update"]["sessionUpdate"] == "agent_message_chunk"
+    ]
+    assert messages == [
+        f"read_file: hello\nwrite_file: {denied}",
+        "write_file: wrote 7 characters to notes.txt",
+        "write_file: Rejected by the user.",
+    ]
+    records = [orjson.loads(line) for line in log.read_bytes().splitlines()]
+    assert [
+        (r["kind"], r["tool"], r["decision"], r["outcome"], r["mode"])
+        for r in records
+        if r["event"] == "modefsm.tool_decided"
+    ] == [
+        ("read", "read_file", "allow", None, "plan"),
+        ("edit", "write_file", "deny", None, "plan"),
+        ("edit", "write_file", "ask", "allow_once", "default"),
+        ("edit", "write_file", "ask", "reject_once", "default"),
+    ]
+    assert verify(log) == "RESULT  clean"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 import subprocess
 import sys
 import warnings
@@ -43,6 +44,35 @@ LAYERS: dict[str, float] = {
 
 KNOWN_UPWARD: set[tuple[str, str]] = set()
 """Imports allowed to go up a layer: none."""
+
+_PROTOCOL = (
+    "inside the protocol stage, the transports and the version adapters use each other "
+    "(negotiation builds the v2 agent; the v1 agent holds the shared engine and the stdio "
+    "permission request): through the faces, which import all of them, they form a circle"
+)
+_LINES = (
+    "the file store and its index read and repair the log file with the writer's own "
+    "line helpers: one piece of code for the line format"
+)
+PRIVATE_ALLOWED: dict[tuple[str, str], str] = {
+    ("modefsm.diagram._files", "modefsm.diagram.renderers._markdown"): (
+        "the index page escapes Markdown as the review page does (_md)"
+    ),
+    ("modefsm.protocol.transport._http", "modefsm.protocol.v2._agent"): _PROTOCOL,
+    ("modefsm.protocol.transport._negotiate", "modefsm.protocol.v2._agent"): _PROTOCOL,
+    ("modefsm.protocol.v1._agent", "modefsm.protocol.transport._shared"): _PROTOCOL,
+    ("modefsm.protocol.v1._agent", "modefsm.protocol.transport._stdio"): _PROTOCOL,
+    ("modefsm.protocol.v2._agent", "modefsm.protocol.v1._agent"): (
+        "the v2 agent is built over the v1 agent (its helpers _finish and _version)"
+    ),
+    ("modefsm.store._file", "modefsm.log._writer"): _LINES,
+    ("modefsm.store._restore", "modefsm.log._writer"): _LINES,
+}
+"""Imports of another package's private module (``_name``), each with its reason: every
+other import between packages goes through the package's face (its ``__init__``). A
+package's own private modules are not another's, nor are those of the packages it sits in
+(``renderers`` reads ``modefsm.diagram._model``: the face of ``modefsm.diagram`` imports
+``renderers``, so it would be an import up its own stage)."""
 
 
 def module_name(path: Path) -> str:
@@ -149,6 +179,22 @@ def sdk_imports(module: str) -> list[str]:
     return [n for n in names if n == "acp" or n.startswith("acp.")]
 
 
+def private_imports() -> set[tuple[str, str]]:
+    """``(module, target)``: *module* imports *target*, a ``_private`` module of another package.
+
+    Any kind of import counts (top level, inside a function, under ``TYPE_CHECKING``).
+    """
+    found: set[tuple[str, str]] = set()
+    for module, path in MODULES.items():
+        home = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for target, _ in imports(module):
+            owner, _, name = target.rpartition(".")
+            inside = home == owner or home.startswith(owner + ".")  # its own, or a parent's
+            if name.startswith("_") and MODULES[target].name != "__init__.py" and not inside:
+                found.add((module, target))
+    return found
+
+
 def import_time_graph() -> dict[str, set[str]]:
     """What importing each module runs first: its imports, and their parent packages."""
     graph: dict[str, set[str]] = {m: set() for m in MODULES}
@@ -227,7 +273,7 @@ class TestLayers:
 
     def test_the_checks_see_imports_of_every_kind(self):
         serve = "modefsm.cli._serve"  # the HTTP transport: inside _serve_http
-        assert ("modefsm.protocol.transport._http", False) in set(imports(serve))
+        assert ("modefsm.protocol.transport", False) in set(imports(serve))
         assert ("modefsm.errors", True) in set(imports(serve))
         facade = "modefsm"  # its TYPE_CHECKING block
         assert ("modefsm.errors", False) in set(imports(facade))
@@ -240,6 +286,14 @@ class TestLayers:
         found = sorted((m, name) for m in below for name in sdk_imports(m))
         assert found == []
         assert sdk_imports("modefsm.protocol.v1._render") == ["acp.schema"]  # the check sees
+
+    def test_packages_use_each_other_through_their_faces(self):
+        """An import of another package's ``_private`` module is one of the few allowed."""
+        assert private_imports() == set(PRIVATE_ALLOWED)
+
+    def test_the_private_import_check_sees_one(self):
+        assert ("modefsm.store._file", "modefsm.log._writer") in private_imports()
+        assert ("modefsm.engine._engine", "modefsm.engine._machine") not in private_imports()
 
     def test_find_cycle_finds_one(self):
         assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
@@ -330,6 +384,97 @@ class TestExports:
         )
         assert result.returncode == 0, result.stderr
         assert result.stdout == f"{len(modefsm.__all__)}\n"
+
+
+def _declared_imports(package: str) -> set[str]:
+    """The stages a package's docstring says it may import (its ``May import:`` paragraph)."""
+    doc = ast.get_docstring(ast.parse(MODULES[package].read_text(encoding="utf-8"))) or ""
+    paragraph = next((p for p in doc.split("\n\n") if p.startswith("May import:")), None)
+    assert paragraph is not None, f"{package}: no 'May import:' paragraph"
+    return {name.removeprefix("modefsm.") for name in re.findall(r"``([\w.]+)``", paragraph)}
+
+
+def _used_stages(package: str) -> set[str]:
+    """The stages (and ``_lazy``) the modules of *package* import from outside it."""
+    inside = [m for m in MODULES if m == package or m.startswith(package + ".")]
+    found: set[str] = set()
+    for module in inside:
+        for target, _ in imports(module):
+            if target != package and not target.startswith(package + "."):
+                found.add(stage(target).removeprefix("modefsm."))
+    return found
+
+
+class TestFaces:
+    """Each package's docstring says what the stage is, what it exports, what it imports."""
+
+    @pytest.mark.parametrize("package", PACKAGES)
+    def test_the_face_names_the_stages_it_imports(self, package: str):
+        assert _declared_imports(package) == _used_stages(package)
+
+    @pytest.mark.parametrize("package", PACKAGES)
+    def test_the_face_says_what_it_exports(self, package: str):
+        doc = ast.get_docstring(ast.parse(MODULES[package].read_text(encoding="utf-8"))) or ""
+        assert "\n\nExports" in doc
+        assert "documentation's Architecture page" not in doc  # says it here, not elsewhere
+
+    def test_the_check_sees_an_import(self):
+        assert _used_stages("modefsm.engine") == {"errors", "spec", "log", "store"}
+
+
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def documented_tree(text: str) -> dict[str, str]:
+    """The tree of the architecture page: ``{path: description}``, packages ending in ``/``.
+
+    The tree is the ``text`` block that starts with ``modefsm/``; each line is a name
+    indented two spaces per level, then its description.
+    """
+    block = text.split("```text\nmodefsm/", 1)[1].split("```", 1)[0]
+    tree: dict[str, str] = {}
+    folders: list[str] = []
+    for line in ("modefsm/" + block).splitlines():
+        depth = (len(line) - len(line.lstrip(" "))) // 2
+        name, _, description = line.strip().partition(" ")
+        folders[depth:] = []
+        path = "".join(folders) + name
+        tree[path] = description.strip()
+        if name.endswith("/"):
+            folders.append(name)
+    return tree
+
+
+def code_tree() -> set[str]:
+    """Every package (``modefsm/spec/``) and module (``modefsm/spec/_model.py``) of the code."""
+    root = PACKAGE.parent
+    return {
+        (p.parent.relative_to(root).as_posix() + "/")
+        if p.name == "__init__.py"
+        else p.relative_to(root).as_posix()
+        for p in PACKAGE.rglob("*.py")
+    }
+
+
+class TestArchitecturePage:
+    """docs/architecture.md shows every package and module, one line each."""
+
+    def test_the_tree_matches_the_code(self):
+        tree = documented_tree(ARCHITECTURE.read_text(encoding="utf-8"))
+        assert sorted(tree) == sorted(code_tree())
+
+    def test_every_line_says_what_it_is(self):
+        tree = documented_tree(ARCHITECTURE.read_text(encoding="utf-8"))
+        assert [path for path, description in tree.items() if not description] == []
+
+    def test_the_parser_reads_nesting(self):
+        text = "```text\nmodefsm/  facade\n  a/  stage\n    _b.py  module\n  c.py  top\n```"
+        assert documented_tree(text) == {
+            "modefsm/": "facade",
+            "modefsm/a/": "stage",
+            "modefsm/a/_b.py": "module",
+            "modefsm/c.py": "top",
+        }
 
 
 class TestOldPaths:

@@ -25,6 +25,7 @@ def example(page: Path) -> str:
     return agents[0]
 
 
+@pytest.mark.sdk_compat
 @pytest.mark.parametrize(
     ("page", "reply"),
     [(README, "working in code mode"), (DOCS / "embedding.md", "switched to code")],

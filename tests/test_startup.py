@@ -77,7 +77,8 @@ def test_diagram_loads_neither_the_sdk_nor_transitions(tmp_path: Path):
     )
     assert result.returncode == 0, result.stdout + result.stderr[-2000:]
     assert out.read_text(encoding="utf-8").startswith("# Modes of seed")
-    assert "modefsm.diagram._files" in modules
+    assert "modefsm.diagram.renderers._markdown" in modules  # (_files loads on first use,
+    # through importlib, which -X importtime does not report)
     assert _sdk(modules) == []
     assert _fsm(modules) == []
 
@@ -130,3 +131,32 @@ def test_the_agent_does_load_the_sdk():
     modules, result = imported("-c", "import modefsm; modefsm.ModeAgent")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "acp" in _sdk(modules)
+
+
+def _loaded(code: str, names: tuple[str, ...]) -> list[str]:
+    """Which of *names* are in ``sys.modules`` after running *code* in a fresh interpreter."""
+    check = f"import sys; print(sorted(n for n in {names!r} if n in sys.modules))"
+    result = subprocess.run(
+        [sys.executable, "-c", f"{code}\n{check}"], capture_output=True, text=True, check=True
+    )
+    return list(eval(result.stdout))  # noqa: S307 - a list of names printed just above
+
+
+MODELS = ("pydantic.main", "modefsm.spec._model", "modefsm.log._models", "modefsm.engine._engine")
+
+
+def test_the_embedder_import_builds_no_pydantic_model():
+    """``from modefsm import ModeEngine, preset`` loads neither pydantic's model machinery
+    nor the spec's or the records' models: ``preset`` loads them when it is called."""
+    code = "from modefsm import ModeEngine, preset"
+    assert _loaded(code, MODELS) == ["modefsm.engine._engine"]
+
+
+def test_calling_preset_does_build_the_models():
+    """The check above can fail: a spec is pydantic models."""
+    code = "from modefsm import ModeEngine, preset; ModeEngine(preset('seed'))"
+    assert _loaded(code, MODELS) == [
+        "modefsm.engine._engine",
+        "modefsm.spec._model",
+        "pydantic.main",
+    ]

@@ -26,7 +26,7 @@ from typing import IO, Any, Protocol
 import orjson
 from transitions import Machine, MachineError
 
-from modefsm import ModeEngine, ModeSpec, TransitionLog
+from modefsm import LogStore, ModeEngine, ModeSpec, TransitionLog
 from modefsm.engine import ModeChanged, build_views
 from modefsm.log._records import EVENT_CHANGED, EVENT_CREATED, record_digest, utc_timestamp
 from modefsm.protocol.v1 import session_updates
@@ -146,7 +146,11 @@ class ModefsmHandler:
     def __init__(self, spec: ModeSpec, log_path: Path | None, sink: Sink | None) -> None:
         """Build the engine; no log when *log_path* is ``None``, no notification without *sink*."""
         self.log = None if log_path is None else TransitionLog.to_file(log_path)
-        self.engine = ModeEngine(spec, log=self.log, sink=None if sink is None else _v1(sink))
+        self.engine = ModeEngine(
+            spec,
+            store=None if self.log is None else LogStore(self.log),
+            sink=None if sink is None else _v1(sink),
+        )
         self.new_session = self.engine.new_session
         self.set_mode = self.engine.set_mode
 

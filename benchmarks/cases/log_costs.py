@@ -15,7 +15,7 @@ import timeit
 from collections.abc import Callable
 from pathlib import Path
 
-from modefsm import ModeEngine, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, TransitionLog, preset
 from modefsm.log._records import EVENT_CHANGED, record_digest
 from modefsm.log._writer import _bind
 from modefsm.store._restore import RestoreIndex
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
 
         log_path, index_path = folder / "big.jsonl", folder / "big.index"
         log = RestoreIndex.open_log(log_path, index_path)
-        engine = ModeEngine(preset("seed"), log=log)
+        engine = ModeEngine(preset("seed"), store=LogStore(log))
         start = time.perf_counter()
         for i in range(args.sessions):
             engine.new_session(f"sess_{i}")

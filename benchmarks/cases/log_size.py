@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.harness import Result, Row, Size, benchmark, serve_startup
-from modefsm import ModeEngine, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, TransitionLog, preset
 
 __all__ = ["run"]
 
@@ -35,7 +35,7 @@ BASE_LABEL = "one record"
 
 def _record() -> bytes:
     buffer = io.BytesIO()
-    ModeEngine(preset("seed"), log=TransitionLog.to_stream(buffer)).new_session("s1")
+    ModeEngine(preset("seed"), store=LogStore(TransitionLog.to_stream(buffer))).new_session("s1")
     return buffer.getvalue()
 
 

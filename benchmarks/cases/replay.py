@@ -39,7 +39,7 @@ from typing import Any
 import orjson
 
 from benchmarks.harness import ROOT, Result, Row, Size, benchmark, child_env, run_child
-from modefsm import ModeEngine, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, TransitionLog, preset
 
 __all__ = ["replay_api", "restore_index", "run_replay", "run_restore", "write_log"]
 
@@ -73,7 +73,7 @@ def write_log(path: Path, records: int, sessions: int, seed: int = 3) -> list[st
     spec = preset("seed")
     log = TransitionLog.to_file(path)
     try:
-        engine = ModeEngine(spec, log=log)
+        engine = ModeEngine(spec, store=LogStore(log))
         ids = [f"sess_{i:032x}" for i in range(sessions)]
         for session_id in ids:
             engine.new_session(session_id)

@@ -20,7 +20,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, cast
@@ -34,8 +34,17 @@ from acp.schema import (
 )
 
 from modefsm.cli._serve import check_log_path
-from modefsm.cli._transcript import _PLAN, DemoFailedError, _copy, _expect, _Transcript
-from modefsm.log._writer import TransitionLog
+from modefsm.cli._transcript import (
+    _PLAN,
+    TOOLS_PRESET,
+    DemoFailedError,
+    _copy,
+    _expect,
+    _Transcript,
+    tool_act,
+)
+from modefsm.log import TransitionLog
+from modefsm.protocol import require_v2
 
 __all__ = ["AGENT_EXIT_WAIT", "DemoClient", "DemoFailedError", "run_demo"]
 
@@ -51,28 +60,44 @@ class DemoClient:
         answers: the ``optionId`` to select for each permission request, in order
             (``None`` answers ``cancelled``).
         modes: every ``currentModeId`` announced, in order.
+        tool_ends: the final status of each tool call (``completed``/``failed``), in order.
+        asked: how many permission requests came.
+        before_answer: awaited once before the next answer (the user acts meanwhile).
     """
 
     answers: list[str | None] = field(default_factory=list)
     modes: list[str] = field(default_factory=list)
+    tool_ends: list[str] = field(default_factory=list)
+    asked: int = 0
+    before_answer: Callable[[], Awaitable[None]] | None = None
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
-        """Record ``current_mode_update`` notifications."""
+        """Record ``current_mode_update`` notifications and the tool calls' ends."""
         del session_id, kwargs
         if update.session_update == "current_mode_update":
             self.modes.append(update.current_mode_id)
+        elif update.session_update == "tool_call_update" and update.status in _ENDS:
+            self.tool_ends.append(update.status)
 
     async def request_permission(
         self, options: list[Any], session_id: str, tool_call: Any, **kwargs: Any
     ) -> RequestPermissionResponse:
         """Answer with the next scripted choice."""
         del options, session_id, tool_call, kwargs
+        self.asked += 1
+        hook, self.before_answer = self.before_answer, None
+        if hook is not None:
+            await hook()
         choice = self.answers.pop(0) if self.answers else None
         if choice is None:
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         return RequestPermissionResponse(
             outcome=AllowedOutcome(outcome="selected", option_id=choice)
         )
+
+
+_ENDS = ("completed", "failed")
+_DECIDED = b'"event":"modefsm.tool_decided"'
 
 
 def _text_block(text: str) -> TextContentBlock:
@@ -115,7 +140,7 @@ async def _agent(
         signal.signal(signal.SIGINT, previous)
 
 
-async def _story(log: Path, out: TextIO, *, raw: bool) -> tuple[list[str], str]:  # noqa: PLR0915
+async def _story(log: Path, out: TextIO, *, raw: bool) -> tuple[list[str], str, str]:  # noqa: PLR0915
     transcript = _Transcript(out, raw=raw)
     client = DemoClient(answers=["code", "reject"])
     command = (sys.executable, "-m", "modefsm", "serve", "--preset", "seed", "--log", str(log))
@@ -176,7 +201,25 @@ async def _story(log: Path, out: TextIO, *, raw: bool) -> tuple[list[str], str]:
         _expect("mode after restart", loaded.modes.current_mode_id, "code")
         assert loaded.config_options is not None  # noqa: S101
         _expect("configOptions after restart", loaded.config_options[0].current_value, "code")
-    return visited, session_id
+
+    tools = (sys.executable, "-m", "modefsm", "serve", "--preset", TOOLS_PRESET, "--log", str(log))
+    async with _agent(client, tools, observers) as conn:
+        await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+
+        async def new_session() -> str:
+            return str((await conn.new_session(cwd=str(Path.cwd()))).session_id)
+
+        async def set_mode(session: str, mode: str) -> None:
+            await conn.set_session_mode(session_id=session, mode_id=mode)
+
+        async def prompt(session: str, text: str) -> None:
+            turn = await conn.prompt(session_id=session, prompt=[_text_block(text)])
+            _expect("stopReason", turn.stop_reason, "end_turn")
+
+        tool_session = await tool_act(
+            transcript, client, new_session=new_session, set_mode=set_mode, prompt=prompt
+        )
+    return visited, session_id, tool_session
 
 
 def run_demo(
@@ -187,6 +230,7 @@ def run_demo(
     Raises:
         LogError: *log* cannot be opened for appending, or exists and is not a transition
             log (:func:`~modefsm.cli.check_log_path`).
+        SdkFeatureError: *protocol* is 2 and the installed ACP SDK has no v2 (0.12).
 
     Args:
         log: the transition log file to write (default: a new temporary directory's
@@ -196,6 +240,8 @@ def run_demo(
         protocol: the ACP version the client speaks (``1``, or ``2`` for ACP v2).
     """
     out = out or sys.stdout
+    if protocol == 2:  # noqa: PLR2004
+        require_v2("demo --protocol 2")
     if log is None:
         log = Path(tempfile.mkdtemp(prefix="modefsm-demo-")) / "transitions.jsonl"
     check_log_path(log)  # not a transition log: refused before anything is written
@@ -204,17 +250,24 @@ def run_demo(
         if protocol == 2:  # noqa: PLR2004
             from modefsm.cli._demo_v2 import story_v2  # noqa: PLC0415 - v2 only when asked
 
-            visited, session_id = asyncio.run(story_v2(log, out, raw=raw))
+            visited, session_id, tool_session = asyncio.run(story_v2(log, out, raw=raw))
         else:
-            visited, session_id = asyncio.run(_story(log, out, raw=raw))
+            visited, session_id, tool_session = asyncio.run(_story(log, out, raw=raw))
     except DemoFailedError as exc:
         print(f"modefsm demo: FAILED: {exc}", file=sys.stderr)
         return 1
     if not raw:
         with log.open("rb") as lines:
-            records = sum(1 for line in lines if session_id.encode() in line)
+            mine = [
+                line
+                for line in lines
+                if session_id.encode() in line or tool_session.encode() in line
+            ]
+        records = sum(1 for line in mine if session_id.encode() in line)
+        decided = sum(1 for line in mine if b'"modefsm.tool_decided"' in line)
         print("\n== summary", file=out)
         print(f"  modes visited: {' -> '.join(visited)}", file=out)
+        print(f"  tool calls decided by the mode: {decided} (session {tool_session})", file=out)
         print(f"  transition log: {log} ({records} records of {session_id})", file=out)
         print(f"  replay it: {invoked_as()} replay {log}", file=out)
     return 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -19,7 +19,15 @@ from acp import RequestError
 from acp.experimental import v2
 from acp.experimental.v2 import schema as s2
 
-from modefsm.cli._transcript import _PLAN, DemoFailedError, _copy, _expect, _Transcript
+from modefsm.cli._transcript import (
+    _PLAN,
+    TOOLS_PRESET,
+    DemoFailedError,
+    _copy,
+    _expect,
+    _Transcript,
+    tool_act,
+)
 
 __all__ = ["DemoClientV2", "story_v2"]
 
@@ -32,6 +40,9 @@ class DemoClientV2:
             (``None`` answers ``cancelled``).
         modes: every mode announced by ``config_option_update``, in order.
         states: every ``state_update`` state, in order.
+        tool_ends: the final status of each tool call (``completed``/``failed``), in order.
+        asked: how many permission requests came.
+        before_answer: awaited once before the next answer (the user acts meanwhile).
     """
 
     def __init__(self, answers: list[str | None]) -> None:
@@ -39,26 +50,38 @@ class DemoClientV2:
         self.answers = answers
         self.modes: list[str] = []
         self.states: list[str] = []
+        self.tool_ends: list[str] = []
+        self.asked = 0
+        self.before_answer: Callable[[], Awaitable[None]] | None = None
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
-        """Record ``config_option_update`` and ``state_update`` notifications."""
+        """Record ``config_option_update``, ``state_update`` and the tool calls' ends."""
         del session_id, kwargs
         if isinstance(update, s2.ConfigOptionUpdate):
             self.modes.append(_mode(update.config_options))
         elif update.session_update == "state_update":
             self.states.append(update.state)
+        elif update.session_update == "tool_call_update" and update.status in _ENDS:
+            self.tool_ends.append(update.status)
 
     async def request_permission(
         self, session_id: str, title: str, options: list[Any], **kwargs: Any
     ) -> s2.RequestPermissionResponse:
         """Answer with the next scripted choice."""
         del session_id, title, options, kwargs
+        self.asked += 1
+        hook, self.before_answer = self.before_answer, None
+        if hook is not None:
+            await hook()
         choice = self.answers.pop(0) if self.answers else None
         if choice is None:
             return s2.RequestPermissionResponse(outcome=s2.CancelledPermissionOutcome())
         return s2.RequestPermissionResponse(
             outcome=s2.SelectedPermissionOutcomeVariant(option_id=choice)
         )
+
+
+_ENDS = ("completed", "failed")
 
 
 def _mode(options: list[Any]) -> str:
@@ -106,8 +129,8 @@ async def _stop(conn: Any, process: asyncio.subprocess.Process) -> None:
     await process.wait()
 
 
-async def story_v2(log: Path, out: TextIO, *, raw: bool) -> tuple[list[str], str]:  # noqa: PLR0915
-    """Tell the story over ACP v2; return the modes visited and the ``sessionId``.
+async def story_v2(log: Path, out: TextIO, *, raw: bool) -> tuple[list[str], str, str]:  # noqa: PLR0915
+    """Tell the story over ACP v2; return the modes visited and the two ``sessionId`` s.
 
     Raises:
         DemoFailedError: a step did not do what ACP v2 says it should.
@@ -182,4 +205,26 @@ async def story_v2(log: Path, out: TextIO, *, raw: bool) -> tuple[list[str], str
         _expect("state before the answer", client.states[-1], "idle")
     finally:
         await _stop(conn, process)
-    return visited, session_id
+
+    tools = (sys.executable, "-m", "modefsm", "serve", "--preset", TOOLS_PRESET, "--log", str(log))
+    conn, process = await _spawn(client, tools, observers)
+    try:
+
+        async def new_session() -> str:
+            return str((await conn.new_session(cwd=cwd)).session_id)
+
+        async def set_mode(session: str, mode: str) -> None:
+            await conn.set_config_option(
+                config_id="mode", session_id=session, value=mode, type="id"
+            )
+
+        async def prompt(session: str, text: str) -> None:
+            await conn.prompt(session_id=session, prompt=[s2.TextContentBlock(text=text)])
+            _expect("state at the end of the turn", client.states[-1], "idle")
+
+        tool_session = await tool_act(
+            transcript, client, new_session=new_session, set_mode=set_mode, prompt=prompt
+        )
+    finally:
+        await _stop(conn, process)
+    return visited, session_id, tool_session

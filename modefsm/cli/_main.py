@@ -17,12 +17,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from modefsm.diagram._formats import FORMATS, Format
+from modefsm.diagram import FORMATS, Format
 from modefsm.errors import DiagramError, LogError, ModefsmError
-from modefsm.spec._presets import preset_names
+from modefsm.spec import preset_names
 
 if TYPE_CHECKING:
-    from modefsm.spec._model import ModeSpec
+    from modefsm.spec import ModeSpec
 
 __all__ = ["main"]
 
@@ -99,8 +99,12 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "serve",
         help="run an ACP agent hosting a spec (stdio, or HTTP and WebSocket)",
         description="Serve a spec (default: --preset seed) as an ACP agent. Its prompt "
-        "turn is a fixed script: in a mode with a switch it proposes the switch, otherwise "
-        "it answers with the current mode. Transports: stdio (the default; stdout carries "
+        "turn is a fixed script: a prompt whose every line is a tool line (read PATH, edit "
+        "PATH, delete PATH, move PATH, search TEXT, run COMMAND, fetch URL, think TEXT; at "
+        "most 32) acts those tool calls out, each decided by the session's mode (asked "
+        "with session/request_permission where the mode says ask; the tools only "
+        "pretend); otherwise, in a mode with a switch it proposes the switch, else it "
+        "answers with the current mode. Transports: stdio (the default; stdout carries "
         "only ACP messages), or with --http HOST:PORT the SDK's streamable HTTP and "
         "WebSocket on the same endpoint, http://HOST:PORT/acp and ws://HOST:PORT/acp "
         "(needs the http extra; all connections share one engine, log and store, so a "
@@ -119,7 +123,9 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         'mode is only the config option with category "mode" (session/set_config_option '
         'with type "id"), switches report state_update, session/resume restores. '
         "protocolVersion 0 is answered -32022. Both versions share the log: a session made "
-        "over one can be resumed over the other, in the same mode.",
+        "over one can be resumed over the other, in the same mode. Serve and demo need "
+        "the ACP SDK (pip install 'modefsm[acp]'); ACP v2 and --http need SDK 1.0 (on "
+        "SDK 0.12 both serves v1 only).",
     )
     _add_spec_arguments(parser)
     parser.add_argument(
@@ -188,7 +194,7 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _origin(text: str) -> str:
-    from modefsm.protocol.transport._access import normal_origin  # noqa: PLC0415 - no SDK import
+    from modefsm.protocol.transport import normal_origin  # noqa: PLC0415 - no SDK import
 
     try:
         return normal_origin(text)
@@ -197,7 +203,7 @@ def _origin(text: str) -> str:
 
 
 def _host(text: str) -> str:
-    from modefsm.protocol.transport._access import normal_host  # noqa: PLC0415 - no SDK import
+    from modefsm.protocol.transport import normal_host  # noqa: PLC0415 - no SDK import
 
     try:
         return normal_host(text)
@@ -225,7 +231,7 @@ def _run_serve(args: argparse.Namespace) -> int:
             raise ModefsmError(f"--store: not a postgresql:// URL: {args.store!r}")
         if args.log is not None and not postgres:
             raise ModefsmError("--store and --log name the same thing for a file store: give one")
-    protocols = {"1": (1,), "2": (2,), "both": (1, 2)}[args.protocol]
+    _check_sdk()
     http_only = {
         "--token-file": args.token_file is not None,
         "--no-auth": args.no_auth,
@@ -242,7 +248,11 @@ def _run_serve(args: argparse.Namespace) -> int:
     gc.disable()
     try:
         from modefsm.cli._serve import HttpAccess, serve  # noqa: PLC0415 - keep --help fast
+        from modefsm.protocol import SUPPORTED_PROTOCOLS, require_v2  # noqa: PLC0415
 
+        if args.protocol == "2":
+            require_v2("ACP v2 (--protocol 2)")
+        protocols = {"1": (1,), "2": (2,), "both": SUPPORTED_PROTOCOLS}[args.protocol]
         spec = _spec_from(args)
         gc.freeze()
     finally:
@@ -297,7 +307,21 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     parser.set_defaults(run=_run_demo)
 
 
+def _check_sdk() -> None:
+    """Refuse ``serve`` and ``demo`` at once when the ACP SDK is not installed.
+
+    Raises:
+        ModefsmError: one line naming the distribution and the extra that brings it.
+    """
+    from importlib.util import find_spec  # noqa: PLC0415 - serve and demo only
+
+    if find_spec("acp") is None:
+        msg = "the ACP SDK (agent-client-protocol) is not installed: pip install 'modefsm[acp]'"
+        raise ModefsmError(msg)
+
+
 def _run_demo(args: argparse.Namespace) -> int:
+    _check_sdk()
     from modefsm.cli._demo import run_demo  # noqa: PLC0415
 
     return run_demo(args.log, raw=args.json, protocol=int(args.protocol))
@@ -312,7 +336,7 @@ def _add_spec_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _spec_from(args: argparse.Namespace) -> ModeSpec:
-    from modefsm.spec._model import load_spec, preset  # noqa: PLC0415 - keep `--help` fast
+    from modefsm.spec import load_spec, preset  # noqa: PLC0415 - keep `--help` fast
 
     if args.spec is not None:
         return load_spec(args.spec)
@@ -382,9 +406,12 @@ def _add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def _run_replay(args: argparse.Namespace) -> int:
-    from modefsm.replay._replayer import replay  # noqa: PLC0415 - keep other commands' start fast
-    from modefsm.replay._report import JsonReport, TableReport  # noqa: PLC0415
-    from modefsm.store._restore import RestoreIndex  # noqa: PLC0415
+    from modefsm.replay import (  # noqa: PLC0415
+        JsonReport,
+        TableReport,
+        replay,
+    )
+    from modefsm.store import RestoreIndex  # noqa: PLC0415
 
     if args.rebuild_index is not None:
         if "-" in args.logs:
@@ -393,7 +420,7 @@ def _run_replay(args: argparse.Namespace) -> int:
         noun = "session" if count == 1 else "sessions"
         print(f"rebuilt {args.rebuild_index}: {count} {noun} from {len(args.logs)} log(s)")
         return 0
-    from modefsm.spec._model import load_spec, preset  # noqa: PLC0415
+    from modefsm.spec import load_spec, preset  # noqa: PLC0415
 
     specs = [load_spec(path) for path in args.spec] + [preset(name) for name in args.preset]
     writer = JsonReport(sys.stdout) if args.format == "json" else TableReport(sys.stdout)
@@ -559,7 +586,8 @@ def _add_diagram(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="FILE",
         action="append",
         default=[],
-        help="a JSON-lines transition log: count the transitions taken (may be repeated)",
+        help="a JSON-lines transition log: count the transitions taken and the tool calls "
+        "each mode decided (may be repeated)",
     )
     parser.add_argument(
         "--session", metavar="ID", help="highlight this session's steps and current mode"
@@ -568,7 +596,7 @@ def _add_diagram(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def _run_diagram(args: argparse.Namespace) -> int:
-    from modefsm.spec._model import load_spec, preset  # noqa: PLC0415
+    from modefsm.spec import load_spec, preset  # noqa: PLC0415
 
     spec = preset(args.preset) if args.preset is not None else load_spec(args.spec)
     fmt: Format = args.format or "mermaid"
@@ -581,7 +609,7 @@ def _run_diagram(args: argparse.Namespace) -> int:
     if fmt == "png" and args.output is None:
         msg = "png output is binary: give -o FILE"
         raise DiagramError(msg)
-    from modefsm.diagram._files import render  # noqa: PLC0415 - keep other commands' start fast
+    from modefsm.diagram import render  # noqa: PLC0415 - keep other commands' start fast
 
     data = render(spec, fmt, logs=args.log, session_id=args.session)
     if args.output is None:

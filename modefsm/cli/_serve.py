@@ -3,10 +3,19 @@
 The agent's ``session/prompt`` is small and deterministic so that any client can
 exercise every mode path:
 
-- in a mode that has a switch (``architect`` in the seed preset), the prompt proposes it
-  through ``session/request_permission``, with the prompt's text as the plan, and answers
-  with a message saying how it ended (if the mode changed to one without a switch before
-  the offer, it answers as in that mode);
+- a prompt whose every non-empty line is a tool line (:data:`TOOL_VERBS`: ``read PATH``,
+  ``edit PATH``, ``delete PATH``, ``move PATH``, ``search TEXT``, ``run COMMAND``,
+  ``fetch URL``, ``think TEXT``) acts those tool calls out, in order, each through
+  :meth:`ModeAgent.run_tool <modefsm.protocol.ModeAgent.run_tool>`: decided by the
+  session's committed mode at that moment (asked with ``session/request_permission``
+  where the mode says ``ask``), and when it may run, "run" by a pretend tool that touches
+  nothing and answers a text. The turn then answers one ``agent_message_chunk``, a line
+  per tool call (``edit notes.txt: failed (Plan mode: no edits and no commands)``). At
+  most :data:`MAX_TOOL_LINES` tool lines a prompt;
+- otherwise, in a mode that has a switch (``architect`` in the seed preset), the prompt
+  proposes it through ``session/request_permission``, with the prompt's text as the plan,
+  and answers with a message saying how it ended (if the mode changed to one without a
+  switch before the offer, it answers as in that mode);
 - in any other mode, it answers one ``agent_message_chunk`` naming the current mode.
 
 stdout carries only ACP messages. The transition log goes to ``--log FILE`` (JSON
@@ -28,6 +37,7 @@ import os
 import signal
 import stat
 import sys
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,24 +46,39 @@ from typing import Any, TypeVar
 import orjson
 from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock, UserMessageChunk
 
+from modefsm.engine import ToolCall
 from modefsm.errors import LogError, ModefsmError, NoSwitchError
-from modefsm.log._conversation import ConversationStore, journal_path
-from modefsm.log._files import check_private
-from modefsm.log._writer import TransitionLog, ignore_file_size_signal
-from modefsm.protocol.transport._negotiate import SUPPORTED_PROTOCOLS, serve_negotiated
-from modefsm.protocol.transport._stdio import BoundedPipeWriter, Diagnostics, OutputClosedError
-from modefsm.protocol.v1._agent import ModeAgent
-from modefsm.spec import ModeSpec
-from modefsm.store import SessionStore, open_store
+from modefsm.log import (
+    ConversationStore,
+    TransitionLog,
+    check_private,
+    ignore_file_size_signal,
+    journal_path,
+)
+from modefsm.protocol import require_v2
+from modefsm.protocol.errors import invalid_params
+from modefsm.protocol.transport import (
+    SUPPORTED_PROTOCOLS,
+    BoundedPipeWriter,
+    Diagnostics,
+    OutputClosedError,
+    serve_negotiated,
+)
+from modefsm.protocol.v1 import ModeAgent
+from modefsm.spec import ModeSpec, ToolKind
+from modefsm.store import LogStore, SessionStore, open_store
 
 __all__ = [
+    "MAX_TOOL_LINES",
     "STDERR_LOG_WAIT",
+    "TOOL_VERBS",
     "HttpAccess",
     "ScriptedAgent",
     "check_log_path",
     "conversation_path",
     "index_path",
     "serve",
+    "tool_script",
 ]
 
 _T = TypeVar("_T")
@@ -93,16 +118,24 @@ class ScriptedAgent(ModeAgent):
     replay_on_load = True
 
     async def prompt(self, prompt: list[Any], session_id: str, **kwargs: Any) -> PromptResponse:
-        """``session/prompt``: propose the mode's switch, or say which mode the session is in."""
+        """``session/prompt``: act out tool calls, propose the mode's switch, or say the mode.
+
+        Raises:
+            RequestError: ``-32602`` naming ``prompt`` for more than
+                :data:`MAX_TOOL_LINES` tool lines (nothing is run).
+        """
         del kwargs
         session = await self.refresh(session_id)  # the mode another process may have set
         text = " ".join(getattr(block, "text", "") for block in prompt).strip()
+        script = tool_script("\n".join(getattr(block, "text", "") for block in prompt))
         for block in prompt:
             self.record(
                 session_id, UserMessageChunk(session_update="user_message_chunk", content=block)
             )
         cancelled = self.begin_turn(session_id)
         try:
+            if script:
+                return await self._act_out(session_id, script, cancelled)
             result = None
             if self.engine.spec.switch_from(session.state) is not None:
                 try:
@@ -123,15 +156,82 @@ class ScriptedAgent(ModeAgent):
                 reply = f"Not switched ({result.reason}): still in {session.state} mode."
             if cancelled.is_set():
                 return PromptResponse(stop_reason="cancelled")
-            message = AgentMessageChunk(
-                session_update="agent_message_chunk",
-                content=TextContentBlock(type="text", text=reply),
-            )
-            self.record(session_id, message)
-            await self.engine.notify(session_id, message)
+            await self._reply(session_id, reply)
             return PromptResponse(stop_reason="end_turn")
         finally:
             self.end_turn(session_id, cancelled)
+
+    async def _reply(self, session_id: str, reply: str) -> None:
+        message = AgentMessageChunk(
+            session_update="agent_message_chunk",
+            content=TextContentBlock(type="text", text=reply),
+        )
+        self.record(session_id, message)
+        await self.engine.notify(session_id, message)
+
+    async def _act_out(
+        self, session_id: str, script: list[tuple[str, str]], cancelled: asyncio.Event
+    ) -> PromptResponse:
+        """Run the prompt's tool lines through :meth:`run_tool`, then say how each ended."""
+        lines = []
+        for verb, argument in script:
+            kind, name, label = TOOL_VERBS[verb]
+            title = f"{label} {argument}"
+            call = ToolCall(f"call_{verb}_{uuid.uuid4().hex[:12]}", kind, name, title)
+
+            async def pretend(title: str = title) -> str:
+                return f"{title}: acted out (modefsm serve touches nothing)"
+
+            try:
+                result = await self.run_tool(session_id, call, pretend, cancelled=cancelled)
+            except ConnectionError:  # the client hung up while deciding
+                return PromptResponse(stop_reason="cancelled")
+            if cancelled.is_set():  # session/cancel or session/close ended the turn
+                return PromptResponse(stop_reason="cancelled")
+            line = f"{verb} {argument}: {result.status}"
+            lines.append(line if result.ran else f"{line} ({result.text})")
+        await self._reply(session_id, "\n".join(lines))
+        return PromptResponse(stop_reason="end_turn")
+
+
+TOOL_VERBS: dict[str, tuple[ToolKind, str, str]] = {
+    "read": ("read", "read_file", "Read"),
+    "edit": ("edit", "edit_file", "Edit"),
+    "delete": ("delete", "delete_file", "Delete"),
+    "move": ("move", "move_file", "Move"),
+    "search": ("search", "search", "Search"),
+    "run": ("execute", "run_command", "Run"),
+    "fetch": ("fetch", "fetch", "Fetch"),
+    "think": ("think", "think", "Think"),
+}
+"""The scripted agent's tool lines: ``verb -> (ACP ToolKind, tool name, title prefix)``; the
+tool name is what the spec's ``tools[].name`` patterns match."""
+
+MAX_TOOL_LINES = 32
+"""The most tool lines one prompt of the scripted agent may act out."""
+
+
+def tool_script(text: str) -> list[tuple[str, str]]:
+    """The tool lines of a prompt's *text*, ``[(verb, argument), ...]``; ``[]`` if it is not one.
+
+    A prompt is a tool script when every non-empty line is ``VERB ARGUMENT``, *VERB* one
+    of :data:`TOOL_VERBS` (lowercase) and *ARGUMENT* not empty.
+
+    Raises:
+        RequestError: ``-32602`` naming ``prompt`` for more than :data:`MAX_TOOL_LINES`.
+    """
+    script = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        verb, _space, argument = line.strip().partition(" ")
+        if verb not in TOOL_VERBS or not argument.strip():
+            return []
+        script.append((verb, argument.strip()))
+    if len(script) > MAX_TOOL_LINES:
+        text = f"prompt: at most {MAX_TOOL_LINES} tool lines, not {len(script)}"
+        raise invalid_params(text, {"field": "prompt", "max": MAX_TOOL_LINES})
+    return script
 
 
 def _check_stdio() -> None:
@@ -212,7 +312,7 @@ def check_log_path(path: Path, *, index: bool = True) -> None:
 
 def _check_modes(path: Path) -> None:
     """Refuse a log whose file, index or journal others may write (see :func:`check_log_path`)."""
-    from modefsm.store._restore import check_index_modes  # noqa: PLC0415 - sqlite3 only when serving
+    from modefsm.store import check_index_modes  # noqa: PLC0415 - sqlite3 only when serving
 
     for file, what in (
         (path, "the transition log"),
@@ -225,7 +325,7 @@ def _check_modes(path: Path) -> None:
 
 def _check_index(path: Path) -> None:
     """Refuse a restore index path that holds something else (it is never overwritten)."""
-    from modefsm.store._restore import check_index_path  # noqa: PLC0415 - sqlite3 only when serving
+    from modefsm.store import check_index_path  # noqa: PLC0415 - sqlite3 only when serving
 
     check_index_path(path, doing="read")
 
@@ -252,7 +352,7 @@ def conversation_path(log_path: Path) -> Path:
     return journal_path(log_path)
 
 
-def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen once
+def serve(  # noqa: C901 - where each part of the agent lives, chosen once
     spec: ModeSpec,
     log_path: Path | None = None,
     *,
@@ -286,6 +386,7 @@ def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen o
             shares one history: a session created in one can be loaded in another.
         protocols: the ACP versions served (``(1, 2)``: v1 and v2 clients, chosen by
             each connection's ``initialize.protocolVersion``; ``(1,)``: v1 only; ``(2,)``).
+            The default is :data:`~modefsm.protocol.SUPPORTED_PROTOCOLS`: ``(1,)`` on SDK 0.12.
         http: ``(host, port)`` to serve streamable HTTP and WebSocket at
             ``http://host:port/acp`` (see :func:`modefsm.protocol.serve_http`) instead of stdio.
         access: who may use it (default: :class:`HttpAccess`, a new token). The listening
@@ -294,6 +395,8 @@ def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen o
     Raises:
         LogError: the log file cannot be opened, or exists and is not a transition log
             (see :func:`check_log_path`).
+        SdkFeatureError: *http* is given and the installed ACP SDK has no v2 (0.12; see
+            :mod:`modefsm.protocol._sdk`).
         ModefsmError: stdin or stdout is not a pipe, a file or a terminal (stdio), or the HTTP
             address cannot be bound, or the ``http`` extra is not installed, or the token
             file is unusable (others may read it, no token in it), or ``no_auth`` is asked
@@ -309,10 +412,11 @@ def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen o
     if isinstance(target, Path):
         check_log_path(target, index=False)
     log: TransitionLog | None = None
-    shared: SessionStore | None = None
-    if target is None:
+    shared: SessionStore
+    if target is None:  # the records go to stderr; nothing is restorable after a restart
         stream = BoundedPipeWriter(sys.stderr.fileno(), STDERR_LOG_WAIT)
         log = TransitionLog.to_stream(stream, path="<stderr>")  # type: ignore[arg-type]
+        shared = LogStore(log)
         conversation = ConversationStore()
     else:
         if not isinstance(target, Path):  # PostgreSQL: the worker's own log of its records
@@ -331,8 +435,6 @@ def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen o
             raise
 
     def make_agent() -> ScriptedAgent:
-        if shared is None:
-            return ScriptedAgent(spec, log=log, unstable=True, conversation=conversation)
         return ScriptedAgent(spec, store=shared, unstable=True, conversation=conversation)
 
     diagnostics = Diagnostics(sys.stderr.fileno(), prefix="modefsm serve")
@@ -345,7 +447,6 @@ def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen o
             return _serve_http(
                 spec,
                 shared,
-                log,
                 conversation,
                 served=served,
                 diagnostics=diagnostics,
@@ -353,8 +454,7 @@ def serve(  # noqa: C901, PLR0912 - where each part of the agent lives, chosen o
             )
         return _serve_stdio(make_agent(), protocols, diagnostics, hangup)
     finally:
-        if shared is not None:
-            shared.close()
+        shared.close()
         if log is not None:
             log.close()
         conversation.close()
@@ -470,8 +570,9 @@ def _served(address: tuple[str, int], protocols: tuple[int, ...], access: HttpAc
         ModefsmError: the ``http`` extra is missing, ``--no-auth`` is asked for an address
             that is not loopback, or the token file is unusable.
     """
+    require_v2("serve --http", "http")
     _check_http_extra()
-    from modefsm.protocol.transport._access import (  # noqa: PLC0415 - HTTP only
+    from modefsm.protocol.transport import (  # noqa: PLC0415 - HTTP only
         is_loopback,
         new_token,
         read_token_file,
@@ -491,19 +592,22 @@ def _served(address: tuple[str, int], protocols: tuple[int, ...], access: HttpAc
 
 def _serve_http(
     spec: ModeSpec,
-    shared: SessionStore | None,
-    log: TransitionLog | None,
+    shared: SessionStore,
     conversation: ConversationStore,
     *,
     served: _Served,
     diagnostics: Diagnostics,
     hangup: Callable[[], None] | None,
 ) -> int:
-    from modefsm.protocol.transport._access import is_loopback, write_token_file  # noqa: PLC0415
-    from modefsm.protocol.transport._http import raise_descriptor_limit, serve_http  # noqa: PLC0415
-    from modefsm.protocol.transport._shared import SharedEngine  # noqa: PLC0415
+    from modefsm.protocol.transport import (  # noqa: PLC0415  # noqa: PLC0415
+        SharedEngine,
+        is_loopback,
+        raise_descriptor_limit,
+        serve_http,
+        write_token_file,
+    )
 
-    engine = SharedEngine(spec, log=log) if shared is None else SharedEngine(spec, store=shared)
+    engine = SharedEngine(spec, store=shared)
 
     def factory(conn: Any) -> ScriptedAgent:
         agent = ScriptedAgent(spec, unstable=True, conversation=conversation, engine=engine)

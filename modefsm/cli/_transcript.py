@@ -7,7 +7,8 @@ it imports neither.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, TextIO
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TextIO
 
 import orjson
 
@@ -90,3 +91,67 @@ async def _copy(source: asyncio.StreamReader | None, sink: TextIO) -> None:
 
 
 _PLAN = "## Implementation Plan\n1. Add the /items endpoint\n2. Write its tests"
+
+
+TOOLS_PRESET = "permission"
+"""The preset of the demo's second agent, whose modes decide its tool calls."""
+
+
+class _ToolClient(Protocol):
+    """What the tool-call act needs of a demo client (v1 or v2)."""
+
+    answers: list[str | None]
+    tool_ends: list[str]
+    asked: int
+    before_answer: Callable[[], Awaitable[None]] | None
+
+
+async def tool_act(
+    transcript: _Transcript,
+    client: _ToolClient,
+    *,
+    new_session: Callable[[], Awaitable[str]],
+    set_mode: Callable[[str, str], Awaitable[None]],
+    prompt: Callable[[str, str], Awaitable[None]],
+) -> str:
+    """Tool calls decided by the mode, on an agent serving :data:`TOOLS_PRESET`.
+
+    Returns:
+        The act's ``sessionId``.
+
+    Raises:
+        DemoFailedError: a tool call did not end as the mode says it should.
+    """
+
+    async def turn(text: str, ends: list[str], asked: int) -> None:
+        client.tool_ends.clear()
+        before = client.asked
+        await prompt(session_id, text)
+        _expect(f"tool calls of {text!r}", client.tool_ends, ends)
+        _expect(f"permission requests of {text!r}", client.asked - before, asked)
+
+    transcript.say("a second agent, the permission preset: each tool call decided by the mode")
+    session_id = await new_session()
+    transcript.say("plan: `edit notes.txt` is denied; the tool call fails with the rule's reason")
+    await set_mode(session_id, "plan")
+    await turn("edit notes.txt", ["failed"], 0)
+    transcript.say("default: the edit is asked; the user allows it once")
+    await set_mode(session_id, "default")
+    client.answers.append("allow_once")
+    await turn("edit notes.txt", ["completed"], 1)
+    transcript.say("acceptEdits: the edit is allowed without asking")
+    await set_mode(session_id, "acceptEdits")
+    await turn("edit notes.txt", ["completed"], 0)
+    transcript.say(
+        "default, mid-turn: while `run make` is asked the user picks acceptEdits, then allows "
+        "it; the turn's next tool call, the edit, is decided by acceptEdits: no question"
+    )
+    await set_mode(session_id, "default")
+
+    async def accept_edits() -> None:
+        await set_mode(session_id, "acceptEdits")
+
+    client.before_answer = accept_edits
+    client.answers.append("allow_once")
+    await turn("run make\nedit notes.txt", ["completed", "completed"], 1)
+    return session_id

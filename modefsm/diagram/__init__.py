@@ -1,10 +1,18 @@
 """A spec as a state diagram: Mermaid, DOT, SVG, PNG, a Markdown review page.
 
-Where it sits among the stages: the documentation's Architecture page.
-
 The data flows one way: the model (``_model``), built from a spec (``_build``) and the
 logs (``_traffic``), then one renderer per format (``renderers``), then the files
 (``_files``).
+
+Exports: the format-free model (``Diagram``, ``DiagramNode``, ``DiagramEdge``,
+``DiagramGroup``, ``Traffic``, ...), its builders (``build_diagram``, ``option_reach``,
+``read_traffic``), the renderers (``to_mermaid``, ``to_dot``, ``to_svg``, ``to_png``,
+``to_markdown``), the files (``render``, ``write_preset_diagrams``), ``FORMATS`` and the
+bounds on what is drawn. Only ``FORMATS`` and ``Format`` load with the package; the rest
+on first use.
+
+May import: ``errors``, ``spec``, ``log``, ``replay`` (the logs' traffic), and
+``modefsm._lazy``.
 """
 
 from typing import TYPE_CHECKING
@@ -13,7 +21,13 @@ from modefsm._lazy import lazy_exports
 from modefsm.diagram._formats import FORMATS, Format
 
 if TYPE_CHECKING:
-    from modefsm.diagram._build import DRAWN_MAX, GROUP_STEPS_MAX, build_diagram, option_reach
+    from modefsm.diagram._build import (
+        DRAWN_MAX,
+        GROUP_STEPS_MAX,
+        build_diagram,
+        option_reach,
+        rule_lines,
+    )
     from modefsm.diagram._files import render, write_preset_diagrams
     from modefsm.diagram._model import (
         Diagram,
@@ -25,6 +39,8 @@ if TYPE_CHECKING:
         LegendKind,
         NodeKind,
         OptionReach,
+        RuleLine,
+        ToolCount,
         Traffic,
         TransitionKey,
     )
@@ -41,7 +57,13 @@ if TYPE_CHECKING:
     )
 
 _MODULES = {
-    "modefsm.diagram._build": ("DRAWN_MAX", "GROUP_STEPS_MAX", "build_diagram", "option_reach"),
+    "modefsm.diagram._build": (
+        "DRAWN_MAX",
+        "GROUP_STEPS_MAX",
+        "build_diagram",
+        "option_reach",
+        "rule_lines",
+    ),
     "modefsm.diagram._files": ("render", "write_preset_diagrams"),
     "modefsm.diagram._model": (
         "Diagram",
@@ -53,6 +75,8 @@ _MODULES = {
         "LegendKind",
         "NodeKind",
         "OptionReach",
+        "RuleLine",
+        "ToolCount",
         "Traffic",
         "TransitionKey",
     ),
@@ -86,12 +110,15 @@ __all__ = [
     "LegendKind",
     "NodeKind",
     "OptionReach",
+    "RuleLine",
+    "ToolCount",
     "Traffic",
     "TransitionKey",
     "build_diagram",
     "option_reach",
     "read_traffic",
     "render",
+    "rule_lines",
     "to_dot",
     "to_markdown",
     "to_mermaid",

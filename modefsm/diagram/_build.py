@@ -8,7 +8,7 @@ than :data:`DRAWN_MAX` client changes, or client groups needing more than
 :data:`GROUP_STEPS_MAX` steps to find.
 
 Example:
-    >>> from modefsm.spec._model import preset
+    >>> from modefsm import preset
     >>> diagram = build_diagram(preset("seed"))
     >>> [(n.id, n.label) for n in diagram.nodes if n.kind == "mode"]
     [('s0', 'Ask'), ('s1', 'Architect'), ('s2', 'Code')]
@@ -34,13 +34,23 @@ from modefsm.diagram._model import (
     LegendEntry,
     LegendKind,
     OptionReach,
+    RuleLine,
+    ToolCount,
     Traffic,
 )
 from modefsm.errors import DiagramError
-from modefsm.spec._model import ModeSpec, Switch, SwitchOption
-from modefsm.spec._table import PREVIOUS
+from modefsm.spec import (
+    DECISIONS,
+    PREVIOUS,
+    TOOL_KINDS,
+    Decision,
+    Mode,
+    ModeSpec,
+    Switch,
+    SwitchOption,
+)
 
-__all__ = ["DRAWN_MAX", "GROUP_STEPS_MAX", "build_diagram", "option_reach"]
+__all__ = ["DRAWN_MAX", "GROUP_STEPS_MAX", "build_diagram", "option_reach", "rule_lines"]
 
 
 _GROUP_MIN = 3
@@ -108,6 +118,7 @@ def build_diagram(spec: ModeSpec, traffic: Traffic | None = None) -> Diagram:
             tooltip=mode.description,
             initial=mode.id == spec.initial,
             restore_to=None if mode.restorable else spec.mode(spec.restore_target(mode.id)).name,
+            rules=rule_lines(spec, mode),
         )
         for mode in spec.modes
     ]
@@ -134,7 +145,7 @@ def option_reach(spec: ModeSpec) -> tuple[OptionReach, ...]:
     """Where each allow option of each switch can lead, in each of the switch's source modes.
 
     The one statement of the rule the engine applies (its ``offer_switch`` and
-    ``apply_switch``), which every renderer draws. A named target is reached alone. A
+    ``settle_switch``), which every renderer draws. A named target is reached alone. A
     ``$previous`` option returns to the mode the session was in before the current one,
     named in the option when the permission request is built; it reaches the modes from
     which a client change or a switch enters the source mode (or enters a non-restorable
@@ -189,6 +200,65 @@ def option_reach(spec: ModeSpec) -> tuple[OptionReach, ...]:
                     )
                 )
     return tuple(reach)
+
+
+def rule_lines(spec: ModeSpec, mode: Mode) -> tuple[RuleLine, ...]:
+    """What *mode*'s ``tools`` rules say, one :class:`RuleLine` per decision.
+
+    Each kind gets the decision the rules give a call of that kind without a name (the
+    engine's :meth:`RuleTable.scan <modefsm.spec.RuleTable.scan>`); a rule with a name
+    pattern that comes before that decision in the rules is listed with the kinds it may
+    decide, unless it and every later such rule say the same as the kind's decision. A
+    kind whose decision is ``tools_default`` is ``*``, on the default's line, which is
+    last; the other lines are in the order ``allow``, ``ask``, ``deny``. Each line lists
+    at most :data:`NAMES_MAX` targets, then how many more.
+
+    Args:
+        spec: the spec *mode* is a mode of.
+        mode: the mode.
+
+    Returns:
+        The lines; none for a mode with no rules and ``tools_default = "ask"`` (the
+        default: every call is asked about).
+    """
+    if not mode.tools and mode.tools_default == "ask":
+        return ()
+    default = mode.tools_default
+    kinds: dict[Decision, list[str]] = {d: [] for d in DECISIONS}
+    patterns: dict[int, list[str]] = {}  # a rule's index: the kinds it may decide
+    rest = False
+    for kind in TOOL_KINDS:
+        verdict = spec.rules.scan(mode.id, kind)
+        end = len(mode.tools) if verdict.rule_index is None else verdict.rule_index
+        first = [
+            i
+            for i, rule in enumerate(mode.tools[:end])
+            if rule.name is not None and (rule.kind is None or kind in rule.kind)
+        ]
+        while first and mode.tools[first[-1]].decision == verdict.decision:
+            first.pop()
+        for i in first:
+            patterns.setdefault(i, []).append(kind)
+        if verdict.decision == default:
+            rest = True
+        else:
+            kinds[verdict.decision].append(kind)
+    targets: dict[Decision, list[str]] = {d: list(k) for d, k in kinds.items()}
+    for i, decided in sorted(patterns.items()):
+        rule = mode.tools[i]
+        named = TOOL_KINDS if rule.kind is None else rule.kind
+        pattern = f'"{rule.name}"'
+        shown = pattern if set(decided) == set(named) and rule.kind is None else None
+        targets[rule.decision].append(shown or f"{'/'.join(decided)} {pattern}")
+    order = [d for d in DECISIONS if d != default] + [default]
+    lines = {d: _capped(targets[d]) + ("*",) * (rest and d == default) for d in order}
+    return tuple(RuleLine(decision=d, targets=lines[d]) for d in order if lines[d])
+
+
+def _capped(targets: Sequence[str]) -> tuple[str, ...]:
+    """The first :data:`NAMES_MAX` of *targets*, and how many more there are."""
+    more = len(targets) - NAMES_MAX
+    return tuple(targets[:NAMES_MAX]) + ((f"and {more} more",) if more > 0 else ())
 
 
 def _entered_from(spec: ModeSpec, modes: Sequence[str]) -> set[str]:
@@ -644,11 +714,15 @@ def _overlay(
         )
     ]
     counted = [_counted_edge(edge, traffic) for edge in [*edges, *explicit]]
+    tools: dict[str, list[ToolCount]] = {}
+    for count in traffic.tools:
+        tools.setdefault(count.mode, []).append(count)
     marked = [
         node.model_copy(
             update={
                 "current": node.mode_id == traffic.current,
                 "entered": traffic.entered.get(node.mode_id, 0),
+                "tools": tuple(tools.get(node.mode_id, ())),
             }
         )
         if node.mode_id is not None
@@ -674,6 +748,11 @@ def _caption(spec: ModeSpec, traffic: Traffic) -> str:
     caption = f"From the log: {traffic.sessions} {noun} of spec {spec.name}"
     if traffic.unmatched:
         caption += f", {traffic.unmatched} records matching no transition of this spec"
+    if traffic.decisions:
+        noun = "tool call" if traffic.decisions == 1 else "tool calls"
+        caption += f", {traffic.decisions} {noun} decided"
+        if traffic.unmatched_decisions:
+            caption += f" ({traffic.unmatched_decisions} in modes this spec does not have)"
     if traffic.session_id is not None:
         caption += f"; session {traffic.session_id}"
         if traffic.current is not None:
@@ -700,6 +779,8 @@ def _legend(
         "faded": traffic is not None,
         "path": traffic is not None and traffic.session_id is not None,
         "current": traffic is not None and traffic.current is not None,
+        "rules": any(n.rules for n in nodes),
+        "tools": any(n.tools for n in nodes),
     }
     session = traffic.session_id if traffic is not None else None
     return tuple(
@@ -721,4 +802,6 @@ _LEGEND_TEXT: dict[LegendKind, str] = {
     "faded": "never taken in the log",
     "path": "the steps of session {session}",
     "current": "its current mode",
+    "rules": "tool calls of these kinds get allow, ask or deny (* the rest)",
+    "tools": "tool calls decided in the log, per kind (ask: by the answer)",
 }

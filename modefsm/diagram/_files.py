@@ -11,8 +11,7 @@ from modefsm.diagram._traffic import read_traffic
 from modefsm.diagram.renderers import to_dot, to_markdown, to_mermaid, to_png, to_svg
 from modefsm.diagram.renderers._markdown import _md
 from modefsm.errors import DiagramError
-from modefsm.spec._model import ModeSpec, preset
-from modefsm.spec._presets import preset_names
+from modefsm.spec import ModeSpec, preset, preset_names
 
 __all__ = ["render", "write_preset_diagrams"]
 

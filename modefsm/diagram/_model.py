@@ -40,9 +40,15 @@ The visual grammar (every picture carries its key, Mermaid's on the Markdown pag
 - a mode that ``session/load`` or ``session/resume`` does not restore is orange, with a
   dotted arrow to the mode restored instead.
 
+A mode with ``tools`` rules (or a ``tools_default`` other than ``ask``) shows what they
+say, one line per decision (:class:`RuleLine`): the kinds that decision gets, the tool-name
+patterns that decide first, and ``*`` for every kind no line lists (the default's line,
+last). The Markdown page has each mode's rules in order, as a table.
+
 With traffic, each edge shows how often it was taken and each mode how often it was
 entered; edges never taken are faded (DOT, SVG, PNG), and one session's steps and current
-mode are highlighted.
+mode are highlighted. Each mode also shows the tool calls decided in it, per kind
+(:class:`ToolCount`): how many were allowed, asked (by the answer) and denied.
 """
 
 from __future__ import annotations
@@ -53,7 +59,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from modefsm.spec._model import PermissionOptionKind
+from modefsm.log import Outcome
+from modefsm.spec import Decision, PermissionOptionKind, ToolKind
 
 __all__ = [
     "Diagram",
@@ -65,6 +72,8 @@ __all__ = [
     "LegendKind",
     "NodeKind",
     "OptionReach",
+    "RuleLine",
+    "ToolCount",
     "Traffic",
     "TransitionKey",
 ]
@@ -108,9 +117,55 @@ LegendKind = Literal[
     "faded",
     "path",
     "current",
+    "rules",
+    "tools",
 ]
 """The style a legend line shows a sample of."""
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class RuleLine(BaseModel):
+    """One line of what a mode's ``tools`` rules say: a decision and the tool calls it gets.
+
+    Attributes:
+        decision: ``allow``, ``ask`` or ``deny``.
+        targets: what gets it, in ACP ``ToolKind`` order then rule order: a kind; a
+            name pattern of a rule that decides before the kind's own decision, quoted
+            after the kinds it applies to (``edit "*_plan"``; the pattern alone when the
+            rule names no kind); ``*`` for every kind no other line lists (the
+            ``tools_default`` line, which is the last).
+    """
+
+    model_config = _FROZEN
+
+    decision: Decision
+    targets: tuple[str, ...]
+
+
+class ToolCount(BaseModel):
+    """The tool calls of one kind decided in one mode, from a log's decision records.
+
+    Attributes:
+        mode: the mode they were decided in (ACP ``SessionMode.id``).
+        kind: ACP ``ToolKind``.
+        allow: calls the rules allowed.
+        asked: calls the rules asked about, by how the ask ended (the answer's
+            :data:`~modefsm.log.Outcome`; ``None``: the record has none), in that order.
+        deny: calls the rules refused.
+    """
+
+    model_config = _FROZEN
+
+    mode: str
+    kind: ToolKind
+    allow: int = 0
+    asked: tuple[tuple[Outcome | None, int], ...] = ()
+    deny: int = 0
+
+    @property
+    def ask(self) -> int:
+        """The calls asked about, whatever the answer."""
+        return sum(n for _, n in self.asked)
 
 
 class DiagramNode(BaseModel):
@@ -127,6 +182,10 @@ class DiagramNode(BaseModel):
         restore_to: for a mode that is not restorable, the name of the mode restored instead.
         entered: with traffic, how many committed records entered this mode.
         current: with traffic and a session, whether it is that session's current mode.
+        rules: a mode's ``tools`` rules, one line per decision (none: the mode has no
+            rules and asks about every call, the default).
+        tools: with traffic, the tool calls decided in this mode, one item per kind in
+            ACP ``ToolKind`` order (only the kinds the log shows).
     """
 
     model_config = _FROZEN
@@ -140,6 +199,8 @@ class DiagramNode(BaseModel):
     restore_to: str | None = None
     entered: int | None = None
     current: bool = False
+    rules: tuple[RuleLine, ...] = ()
+    tools: tuple[ToolCount, ...] = ()
 
 
 class DiagramGroup(BaseModel):
@@ -235,6 +296,11 @@ class Traffic(BaseModel):
             rejected switch options).
         unmatched: how many of those match no transition of the spec (a log written under
             an older version of the spec, for instance).
+        tools: the tool calls decided (``modefsm.tool_decided`` records of the spec), per
+            mode and kind, modes in spec order and kinds in ACP ``ToolKind`` order.
+        decisions: how many decision records of the spec were counted.
+        unmatched_decisions: how many of those were decided in a mode the spec does not
+            have (not in :attr:`tools`).
         session_id: the session whose path is highlighted, if one was asked for.
         path: that session's transitions, in log order.
         current: that session's current mode id (the last mode it committed).
@@ -247,6 +313,9 @@ class Traffic(BaseModel):
     sessions: int
     records: int
     unmatched: int = 0
+    tools: tuple[ToolCount, ...] = ()
+    decisions: int = 0
+    unmatched_decisions: int = 0
     session_id: str | None = None
     path: tuple[TransitionKey, ...] = ()
     current: str | None = None

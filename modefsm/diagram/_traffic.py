@@ -1,17 +1,24 @@
-"""Reading transition logs: how often the sessions of one spec took each transition."""
+"""Reading logs: how often one spec's sessions took each transition, what each mode decided."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import get_args
 
-from modefsm.diagram._model import Traffic, TransitionKey
+from modefsm.diagram._model import ToolCount, Traffic, TransitionKey
 from modefsm.errors import DiagramError, LogError
-from modefsm.log._records import EVENT_CHANGED, EVENT_CREATED, EVENT_REJECTED, TransitionRecord
-from modefsm.replay._replayer import iter_records
-from modefsm.spec._model import ModeSpec
-from modefsm.spec._table import TriggerKind
+from modefsm.log import (
+    EVENT_CHANGED,
+    EVENT_CREATED,
+    EVENT_REJECTED,
+    DecisionRecord,
+    Outcome,
+    TransitionRecord,
+)
+from modefsm.replay import iter_records
+from modefsm.spec import TOOL_KINDS, ModeSpec, TriggerKind
 
 __all__ = ["read_traffic"]
 
@@ -24,7 +31,9 @@ def read_traffic(
     Only the records of *spec* (the same ``spec`` name) are read. A session creation, a
     committed change (``modefsm.mode_changed``) and a rejected switch option
     (``modefsm.change_rejected`` with reason ``option_rejected``) are each counted on the
-    transition taken; other rejections changed nothing and are not counted.
+    transition taken; other rejections changed nothing and are not counted. Each tool
+    call decision (``modefsm.tool_decided``, read with ``read_log(decisions=True)``) is
+    counted on its mode and kind, by decision and, for an ``ask``, by its outcome.
 
     Args:
         spec: the spec the picture shows.
@@ -32,7 +41,7 @@ def read_traffic(
         session_id: a session whose path and current mode to highlight (ACP ``sessionId``).
 
     Returns:
-        The counts, and the path of *session_id*.
+        The counts (of every session), and the path of *session_id*.
 
     Raises:
         LogError: a log cannot be read.
@@ -47,7 +56,11 @@ def read_traffic(
     path: list[TransitionKey] = []
     current: str | None = None
     seen = False
+    decided: Counter[tuple[str, str, str, Outcome | None]] = Counter()
     for record in _records(paths):
+        if isinstance(record, DecisionRecord):
+            _count_decision(spec, record, decided, other_specs)
+            continue
         if record.spec != spec.name:
             other_specs.add(record.spec)
             continue
@@ -67,7 +80,7 @@ def read_traffic(
             seen = True
             path += [key] if key is not None else []
             current = record.to_mode if committed else current
-    if not records and other_specs:
+    if not records and not decided and other_specs:
         found = ", ".join(sorted(repr(s) for s in other_specs))
         msg = f"the log has no records of spec {spec.name!r}, only of {found}"
         raise DiagramError(msg)
@@ -80,19 +93,60 @@ def read_traffic(
         sessions=len(sessions),
         records=records,
         unmatched=unmatched,
+        tools=_tool_counts(spec, decided),
+        decisions=decided.total(),
+        unmatched_decisions=sum(n for k, n in decided.items() if not spec.has_mode(k[0])),
         session_id=session_id,
         path=tuple(path),
         current=current if spec.has_mode(current) else None,
     )
 
 
-def _records(paths: Iterable[str | Path]) -> Iterator[TransitionRecord]:
+def _records(paths: Iterable[str | Path]) -> Iterator[TransitionRecord | DecisionRecord]:
     for path in paths:
         try:
-            yield from iter_records([path])
+            yield from iter_records([path], decisions=True)
         except OSError as exc:
             msg = f"cannot read the transition log: {exc.strerror or exc}"
             raise LogError(msg, str(path)) from None
+
+
+def _count_decision(
+    spec: ModeSpec,
+    record: DecisionRecord,
+    decided: Counter[tuple[str, str, str, Outcome | None]],
+    other_specs: set[str],
+) -> None:
+    """Count *record* in *decided* if it is of *spec*, else note its spec in *other_specs*."""
+    if record.spec != spec.name:
+        other_specs.add(record.spec)
+        return
+    outcome = record.outcome if record.decision == "ask" else None
+    decided[record.mode, record.kind, record.decision, outcome] += 1
+
+
+_OUTCOMES: tuple[Outcome | None, ...] = (*get_args(Outcome), None)
+
+
+def _tool_counts(
+    spec: ModeSpec, decided: Counter[tuple[str, str, str, Outcome | None]]
+) -> tuple[ToolCount, ...]:
+    """One :class:`ToolCount` per mode and kind in *decided*, in spec and ``ToolKind`` order.
+
+    *decided* counts ``(mode, kind, decision, outcome)``; the outcome of an ``allow`` or a
+    ``deny`` is ``None`` there.
+    """
+    counts = []
+    for mode in spec.mode_ids:
+        for kind in TOOL_KINDS:
+            asked = tuple(
+                (o, n) for o in _OUTCOMES if (n := decided.get((mode, kind, "ask", o), 0))
+            )
+            allow = decided.get((mode, kind, "allow", None), 0)
+            deny = decided.get((mode, kind, "deny", None), 0)
+            if allow or asked or deny:
+                counts.append(ToolCount(mode=mode, kind=kind, allow=allow, asked=asked, deny=deny))
+    return tuple(counts)
 
 
 def _counted(record: TransitionRecord) -> bool:

@@ -1,18 +1,26 @@
 """Live sessions: each change checked, written before it takes effect, then announced.
 
-Where it sits among the stages: the documentation's Architecture page.
+The stage that holds every session's mode: one ``transitions`` machine per engine
+(``_machine``, its only importer), the change pipeline (policy, hooks, write-ahead
+through the store, commit, notifications in commit order) and the ACP-free views of each
+mode (``_views``) and events (``_events``) a protocol renders. No ACP SDK.
+
+Exports: ``ModeEngine``, ``Session``, ``ModeChange``, ``SwitchOffer`` and
+``OfferedOption``, the sink's events (``ModeChanged``, ``NotificationSink``,
+``notification_kind``), the views (``ModeView``, ``OptionView``, ``ModeInfo``,
+``Choice``, ``build_views``) and the machine (``ModeMachine``, ``state_name``,
+``mode_of``, ``MODEL_ATTRIBUTE``, ``MATERIALIZED_MAX``).
+
+May import: ``errors``, ``spec``, ``log``, ``store``.
 """
 
 from modefsm.engine._engine import (
-    ModeChange,
     ModeEngine,
     NotificationSink,
-    OfferedOption,
     Session,
-    SwitchOffer,
     notification_kind,
 )
-from modefsm.engine._events import ModeChanged
+from modefsm.engine._events import ConfigChanged, ModeChange, ModeChanged
 from modefsm.engine._machine import (
     MATERIALIZED_MAX,
     MODEL_ATTRIBUTE,
@@ -20,12 +28,29 @@ from modefsm.engine._machine import (
     mode_of,
     state_name,
 )
+from modefsm.engine._offers import OfferedOption, SwitchOffer, SwitchOffers, SwitchResult
+from modefsm.engine._options import HostOption, HostOptions, OptionChange
+from modefsm.engine._tools import (
+    ASK_OPTIONS,
+    ENDED_KEPT,
+    MAX_OPEN_ASKS,
+    AskOption,
+    ToolCall,
+    ToolDecision,
+)
 from modefsm.engine._views import Choice, ModeInfo, ModeView, OptionView, build_views
 
 __all__ = [
+    "ASK_OPTIONS",
+    "ENDED_KEPT",
     "MATERIALIZED_MAX",
+    "MAX_OPEN_ASKS",
     "MODEL_ATTRIBUTE",
+    "AskOption",
     "Choice",
+    "ConfigChanged",
+    "HostOption",
+    "HostOptions",
     "ModeChange",
     "ModeChanged",
     "ModeEngine",
@@ -34,9 +59,14 @@ __all__ = [
     "ModeView",
     "NotificationSink",
     "OfferedOption",
+    "OptionChange",
     "OptionView",
     "Session",
     "SwitchOffer",
+    "SwitchOffers",
+    "SwitchResult",
+    "ToolCall",
+    "ToolDecision",
     "build_views",
     "mode_of",
     "notification_kind",

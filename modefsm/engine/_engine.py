@@ -1,7 +1,7 @@
 """The mode engine: every session's mode, one transition function for every origin.
 
 Data flows one way: a request is validated against the spec, fired through the
-transitions machine, written to the transition log *before* the state changes
+transitions machine, written through the store *before* the state changes
 (write-ahead), committed in memory, and its :class:`~modefsm.engine.ModeChanged` event is
 queued in commit order; :meth:`ModeEngine.flush` then sends them through the host's sink. The async
 methods (:meth:`ModeEngine.set_mode`, ...) do both, so a request's notifications have
@@ -19,9 +19,12 @@ block until it answers. The notification queue is drained under one ``asyncio.Lo
 notifications leave in commit order. Nothing awaits the client while a change is in
 progress.
 
-Several processes sharing a store: before acting on a session (a prompt turn, a switch
-offer, an answer that reports the mode), call :meth:`ModeEngine.refresh`: it takes the
-mode other processes committed and tells the client. A change checks the session's
+An agent's ``switch_mode`` is one offer settled once (:class:`~modefsm.engine.SwitchOffers`,
+in ``_offers.py``): it goes through the same pipeline, in the session's turn.
+
+Several processes sharing a store: before acting on a session (a prompt turn, an answer
+that reports the mode), call :meth:`ModeEngine.refresh` (a switch offer does it itself):
+it takes the mode other processes committed and tells the client. A change checks the session's
 point as it writes; a request refused for the mode it asks for, or that changes nothing,
 is decided on the committed mode (the session is read back first).
 
@@ -47,13 +50,16 @@ import contextlib
 import contextvars
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from modefsm.engine._events import ModeChanged
+from modefsm.engine._events import ConfigChanged, ModeChange, ModeChanged
 from modefsm.engine._machine import ModeMachine, mode_of, state_name
-from modefsm.engine._views import ModeView, build_views
+from modefsm.engine._offers import SwitchOffers
+from modefsm.engine._options import HostOption, HostOptions, OptionChange
+from modefsm.engine._tools import ToolCalls
+from modefsm.engine._views import ModeView, OptionView, build_views
 from modefsm.errors import (
     INVALID_PARAMS,
     ChangeRefused,
@@ -61,34 +67,32 @@ from modefsm.errors import (
     InvalidParamsError,
     InvalidValueError,
     ModefsmError,
-    NoSwitchError,
     SessionExistsError,
-    StaleOptionError,
     TransitionNotAllowedError,
     UnknownConfigOptionError,
     UnknownModeError,
     UnknownSessionError,
 )
-from modefsm.log._records import (
+from modefsm.log import (
     EVENT_CHANGED,
+    EVENT_CONFIG,
     EVENT_CREATED,
     EVENT_REJECTED,
     Origin,
     RejectReason,
     utc_timestamp,
 )
-from modefsm.log._writer import TransitionLog
-from modefsm.spec import PREVIOUS, ModeSpec, PermissionOptionKind, SwitchOption
-from modefsm.spec._table import ORIGIN_KINDS, TriggerKind
+from modefsm.spec import ORIGIN_KINDS, TriggerKind
 from modefsm.store import RestorePoint, SessionMoved, SessionStore, StoreBusy, StoreInDoubt
 
+if TYPE_CHECKING:  # the spec's models: an engine is built with one, never builds them
+    from modefsm.spec import ModeSpec
+
 __all__ = [
-    "ModeChange",
+    "ModeChange",  # defined in _events, named here too for the modules that import it from here
     "ModeEngine",
     "NotificationSink",
-    "OfferedOption",
     "Session",
-    "SwitchOffer",
     "notification_kind",
 ]
 
@@ -114,9 +118,20 @@ class Session:
         cwd: the ACP ``cwd`` given to ``session/new`` in this process, or ``None``.
         doubt: a record of this session was sent to the store and its commit not answered
             (:class:`~modefsm.store.StoreInDoubt`): its next use reads its point back first.
+        config: the values of the host's config options set in the session, by
+            ``configId`` (``None``: none set; the others are at their defaults).
     """
 
-    __slots__ = ("cwd", "digest", "doubt", "fsm_state", "previous", "seq", "session_id")
+    __slots__ = (
+        "config",
+        "cwd",
+        "digest",
+        "doubt",
+        "fsm_state",
+        "previous",
+        "seq",
+        "session_id",
+    )
 
     def __init__(
         self,
@@ -134,6 +149,7 @@ class Session:
         self.digest = digest
         self.cwd: str | None = None
         self.doubt = False
+        self.config: dict[str, str | bool] | None = None
 
     @property
     def state(self) -> str:
@@ -145,99 +161,24 @@ class Session:
         return f"Session({self.session_id!r}, state={self.state!r}, seq={self.seq})"
 
 
-@dataclass(frozen=True, slots=True)
-class ModeChange:
-    """A committed (or, for ``before_change`` hooks, about to be committed) mode change.
-
-    Attributes:
-        session_id: ACP ``sessionId``.
-        seq: its sequence number in the session.
-        from_mode: the mode before (the transition's source).
-        to_mode: the mode after (the transition's dest).
-        origin: ``set_mode``, ``set_config_option``, ``switch_mode`` or ``restore``.
-        request_id: the JSON-RPC id of the request, if known.
-        tool_call_id: ACP ``toolCallId``, for an approved switch.
-        option_id: ACP ``optionId`` selected, for an approved switch.
-        proposed_in: the mode an approved switch was proposed in, when the client changed
-            the mode while its permission request was pending.
-    """
-
-    session_id: str
-    seq: int
-    from_mode: str
-    to_mode: str
-    origin: Origin
-    request_id: str | int | None = None
-    tool_call_id: str | None = None
-    option_id: str | None = None
-    proposed_in: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class OfferedOption:
-    """One permission option as the user is shown it: its target already resolved.
-
-    Attributes:
-        option_id: ACP ``optionId``.
-        name: ACP ``PermissionOption.name`` as shown: the spec's name with ``{mode}``
-            replaced by the target's display name; a ``$previous`` option whose name has no
-            ``{mode}`` gets `` (Name)`` appended, so it always names its mode.
-        kind: ACP ``PermissionOption.kind``.
-        target: the concrete mode id an allow option leads to; ``None`` for reject options.
-    """
-
-    option_id: str
-    name: str
-    kind: PermissionOptionKind
-    target: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class SwitchOffer:
-    """The options of one ``switch_mode`` permission request, resolved when it is built.
-
-    An approval applies exactly the target of the option it selects, as shown here; it is
-    never resolved again against a later state (see :meth:`ModeEngine.approve_switch`).
-
-    Attributes:
-        session_id: ACP ``sessionId``.
-        proposed_in: the mode the switch was proposed in (the switch's source).
-        seq: the session's ``seq`` when the offer was built; a different ``seq`` at
-            approval time means the mode changed while the request was open (stale).
-        title: the tool call's ``title``.
-        options: the options, in the spec's order, without the ones left out (a
-            ``$previous`` option with no target, or whose target another option offers).
-    """
-
-    session_id: str
-    proposed_in: str
-    seq: int
-    title: str
-    options: tuple[OfferedOption, ...]
-
-    def get(self, option_id: object) -> OfferedOption | None:
-        """The offered option with ACP ``optionId`` *option_id*, if it was offered."""
-        return next((o for o in self.options if o.option_id == option_id), None)
-
-    @property
-    def targets(self) -> dict[str, str | None]:
-        """``{optionId: target}`` in the order shown (``None`` for reject options)."""
-        return {o.option_id: o.target for o in self.options}
-
-
 ChangeHook = Callable[[ModeChange], None]
 
 
-class ModeEngine:
-    """Every session's mode under one spec.
+class ModeEngine(SwitchOffers, ToolCalls):
+    """Every session's mode under one spec: sessions, changes, and the tool calls modes decide.
+
+    An agent's switch is offered and settled through the methods of
+    :class:`~modefsm.engine.SwitchOffers` (``offer_switch``, ``settle_switch``); the tool-call
+    methods (:meth:`decide`, :meth:`decide_async`, :meth:`settle`, :meth:`outcome_of`,
+    :meth:`open_asks`, :meth:`prompt_for`) are described in :mod:`modefsm.engine._tools`.
 
     Args:
         spec: the modes and policy.
         store: where records are written and sessions restored from (the one persistence
             seam): a :class:`~modefsm.store.FileStore`, a PostgreSQL store
             (:func:`~modefsm.store.open_store`) or a :class:`~modefsm.store.MemoryStore`.
-        log: deprecated: a log written without a store (nothing is restorable from it);
-            ignored when *store* is given. With neither, no record is written.
+            A :class:`~modefsm.store.LogStore` writes the records to a transition log
+            only (a stream, a host's logger). ``None``: no record is written.
         sink: ``await sink(session_id, event)`` for each notification: a
             :class:`~modefsm.engine.ModeChanged` per change, or a host's own update given
             to :meth:`notify`, in order (:func:`modefsm.protocol.v1.session_updates`
@@ -249,37 +190,37 @@ class ModeEngine:
             and message, anything else as a :class:`~modefsm.errors.HookError`.
         after_change: host callbacks run after a change committed; one that raises is logged
             and does not undo the change.
-        other_config_options: ``other_config_options(session_id)`` returns the host's own
-            ``configOptions`` of a session (a model selector, ...), which every
-            ``configOptions`` list modefsm sends then includes after the mode option: ACP
-            requires the complete list, and clients replace theirs with it.
+        config_options: the host's own config options (a model picker, ...), declared
+            once: every complete ``configOptions`` list shows them after the mode option,
+            and :meth:`set_config_option` sets them (checked, vetoed by their
+            ``on_change``, logged as ``modefsm.config_changed`` records, announced,
+            restored with the session).
+
+    Raises:
+        ValueError: two *config_options* share an ``id``, or one has the mode option's.
     """
 
     def __init__(
         self,
         spec: ModeSpec,
         *,
-        log: TransitionLog | None = None,
         store: SessionStore | None = None,
         sink: NotificationSink | None = None,
         before_change: Iterable[ChangeHook] = (),
         after_change: Iterable[ChangeHook] = (),
-        other_config_options: Callable[[str], Sequence[Any]] | None = None,
+        config_options: Iterable[HostOption] = (),
     ) -> None:
         """Compile *spec* into a machine and prepare its ACP views."""
         self.spec = spec
-        self.log = log
         self.store = store
-        self._write: Callable[[str, dict[str, Any]], None] | None = (
-            store.note if store is not None else log.write if log is not None else None
-        )
         self._digest: str | None = None  # the digest of the record just written ahead
         self._written: str | None = None  # the digest of a record the store has committed
         self.sink = sink
         self.before_change: list[ChangeHook] = list(before_change)
         self.after_change: list[ChangeHook] = list(after_change)
-        self.other_config_options = other_config_options
-        before = self._append if store is not None else self._write_ahead
+        self.host_options = HostOptions(config_options, mode_option_id=spec.config_option_id)
+        """The host's config options (see *config_options*)."""
+        before = self._append if store is not None else _write_nothing
         self.machine = ModeMachine(spec, before=before, after=self._commit)
         self.views: Mapping[str, ModeView] = build_views(spec)
         self._sessions: dict[str, Session] = {}
@@ -290,11 +231,12 @@ class ModeEngine:
         self._spec_hash = spec.content_hash
         self._spec_fields = {"spec": spec.name, "spec_hash": spec.content_hash}
         # the log's header names the spec (a store without headers has no describe)
-        describe = getattr(store if store is not None else log, "describe", None)
+        describe = getattr(store, "describe", None)
         if describe is not None:
             describe(spec)
         self.protocol: int | None = None
         """The ACP protocol version of the client, written into records when not ``None``."""
+        self._init_tools()
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -326,8 +268,6 @@ class ModeEngine:
                 session.digest = self.store.append(EVENT_CREATED, fields, None)
             except SessionMoved:  # another process created this sessionId first
                 raise SessionExistsError(session.session_id) from None
-        elif self.log is not None:
-            self.log.write(EVENT_CREATED, fields)
         self._sessions[session.session_id] = session
         return session
 
@@ -391,12 +331,15 @@ class ModeEngine:
         return iter(list(self._sessions.values()))
 
     def close_session(self, session_id: str) -> None:
-        """Forget session *session_id* (O(1)); later changes to it raise ``UnknownSessionError``.
+        """Forget session *session_id*; later changes to it raise ``UnknownSessionError``.
+
+        O(1), plus one record per open ask of a tool call: each is cancelled (see
+        :mod:`modefsm.engine._tools`).
 
         Raises:
             UnknownSessionError: no such session.
         """
-        self.get(session_id)
+        self._tools_closed(self.get(session_id))
         del self._sessions[session_id]
         release = getattr(self.store, "release", None)
         if release is not None:
@@ -411,6 +354,7 @@ class ModeEngine:
         previous: str | None = None,
         request_id: str | int | None = None,
         digest: str | None = None,
+        config: Mapping[str, object] | None = None,
     ) -> Session:
         """Bring back a session whose last record put it in *mode_id* with number *seq*.
 
@@ -430,6 +374,8 @@ class ModeEngine:
                 ``$previous`` options are then not offered until the next change.
             request_id: the load/resume request id, for the record.
             digest: the ``digest`` of that record (the session chain's head), if known.
+            config: that record's ``config`` (the host option values set); a value the
+                host's options no longer have is dropped (the option shows its default).
 
         Returns:
             The live session (already live sessions are returned unchanged).
@@ -444,6 +390,7 @@ class ModeEngine:
             session, context = self._restoring(
                 session_id, mode_id, seq, previous=previous, request_id=request_id, digest=digest
             )
+            session.config = self.host_options.restored(config)
             if context is not None:
                 try:
                     if self.spec.has_mode(mode_id):
@@ -451,8 +398,9 @@ class ModeEngine:
                     else:  # the spec no longer has this mode: no machine state to leave
                         self._fire_outside_machine(session, context)
                 except SessionMoved as moved:  # another process wrote the fallback (or more)
-                    mode_id, seq, previous, digest = moved.current[1:]
+                    mode_id, seq, previous, digest, config = moved.current[1:]
                     continue
+            self._tools_restored(session_id, self._past_decisions(session_id))
             self._sessions[session_id] = session
             return session
         raise self._busy(session_id)
@@ -466,6 +414,7 @@ class ModeEngine:
         previous: str | None = None,
         request_id: str | int | None = None,
         digest: str | None = None,
+        config: Mapping[str, object] | None = None,
     ) -> Session:
         """:meth:`restore_session`, awaiting the store's write of a fallback.
 
@@ -474,7 +423,13 @@ class ModeEngine:
         """
         if self.store is None:
             return self.restore_session(
-                session_id, mode_id, seq, previous=previous, request_id=request_id, digest=digest
+                session_id,
+                mode_id,
+                seq,
+                previous=previous,
+                request_id=request_id,
+                digest=digest,
+                config=config,
             )
         async with self._turn(session_id) as deadline:
             for _ in range(_RACES):
@@ -489,6 +444,7 @@ class ModeEngine:
                     request_id=request_id,
                     digest=digest,
                 )
+                session.config = self.host_options.restored(config)
                 if context is not None:
                     try:
                         if self.spec.has_mode(mode_id):
@@ -500,8 +456,16 @@ class ModeEngine:
                             self._digest = await self._write_async(session, context, deadline)
                             self._commit(session, context.from_mode, context.to_mode, context)
                     except SessionMoved as moved:
-                        mode_id, seq, previous, digest = moved.current[1:]
+                        mode_id, seq, previous, digest, config = moved.current[1:]
                         continue
+                past = (
+                    await asyncio.to_thread(self._past_decisions, session_id)
+                    if self._persists
+                    else []
+                )
+                if session_id in self._sessions:  # pragma: no cover - held by the turn
+                    return self._sessions[session_id]
+                self._tools_restored(session_id, past)
                 self._sessions[session_id] = session
                 return session
         raise self._busy(session_id)
@@ -604,17 +568,12 @@ class ModeEngine:
         """
         if self.store is None:
             return self.change(session_id, mode_id, origin, request_id=request_id, field=field)
-        async with self._turn(session_id) as deadline:
-            for _ in range(_RACES):
-                try:
-                    return await self._noting(
-                        lambda: self._change_async(
-                            session_id, mode_id, origin, request_id, field, deadline
-                        )
-                    )
-                except SessionMoved as moved:
-                    self._adopt(moved.current)
-        raise self._busy(session_id)
+        return await self._in_turn(
+            session_id,
+            lambda deadline: self._change_async(
+                session_id, mode_id, origin, request_id, field, deadline
+            ),
+        )
 
     def _change(
         self,
@@ -710,398 +669,220 @@ class ModeEngine:
         value: object,
         *,
         request_id: str | int | None = None,
-    ) -> ModeChange | None:
-        """Apply ``session/set_config_option`` to the mode option; see :meth:`change`.
+    ) -> ModeChange | OptionChange | None:
+        """Apply ``session/set_config_option`` now; queue its notifications (see :meth:`flush`).
+
+        The mode option changes the mode (see :meth:`change`); a host option
+        (*config_options*) takes *value*, written first as a ``modefsm.config_changed``
+        record. Setting the current value succeeds and changes nothing.
+
+        Returns:
+            The committed :class:`ModeChange` or :class:`~modefsm.engine.OptionChange`, or
+            ``None`` when *value* is already the current one.
 
         Raises:
             UnknownSessionError: no such session.
-            UnknownConfigOptionError: *config_id* is not the mode option (logged).
-            InvalidValueError: *value* is not a string (a boolean option request; logged).
-            UnknownModeError, TransitionNotAllowedError, HookError, LogError: as :meth:`change`.
+            UnknownConfigOptionError: *config_id* is none of the session's options (logged).
+            InvalidValueError: *value* is not one of the option's values (logged).
+            ChangeRefused: the host option's ``on_change`` vetoed it (logged).
+            UnknownModeError: as :meth:`change`.
+            TransitionNotAllowedError: as :meth:`change`.
+            HookError: as :meth:`change`.
+            LogError: as :meth:`change`.
         """
-        self._check_config(session_id, config_id, value, request_id)
+        option = self._check_config(session_id, config_id, value, request_id)
+        if option is not None:
+            return self._set_host_value(session_id, option, value, request_id)
         return self.change(
             session_id, value, "set_config_option", request_id=request_id, field="value"
         )
 
     def _check_config(
         self, session_id: str, config_id: object, value: object, request_id: str | int | None
-    ) -> None:
-        """Refuse (and log) a ``configId`` that is not the mode option, or a non-string value."""
+    ) -> HostOption | None:
+        """The host option *config_id* with *value* checked; ``None`` for the mode option.
+
+        Refuses (and logs) an unknown ``configId``, a value a host option does not have,
+        and a non-string value for the mode option.
+        """
         session = self.get(session_id)
-        option_ids = tuple(
-            str(getattr(o, "id", None) or getattr(o, "config_id", ""))  # v1 or v2 host models
-            for o in self.config_options(session_id)
-        )
+        if config_id in self.host_options:
+            assert isinstance(config_id, str)  # noqa: S101 - a host option's id
+            try:
+                return self.host_options.check(config_id, value)
+            except InvalidValueError:
+                self._reject(
+                    session,
+                    None,
+                    "set_config_option",
+                    "invalid_value",
+                    request_id=request_id,
+                    config_id=config_id,
+                    value=value if isinstance(value, str | bool) else None,
+                )
+                raise
         if config_id != self.spec.config_option_id:
             self._reject(
-                session, None, "set_config_option", "unknown_config_option", request_id=request_id
+                session,
+                None,
+                "set_config_option",
+                "unknown_config_option",
+                request_id=request_id,
+                config_id=config_id if isinstance(config_id, str) else None,
             )
-            raise UnknownConfigOptionError(config_id, option_ids)
+            raise UnknownConfigOptionError(config_id, self.host_options.ids)
         if not isinstance(value, str):
             self._reject(session, None, "set_config_option", "invalid_value", request_id=request_id)
             raise InvalidValueError("value", value, self.spec.mode_ids, "a mode id (string)")
+        return None
 
-    def resolve_target(self, session_id: str, option: SwitchOption) -> str | None:
-        """The mode an allow *option* of a switch would move session *session_id* to now.
+    # -- host config options -----------------------------------------------------------------
 
-        Returns:
-            The target mode id; ``None`` for a reject option, or for a ``$previous`` target
-            when the session has no previous mode, when it is the current mode, or when the
-            policy does not let a switch reach it from the current mode.
-        """
-        if not option.allows:
-            return None
-        if option.target == PREVIOUS:
-            return self._previous_target(self.get(session_id))
-        return option.target
-
-    def offer_switch(self, session_id: str) -> SwitchOffer:
-        """Resolve the options of the switch from the session's current mode, as shown.
-
-        ``$previous`` is resolved here, once: the option then names its concrete mode. A
-        ``$previous`` option is left out when it has no target (see :meth:`resolve_target`)
-        or when its target is also the target of another allow option (that option, worded
-        by the spec for that mode, is kept).
-
-        Raises:
-            UnknownSessionError: no such session.
-            NoSwitchError: the current mode has no switch.
-        """
-        session = self.get(session_id)
-        switch = self.spec.switch_from(session.state)
-        if switch is None:
-            raise NoSwitchError(session_id, session.state)
-        explicit = {o.target for o in switch.options if o.allows and o.target != PREVIOUS}
-        shown: list[OfferedOption] = []
-        for option in switch.options:
-            target = self.resolve_target(session_id, option)
-            if option.allows and (
-                target is None or (option.target == PREVIOUS and target in explicit)
-            ):
-                continue
-            shown.append(
-                OfferedOption(
-                    option.option_id, self._shown_name(option, target), option.kind, target
-                )
-            )
-        return SwitchOffer(session_id, session.state, session.seq, switch.title, tuple(shown))
-
-    def approve_switch(
-        self,
-        offer: SwitchOffer,
-        option_id: str,
-        *,
-        tool_call_id: str,
-        request_id: str | int | None = None,
-    ) -> ModeChange | None:
-        """Apply the user's approval of the allow option *option_id* of *offer*.
-
-        The switch goes to exactly the target *offer* showed for that option. When the
-        session changed since the offer was built (a stale approval), that target still
-        applies if the policy lets a switch reach it from the current mode and it is
-        restorable; otherwise nothing changes and ``stale_option`` is logged.
-
-        Returns:
-            The committed change, or ``None`` when the target is already the current mode.
-
-        Raises:
-            UnknownSessionError: the session is gone.
-            TransitionNotAllowedError: *option_id* is not an allow option of *offer*
-                (logged as ``option_not_offered``), or the policy refuses the target.
-            StaleOptionError: a stale approval refused as above (logged).
-            HookError, LogError: as :meth:`change`.
-        """
-        session = self.get(offer.session_id)
-        target = self._offered(offer, option_id, tool_call_id, request_id)
-        return self.apply_switch(
-            offer.session_id,
-            target,
-            tool_call_id=tool_call_id,
-            option_id=option_id,
-            proposed_in=offer.proposed_in,
-            request_id=request_id,
-            stale=session.seq != offer.seq,
-        )
-
-    async def approve_switch_async(
-        self,
-        offer: SwitchOffer,
-        option_id: str,
-        *,
-        tool_call_id: str,
-        request_id: str | int | None = None,
-    ) -> ModeChange | None:
-        """:meth:`approve_switch`, awaiting the store (see :meth:`change_async`).
-
-        Raises:
-            UnknownSessionError: as :meth:`approve_switch`.
-            TransitionNotAllowedError: as :meth:`approve_switch`.
-            StaleOptionError: as :meth:`approve_switch`.
-            HookError: as :meth:`approve_switch`.
-            LogError: as :meth:`approve_switch`.
-        """
-        if self.store is None:
-            return self.approve_switch(
-                offer, option_id, tool_call_id=tool_call_id, request_id=request_id
-            )
-        target = await self._noting(
-            lambda: _now(self._offered, offer, option_id, tool_call_id, request_id)
-        )
-        switch = _Switch(target, tool_call_id, option_id, offer.proposed_in, request_id)
-        # stale or not is judged in the session's turn: a change may commit while it waits
-        return await self._switch_async(offer.session_id, switch, offered_seq=offer.seq)
-
-    def _offered(
-        self, offer: SwitchOffer, option_id: str, tool_call_id: str, request_id: str | int | None
-    ) -> str:
-        """The target *offer* showed for the allow option *option_id*; else logged and raised."""
-        option = offer.get(option_id)
-        if option is not None and option.target is not None:
-            return option.target
-        self.reject_switch(
-            offer.session_id,
-            "option_not_offered",
-            tool_call_id=tool_call_id,
-            option_id=option_id,
-            proposed_in=offer.proposed_in,
-            request_id=request_id,
-        )
-        raise TransitionNotAllowedError(
-            session_id=offer.session_id,
-            source=self.get(offer.session_id).state,
-            dest=option_id,
-            origin="switch_mode",
-            allowed=[o.option_id for o in offer.options if o.target is not None],
-            field="optionId",
-        )
-
-    def apply_switch(
-        self,
-        session_id: str,
-        dest: str,
-        *,
-        tool_call_id: str,
-        option_id: str,
-        proposed_in: str,
-        request_id: str | int | None = None,
-        stale: bool | None = None,
-    ) -> ModeChange | None:
-        """Fire an approved ``switch_mode`` to *dest* now; queue its notifications.
-
-        The low-level step of :meth:`approve_switch`, which a host that shows its own
-        permission dialog should use instead: it resolves ``$previous`` once and checks
-        that the option was offered.
-
-        Args:
-            session_id: ACP ``sessionId``.
-            dest: the target of the selected allow option (already resolved).
-            tool_call_id: ACP ``toolCallId`` of the switch's tool call.
-            option_id: ACP ``optionId`` the user selected.
-            proposed_in: the mode the switch was proposed in; when it differs from the
-                current mode (the client changed it meanwhile) it is recorded.
-            request_id: the ``session/request_permission`` request id, if known.
-            stale: whether the session changed since the options were shown; ``None``
-                guesses it from the mode (*proposed_in* differs from the current mode).
-                A stale approval of a mode the policy forbids from the current mode, or of
-                a non-restorable mode, is refused (``stale_option``).
-
-        Returns:
-            The committed change, or ``None`` when *dest* is already the current mode.
-
-        Raises:
-            UnknownSessionError: the session is gone.
-            StaleOptionError: a stale approval refused as above (logged).
-            TransitionNotAllowedError: *dest* is not reachable from the current mode (logged).
-            HookError, LogError: as :meth:`change` (a session another process moved
-                meanwhile makes the approval stale, and it is tried again as such).
-        """
+    def _set_host_value(
+        self, session_id: str, option: HostOption, value: object, request_id: str | int | None
+    ) -> OptionChange | None:
+        """Set a host option now (write-ahead, commit, queue); races with others retried."""
         for _ in range(_RACES):
+            session = self.get(session_id)
+            if session.doubt:
+                self._confirm(session)
+            step = self._host_step(session, option, value, request_id)
+            if step is None:
+                self._confirm(session)
+                return None
+            change, fields = step
             try:
-                return self._apply_switch(
-                    session_id, dest, tool_call_id, option_id, proposed_in, request_id, stale
-                )
+                digest = self._write_config(session, fields)
             except SessionMoved as moved:
                 self._adopt(moved.current)
-                stale = True
+                continue
+            self._commit_config(session, change, fields, digest)
+            return change
         raise self._busy(session_id)
 
-    async def apply_switch_async(
-        self,
-        session_id: str,
-        dest: str,
-        *,
-        tool_call_id: str,
-        option_id: str,
-        proposed_in: str,
-        request_id: str | int | None = None,
-        stale: bool | None = None,
-    ) -> ModeChange | None:
-        """:meth:`apply_switch`, awaiting the store (see :meth:`change_async`).
-
-        Raises:
-            UnknownSessionError: as :meth:`apply_switch`.
-            StaleOptionError: as :meth:`apply_switch`.
-            TransitionNotAllowedError: as :meth:`apply_switch`.
-            HookError: as :meth:`apply_switch`.
-            LogError: as :meth:`apply_switch`.
-        """
+    async def _set_host_value_async(
+        self, session_id: str, option: HostOption, value: object, request_id: str | int | None
+    ) -> OptionChange | None:
+        """:meth:`_set_host_value` in the session's turn, the store's write awaited."""
         if self.store is None:
-            return self.apply_switch(
-                session_id,
-                dest,
-                tool_call_id=tool_call_id,
-                option_id=option_id,
-                proposed_in=proposed_in,
-                request_id=request_id,
-                stale=stale,
-            )
-        switch = _Switch(dest, tool_call_id, option_id, proposed_in, request_id)
-        return await self._switch_async(session_id, switch, stale=stale)
-
-    async def _switch_async(
-        self,
-        session_id: str,
-        switch: _Switch,
-        *,
-        stale: bool | None = None,
-        offered_seq: int | None = None,
-    ) -> ModeChange | None:
-        """:meth:`_apply_switch` in the session's turn, the store awaited; races retried.
-
-        *offered_seq* (the offer's ``seq``), when given, decides staleness once the turn
-        is taken.
-        """
-        dest = switch.dest
+            return self._set_host_value(session_id, option, value, request_id)
         async with self._turn(session_id) as deadline:
             for _ in range(_RACES):
                 session = self.get(session_id)
 
-                async def attempt(session: Session = session) -> ModeChange | None:
-                    nonlocal stale
+                async def attempt(session: Session = session) -> OptionChange | None:
                     if session.doubt:
                         await self._confirm_async(session, deadline)
-                    if dest == session.state:
+                    step = self._host_step(session, option, value, request_id)
+                    if step is None:
                         await self._confirm_async(session, deadline)
                         return None
-                    if stale is None and offered_seq is not None:
-                        stale = session.seq != offered_seq
-                    stale = switch.proposed_in != session.state if stale is None else stale
-                    refusal = self._switch_refusal(session, dest, stale=stale)
-                    if refusal is not None:
-                        await self._confirm_async(session, deadline)
-                        self._refuse_switch(session, switch, refusal)
-                    context = switch.change(session, stale=stale)
-                    await self._fire_async(session, "switch_mode", dest, context, deadline)
-                    return context
+                    change, fields = step
+                    head = RestorePoint(
+                        session.session_id, session.state, session.seq, session.previous,
+                        session.digest,
+                    )  # fmt: skip
+                    try:
+                        digest = await self.store.append_async(  # type: ignore[union-attr]
+                            EVENT_CONFIG, fields, head, deadline=deadline
+                        )
+                    except (StoreInDoubt, asyncio.CancelledError):  # it may have committed
+                        session.doubt = True
+                        raise
+                    self._commit_config(session, change, fields, digest)
+                    return change
 
                 try:
                     return await self._noting(attempt)
                 except SessionMoved as moved:
                     self._adopt(moved.current)
-                    stale = True
         raise self._busy(session_id)
 
-    def _apply_switch(  # noqa: PLR0917 - apply_switch's arguments, in order
-        self,
-        session_id: str,
-        dest: str,
-        tool_call_id: str,
-        option_id: str,
-        proposed_in: str,
-        request_id: str | int | None,
-        stale: bool | None,  # noqa: FBT001 - passed through from apply_switch
-    ) -> ModeChange | None:
-        session = self.get(session_id)
-        if session.doubt:
-            self._confirm(session)
-        if dest == session.state:
-            self._confirm(session)
-            return None
-        switch = _Switch(dest, tool_call_id, option_id, proposed_in, request_id)
-        stale = proposed_in != session.state if stale is None else stale
-        refusal = self._switch_refusal(session, dest, stale=stale)
-        if refusal is not None:
-            self._confirm(session)  # refused on the committed mode, not on a stale view
-            self._refuse_switch(session, switch, refusal)
-        context = switch.change(session, stale=stale)
-        self._fire(session, "switch_mode", dest, context)
-        return context
-
-    def _switch_refusal(self, session: Session, dest: str, *, stale: bool) -> RejectReason | None:
-        """Why an approved switch to *dest* cannot apply now, or ``None`` if it can.
-
-        A stale approval (the session changed since the options were shown) applies only
-        to a restorable mode the current mode can reach by a switch.
-        """
-        allowed = self.machine.allows("switch_mode", session.state, dest)
-        if stale and not (self.spec.has_mode(dest) and self.spec.mode(dest).restorable and allowed):
-            return "stale_option"
-        return None if allowed else "not_allowed"
-
-    def _refuse_switch(self, session: Session, switch: _Switch, reason: RejectReason) -> NoReturn:
-        """Log and raise the refusal of an approved switch (``stale_option``, ``not_allowed``).
+    def _host_step(
+        self, session: Session, option: HostOption, value: object, request_id: str | int | None
+    ) -> tuple[OptionChange, dict[str, Any]] | None:
+        """The change and its record's fields, once ``on_change`` agreed; ``None``: no change.
 
         Raises:
-            SessionMoved: the session moved before the rejection was written: decide again.
-            StaleOptionError, TransitionNotAllowedError: the refusal.
+            ChangeRefused, HookError: ``on_change`` refused (logged, nothing changed).
         """
-        stale = reason == "stale_option"
-        self._reject(
-            session,
-            switch.dest,
-            "switch_mode",
-            reason,
-            redecide=True,
-            request_id=switch.request_id if stale else None,
-            tool_call_id=switch.tool_call_id,
-            option_id=switch.option_id,
-            proposed_in=switch.proposed_in if stale else None,
+        assert isinstance(value, str)  # noqa: S101 - checked against the option's values
+        previous = self.host_options.value(session.config, option.id)
+        if value == previous:
+            return None
+        change = OptionChange(
+            session.session_id,
+            session.seq + 1,
+            option.id,
+            value,
+            previous,
+            session.state,
+            request_id,
         )
-        error = StaleOptionError if stale else TransitionNotAllowedError
-        raise error(
-            session_id=session.session_id,
-            source=session.state,
-            dest=switch.dest,
-            origin="switch_mode",
-            allowed=self._stale_targets(session.state)
-            if stale
-            else self.machine.targets("switch_mode", session.state),
-            field="optionId",
-        )
-
-    def reject_switch(
-        self,
-        session_id: str,
-        reason: RejectReason,
-        *,
-        dest: str | None = None,
-        tool_call_id: str | None = None,
-        option_id: str | None = None,
-        proposed_in: str | None = None,
-        request_id: str | int | None = None,
-    ) -> None:
-        """Log that a ``switch_mode`` changed nothing, and why (``option_rejected``, ...).
-
-        Works for closed sessions too (``session_closed``); unknown ids are logged as given.
-        """
-        session = self._sessions.get(session_id) or Session(session_id, "", 0)
-        self._reject(
-            session,
-            dest,
-            "switch_mode",
-            reason,
+        if option.on_change is not None:
+            try:
+                option.on_change(change)
+            except Exception as exc:
+                self._reject(
+                    session,
+                    None,
+                    "set_config_option",
+                    "hook_failed",
+                    request_id=request_id,
+                    config_id=option.id,
+                    value=value,
+                )
+                error = _hook_error(option.on_change, exc)
+                if error is exc:
+                    raise
+                raise error from exc
+        values = {**(session.config or {}), option.id: value}
+        fields = self._fields(
+            session.session_id,
+            change.seq,
+            session.state,
+            session.state,
+            "set_config_option",
             request_id=request_id,
-            tool_call_id=tool_call_id,
-            option_id=option_id,
-            proposed_in=proposed_in,
+            config_id=option.id,
+            value=value,
         )
+        fields["config"] = values
+        return change, fields
 
-    async def reject_switch_async(
-        self, session_id: str, reason: RejectReason, **ids: str | int | None
+    def _write_config(self, session: Session, fields: dict[str, Any]) -> str | None:
+        """Write a ``config_changed`` record ahead (through the store, or to the log)."""
+        if self.store is None:
+            return None
+        head = RestorePoint(
+            session.session_id, session.state, session.seq, session.previous, session.digest
+        )
+        try:
+            return self.store.append(EVENT_CONFIG, fields, head)
+        except StoreInDoubt:
+            session.doubt = True
+            raise
+
+    def _commit_config(
+        self, session: Session, change: OptionChange, fields: dict[str, Any], digest: str | None
     ) -> None:
-        """:meth:`reject_switch` (the same keywords), the store's wait for its lock awaited."""
-        await self._noting(lambda: _now(self.reject_switch, session_id, reason, **ids))
+        """The record is written: the session takes the value; its notification is queued."""
+        session.seq = change.seq
+        session.digest = digest
+        session.config = fields["config"]
+        if self.sink is not None:
+            options = self._complete(self.views[session.state], session)
+            event = ConfigChanged(
+                session.session_id, change.config_id, change.value, change.seq, options
+            )
+            self._outbox.append((session.session_id, event))
+
+    def _detached(self, session_id: str) -> Session:
+        """The live session *session_id*, or a stand-in for a closed or unknown one.
+
+        The stand-in (no mode, ``seq`` 0) is for logging a rejection about it.
+        """
+        return self._sessions.get(session_id) or Session(session_id, "", 0)
 
     async def set_mode(
         self, session_id: str, mode_id: object, *, request_id: str | int | None = None
@@ -1118,27 +899,43 @@ class ModeEngine:
         value: object,
         *,
         request_id: str | int | None = None,
-    ) -> tuple[object, ...]:
+    ) -> tuple[OptionView, ...]:
         """``session/set_config_option``: change, send notifications, return ``configOptions``.
+
+        The mode option or a host option (see :meth:`set_config_value`); the store's
+        write is awaited (see :meth:`change_async`).
 
         Returns:
             The complete ``configOptions`` list once the change's notifications have left
-            (ACP requires the complete list), for the session's mode at that moment.
+            (ACP requires the complete list), for the session at that moment.
+
+        Raises:
+            UnknownSessionError: as :meth:`set_config_value`.
+            UnknownConfigOptionError: as :meth:`set_config_value`.
+            InvalidValueError: as :meth:`set_config_value`.
+            ChangeRefused: as :meth:`set_config_value`.
+            UnknownModeError: as :meth:`change`.
+            TransitionNotAllowedError: as :meth:`change`.
+            HookError: as :meth:`change`.
+            LogError: as :meth:`change`.
         """
         session = self.get(session_id)
         if self.store is None:
-            self._check_config(session_id, config_id, value, request_id)
+            option = self._check_config(session_id, config_id, value, request_id)
         else:
-            await self._noting(
+            option = await self._noting(
                 lambda: _now(self._check_config, session_id, config_id, value, request_id)
             )
-        await self.change_async(
-            session_id, value, "set_config_option", request_id=request_id, field="value"
-        )
+        if option is not None:
+            await self._set_host_value_async(session_id, option, value, request_id)
+        else:
+            await self.change_async(
+                session_id, value, "set_config_option", request_id=request_id, field="value"
+            )
         await self.flush()
         # The session object, not the id: a close during the flush must not fail a change
         # that is committed; and its state now, so the answer matches the last notification.
-        return self._complete(self.views[session.state], session_id)
+        return self._complete(self.views[session.state], session)
 
     async def refresh(self, session_id: str) -> Session:
         """Catch up with what other processes committed to the session, before acting on it.
@@ -1172,16 +969,15 @@ class ModeEngine:
         await self.flush()
         return session
 
-    def config_options(self, session_id: str) -> tuple[object, ...]:
-        """The session's complete ``configOptions``: the mode option, then the host's others.
+    def config_options(self, session_id: str) -> tuple[OptionView, ...]:
+        """The session's complete ``configOptions``: the mode option, then the host's.
 
-        The mode option is an :class:`~modefsm.engine.OptionView`; the host's entries are
-        as its ``other_config_options`` returns them.
+        Each is an :class:`~modefsm.engine.OptionView` at the session's value.
 
         Raises:
             UnknownSessionError: no such session.
         """
-        return self._complete(self.view(session_id), session_id)
+        return self._complete(self.view(session_id), self.get(session_id))
 
     def view(self, session_id: str) -> ModeView:
         """The ACP views (``modes``, ``configOptions``, updates) of the session's current mode.
@@ -1246,32 +1042,6 @@ class ModeEngine:
 
     # -- internals ------------------------------------------------------------------------
 
-    def _previous_target(self, session: Session) -> str | None:
-        """Where ``$previous`` leads the session now, or ``None`` (see :meth:`resolve_target`)."""
-        previous = session.previous
-        if previous is None or previous == session.state:
-            return None
-        if not self.machine.allows("switch_mode", session.state, previous):
-            return None
-        return previous
-
-    def _shown_name(self, option: SwitchOption, target: str | None) -> str:
-        """The option's name as shown: ``{mode}`` filled in; a ``$previous`` one names it."""
-        if target is None:
-            return option.name
-        mode_name = self.spec.mode(target).name
-        if "{mode}" in option.name:
-            return option.name.replace("{mode}", mode_name)
-        if option.target == PREVIOUS:
-            return f"{option.name} ({mode_name})"
-        return option.name
-
-    def _stale_targets(self, source: str) -> list[str]:
-        """The modes a stale approval may still reach from *source*."""
-        return [
-            m for m in self.machine.targets("switch_mode", source) if self.spec.mode(m).restorable
-        ]
-
     def _fire(self, session: Session, kind: TriggerKind, dest: str, context: ModeChange) -> bool:
         """Policy, then hooks, then the machine (write-ahead record, commit), then after-hooks."""
         if not self.machine.allows(kind, context.from_mode, dest):
@@ -1285,8 +1055,8 @@ class ModeEngine:
     def _fire_outside_machine(self, session: Session, context: ModeChange) -> None:
         """Commit a restore from a mode the spec no longer has: same record, hooks, commit."""
         self._run_before_hooks(session, context)
-        write_ahead = self._append if self.store is not None else self._write_ahead
-        write_ahead(session, context.from_mode, context.to_mode, context)
+        if self.store is not None:
+            self._append(session, context.from_mode, context.to_mode, context)
         self._commit(session, context.from_mode, context.to_mode, context)
 
     async def _fire_async(
@@ -1301,8 +1071,12 @@ class ModeEngine:
 
         The session's turn is held, so nothing moves it between the write and the
         commit: the machine then only commits (its write-ahead callback finds the record
-        written, :attr:`_written`).
+        written, :attr:`_written`). Without a store it is :meth:`_fire` (the log's write
+        is local).
         """
+        if self.store is None:
+            self._fire(session, kind, dest, context)
+            return
         self._run_before_hooks(session, context)
         written = await self._write_async(session, context, deadline)
         self._written = written
@@ -1333,6 +1107,31 @@ class ModeEngine:
         except (StoreInDoubt, asyncio.CancelledError):  # it may have committed
             session.doubt = True
             raise
+
+    async def _in_turn(
+        self,
+        session_id: str,
+        attempt: Callable[[float | None], Awaitable[_T]],
+        moved: Callable[[], None] | None = None,
+    ) -> _T:
+        """``await attempt(deadline)`` in the session's turn, its rejections written after it.
+
+        When another process moved the session (:class:`~modefsm.store.SessionMoved`), the
+        session takes that point, ``moved()`` is called, and *attempt* runs again, at most
+        :data:`_RACES` times in all.
+
+        Raises:
+            StoreBusy: the races were all lost, or the turn did not come in time.
+        """
+        async with self._turn(session_id) as deadline:
+            for _ in range(_RACES):
+                try:
+                    return await self._noting(lambda: attempt(deadline))
+                except SessionMoved as lost:
+                    self._adopt(lost.current)
+                    if moved is not None:
+                        moved()
+        raise self._busy(session_id)
 
     def _turn(self, session_id: str) -> _Turn:
         """The session's turn (``async with``): one change of a session at a time.
@@ -1379,14 +1178,8 @@ class ModeEngine:
                     seq=context.seq,
                 )
 
-    def _write_ahead(self, session: Session, source: str, dest: str, context: ModeChange) -> None:
-        log = self.log
-        if log is None:
-            return
-        log.write(EVENT_CHANGED, self._change_record(session, source, dest, context))
-
     def _append(self, session: Session, source: str, dest: str, context: ModeChange) -> None:
-        """:meth:`_write_ahead` through the store (the session's head is checked there).
+        """Write the change's record ahead through the store (it checks the session's head).
 
         A record already committed by :meth:`_write_async` is not written again.
         """
@@ -1428,6 +1221,8 @@ class ModeEngine:
             fields["proposed_in"] = context.proposed_in
         if self.protocol is not None:
             fields["protocol"] = self.protocol
+        if session.config is not None:
+            fields["config"] = session.config
         fields["spec"] = self._spec_name
         fields["spec_hash"] = self._spec_hash
         return fields
@@ -1458,7 +1253,9 @@ class ModeEngine:
         session.previous = current.previous
         session.digest = current.digest
         session.doubt = False
-        self._enqueue(session.session_id, mode, current.seq)
+        session.config = self.host_options.restored(current.config)
+        self._enqueue(session, mode, current.seq)
+        self._tools_moved(session.session_id)
 
     def _confirm(self, session: Session) -> None:
         """Before deciding on the session's mode: is it still where this process saw it?
@@ -1495,18 +1292,21 @@ class ModeEngine:
         # The machine has set fsm_state already, except for a restore from a mode the spec
         # no longer has, which has no machine state to leave: set it here for both.
         session.fsm_state = state_name(dest)
-        self._enqueue(session.session_id, dest, context.seq)
+        self._enqueue(session, dest, context.seq)
+        self._tools_moved(session.session_id)
 
-    def _enqueue(self, session_id: str, mode_id: str, seq: int) -> None:
+    def _enqueue(self, session: Session, mode_id: str, seq: int) -> None:
         if self.sink is not None:
-            options = self._complete(self.views[mode_id], session_id)
-            self._outbox.append((session_id, ModeChanged(session_id, mode_id, seq, options)))
+            options = self._complete(self.views[mode_id], session)
+            sid = session.session_id
+            self._outbox.append((sid, ModeChanged(sid, mode_id, seq, options)))
 
-    def _complete(self, view: ModeView, session_id: str) -> tuple[object, ...]:
-        """The mode option of *view* followed by the host's other options of the session."""
-        if self.other_config_options is None:
+    def _complete(self, view: ModeView, session: Session | None) -> tuple[OptionView, ...]:
+        """The mode option of *view* followed by the host's options at the session's values."""
+        if not self.host_options:
             return (view.mode_option,)
-        return (view.mode_option, *self.other_config_options(session_id))
+        values = session.config if session is not None else None
+        return (view.mode_option, *self.host_options.views(values))
 
     def _reject(
         self,
@@ -1530,14 +1330,11 @@ class ModeEngine:
             SessionMoved: with *redecide*, the session moved (nothing written).
             LogError: the line cannot be written.
         """
-        if self._write is None:
+        store = self.store
+        if store is None:
             return
         ids = {key: _clip(value) if isinstance(value, str) else value for key, value in ids.items()}
         note = _Rejection(session, _clip(dest) if isinstance(dest, str) else None, origin, reason)
-        store = self.store
-        if store is None:
-            self._write(EVENT_REJECTED, self._rejected(note, ids)[0])
-            return
         noted = _NOTED.get()
         if noted is not None:
             noted.append((note, ids, redecide))
@@ -1619,6 +1416,8 @@ class ModeEngine:
         tool_call_id: str | None = None,
         option_id: str | None = None,
         proposed_in: str | None = None,
+        config_id: str | None = None,
+        value: str | bool | None = None,
     ) -> dict[str, Any]:
         fields: dict[str, Any] = {
             "timestamp": utc_timestamp(),
@@ -1636,6 +1435,10 @@ class ModeEngine:
             fields["option_id"] = option_id
         if proposed_in is not None:
             fields["proposed_in"] = proposed_in
+        if config_id is not None:
+            fields["config_id"] = config_id
+        if value is not None:
+            fields["value"] = value
         if self.protocol is not None:
             fields["protocol"] = self.protocol
         fields["spec"] = self._spec_name
@@ -1643,7 +1446,8 @@ class ModeEngine:
         return fields
 
     def _log_failure(self, event: str, session_id: str, exc: BaseException, **fields: Any) -> None:
-        if self._write is None:
+        store = self.store
+        if store is None:
             return
         record = {
             "timestamp": utc_timestamp(),
@@ -1653,10 +1457,15 @@ class ModeEngine:
             **self._spec_fields,
         }
         with contextlib.suppress(ModefsmError):  # nowhere left to report a failed write
-            self._write(event, record)
+            store.note(event, record)
 
 
-def _hook_error(hook: ChangeHook, exc: Exception) -> HookError:
+def _write_nothing(session: Session, source: str, dest: str, context: ModeChange) -> None:
+    """The machine's write-ahead callback of an engine without a store: no record."""
+    del session, source, dest, context
+
+
+def _hook_error(hook: Callable[..., None], exc: Exception) -> HookError:
     """What a ``before_change`` hook that raised *exc* makes the change raise.
 
     A veto (:class:`~modefsm.errors.ChangeRefused`, or modefsm's own
@@ -1704,31 +1513,6 @@ REQUEST_TIMEOUTS = 3
 """A request on a session with a store ends within this many times the store's
 ``timeout``: waiting for the session's previous request, for the store's turn, for the
 store itself all count against it."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Switch:
-    """An approved ``switch_mode`` as asked for (see :meth:`ModeEngine.apply_switch`)."""
-
-    dest: str
-    tool_call_id: str
-    option_id: str
-    proposed_in: str
-    request_id: str | int | None
-
-    def change(self, session: Session, *, stale: bool) -> ModeChange:
-        """The change from the session's mode now (``proposed_in`` kept when stale)."""
-        return ModeChange(
-            session.session_id,
-            session.seq + 1,
-            session.state,
-            self.dest,
-            "switch_mode",
-            self.request_id,
-            self.tool_call_id,
-            self.option_id,
-            self.proposed_in if stale else None,
-        )
 
 
 class _Turn:

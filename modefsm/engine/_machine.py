@@ -39,12 +39,14 @@ size and its memory stays bounded whatever the sessions do.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transitions import Machine, MachineError, State
 
-from modefsm.spec._model import ModeSpec
-from modefsm.spec._table import TransitionTable, TriggerKind
+from modefsm.spec import TransitionTable, TriggerKind
+
+if TYPE_CHECKING:
+    from modefsm.spec import ModeSpec
 
 __all__ = [
     "MATERIALIZED_MAX",

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from modefsm.spec import ModeSpec
+if TYPE_CHECKING:
+    from modefsm.spec import ModeSpec
 
 __all__ = ["Choice", "ModeInfo", "ModeView", "OptionView", "build_views"]
 

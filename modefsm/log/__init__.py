@@ -1,9 +1,18 @@
 """The transition log: records and their digest chain, the writer, the reader, the journal.
 
-Where it sits among the stages: the documentation's Architecture page.
-
 Each name loads its module on first use, so that writing records (the record format and
 the writer) loads neither the reader nor the conversation journal.
+
+Exports: the record format (the ``EVENT_*`` names, ``record_digest``,
+``canonical_record``, ...; ``_records``, a leaf below the rest), the record models
+(``TransitionRecord``, ``DecisionRecord``, ``record_checks``; ``_models``, pydantic),
+the writer (``TransitionLog``, ``LogIndex``), the reader (``read_log``, ``LogEntry``,
+``LogProblem``, ...), the conversation journal (``ConversationStore``, ``journal_path``,
+...) and the private-file helpers every file modefsm creates goes through
+(``open_private``, ``create_private``, ``check_private``, ``lock_holders``).
+
+May import: ``errors``, ``spec`` (the rule names a decision record carries), and
+``modefsm._lazy``.
 """
 
 from typing import TYPE_CHECKING
@@ -16,9 +25,19 @@ if TYPE_CHECKING:
         CONVERSATION_MAX_ENTRIES,
         CONVERSATION_SESSIONS_CACHED,
         EVENT_CONVERSATION,
+        JOURNAL_SUFFIX,
         ConversationItem,
         ConversationStore,
         Part,
+        journal_path,
+    )
+    from modefsm.log._files import check_private, create_private, lock_holders, open_private
+    from modefsm.log._models import (
+        DecisionRecord,
+        FieldCheck,
+        SpecRecord,
+        TransitionRecord,
+        record_checks,
     )
     from modefsm.log._reader import (
         MAX_LINE,
@@ -35,6 +54,7 @@ if TYPE_CHECKING:
     from modefsm.log._records import (
         CHAINED_EVENTS,
         EVENT_CHANGED,
+        EVENT_CONFIG,
         EVENT_CREATED,
         EVENT_DECIDED,
         EVENT_REJECTED,
@@ -43,16 +63,11 @@ if TYPE_CHECKING:
         MAX_SPEC_TEXT,
         RECORD_EVENTS,
         SEQ_MAX,
-        DecisionRecord,
-        FieldCheck,
         Origin,
         Outcome,
         RejectReason,
-        SpecRecord,
-        TransitionRecord,
         canonical_record,
         previous_of,
-        record_checks,
         record_digest,
         title_digest,
         utc_timestamp,
@@ -65,12 +80,14 @@ __all__ = [
     "CONVERSATION_MAX_ENTRIES",
     "CONVERSATION_SESSIONS_CACHED",
     "EVENT_CHANGED",
+    "EVENT_CONFIG",
     "EVENT_CONVERSATION",
     "EVENT_CREATED",
     "EVENT_DECIDED",
     "EVENT_REJECTED",
     "EVENT_REPAIRED",
     "EVENT_SPEC",
+    "JOURNAL_SUFFIX",
     "MAX_LINE",
     "MAX_SPEC_TEXT",
     "RECORD_EVENTS",
@@ -96,7 +113,12 @@ __all__ = [
     "TransitionLog",
     "TransitionRecord",
     "canonical_record",
+    "check_private",
+    "create_private",
     "ignore_file_size_signal",
+    "journal_path",
+    "lock_holders",
+    "open_private",
     "previous_of",
     "read_log",
     "record_checks",
@@ -107,6 +129,8 @@ __all__ = [
 
 _MODULES = {
     "modefsm.log._conversation": (
+        "JOURNAL_SUFFIX",
+        "journal_path",
         "CONVERSATION_MAX_BYTES",
         "CONVERSATION_MAX_ENTRIES",
         "CONVERSATION_SESSIONS_CACHED",
@@ -114,6 +138,14 @@ _MODULES = {
         "ConversationItem",
         "ConversationStore",
         "Part",
+    ),
+    "modefsm.log._files": ("check_private", "create_private", "lock_holders", "open_private"),
+    "modefsm.log._models": (
+        "DecisionRecord",
+        "FieldCheck",
+        "SpecRecord",
+        "TransitionRecord",
+        "record_checks",
     ),
     "modefsm.log._reader": (
         "DecisionEntry",
@@ -129,6 +161,7 @@ _MODULES = {
     "modefsm.log._records": (
         "CHAINED_EVENTS",
         "EVENT_CHANGED",
+        "EVENT_CONFIG",
         "EVENT_CREATED",
         "EVENT_DECIDED",
         "EVENT_REJECTED",
@@ -138,16 +171,11 @@ _MODULES = {
         "MAX_SPEC_TEXT",
         "RECORD_EVENTS",
         "SEQ_MAX",
-        "DecisionRecord",
-        "FieldCheck",
         "Origin",
         "Outcome",
         "RejectReason",
-        "SpecRecord",
-        "TransitionRecord",
         "canonical_record",
         "previous_of",
-        "record_checks",
         "record_digest",
         "title_digest",
         "utc_timestamp",

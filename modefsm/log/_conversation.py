@@ -42,9 +42,11 @@ __all__ = [
     "CONVERSATION_MAX_ENTRIES",
     "CONVERSATION_SESSIONS_CACHED",
     "EVENT_CONVERSATION",
+    "JOURNAL_SUFFIX",
     "ConversationItem",
     "ConversationStore",
     "Part",
+    "journal_path",
 ]
 
 EVENT_CONVERSATION = "modefsm.conversation"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from modefsm.errors import LogError
 
-__all__: list[str] = []
+__all__ = ["check_private", "create_private", "lock_holders", "open_private"]
 
 PRIVATE = 0o600
 """The mode of the files modefsm creates."""

@@ -54,6 +54,7 @@ from typing import Any, BinaryIO, Literal, overload
 import orjson
 from pydantic import ValidationError
 
+from modefsm.log._models import DecisionRecord, SpecRecord, TransitionRecord
 from modefsm.log._records import (
     CHAINED_EVENTS,
     EVENT_DECIDED,
@@ -61,9 +62,6 @@ from modefsm.log._records import (
     EVENT_SPEC,
     MAX_LINE,
     RECORD_EVENTS,
-    DecisionRecord,
-    SpecRecord,
-    TransitionRecord,
     record_digest,
 )
 

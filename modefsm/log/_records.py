@@ -1,6 +1,6 @@
 """The record format: what one line of a transition log holds, and the digest chain.
 
-The same :class:`TransitionRecord` model describes what the writer
+The same :class:`~modefsm.log.TransitionRecord` model describes what the writer
 (:class:`~modefsm.log.TransitionLog`) writes and what :mod:`modefsm.replay` parses. Three
 events exist:
 
@@ -10,12 +10,20 @@ events exist:
     a committed change (``seq`` 2, 3, ... without gaps, per session).
 ``modefsm.change_rejected``
     an attempt that changed nothing (``seq`` null, ``reason`` says why).
+``modefsm.config_changed``
+    a committed change of a host's config option (``config_id`` set to ``value``): the
+    mode stays (``from_mode`` and ``to_mode`` are both the session's mode) and ``seq``
+    counts it like a mode change.
+
+Every committed record of a session whose host options were set carries ``config``: the
+session's host option values after it (``{"model": "smart"}``), so that its last record
+alone says where the session stands.
 
 A fourth, :data:`EVENT_DECIDED` (``modefsm.tool_decided``), is a tool call decided by its
-session's mode (:class:`DecisionRecord`); it is chained like the others.
+session's mode (:class:`~modefsm.log.DecisionRecord`); it is chained like the others.
 
 A file's first record is its header, :data:`EVENT_SPEC` (``modefsm.spec``,
-:class:`SpecRecord`): the spec the records after it were written with, by name, content
+:class:`~modefsm.log.SpecRecord`): the spec the records after it were written with, by name, content
 hash and definition, chained like the others. A writer writes one before its first record
 of a spec in each file it starts or continues, unless the file already has one for that
 spec's hash, so ``modefsm replay`` needs no spec file to check a log.
@@ -42,8 +50,8 @@ after it produces a valid chain; cutting records off the end, or deleting a whol
 leaves none behind. Keep a copy of the chain head (``modefsm replay --verify`` prints it)
 somewhere the writer cannot change to detect those.
 
-This module is a leaf of the log package: it imports nothing of modefsm but the spec's
-tool kinds and decisions (:mod:`modefsm.spec._rules`).
+This module is a leaf: it imports nothing of modefsm (and no pydantic); the models of
+the records are :mod:`modefsm.log._models`.
 """
 
 from __future__ import annotations
@@ -51,19 +59,15 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
-import types
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
-
-from modefsm.spec._rules import Decision, ToolKind
 
 __all__ = [
     "CHAINED_EVENTS",
     "EVENT_CHANGED",
+    "EVENT_CONFIG",
     "EVENT_CREATED",
     "EVENT_DECIDED",
     "EVENT_REJECTED",
@@ -73,16 +77,11 @@ __all__ = [
     "MAX_SPEC_TEXT",
     "RECORD_EVENTS",
     "SEQ_MAX",
-    "DecisionRecord",
-    "FieldCheck",
     "Origin",
     "Outcome",
     "RejectReason",
-    "SpecRecord",
-    "TransitionRecord",
     "canonical_record",
     "previous_of",
-    "record_checks",
     "record_digest",
     "title_digest",
     "utc_timestamp",
@@ -91,18 +90,21 @@ __all__ = [
 EVENT_CREATED = "modefsm.session_created"
 EVENT_CHANGED = "modefsm.mode_changed"
 EVENT_REJECTED = "modefsm.change_rejected"
+EVENT_CONFIG = "modefsm.config_changed"
+"""A host config option set by ``session/set_config_option``: a committed record."""
 EVENT_REPAIRED = "modefsm.log_repaired"
 """A diagnostic, not a record: the line before it was torn by a crash (``torn_bytes`` long)."""
 SEQ_MAX = (1 << 63) - 1
 """The largest ``seq`` a record may hold (SQLite's largest ``INTEGER``): a line with a larger
 one, or one below 1, is not a record (readers report it as ``not_a_record``)."""
-RECORD_EVENTS = frozenset({EVENT_CREATED, EVENT_CHANGED, EVENT_REJECTED})
-"""The events that are :class:`TransitionRecord` lines (other ``modefsm.*`` events, such as
-``modefsm.notify_failed``, are diagnostics: not records, not chained)."""
+RECORD_EVENTS = frozenset({EVENT_CREATED, EVENT_CHANGED, EVENT_CONFIG, EVENT_REJECTED})
+"""The events that are :class:`~modefsm.log.TransitionRecord` lines (other ``modefsm.*``
+events, such as ``modefsm.notify_failed``, are diagnostics: not records, not chained)."""
 EVENT_DECIDED = "modefsm.tool_decided"
-"""A tool call decided by its session's mode: a :class:`DecisionRecord`."""
+"""A tool call decided by its session's mode: a :class:`~modefsm.log.DecisionRecord`."""
 EVENT_SPEC = "modefsm.spec"
-"""A file's header: the spec its records were written with (a :class:`SpecRecord`)."""
+"""A file's header: the spec its records were written with (a
+:class:`~modefsm.log.SpecRecord`)."""
 CHAINED_EVENTS = RECORD_EVENTS | {EVENT_DECIDED, EVENT_SPEC}
 """The events whose lines are chained (``prev`` and ``digest``): the records, decisions and
 spec headers."""
@@ -147,69 +149,6 @@ The last three are permission answers that cannot approve anything: ``invalid_an
 the wait) and ``duplicate_answer`` (a second answer to the same request)."""
 
 
-class TransitionRecord(BaseModel):
-    """One line of the transition log.
-
-    Attributes:
-        event: ``modefsm.session_created``, ``modefsm.mode_changed`` or
-            ``modefsm.change_rejected``.
-        timestamp: UTC, ISO 8601 with a ``Z`` suffix.
-        session_id: ACP ``sessionId``.
-        seq: the session's sequence number, 1 for its creation, then +1 per committed
-            change; ``None`` on rejections; at most :data:`SEQ_MAX` (a SQLite ``INTEGER``).
-        from_mode: the mode before (``None`` on creation).
-        to_mode: the mode after (on a rejection: the mode asked for, if any).
-        origin: see :data:`Origin`.
-        request_id: the JSON-RPC id of the request that caused it, if known (an integer
-            id within a 64-bit range: ``-2**63`` to ``2**64 - 1``).
-        tool_call_id: ACP ``toolCallId`` of a ``switch_mode`` tool call.
-        option_id: ACP ``optionId`` the user selected.
-        proposed_in: the mode a switch was proposed in: on an approved switch only when
-            the client changed the mode while the permission request was pending; on a
-            rejected switch always (when known).
-        protocol: the ACP protocol version of the client that made the change (``2``);
-            absent on records of v1 clients and of logs written before it existed.
-        cwd: on a ``session_created`` record: the ACP ``cwd`` the client gave
-            ``session/new`` (what ``session/list`` reports and filters on); absent on
-            sessions made without one and in logs written before it existed.
-        reason: why a rejection changed nothing.
-        spec: the spec's name.
-        spec_hash: the spec's :attr:`~modefsm.spec.ModeSpec.content_hash`.
-        level: the log level (``info``, ``warning`` for rejections).
-        prev: the ``digest`` of the record written before this one on the same log, or
-            ``None`` for the first record of a fresh log (and in logs written before
-            records were chained).
-        session_prev: on committed records written through a
-            :class:`~modefsm.store.SessionStore`: the ``digest`` of the session's record
-            ``seq - 1`` (``None`` on its creation), so a session's records form a chain of
-            their own across files and writers. Absent in older logs (then unchecked).
-        digest: :func:`record_digest` of this record: 64 hex digits.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
-
-    event: Literal["modefsm.session_created", "modefsm.mode_changed", "modefsm.change_rejected"]
-    timestamp: str
-    session_id: str
-    seq: Annotated[int, Field(ge=1, le=SEQ_MAX)] | None
-    from_mode: str | None
-    to_mode: str | None
-    origin: Origin
-    request_id: str | Annotated[int, Field(ge=-(1 << 63), lt=1 << 64)] | None = None
-    tool_call_id: str | None = None
-    option_id: str | None = None
-    proposed_in: str | None = None
-    protocol: Annotated[int, Field(ge=1, le=2)] | None = None
-    cwd: str | None = None
-    reason: RejectReason | None = None
-    spec: str
-    spec_hash: str
-    level: str = "info"
-    prev: str | None = None
-    session_prev: str | None = None
-    digest: str | None = None
-
-
 Outcome = Literal[
     "allow_once", "allow_always", "reject_once", "reject_always", "cancelled", "granted",
 ]  # fmt: skip
@@ -218,184 +157,65 @@ Outcome = Literal[
 when a mode change made it moot), or ``granted`` (a remembered ``allow_always`` applied:
 nobody was asked)."""
 
-_RAN = frozenset({"allow_once", "allow_always", "granted"})
-
-
-class DecisionRecord(BaseModel):
-    """One ``modefsm.tool_decided`` line: a tool call decided by its session's mode.
-
-    Compact on purpose: the tool call's title is kept as a digest only (it may hold paths
-    or commands), and the rule by its index.
-
-    Attributes:
-        event: ``modefsm.tool_decided``.
-        timestamp: UTC, ISO 8601 with a ``Z`` suffix.
-        session_id: ACP ``sessionId``.
-        tool_call_id: ACP ``toolCallId``.
-        kind: ACP ``ToolCall.kind`` (``other`` when the call had none).
-        tool: the host's name for the tool, as the rules' ``name`` patterns were matched
-            against it (``None``: the call had none).
-        title_digest: :func:`title_digest` of ACP ``ToolCall.title``.
-        rule: the index of the rule that decided in the mode's ``tools``; ``None``: the
-            mode's ``tools_default``.
-        decision: ``allow``, ``ask`` or ``deny`` (the verdict of the mode's rules).
-        outcome: for an ``ask``, how it ended (:data:`Outcome`); ``None`` otherwise.
-        mode: the session's committed mode the call was decided in.
-        mode_seq: the ``seq`` of the session's committed record that set *mode* (the
-            record the decision was made against).
-        spec: the spec's name.
-        spec_hash: the spec's :attr:`~modefsm.spec.ModeSpec.content_hash`.
-        level: the log level (``info``).
-        prev: the ``digest`` of the record written before this one on the same log.
-        digest: :func:`record_digest` of this record.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
-
-    event: Literal["modefsm.tool_decided"]
-    timestamp: str
-    session_id: str
-    tool_call_id: str
-    kind: ToolKind
-    tool: str | None = None
-    title_digest: str | None = None
-    rule: Annotated[int, Field(ge=0)] | None = None
-    decision: Decision
-    outcome: Outcome | None = None
-    mode: str
-    mode_seq: Annotated[int, Field(ge=1, le=SEQ_MAX)]
-    spec: str
-    spec_hash: str
-    level: str = "info"
-    prev: str | None = None
-    digest: str | None = None
-
-    @property
-    def ran(self) -> bool:
-        """Whether the tool ran: allowed, or asked and approved (or granted)."""
-        return self.decision == "allow" or (self.decision == "ask" and self.outcome in _RAN)
-
-
-class SpecRecord(BaseModel):
-    """One ``modefsm.spec`` line: a file's header, naming the spec of the records after it.
-
-    Attributes:
-        event: ``modefsm.spec``.
-        timestamp: UTC, ISO 8601 with a ``Z`` suffix.
-        spec: the spec's name.
-        spec_hash: the spec's :attr:`~modefsm.spec.ModeSpec.content_hash`.
-        definition: the spec itself, as :attr:`~modefsm.spec.ModeSpec.definition` gives it
-            (what its ``content_hash`` is the digest of); ``None`` when its compact JSON is
-            longer than :data:`MAX_SPEC_TEXT` bytes.
-        level: the log level (``info``).
-        prev: the ``digest`` of the record written before this one on the same log.
-        digest: :func:`record_digest` of this record.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
-
-    event: Literal["modefsm.spec"]
-    timestamp: str
-    spec: str
-    spec_hash: str
-    definition: dict[str, Any] | None = None
-    level: str = "info"
-    prev: str | None = None
-    digest: str | None = None
-
-
-_DIGEST_KEYS = frozenset(TransitionRecord.model_fields) - {"level", "digest"}
-_DECISION_KEYS = frozenset(DecisionRecord.model_fields) - {"level", "digest"}
-_SPEC_KEYS = frozenset(SpecRecord.model_fields) - {"level", "digest"}
-
-
-@dataclass(frozen=True, slots=True)
-class FieldCheck:
-    """The JSON values of one :class:`TransitionRecord` field that the model keeps as they are.
-
-    For readers that check a parsed line without building the model (replay's fast path):
-    a value :meth:`accepts` is one the model takes unchanged; anything else (a value the
-    model would convert, such as ``"2"`` for an integer, or reject) must go through it.
-
-    Attributes:
-        name: the field (the JSON key).
-        types: the exact Python types of the accepted values (``bool`` is not ``int``).
-        low: the smallest accepted integer, if bounded.
-        high: the largest accepted integer, if bounded.
-        values: the accepted strings, for a ``Literal`` field.
-        required: whether a record must have the key.
-    """
-
-    name: str
-    types: frozenset[type]
-    low: int | None = None
-    high: int | None = None
-    values: frozenset[str] | None = None
-    required: bool = True
-
-    def accepts(self, value: object) -> bool:
-        """Whether *value* (parsed from JSON) is one the model keeps unchanged.
-
-        Example:
-            >>> seq = record_checks()["seq"]
-            >>> seq.accepts(2), seq.accepts(0), seq.accepts(True), seq.accepts(None)
-            (True, False, False, True)
-        """
-        kind = type(value)
-        if kind not in self.types:
-            return False
-        if kind is int:
-            number: int = value  # type: ignore[assignment]  # checked just above
-            return (self.low is None or number >= self.low) and (
-                self.high is None or number <= self.high
-            )
-        return kind is not str or self.values is None or value in self.values
-
-
-@functools.cache
-def record_checks() -> dict[str, FieldCheck]:
-    """A :class:`FieldCheck` for every :class:`TransitionRecord` field, derived from the model.
-
-    Raises:
-        TypeError: a field's annotation is not one this derivation knows (a change to the
-            model that needs a change here).
-    """
-    return {
-        name: _check_of(name, info.annotation, required=info.is_required())
-        for name, info in TransitionRecord.model_fields.items()
+_DIGEST_KEYS = frozenset(
+    {
+        "event",
+        "timestamp",
+        "session_id",
+        "seq",
+        "from_mode",
+        "to_mode",
+        "origin",
+        "request_id",
+        "tool_call_id",
+        "option_id",
+        "proposed_in",
+        "protocol",
+        "cwd",
+        "reason",
+        "config_id",
+        "value",
+        "config",
+        "spec",
+        "spec_hash",
+        "prev",
+        "session_prev",
     }
-
-
-def _check_of(name: str, annotation: Any, *, required: bool) -> FieldCheck:
-    kinds: set[type] = set()
-    low = high = None
-    values: frozenset[str] | None = None
-    arms = get_args(annotation) if get_origin(annotation) in {Union, types.UnionType} else ()
-    for arm in arms or (annotation,):
-        if arm in {str, int, type(None)}:
-            kinds.add(arm)
-        elif get_origin(arm) is Literal and all(type(v) is str for v in get_args(arm)):
-            kinds.add(str)
-            values = frozenset(get_args(arm))
-        elif get_origin(arm) is Annotated and get_args(arm)[0] is int:
-            kinds.add(int)
-            for constraint in (m for f in get_args(arm)[1:] for m in f.metadata):
-                low = getattr(constraint, "ge", low)
-                high = getattr(constraint, "le", high)
-                if getattr(constraint, "lt", None) is not None:
-                    high = constraint.lt - 1
-        else:
-            msg = f"no JSON check for the record field {name!r}: {arm!r}"
-            raise TypeError(msg)
-    return FieldCheck(name, frozenset(kinds), low, high, values, required)
+)
+"""The keys a record's digest covers: :class:`~modefsm.log.TransitionRecord`'s fields but
+``level`` and ``digest`` (a test holds them equal)."""
+_DECISION_KEYS = frozenset(
+    {
+        "event",
+        "timestamp",
+        "session_id",
+        "tool_call_id",
+        "kind",
+        "tool",
+        "title_digest",
+        "rule",
+        "decision",
+        "outcome",
+        "mode",
+        "mode_seq",
+        "spec",
+        "spec_hash",
+        "prev",
+    }
+)
+"""The keys a decision's digest covers: :class:`~modefsm.log.DecisionRecord`'s fields but
+``level`` and ``digest``."""
+_SPEC_KEYS = frozenset({"event", "timestamp", "spec", "spec_hash", "definition", "prev"})
+"""The keys a header's digest covers: :class:`~modefsm.log.SpecRecord`'s fields but
+``level`` and ``digest``."""
 
 
 def canonical_record(data: Mapping[str, Any]) -> bytes:
     """The bytes a record's digest covers: its fields as compact JSON with sorted keys.
 
-    Every :class:`TransitionRecord` field present in *data* counts (every
-    :class:`DecisionRecord` field for a ``modefsm.tool_decided`` line, every
-    :class:`SpecRecord` field for a ``modefsm.spec`` header), ``prev`` and
+    Every :class:`~modefsm.log.TransitionRecord` field present in *data* counts (every
+    :class:`~modefsm.log.DecisionRecord` field for a ``modefsm.tool_decided`` line, every
+    :class:`~modefsm.log.SpecRecord` field for a ``modefsm.spec`` header), ``prev`` and
     ``event`` included, except ``level`` (derived from the event) and ``digest`` itself.
     Keys a host logger adds (its own context) are not covered.
 
@@ -436,13 +256,16 @@ def title_digest(title: str | None) -> str | None:
     return "sha256:" + hashlib.sha256(title.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def previous_of(origin: str, from_mode: str | None) -> tuple[str | None, bool]:
+def previous_of(
+    origin: str, from_mode: str | None, event: str = EVENT_CHANGED
+) -> tuple[str | None, bool]:
     """How a committed record moves a session's ``previous`` mode: ``(value, keep)``.
 
     A client or switch change sets it to the record's ``from_mode``; a creation clears it;
-    a restore keeps it (a fallback is not a move the user can return from).
+    a restore keeps it (a fallback is not a move the user can return from), and so does a
+    ``config_changed`` record (the mode did not move).
     """
-    if origin == "restore":
+    if origin == "restore" or event == EVENT_CONFIG:
         return None, True
     return (None if origin == "new" else from_mode), False
 

@@ -28,6 +28,7 @@ from modefsm.log._files import open_private
 from modefsm.log._records import (
     CHAINED_EVENTS,
     EVENT_CHANGED,
+    EVENT_CONFIG,
     EVENT_CREATED,
     EVENT_DECIDED,
     EVENT_REJECTED,
@@ -86,6 +87,7 @@ class LogIndex(Protocol):
         *,
         cwd: str | None = None,
         timestamp: str | None = None,
+        config: dict[str, str | bool] | None = None,
     ) -> None:
         """Note a committed record (after its line is written); never raises."""
         ...  # pragma: no cover
@@ -286,15 +288,16 @@ def _index_record(
         fields["seq"],
         offset,
         digest,
-        previous_of(fields["origin"], fields["from_mode"]),
+        previous_of(fields["origin"], fields["from_mode"], event),
         cwd=fields.get("cwd"),
         timestamp=fields.get("timestamp"),
+        config=fields.get("config"),
     )
 
 
 _UNMOVED = frozenset({EVENT_REJECTED, EVENT_DECIDED, EVENT_SPEC})
 """The chained events that move no session: they move the chain only."""
-_INFO_EVENTS = frozenset({EVENT_CHANGED, EVENT_CREATED, EVENT_DECIDED, EVENT_SPEC})
+_INFO_EVENTS = frozenset({EVENT_CHANGED, EVENT_CONFIG, EVENT_CREATED, EVENT_DECIDED, EVENT_SPEC})
 """The events written at level ``info`` (the others at ``warning``)."""
 _HEADERS_READ = 4 << 20
 """How far into a file, from each end, a writer looks for headers (see :func:`_file_specs`)."""

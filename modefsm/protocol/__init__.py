@@ -1,12 +1,21 @@
 """ACP over the SDK: the v1 and v2 agents, version negotiation, the transports.
 
-Where it sits among the stages: the documentation's Architecture page.
+The stage that turns the engine's plain data into the SDK's wire models and back:
+``v1/`` (``ModeAgent``, the ``switch_mode`` flow, the v1 renderers), ``v2/``
+(``ModeAgentV2``, loaded on first use), ``transport/`` (frames, stdio, HTTP and
+WebSocket, negotiation, the shared engine) and ``errors`` (the JSON-RPC errors). The
+only stage, with ``cli``, that imports the ACP SDK.
 
-``config_options``, ``mode_state`` and ``session_updates`` are ACP v1's renderers
-(:mod:`modefsm.protocol.v1`); v2's are :mod:`modefsm.protocol.v2`'s.
+Exports: the union of ``v1``'s and ``transport``'s exports, ``LIST_PAGE``, and, on first
+use, ``ModeAgentV2`` and ``V2_PROTOCOL_VERSION``. ``config_options``, ``mode_state`` and
+``session_updates`` are ACP v1's renderers (:mod:`modefsm.protocol.v1`); v2's are
+:mod:`modefsm.protocol.v2`'s.
+
+May import: ``errors``, ``spec``, ``log``, ``store``, ``engine``.
 """
 
 from modefsm.protocol._list import LIST_PAGE
+from modefsm.protocol._sdk import SDK_VERSION, V2_SDK, SdkFeatureError, require_v2
 from modefsm.protocol.transport import (
     ACP_PATH,
     ACP_SUBPROTOCOL,
@@ -46,20 +55,26 @@ from modefsm.protocol.transport import (
     SharedEngine,
     check_frame,
     create_app,
+    is_loopback,
     new_token,
+    normal_host,
+    normal_origin,
+    raise_descriptor_limit,
+    read_token_file,
     run_agent,
     serve_http,
     serve_negotiated,
+    write_token_file,
 )
 from modefsm.protocol.v1 import (
     CLOSE_WAIT,
     MAX_CWD_CHARS,
     ModeAgent,
-    SwitchResult,
+    ToolResult,
     config_options,
     mode_state,
-    offered_options,
     propose_switch,
+    run_tool,
     session_updates,
 )
 
@@ -91,9 +106,11 @@ __all__ = [
     "MAX_VALUES",
     "OUTBOX_SIZE",
     "RESERVED_DESCRIPTORS",
+    "SDK_VERSION",
     "SEND_WAIT",
     "SUPPORTED_PROTOCOLS",
     "TOKEN_SUBPROTOCOL",
+    "V2_SDK",
     "Access",
     "AgentFactory",
     "BoundedPipeWriter",
@@ -103,17 +120,25 @@ __all__ = [
     "OutputClosedError",
     "PermissionRequest",
     "Refusal",
+    "SdkFeatureError",
     "SharedEngine",
-    "SwitchResult",
+    "ToolResult",
     "check_frame",
     "config_options",
     "create_app",
+    "is_loopback",
     "mode_state",
     "new_token",
-    "offered_options",
+    "normal_host",
+    "normal_origin",
     "propose_switch",
+    "raise_descriptor_limit",
+    "read_token_file",
+    "require_v2",
     "run_agent",
+    "run_tool",
     "serve_http",
     "serve_negotiated",
     "session_updates",
+    "write_token_file",
 ]

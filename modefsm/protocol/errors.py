@@ -21,6 +21,8 @@ error                                            JSON-RPC error
 :class:`~modefsm.errors.HookError`               the ``RequestError`` the hook raised, else
                                                  ``-32603``
 :class:`~modefsm.errors.LogError`                ``-32603``; ``data``: ``{"message": ...}``
+:class:`~modefsm.errors.AskLimitError`           ``-32603``; ``data``: ``{"message", "limit":
+                                                 "open_asks", "max"}``
 ===============================================  ==========================================
 
 This module is shared by :mod:`modefsm.protocol`'s subpackages (``v1``, ``v2``,
@@ -39,6 +41,7 @@ from modefsm.errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     RESOURCE_NOT_FOUND,
+    AskLimitError,
     ChangeRefused,
     FrameError,
     HookError,
@@ -128,8 +131,11 @@ def request_error(error: BaseException, version: int = 1) -> RequestError | None
         return RequestError(error.code, str(error), data)
     if isinstance(error, HookError) and isinstance(error.error, RequestError):
         return error.error
-    if isinstance(error, HookError | LogError):
-        return RequestError(INTERNAL_ERROR, str(error), {"message": str(error)})
+    if isinstance(error, HookError | LogError | AskLimitError):
+        details: dict[str, Any] = {"message": str(error)}
+        if isinstance(error, AskLimitError):
+            details |= {"limit": "open_asks", "max": error.limit}
+        return RequestError(INTERNAL_ERROR, str(error), details)
     return None
 
 

@@ -1,6 +1,15 @@
 """Logs read back: records checked against their spec, chains verified, final modes.
 
-Where it sits among the stages: the documentation's Architecture page.
+The replayer (``_replayer``: a fast path and the full checks, which must agree), the
+merge of several workers' files (``_merge``), the tool decisions' ledger (``_tools``)
+and the reports (``_report``).
+
+Exports: ``replay`` and ``Replayer``, ``ReplayReport``, ``Violation`` and
+``ViolationKind``, ``ChainSummary``, ``SessionHistory``, the reports (``TableReport``,
+``JsonReport``, ``verdict``), ``ToolLedger``, ``iter_records``, and the restore points
+read from logs (``LogRestore``, ``RestorePoint``, ``last_points``).
+
+May import: ``errors``, ``spec``, ``log``, ``store``.
 """
 
 from modefsm.replay._replayer import (

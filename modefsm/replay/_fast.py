@@ -4,10 +4,11 @@
 :class:`~modefsm.log.TransitionRecord`), a msgspec struct whose decoder takes a line only
 when every key is a field of the model and every value one the model keeps as it is: a
 string where the model wants a string, an integer within the model's bounds, a value of a
-``Literal``. Anything else (a host's key, a value the model would convert or reject, a
-line that is not JSON) raises, and the line goes the slow way. An optional field the line
-does not have is :data:`msgspec.UNSET`, so that the digest's canonical bytes cover exactly
-the keys the line holds.
+``Literal``. Anything else (a host's key, a value the model would convert or reject, a line
+that is not JSON) raises, and the line goes the slow way, as does every ``config`` object (a
+session's host option values: the struct takes only its ``null``). An optional field the
+line does not have is :data:`msgspec.UNSET`, so that the digest's canonical bytes cover
+exactly the keys the line holds.
 
 msgspec bounds integers to 64 bits: where the model allows more (``request_id`` up to
 ``2**64 - 1``), the struct stops at ``2**63 - 1`` and the rest goes the slow way.
@@ -20,7 +21,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from modefsm.log._records import FieldCheck, record_checks
+from modefsm.log import FieldCheck, record_checks
 
 __all__: list[str] = []  # used by Replayer.take only
 
@@ -55,6 +56,8 @@ def _type_of(check: FieldCheck) -> Any:
     arms: list[Any] = []
     if str in check.types:
         arms.append(Literal[tuple(sorted(check.values))] if check.values is not None else str)
+    if bool in check.types:
+        arms.append(bool)
     if int in check.types:
         low = _INT64[0] if check.low is None else max(check.low, _INT64[0])
         high = _INT64[1] if check.high is None else min(check.high, _INT64[1])

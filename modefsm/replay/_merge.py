@@ -20,8 +20,15 @@ from typing import Literal
 
 import orjson
 
-from modefsm.log._reader import MAX_LINE, DecisionEntry, LogEntry, LogProblem, SpecEntry, read_log
-from modefsm.log._records import EVENT_REJECTED
+from modefsm.log import (
+    EVENT_REJECTED,
+    MAX_LINE,
+    DecisionEntry,
+    LogEntry,
+    LogProblem,
+    SpecEntry,
+    read_log,
+)
 from modefsm.store import EXPORT_EVENT
 
 __all__: list[str] = []  # used by replay() only

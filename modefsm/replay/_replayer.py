@@ -13,7 +13,10 @@ asked for the timelines) and checks, for each committed record:
   a restore goes where the spec's restore policy says;
 - approved switches: a ``tool_call_id``, and an ``option_id`` that the spec offers in the
   mode the switch was proposed in (``proposed_in``, else ``from_mode``), that approves,
-  and whose target is ``to_mode``.
+  and whose target is ``to_mode``;
+- host config options: a ``config_changed`` record leaves the mode where it was and its
+  ``config`` is the session's values before it with ``config_id`` set to ``value``; any
+  other committed record carries the session's ``config`` unchanged.
 
 and, for each tool call decision (``modefsm.tool_decided``), that it was decided in the
 session's committed mode by the spec's rules (:mod:`modefsm.replay._tools`).
@@ -24,9 +27,9 @@ processes writing one file) is a violation at the line where it shows.
 
 Example:
     >>> import io
-    >>> from modefsm import ModeEngine, TransitionLog, preset
+    >>> from modefsm import LogStore, ModeEngine, TransitionLog, preset
     >>> buffer = io.BytesIO()
-    >>> engine = ModeEngine(preset("seed"), log=TransitionLog.to_stream(buffer))
+    >>> engine = ModeEngine(preset("seed"), store=LogStore(TransitionLog.to_stream(buffer)))
     >>> _ = engine.new_session("sess_1")
     >>> _ = engine.change("sess_1", "architect", "set_mode")
     >>> stdin = io.BufferedReader(io.BytesIO(buffer.getvalue()))
@@ -41,40 +44,38 @@ import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO, Literal, overload
 
 import msgspec
 import orjson
 
 from modefsm.errors import LogError, SpecError
-from modefsm.log._reader import (
-    RECORD_MARK,
-    DecisionEntry,
-    Location,
-    LogEntry,
-    LogProblem,
-    SpecEntry,
-    Take,
-    read_log,
-)
-from modefsm.log._records import (
+from modefsm.log import (
     EVENT_CHANGED,
+    EVENT_CONFIG,
     EVENT_CREATED,
     EVENT_DECIDED,
     EVENT_REJECTED,
     MAX_SPEC_TEXT,
+    RECORD_MARK,
+    DecisionEntry,
+    DecisionRecord,
+    Location,
+    LogEntry,
+    LogProblem,
+    SpecEntry,
     SpecRecord,
+    Take,
     TransitionRecord,
     canonical_record,
     previous_of,
+    read_log,
     record_checks,
 )
 from modefsm.replay._fast import canonical_encoder, record_decoder
 from modefsm.replay._merge import file_kind, merge_by_gseq, merged_kinds
 from modefsm.replay._tools import ToolLedger, ToolTally
-from modefsm.spec._model import ModeSpec, preset
-from modefsm.spec._presets import preset_names
-from modefsm.spec._table import PREVIOUS, TransitionTable
+from modefsm.spec import PREVIOUS, ModeSpec, TransitionTable, preset, preset_names
 from modefsm.store import LogRestore, RestorePoint, last_points
 
 __all__ = [
@@ -95,7 +96,8 @@ __all__ = [
 ViolationKind = Literal[
     "bad_record", "gap", "repeat", "out_of_order", "from_mode", "creation", "illegal",
     "switch", "unknown_spec", "spec_changed", "tampered", "chain", "no_digest", "torn",
-    "session_chain", "duplicate", "gseq", "tool_policy", "spec_header", "spec_mismatch",
+    "session_chain", "duplicate", "gseq", "tool_policy", "config", "spec_header",
+    "spec_mismatch",
 ]  # fmt: skip
 """What a :class:`Violation` is about.
 
@@ -121,6 +123,10 @@ previous record (that record was replaced, or two writers forked the session).
 ``gseq``). ``gseq``: a committed record without ``gseq``, or one whose ``gseq`` is not
 above the one before it in its file (a record moved within the file, or its ``gseq``
 edited).
+
+``config``: a ``config_changed`` record that moves the mode or whose ``config`` is not the
+session's values with its ``config_id`` set to its ``value``, or another committed record
+whose ``config`` differs from the session's values before it.
 
 ``tool_policy``: a tool call decision (``modefsm.tool_decided``) made in a mode other than
 the session's committed one, or against a stale record of it, or that the spec's rules do
@@ -200,6 +206,9 @@ class SessionHistory:
         first: where it first appears.
         last: where its last record is.
         tools: its tool call decisions, counted by mode and kind (empty: none logged).
+        config: its host config options' values after its last committed record, by
+            ``configId`` (empty: none set).
+        config_changes: the number of ``config_changed`` records applied.
     """
 
     session_id: str
@@ -213,6 +222,8 @@ class SessionHistory:
     first: Location
     last: Location
     tools: tuple[ToolTally, ...] = ()
+    config: dict[str, str | bool] = field(default_factory=dict)
+    config_changes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +309,8 @@ class _Track:
     rejections: int = 0
     changes: list[TransitionRecord] = field(default_factory=list)
     digest: str | None = None  # of its last committed record (merged replays only)
+    config: dict[str, str | bool] | None = None  # its host option values (None: none set)
+    config_changes: int = 0
 
     def commit(  # noqa: PLR0917 - a record's fields, without building the record
         self,
@@ -309,7 +322,7 @@ class _Track:
         spec: str,
         spec_hash: str,
     ) -> None:
-        """Move the session on by a committed record read at *at*."""
+        """Move the session on by a committed record read at *at* (not a config record)."""
         previous, keep = previous_of(origin, source)
         if not keep:
             self.previous = previous
@@ -730,9 +743,11 @@ class Replayer:
                     break
                 track = tracks.get(session_id)
                 if event == EVENT_CHANGED:
-                    # a switch has no edge here: feed checks its option
+                    # a switch has no edge here: feed checks its option; nor has a
+                    # session with host option values: feed checks they are carried
                     if (
                         track is None
+                        or track.config is not None
                         or seq != track.seq + 1
                         or source != track.mode
                         or source is None
@@ -740,6 +755,8 @@ class Replayer:
                         or not edges[origin, source, dest]
                     ):
                         break
+                elif event == EVENT_CONFIG:
+                    break  # feed checks it against the session's values
                 elif event == EVENT_CREATED:
                     if (
                         track is not None
@@ -811,6 +828,8 @@ class Replayer:
                 first=Location(*t.first),
                 last=Location(*t.last),
                 tools=self._ledger.tallies(sid),
+                config=dict(t.config or {}),
+                config_changes=t.config_changes,
             )
             for sid, t in self._tracks.items()
         )
@@ -889,6 +908,7 @@ class Replayer:
         track = self._track(entry)
         if not self._in_order(entry, track, seq):
             return
+        previous = track.previous
         if record.event == EVENT_CREATED:
             self._check_creation(entry, spec)
         elif track.mode is None:
@@ -905,16 +925,65 @@ class Replayer:
                 )
         else:
             self._follows(entry, track, seq)
-        if spec is not None and record.event != EVENT_CREATED:
-            for kind, message in _legality(record, track, *spec):
-                self._violation(entry, kind, message)
+        self._check_change(entry, track, spec)
         at = (entry.location.path, entry.location.line)
         track.commit(
             at, seq, record.origin, record.from_mode, to_mode, record.spec, record.spec_hash
         )
+        if record.event == EVENT_CONFIG:
+            track.previous = previous  # the mode did not move
+            track.config_changes += 1
+        track.config = record.config or None
         track.digest = record.digest
         if self._keep:
             track.changes.append(record)
+
+    def _check_change(self, entry: LogEntry, track: _Track, spec: _Rules | None) -> None:
+        """Check a committed record's legality and its host option values."""
+        record = entry.record
+        if record.event == EVENT_CONFIG:
+            self._check_config(entry, track)
+            return
+        self._check_carried(entry, track)
+        if spec is not None and record.event != EVENT_CREATED:
+            for kind, message in _legality(record, track, *spec):
+                self._violation(entry, kind, message)
+
+    def _check_carried(self, entry: LogEntry, track: _Track) -> None:
+        """Check that a committed record other than a config one keeps the host values."""
+        record = entry.record
+        if track.mode is None and record.event != EVENT_CREATED:
+            return  # a partial history: the values before it are not known
+        carried = track.config if record.event != EVENT_CREATED else None
+        if (record.config or None) != carried:
+            self._violation(
+                entry,
+                "config",
+                f"config {record.config!r}, but the session's host options were "
+                f"{carried!r} before it: only a config_changed record changes them",
+            )
+
+    def _check_config(self, entry: LogEntry, track: _Track) -> None:
+        """Check a ``config_changed`` record: the mode stays, one value is set."""
+        record = entry.record
+        problems = []
+        if record.from_mode != record.to_mode:
+            problems.append(
+                f"a config_changed record moves the mode from {record.from_mode!r} to "
+                f"{record.to_mode!r} (it leaves the mode as it is)"
+            )
+        if not isinstance(record.config_id, str) or record.value is None:
+            problems.append("a config_changed record without its config_id and value")
+        elif track.mode is not None:
+            expected = {**(track.config or {}), record.config_id: record.value}
+            if record.config != expected:
+                problems.append(
+                    f"config {record.config!r}, but setting {record.config_id!r} to "
+                    f"{record.value!r} from the session's {track.config or {}!r} gives "
+                    f"{expected!r}"
+                )
+        for message in problems:
+            self._violation(entry, "config", message)
 
     def _follows(self, entry: LogEntry, track: _Track, seq: int) -> None:
         """Check a change against its session's last committed record."""
@@ -1285,16 +1354,32 @@ def replay(
     return replayer.report()
 
 
-def iter_records(paths: Iterable[str | Path]) -> Iterator[TransitionRecord]:
+@overload
+def iter_records(
+    paths: Iterable[str | Path], *, decisions: Literal[False] = ...
+) -> Iterator[TransitionRecord]: ...
+@overload
+def iter_records(
+    paths: Iterable[str | Path], *, decisions: Literal[True]
+) -> Iterator[TransitionRecord | DecisionRecord]: ...
+def iter_records(
+    paths: Iterable[str | Path], *, decisions: bool = False
+) -> Iterator[TransitionRecord | DecisionRecord]:
     """Yield the modefsm records of the JSON-lines files *paths*, in order.
 
     Lines that cannot be used (torn, not a record) are skipped; :func:`replay` reports them.
 
+    Args:
+        paths: the log files, read one after the other.
+        decisions: also yield each ``modefsm.tool_decided`` line as a
+            :class:`~modefsm.log.DecisionRecord` (else skipped).
+
     Raises:
         LogError: a file is unusable (missing, unreadable, not text).
     """
-    for item in read_log(paths):
-        if isinstance(item, LogEntry):
+    items = read_log(paths, decisions=True) if decisions else read_log(paths)
+    for item in items:
+        if isinstance(item, LogEntry | DecisionEntry):
             yield item.record
         elif item.fatal:
             msg = item.message.replace("cannot read:", "cannot read the transition log:")

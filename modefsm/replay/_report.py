@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import orjson
 
 if TYPE_CHECKING:
-    from modefsm.log._reader import LogEntry
+    from modefsm.log import LogEntry
     from modefsm.replay._replayer import ReplayReport
     from modefsm.replay._tools import ToolTally
 
@@ -48,6 +48,15 @@ def verdict(report: ReplayReport) -> str:
     return "clean"
 
 
+_HOST_KEYS = ("config_id", "value", "config")
+"""Record keys a JSON timeline item has only where they are set."""
+
+
+def _shown(value: object) -> str:
+    """A host option's value as the report shows it (``true`` for a boolean)."""
+    return orjson.dumps(value).decode() if isinstance(value, bool) else str(value)
+
+
 def _spec_hint(kind: str) -> str:
     if kind == "spec_changed":
         return "the spec given changed since the records were written"
@@ -76,6 +85,8 @@ class TableReport:
         """Write (or hold) the timeline row of one record."""
         r = entry.record
         change = f"{r.from_mode or ''} -> {r.to_mode or '?'}".lstrip()
+        if r.config_id is not None:  # a host config option set (or refused): not a move
+            change = f"{r.config_id} = {_shown(r.value)}"
         origin = r.origin if r.reason is None else f"{r.origin} rejected: {r.reason}"
         tool = ""
         if r.tool_call_id is not None or r.option_id is not None:
@@ -128,9 +139,10 @@ class TableReport:
         modes = max((len(s.mode or "?") for s in report.sessions), default=0)
         for s in report.sessions:
             rejected = f", {s.rejections} rejected" if s.rejections else ""
+            config = "".join(f", {k} = {_shown(v)}" for k, v in s.config.items())
             write(
                 f"  {s.session_id:<{ids}}  {s.mode or '?':<{modes}}  (seq {s.seq}, "
-                f"spec {s.spec}, {s.records} records{rejected})\n"
+                f"spec {s.spec}, {s.records} records{rejected}{config})\n"
             )
             self._tools(s.tools)
         if report.violations:
@@ -174,7 +186,11 @@ class JsonReport:
 
     def entry(self, entry: LogEntry) -> None:
         """Write the timeline item of one record."""
-        item = {"location": str(entry.location), **entry.record.model_dump(exclude={"level"})}
+        record = entry.record.model_dump(exclude={"level"})
+        for key in _HOST_KEYS:  # only on the records of host config options
+            if record[key] is None:
+                del record[key]
+        item = {"location": str(entry.location), **record}
         self.out.write(("\n" if self._rows == 0 else ",\n") + _dumps(item))
         self._rows += 1
 
@@ -193,6 +209,7 @@ class JsonReport:
                     "first": str(s.first),
                     "last": str(s.last),
                     **({"tools": [_tally(t) for t in s.tools]} if s.tools else {}),
+                    **({"config": s.config} if s.config else {}),
                 }
                 for s in report.sessions
             ],

@@ -24,11 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from modefsm.spec._grants import GrantMemory
+from modefsm.spec import GrantMemory
 
 if TYPE_CHECKING:
-    from modefsm.log._records import DecisionRecord
-    from modefsm.spec._model import ModeSpec
+    from modefsm.log import DecisionRecord
+    from modefsm.spec import ModeSpec
 
 __all__ = ["ToolLedger", "ToolTally"]
 

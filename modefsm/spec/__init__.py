@@ -1,15 +1,20 @@
 """What is allowed: the mode catalogue and its policy, the presets, the transition table.
 
-Where it sits among the stages: the documentation's Architecture page.
-
 The models load on first use of one of their names, so that listing the presets and the
 transition table's names costs no pydantic model.
+
+Exports: the models (``ModeSpec``, ``Mode``, ``Switch``, ``SwitchOption``,
+``load_spec``, ``preset``, ``preset_names``), ``TransitionTable`` (the one answer to "is
+this transition legal?"), the tool rules (``RuleTable``, ``ToolRule``, ``Verdict``, ...)
+and grants (``Grants``, ``GrantMemory``, ...), and the names and bounds they use.
+
+May import: ``errors``, and ``modefsm._lazy``.
 """
 
 from typing import TYPE_CHECKING
 
 from modefsm._lazy import lazy_exports
-from modefsm.spec._presets import preset_names
+from modefsm.spec._presets import preset, preset_names
 from modefsm.spec._table import ORIGIN_KINDS, PREVIOUS, TRIGGER_KINDS, TransitionTable, TriggerKind
 
 if TYPE_CHECKING:
@@ -24,7 +29,6 @@ if TYPE_CHECKING:
         Switch,
         SwitchOption,
         load_spec,
-        preset,
     )
     from modefsm.spec._rules import (
         DECISIONS,

@@ -7,6 +7,7 @@ diagrams and the replay verifier. A ``ModeSpec`` that exists is valid: building 
 checks everything and reports every problem at once, each with its location.
 
 Example:
+    >>> from modefsm import preset
     >>> spec = preset("seed")
     >>> spec.mode_ids
     ('ask', 'architect', 'code')
@@ -27,7 +28,6 @@ import stat
 import tomllib
 from collections.abc import Mapping
 from functools import cached_property
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,7 +36,6 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from modefsm.errors import SpecError, SpecProblem
 from modefsm.spec._grants import Grants
-from modefsm.spec._presets import preset_names as preset_names  # noqa: PLC0414 - old path
 from modefsm.spec._rules import Decision, RuleTable, ToolRule
 from modefsm.spec._table import PREVIOUS, TransitionTable
 
@@ -50,7 +49,6 @@ __all__ = [
     "Switch",
     "SwitchOption",
     "load_spec",
-    "preset",
 ]
 
 PermissionOptionKind = Literal["allow_once", "allow_always", "reject_once", "reject_always"]
@@ -639,18 +637,3 @@ def load_spec(path: str | Path) -> ModeSpec:
     except RecursionError:
         raise SpecError([SpecProblem("", "nested too deeply")], str(path)) from None
     return ModeSpec.from_data(data, str(path), base=path.parent)
-
-
-def preset(name: str) -> ModeSpec:
-    """Load the shipped preset *name* (see :func:`preset_names`).
-
-    Raises:
-        SpecError: if there is no such preset.
-    """
-    if name not in preset_names():
-        choices = ", ".join(preset_names())
-        raise SpecError([SpecProblem("", f"unknown preset {name!r}; presets: {choices}")])
-    text = (
-        resources.files("modefsm.spec.presets").joinpath(f"{name}.toml").read_text(encoding="utf-8")
-    )
-    return ModeSpec.from_data(tomllib.loads(text), f"preset {name}")

@@ -1,13 +1,14 @@
 """The session store that processes share, the one way the engine writes and restores.
 
-Where it sits among the stages: the documentation's Architecture page.
-
 Exports the seam (:mod:`modefsm.store._interface`: ``SessionStore``, ``RestorePoint``,
 ``SessionMoved``, ``StoreBusy``, ``StoreInDoubt``, what ``session/list`` reads) and the
 in-memory store ``MemoryStore``, loaded with the package; the backends and the restore
-index (``FileStore``, ``open_store``, ``RestoreIndex``, ``LogRestore``, ...) load on first
-use, so that an engine loads no SQLite and no log reader until it opens a store. Imports
-``errors`` and ``log`` only.
+index (``FileStore``, ``LogStore``, ``open_store``, ``export_store``, ``RestoreIndex``,
+``LogRestore``, ...) load on first use, so that an engine loads no SQLite and no log
+reader until it opens a store. ``PgStore`` (``modefsm.store._postgres``, psycopg) is
+loaded by ``open_store("postgresql://...")``.
+
+May import: ``errors``, ``spec`` (the bound on grants), ``log``, and ``modefsm._lazy``.
 """
 
 from typing import TYPE_CHECKING
@@ -27,6 +28,7 @@ from modefsm.store._memory import MemoryStore
 
 if TYPE_CHECKING:
     from modefsm.store._file import FileStore
+    from modefsm.store._log import LogStore
     from modefsm.store._open import export_store, open_store
     from modefsm.store._restore import (
         EVENT_INDEX_MISMATCH,
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
         RETRY_SECONDS,
         LogRestore,
         RestoreIndex,
+        check_index_modes,
         check_index_path,
         is_index,
         last_points,
@@ -48,6 +51,7 @@ __all__ = [
     "ListAfter",
     "ListedSession",
     "LogRestore",
+    "LogStore",
     "MemoryStore",
     "RestoreIndex",
     "RestorePoint",
@@ -55,6 +59,7 @@ __all__ = [
     "SessionStore",
     "StoreBusy",
     "StoreInDoubt",
+    "check_index_modes",
     "check_index_path",
     "export_store",
     "is_index",
@@ -64,6 +69,7 @@ __all__ = [
 
 _LAZY = {
     "FileStore": "modefsm.store._file",
+    "LogStore": "modefsm.store._log",
     "export_store": "modefsm.store._open",
     "open_store": "modefsm.store._open",
     **dict.fromkeys(
@@ -73,6 +79,7 @@ _LAZY = {
             "RETRY_SECONDS",
             "LogRestore",
             "RestoreIndex",
+            "check_index_modes",
             "check_index_path",
             "is_index",
             "last_points",

@@ -51,18 +51,26 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from pydantic import ValidationError
+
 from modefsm.errors import LogError
-from modefsm.log._files import lock_holders, open_private
-from modefsm.log._reader import LogEntry, read_log
-from modefsm.log._records import (
+from modefsm.log import (
     CHAINED_EVENTS,
     EVENT_CHANGED,
+    EVENT_CONFIG,
     EVENT_CREATED,
     EVENT_DECIDED,
     EVENT_REJECTED,
     EVENT_SPEC,
     SEQ_MAX,
+    DecisionEntry,
+    DecisionRecord,
+    LogEntry,
     TransitionRecord,
+    lock_holders,
+    open_private,
+    previous_of,
+    read_log,
 )
 from modefsm.log._writer import (
     TransitionLog,
@@ -71,6 +79,7 @@ from modefsm.log._writer import (
     _index_record,
     _record_line,
 )
+from modefsm.spec import MAX_GRANTS
 from modefsm.store._interface import (
     ListAfter,
     ListedSession,
@@ -131,6 +140,7 @@ class FileStore:
         except OSError as exc:
             raise LogError(f"cannot open the transition log: {exc.strerror}", str(path)) from None
         self._heads: dict[str, RestorePoint] = {}  # sessions this process holds
+        self._granted: dict[str, list[dict[str, Any]]] = {}  # others' allow_always, by session
         self._queued: list[tuple[str, dict[str, Any], asyncio.Future[str]]] = []
         self._writer: asyncio.Task[None] | None = None  # writes the queued records
         self._watch = _LockWatch()
@@ -475,7 +485,9 @@ class FileStore:
                 held = heads.get(data.get("session_id"))  # type: ignore[arg-type]
                 seq = data.get("seq")
                 if held is not None and isinstance(seq, int) and seq > held.seq:
-                    heads[held.session_id] = _after(held, data)
+                    heads[held.session_id] = _after(held, data, data.get("event"))
+                elif held is not None and data.get("outcome") == "allow_always":
+                    self._grant_seen(held.session_id, data)
                 if feed:
                     self._feed(data, line_end)
         self._log.follow(chain if isinstance(chain, str) else None)
@@ -626,7 +638,7 @@ class FileStore:
         assert digest is not None  # noqa: S101 - a record was just written
         fields["digest"] = digest
         self._wrote(event, fields, digest)
-        self._heads[session_id] = _after(held, fields)
+        self._heads[session_id] = _after(held, fields, event)
         return digest
 
     def _adopt(
@@ -835,6 +847,26 @@ class FileStore:
     def release(self, session_id: str) -> None:
         """Stop following *session_id* (closed here): held heads stay bounded."""
         self._heads.pop(session_id, None)
+        self._granted.pop(session_id, None)
+
+    def _grant_seen(self, session_id: str, data: dict[str, Any]) -> None:
+        seen = self._granted.setdefault(session_id, [])
+        if len(seen) < MAX_GRANTS:
+            seen.append(data)
+
+    def grants_seen(self, session_id: str) -> list[DecisionRecord]:
+        """The ``allow_always`` decisions other processes wrote for *session_id* since then.
+
+        Read as the store caught up with the file, since the last call (at most
+        :data:`~modefsm.spec.MAX_GRANTS`). Only for sessions this process holds; a line
+        that is not a valid decision is left out (replay reports it).
+        """
+        seen = self._granted.pop(session_id, ())
+        grants = []
+        for data in seen:
+            with contextlib.suppress(ValidationError):
+                grants.append(DecisionRecord.model_validate(data))
+        return grants
 
     def history(self, session_id: str) -> Iterator[TransitionRecord]:
         """The committed records of *session_id* in the file, ``seq`` 1 to n (a full scan)."""
@@ -844,8 +876,18 @@ class FileStore:
                 if record.session_id == session_id and record.event in (
                     EVENT_CREATED,
                     EVENT_CHANGED,
+                    EVENT_CONFIG,
                 ):
                     yield record
+
+    def decisions(self, session_id: str) -> Iterator[DecisionRecord]:
+        """The ``modefsm.tool_decided`` records of *session_id* in the file, in order.
+
+        A full scan (what a restored session's grants are rebuilt from).
+        """
+        for item in read_log([self.path], decisions=True):
+            if isinstance(item, DecisionEntry) and item.record.session_id == session_id:
+                yield item.record
 
     def close(self) -> None:
         """Catch the index up with the file, commit it and close both (idempotent).
@@ -910,7 +952,7 @@ def _committed(data: dict[str, Any]) -> bool:
     """Whether *data* is a committed record whose fields the index can take."""
     seq, source, cwd = data.get("seq"), data.get("from_mode"), data.get("cwd")
     return (
-        data.get("event") in (EVENT_CREATED, EVENT_CHANGED)
+        data.get("event") in (EVENT_CREATED, EVENT_CHANGED, EVENT_CONFIG)
         and isinstance(data.get("session_id"), str)
         and isinstance(data.get("to_mode"), str)
         and isinstance(data.get("origin"), str)
@@ -932,14 +974,20 @@ def _index_path(path: Path) -> Path:
     return path.with_name(path.name + ".index")
 
 
-def _after(head: RestorePoint | None, data: dict[str, Any]) -> RestorePoint:
-    """The session's point after the committed record *data*."""
-    origin = data["origin"]
-    if origin == "restore":
+def _after(head: RestorePoint | None, data: dict[str, Any], event: object) -> RestorePoint:
+    """The session's point after the committed record *data* of *event*."""
+    previous, keep = previous_of(data["origin"], data["from_mode"], str(event))
+    if keep:
         previous = head.previous if head is not None else None
-    else:
-        previous = None if origin == "new" else data["from_mode"]
-    return RestorePoint(data["session_id"], data["to_mode"], data["seq"], previous, data["digest"])
+    config = data.get("config")
+    return RestorePoint(
+        data["session_id"],
+        data["to_mode"],
+        data["seq"],
+        previous,
+        data["digest"],
+        config if isinstance(config, dict) else None,
+    )
 
 
 class _Wait(NamedTuple):

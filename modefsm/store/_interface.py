@@ -1,10 +1,11 @@
 """The session store every process of an agent shares: one interface, several backends.
 
 A store sequences the committed records (``modefsm.session_created``,
-``modefsm.mode_changed``) of every session across processes and answers where a session
-stands. The engine appends each record through :meth:`SessionStore.append` *before* the
-change becomes visible (write-ahead); the store refuses a record whose ``seq`` is not the
-session's next (another process moved the session first: :class:`SessionMoved`).
+``modefsm.mode_changed``, ``modefsm.config_changed``) of every session across processes and
+answers where a session stands. The engine appends each record through
+:meth:`SessionStore.append` *before* the change becomes visible (write-ahead); the store
+refuses a record whose ``seq`` is not the session's next (another process moved the session
+first: :class:`SessionMoved`).
 
 Backends: :class:`~modefsm.store.FileStore` (one JSON-lines file shared by the processes
 of one machine, the ``--log`` path) and ``modefsm.store._postgres.PgStore``
@@ -16,10 +17,12 @@ backend (and no SQLite, no log reader).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from modefsm.errors import LogError, ModefsmError
-from modefsm.log._records import TransitionRecord
+
+if TYPE_CHECKING:  # a model: loaded by those who read history, not by every writer
+    from modefsm.log import TransitionRecord
 
 __all__ = [
     "EXPORT_EVENT",
@@ -49,6 +52,8 @@ class RestorePoint(NamedTuple):
             ``$previous`` switch options return to (``None`` if there was none).
         digest: the ``digest`` of that record (the head of the session's chain, which
             the session's next record names as ``session_prev``), or ``None`` when unknown.
+        config: the ``config`` of that record: the session's host config option values
+            by ``configId`` (``None``: none was set).
     """
 
     session_id: str
@@ -56,6 +61,7 @@ class RestorePoint(NamedTuple):
     seq: int
     previous: str | None = None
     digest: str | None = None
+    config: dict[str, str | bool] | None = None
 
 
 class ListedSession(NamedTuple):
@@ -140,7 +146,8 @@ class SessionStore(Protocol):
         """Write-ahead one committed record; return its ``digest`` once durable.
 
         Args:
-            event: ``modefsm.session_created`` or ``modefsm.mode_changed``.
+            event: ``modefsm.session_created``, ``modefsm.mode_changed`` or
+                ``modefsm.config_changed``.
             fields: the record's fields (see :class:`~modefsm.log.TransitionRecord`);
                 ``fields["seq"]`` must be ``head.seq + 1`` (``1`` when *head* is ``None``).
                 The store adds ``prev``, ``session_prev`` and ``digest``.

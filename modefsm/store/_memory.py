@@ -10,11 +10,14 @@ process only.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from modefsm.errors import LogError
-from modefsm.log._records import RECORD_EVENTS, TransitionRecord, record_digest
+from modefsm.log import EVENT_DECIDED, RECORD_EVENTS, previous_of, record_digest
 from modefsm.store._interface import ListAfter, ListedSession, RestorePoint, SessionMoved
+
+if TYPE_CHECKING:
+    from modefsm.log import DecisionRecord, TransitionRecord
 
 __all__ = ["MemoryStore"]
 
@@ -61,7 +64,7 @@ class MemoryStore:
 
     def _open(self) -> None:
         if self._closed:
-            raise LogError("the in-memory store is closed")
+            raise LogError("the store is closed")
 
     def _write(self, event: str, fields: dict[str, Any]) -> str | None:
         """Keep one line; a record (:data:`~modefsm.log.RECORD_EVENTS`) gets its digest."""
@@ -74,6 +77,18 @@ class MemoryStore:
             line["digest"] = digest
             self._head = digest
         self.lines.append(line)
+        return digest
+
+    def _commit(self, event: str, fields: dict[str, Any], held: RestorePoint | None) -> str:
+        """Keep a committed record after *held* (the session's point): its ``digest``.
+
+        *fields* gets ``session_prev`` and ``digest``.
+        """
+        fields["session_prev"] = held.digest if held is not None else None
+        digest = self._write(event, fields)
+        assert digest is not None  # noqa: S101 - a committed record has a digest
+        fields["digest"] = digest
+        self._records.setdefault(fields["session_id"], []).append(self.lines[-1])
         return digest
 
     def append(self, event: str, fields: dict[str, Any], head: RestorePoint | None) -> str:
@@ -93,18 +108,13 @@ class MemoryStore:
             held = head  # a session restored from elsewhere: its head is the caller's
         if seq != (held.seq if held is not None else 0) + 1:
             raise SessionMoved(held or RestorePoint(session_id, fields["to_mode"], seq - 1))
-        fields["session_prev"] = held.digest if held is not None else None
-        digest = self._write(event, fields)
-        assert digest is not None  # noqa: S101 - a committed record has a digest
-        fields["digest"] = digest
-        if fields["origin"] == "restore":
+        digest = self._commit(event, fields, held)
+        previous, keep = previous_of(fields["origin"], fields["from_mode"], event)
+        if keep:
             previous = held.previous if held is not None else None
-        else:
-            previous = None if fields["origin"] == "new" else fields["from_mode"]
         self._points[session_id] = RestorePoint(
-            session_id, fields["to_mode"], seq, previous, digest
+            session_id, fields["to_mode"], seq, previous, digest, fields.get("config")
         )
-        self._records.setdefault(session_id, []).append(self.lines[-1])
         cwd = fields.get("cwd") if seq == 1 else self._listed.get(session_id, (None,))[0]
         if cwd is not None:
             self._listed[session_id] = (cwd, fields["timestamp"])
@@ -161,8 +171,18 @@ class MemoryStore:
 
     def history(self, session_id: str) -> Iterator[TransitionRecord]:
         """The session's committed records, ``seq`` 1 to n."""
+        from modefsm.log import TransitionRecord  # noqa: PLC0415 - the model, when read
+
         for line in self._records.get(session_id, ()):
             yield TransitionRecord.model_validate(line)
+
+    def decisions(self, session_id: str) -> Iterator[DecisionRecord]:
+        """The ``modefsm.tool_decided`` records of *session_id*, in order."""
+        from modefsm.log import DecisionRecord  # noqa: PLC0415 - the model, when read
+
+        for line in self.lines:
+            if line["event"] == EVENT_DECIDED and line["session_id"] == session_id:
+                yield DecisionRecord.model_validate(line)
 
     def list_sessions(
         self, cwd: str | None = None, after: ListAfter = None, limit: int = 100

@@ -15,8 +15,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from modefsm.errors import LogError
-from modefsm.log._records import EVENT_SPEC
-from modefsm.log._writer import TransitionLog
+from modefsm.log import EVENT_SPEC, TransitionLog
 from modefsm.store._file import FileStore
 from modefsm.store._interface import EXPORT_EVENT, SessionStore
 

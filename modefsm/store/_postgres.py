@@ -122,7 +122,7 @@ _INSERT_ONE = _GUARDED.format(
 """:data:`_INSERT` for one record (the same guard; a plainer plan than ``unnest``)."""
 _HEADS = (
     "SELECT h.* FROM unnest(%s::text[]) AS s(session_id) CROSS JOIN LATERAL ("
-    "SELECT session_id, to_mode, seq, previous, digest FROM modefsm_records r "
+    "SELECT session_id, to_mode, seq, previous, digest, record->'config' FROM modefsm_records r "
     "WHERE r.session_id = s.session_id ORDER BY seq DESC LIMIT 1) AS h"
 )
 _GSEQS = (
@@ -130,7 +130,7 @@ _GSEQS = (
     "AS v(session_id, seq) ON r.session_id = v.session_id AND r.seq = v.seq"
 )
 HEAD_QUERY = (
-    "SELECT to_mode, seq, previous, digest FROM modefsm_records "
+    "SELECT to_mode, seq, previous, digest, record->'config' FROM modefsm_records "
     "WHERE session_id = %s ORDER BY seq DESC LIMIT 1"
 )
 """The one query :meth:`PgStore.restore_point` runs (a backward scan of the primary key)."""
@@ -674,7 +674,7 @@ class PgStore:
             session_prev = head.digest if head is not None else None
             record = {**fields, "event": entry.event, "prev": prev, "session_prev": session_prev}
             digest = prev = record["digest"] = record_digest(record)
-            value, keep = previous_of(fields["origin"], fields.get("from_mode"))
+            value, keep = previous_of(fields["origin"], fields.get("from_mode"), entry.event)
             previous = (head.previous if head is not None else None) if keep else value
             body = orjson.dumps(record).decode()
             row = (fields["session_id"], fields["seq"], fields["to_mode"], previous)
@@ -770,8 +770,8 @@ class PgStore:
         rows = await self._query(HEAD_QUERY, (session_id,), f"sessionId {session_id}", deadline)
         if not rows:
             return None
-        mode, seq, previous, digest = rows[0]
-        return RestorePoint(session_id, mode, seq, previous, digest)
+        mode, seq, previous, digest, config = rows[0]
+        return RestorePoint(session_id, mode, seq, previous, digest, config)
 
     async def _query(
         self, query: str, params: tuple[Any, ...], what: str, limit: float | None = None
@@ -919,8 +919,8 @@ async def _insert(
         found = await conn.execute(_HEADS, (sessions,))
         taken = await conn.execute(_GSEQS, (sessions, seqs))
     heads = {
-        sid: RestorePoint(sid, mode, seq, previous, digest)
-        for sid, mode, seq, previous, digest in await found.fetchall()
+        sid: RestorePoint(sid, mode, seq, previous, digest, config)
+        for sid, mode, seq, previous, digest, config in await found.fetchall()
     }
     return dict(await taken.fetchall()), heads
 

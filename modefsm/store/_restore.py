@@ -35,16 +35,16 @@ reported as a ``modefsm.restore_index_mismatch`` event in the transition log.
 
 Example:
     >>> import tempfile, pathlib
-    >>> from modefsm import ModeEngine, preset
+    >>> from modefsm import LogStore, ModeEngine, preset
     >>> folder = pathlib.Path(tempfile.mkdtemp())
     >>> log = RestoreIndex.open_log(folder / "modes.jsonl", folder / "modes.index")
-    >>> engine = ModeEngine(preset("seed"), log=log)
+    >>> engine = ModeEngine(preset("seed"), store=LogStore(log))
     >>> _ = engine.new_session("sess_1"); _ = engine.change("sess_1", "code", "set_mode")
     >>> log.index.restore_point("sess_1")
-    RestorePoint(session_id='sess_1', mode='code', seq=2, previous='ask', digest=None)
+    RestorePoint(session_id='sess_1', mode='code', seq=2, previous='ask', digest=None, config=None)
     >>> log.close()
     >>> LogRestore(folder / "modes.jsonl").restore_point("sess_1")
-    RestorePoint(session_id='sess_1', mode='code', seq=2, previous='ask', digest=None)
+    RestorePoint(session_id='sess_1', mode='code', seq=2, previous='ask', digest=None, config=None)
 """
 
 from __future__ import annotations
@@ -61,14 +61,19 @@ from typing import Any
 import orjson
 
 from modefsm.errors import LogError
-from modefsm.log._conversation import JOURNAL_SUFFIX, journal_path
-from modefsm.log._files import check_private, create_private
-from modefsm.log._reader import LogEntry, LogProblem, read_log
-from modefsm.log._records import (
+from modefsm.log import (
     EVENT_CHANGED,
+    EVENT_CONFIG,
     EVENT_CREATED,
     EVENT_REJECTED,
+    JOURNAL_SUFFIX,
+    LogEntry,
+    LogProblem,
+    check_private,
+    create_private,
+    journal_path,
     previous_of,
+    read_log,
     record_digest,
     utc_timestamp,
 )
@@ -81,6 +86,7 @@ __all__ = [
     "RETRY_SECONDS",
     "LogRestore",
     "RestoreIndex",
+    "check_index_modes",
     "check_index_path",
     "is_index",
     "last_points",
@@ -102,7 +108,8 @@ def last_points(paths: Iterable[str | Path], *, digests: bool = False) -> dict[s
         if isinstance(item, LogEntry):
             point = _point(item, digests=digests)
             if point is not None:
-                previous, keep = previous_of(item.record.origin, item.record.from_mode)
+                record = item.record
+                previous, keep = previous_of(record.origin, record.from_mode, record.event)
                 last = points.get(point.session_id)
                 if keep:
                     previous = last.previous if last else None
@@ -115,7 +122,7 @@ def _point(entry: LogEntry, *, digests: bool = False) -> RestorePoint | None:
     if record.event == EVENT_REJECTED or record.seq is None or record.to_mode is None:
         return None
     digest = record.digest if digests else None
-    return RestorePoint(record.session_id, record.to_mode, record.seq, None, digest)
+    return RestorePoint(record.session_id, record.to_mode, record.seq, None, digest, record.config)
 
 
 class LogRestore:
@@ -136,9 +143,11 @@ class LogRestore:
         return last_points([self.path]).get(session_id)
 
 
-_Pending = tuple[str, int, str | None, int | None, str | None, bool, str | None, str | None, int]
+_Pending = tuple[
+    str, int, str | None, int | None, str | None, bool, str | None, str | None, int, str | None
+]
 """An update waiting for a commit: mode, seq, digest, offset, previous, keep, cwd,
-updated_at, earlier."""
+updated_at, earlier, config (JSON text)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -150,7 +159,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     offset INTEGER,
     cwd TEXT,
     updated_at TEXT,
-    earlier INTEGER
+    earlier INTEGER,
+    config TEXT
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS log_position (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -163,9 +173,10 @@ INSERT OR IGNORE INTO log_position (id, offset) VALUES (1, 0);
 """
 _UPSERT = (
     "INSERT INTO sessions "
-    "(session_id, mode, seq, digest, offset, previous, cwd, updated_at, earlier) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?8, ?9, ?10) "
+    "(session_id, mode, seq, digest, offset, previous, cwd, updated_at, earlier, config) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?8, ?9, ?10, ?11) "
     "ON CONFLICT (session_id) DO UPDATE SET mode = excluded.mode, seq = excluded.seq, "
+    "config = excluded.config, "
     "digest = excluded.digest, offset = excluded.offset, earlier = excluded.earlier, "
     "previous = CASE WHEN ?7 THEN sessions.previous ELSE excluded.previous END, "
     "cwd = COALESCE(excluded.cwd, sessions.cwd), updated_at = excluded.updated_at "
@@ -173,7 +184,12 @@ _UPSERT = (
 )
 """A row never goes back to an older record: processes sharing the index may commit the
 same records in any order."""
-_NAMED_COLUMNS = (("digest", "TEXT"), ("offset", "INTEGER"), ("earlier", "INTEGER"))
+_NAMED_COLUMNS = (
+    ("digest", "TEXT"),
+    ("offset", "INTEGER"),
+    ("earlier", "INTEGER"),
+    ("config", "TEXT"),
+)
 """Columns added after the first release: an older index gets them (empty) when opened.
 ``earlier`` is 1 for a row whose record is in a file the log was rotated from."""
 _LISTED_COLUMNS = (("cwd", "TEXT"), ("updated_at", "TEXT"))
@@ -406,24 +422,28 @@ class RestoreIndex:
                 raise LogError(msg, str(self.path))
         entry = self._pending.get(session_id)
         if entry is not None and not entry[5]:
-            return RestorePoint(session_id, entry[0], entry[1], entry[4], entry[2])
+            config = _config(entry[9])
+            return RestorePoint(session_id, entry[0], entry[1], entry[4], entry[2], config)
         try:
             row = self._db.execute(
-                "SELECT mode, seq, previous, digest, offset, earlier FROM sessions "
+                "SELECT mode, seq, previous, digest, offset, earlier, config FROM sessions "
                 "WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
         except sqlite3.Error as exc:
             raise LogError(f"cannot read the restore index now: {exc}", str(self.path)) from None
-        point = None if row is None else RestorePoint(session_id, row[0], row[1], row[2], row[3])
+        point = None
+        if row is not None:
+            point = RestorePoint(session_id, row[0], row[1], row[2], row[3], _config(row[6]))
         log = self.log_path
         if log is not None and point is not None and not row[5]:
             problem = _disagreement(log, point, row[3], row[4])
             if problem is not None:
                 point = self._settle(session_id, problem, point, log)
-        if entry is not None:  # a restore record: the mode is new, previous stays as it was
+        if entry is not None:  # a restore or config record: previous stays as it was
             previous = point.previous if point else None
-            return RestorePoint(session_id, entry[0], entry[1], previous, entry[2])
+            config = _config(entry[9])
+            return RestorePoint(session_id, entry[0], entry[1], previous, entry[2], config)
         return point
 
     def _settle(
@@ -503,6 +523,7 @@ class RestoreIndex:
         cwd: str | None = None,
         timestamp: str | None = None,
         earlier: bool = False,
+        config: dict[str, str | bool] | None = None,
     ) -> None:
         """Record that *session_id* is now in *mode* at *seq* (after the log line is written).
 
@@ -523,6 +544,7 @@ class RestoreIndex:
             timestamp: the record's ``timestamp``.
             earlier: the record is in a file before the one the index follows (a rotated
                 file): its point is answered as stored.
+            config: the record's ``config`` (the session's host option values), if any.
         """
         if not self._behind:
             value, keep = previous
@@ -541,6 +563,7 @@ class RestoreIndex:
                 cwd,
                 timestamp,
                 int(earlier),
+                None if not config else orjson.dumps(config).decode(),
             )
             if len(self._pending) > MAX_PENDING:
                 self._pending.clear()
@@ -720,8 +743,9 @@ class RestoreIndex:
                 cwd,
                 stamp,
                 earlier if offset is not None else was,
+                config,
             )
-            for sid, (mode, seq, digest, offset, previous, keep, cwd, stamp, was) in (
+            for sid, (mode, seq, digest, offset, previous, keep, cwd, stamp, was, config) in (
                 self._pending.items()
             )
         }
@@ -777,10 +801,11 @@ class RestoreIndex:
                     point.seq,
                     offset,
                     record.digest,
-                    previous_of(record.origin, record.from_mode),
+                    previous_of(record.origin, record.from_mode, record.event),
                     cwd=record.cwd,
                     timestamp=record.timestamp,
                     earlier=not followed,
+                    config=record.config,
                 )
                 applied += 1
         return applied
@@ -1016,7 +1041,7 @@ def _disagreement(  # noqa: PLR0911 - one check after another, each with its sen
         return f"the log has no record with the row's digest at byte {offset}"
     if record_digest(data) != digest:
         return f"the log's record at byte {offset} was changed after it was written"
-    if data.get("event") not in (EVENT_CREATED, EVENT_CHANGED):
+    if data.get("event") not in (EVENT_CREATED, EVENT_CHANGED, EVENT_CONFIG):
         return f"the log's record at byte {offset} is not a committed change"
     found = (data.get("session_id"), data.get("seq"), data.get("to_mode"))
     if found != (point.session_id, point.seq, point.mode):
@@ -1024,10 +1049,20 @@ def _disagreement(  # noqa: PLR0911 - one check after another, each with its sen
             f"the log's record at byte {offset} is session {found[0]!r} seq {found[1]} in "
             f"{found[2]!r}, not session {point.session_id!r} seq {point.seq} in {point.mode!r}"
         )
-    previous, keep = previous_of(str(data.get("origin")), data.get("from_mode"))
+    previous, keep = previous_of(
+        str(data.get("origin")), data.get("from_mode"), str(data.get("event"))
+    )
     if not keep and previous != point.previous:
         return f"the row's previous mode {point.previous!r} is not the log's {previous!r}"
     return None
+
+
+def _config(text: str | None) -> dict[str, str | bool] | None:
+    """A ``config`` column's value: the host option values, or ``None``."""
+    if text is None:
+        return None
+    config: dict[str, str | bool] = orjson.loads(text)
+    return config
 
 
 def _sqlite_files(path: Path) -> list[Path]:

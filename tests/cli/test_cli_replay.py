@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from modefsm import ModeEngine, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, TransitionLog, preset
 from modefsm.cli import _main as cli
 from modefsm.cli._main import main
 from modefsm.store import RestoreIndex, RestorePoint
+from tests.conftest import settle_now
 
 GOLDEN = Path(__file__).resolve().parents[1] / "replay" / "golden"
 
@@ -21,7 +22,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "replay" / "golden"
 def log_path(tmp_path) -> Path:
     path = tmp_path / "modes.jsonl"
     log = TransitionLog.to_file(path)
-    engine = ModeEngine(preset("seed"), log=log)
+    engine = ModeEngine(preset("seed"), store=LogStore(log))
     engine.new_session("s1")
     engine.change("s1", "code", "set_mode")
     engine.new_session("s2")
@@ -101,13 +102,11 @@ def long_ids_log(tmp_path) -> Path:
     path = tmp_path / "long.jsonl"
     log = TransitionLog.to_file(path)
     with fixed_clock():
-        engine = ModeEngine(preset("seed"), log=log)
+        engine = ModeEngine(preset("seed"), store=LogStore(log))
         engine.new_session(LONG_ID)
         engine.new_session("s2")
         engine.change(LONG_ID, "architect", "set_mode")
-        engine.apply_switch(
-            LONG_ID, "code", tool_call_id="call_1", option_id="code", proposed_in="architect"
-        )
+        settle_now(engine, LONG_ID, "code", tool_call_id="call_1")
     log.close()
     return Path(path)
 

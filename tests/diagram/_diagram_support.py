@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, ModeSpec, TransitionLog, preset
+from tests.conftest import settle_now
+from tests.replay.tools_support import Decider
 
 if TYPE_CHECKING:
     from tests.diagram._browser import Browser
@@ -86,32 +88,41 @@ def hard_spec() -> ModeSpec:
 
 
 def write_permission_log(path: Path) -> None:
-    """Write a transition log of three ``permission`` sessions to *path*.
+    """Write a transition log of three ``permission`` sessions, with tool calls, to *path*.
 
-    ``sess_a``: created; to plan (set_mode); keep planning (rejected option); exit plan to
-    acceptEdits (approved switch); to bypassPermissions (set_config_option); restored on
-    load to default. ``sess_b``: created; to plan; back to default; to acceptEdits.
-    ``sess_c``: created.
+    ``sess_a``: created; reads (allowed) and edits (asked, allowed once) in default; to
+    plan (set_mode); an edit (denied) and a read there; keep planning (rejected option);
+    exit plan to acceptEdits (approved switch); an edit (allowed) and a command (asked,
+    rejected once) there; to bypassPermissions (set_config_option); a command (allowed);
+    restored on load to default. ``sess_b``: created; to plan; a command (denied); back to
+    default; two commands (asked: always allowed, then granted); to acceptEdits.
+    ``sess_c``: created. The decisions are made as a host makes them
+    (``tests/replay/tools_support.Decider``), so replay finds the log clean.
     """
     log = TransitionLog.to_file(path)
-    engine = ModeEngine(preset("permission"), log=log)
+    engine = ModeEngine(preset("permission"), store=LogStore(log))
+    tools = Decider(engine, log)
     for session_id in ("sess_a", "sess_b", "sess_c"):
         engine.new_session(session_id)
+    tools.decide("sess_a", "read", "Read")
+    tools.decide("sess_a", "edit", "Edit", "allow_once")
     engine.change("sess_a", "plan", "set_mode")
+    tools.decide("sess_a", "edit", "Edit")
+    tools.decide("sess_a", "read", "Read")
     engine.reject_switch("sess_a", "option_rejected", option_id="keep_planning", tool_call_id="t1")
-    engine.apply_switch(
-        "sess_a",
-        "acceptEdits",
-        tool_call_id="t2",
-        option_id="exit_plan_accept_edits",
-        proposed_in="plan",
-    )
+    settle_now(engine, "sess_a", "exit_plan_accept_edits", tool_call_id="t2")
+    tools.decide("sess_a", "edit", "Edit")
+    tools.decide("sess_a", "execute", "Bash", "reject_once")
     engine.change("sess_a", "bypassPermissions", "set_config_option")
+    tools.decide("sess_a", "execute", "Bash")
     engine.change("sess_b", "plan", "set_mode")
+    tools.decide("sess_b", "execute", "Bash")
     engine.change("sess_b", "default", "set_mode")
+    tools.decide("sess_b", "execute", "Bash", "allow_always")
+    tools.decide("sess_b", "execute", "Bash")
     engine.change("sess_b", "acceptEdits", "set_mode")
     engine.close_session("sess_a")
-    engine.restore_session("sess_a", "bypassPermissions", 5)
+    engine.restore_session("sess_a", "bypassPermissions", 4)
     log.close()
 
 

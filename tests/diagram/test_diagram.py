@@ -169,7 +169,7 @@ class TestModel:
     def test_legend_lists_only_what_is_drawn(self):
         diagram = build_diagram(preset("seed"))
 
-        assert [e.kind for e in diagram.legend] == ["start", "group", "switch", "reject"]
+        assert [e.kind for e in diagram.legend] == ["start", "group", "switch", "reject", "rules"]
 
     @pytest.mark.parametrize("name", SPECS)
     def test_every_transition_of_the_spec_is_drawn_exactly_once(self, name):
@@ -345,9 +345,10 @@ class TestTraffic:
             ("s2", False, 2),
             ("s3", False, 1),
         ]
-        assert (
-            diagram.caption
-        ) == "From the log: 3 sessions of spec permission; session sess_a is in Default"
+        assert diagram.caption == (
+            "From the log: 3 sessions of spec permission, 10 tool calls decided; "
+            "session sess_a is in Default"
+        )
 
     def test_records_of_other_specs_are_left_out(self, tmp_path, permission_log):
         seed_line = {
@@ -464,7 +465,7 @@ class TestMarkdown:
             for line in page.splitlines()
             if line.startswith("| ")
             and "---" not in line
-            and not line.startswith(("| Mode ", "| From ", "| In "))
+            and not line.startswith(("| Mode ", "| From ", "| In ", "| Rule "))
         ] == [
             (
                 "| Read Only | <code>read-only</code> | Read files and answer questions; ask "
@@ -481,6 +482,16 @@ class TestMarkdown:
             "| Read Only | any other mode |",
             "| Auto | any other mode |",
             "| Full Access | any other mode |",
+            "| 0 | read, search, think | any | allow | |",
+            (
+                "| 1 | edit, delete, move, execute, fetch | any | ask | Read Only mode asks "
+                "before edits, commands and network access |"
+            ),
+            "| tools\\_default | any other | any | ask | |",
+            "| 0 | read, search, think, edit, delete, move, execute | any | allow | |",
+            "| 1 | fetch | any | ask | Auto mode asks before network access |",
+            "| tools\\_default | any other | any | ask | |",
+            "| tools\\_default | any | any | allow | |",
             (
                 "| Read Only | Start working | Yes, work in the workspace | <code>auto</code> "
                 "| allow\\_once | Auto |"

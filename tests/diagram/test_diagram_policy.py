@@ -30,6 +30,7 @@ from modefsm.diagram import (
     write_preset_diagrams,
 )
 from modefsm.errors import SpecError
+from tests.conftest import offer_now, settle_now
 from tests.diagram._diagram_support import (
     TIMEOUT,
     hard_spec,
@@ -84,7 +85,7 @@ def engine_after(spec: ModeSpec, path: tuple[tuple[str, str], ...]) -> ModeEngin
         if step == "set_mode":
             engine.change("s", arg, "set_mode")
         elif step == "approve":
-            engine.approve_switch(engine.offer_switch("s"), arg, tool_call_id="t")
+            settle_now(engine, "s", arg)
         else:  # a restart: a new process loads the session from its last record
             session = engine.get("s")
             mode, seq, previous = session.state, session.seq, session.previous
@@ -112,7 +113,7 @@ def offered_targets(spec: ModeSpec) -> dict[tuple[str, str], set[str]]:
         steps = [("set_mode", d) for d in spec.table.targets("client_change", session.state)]
         steps.append(("restart", ""))
         if spec.switch_from(session.state) is not None:
-            for option in engine.offer_switch("s").options:
+            for option in offer_now(engine, "s").options:
                 if option.target is not None:
                     offered.setdefault((session.state, option.option_id), set()).add(option.target)
                     steps.append(("approve", option.option_id))
@@ -391,7 +392,7 @@ class TestRenderers:
                 "stroke-dasharray:6 4"
             ),
         ]
-        arrows = [line for line in mermaid if re.search(r" (-->|-\.->)\|", line)]
+        arrows = [line for line in mermaid if re.search(r" (-{2,3}>|-\.->)\|", line)]
         assert [arrows[i] for i in (6, 10, 11)] == [
             '    c0 -.->|"Stay<br>(reject_once)"| s2',
             '    c1 -.->|"No<br>(reject_once)"| s0',

@@ -26,7 +26,8 @@ from modefsm.diagram import (
     to_png,
     to_svg,
 )
-from modefsm.diagram.renderers._text import _edge_text, _wrapped
+from modefsm.diagram._build import rule_lines
+from modefsm.diagram.renderers._text import _edge_text, _rule_text, _wrapped
 from tests.diagram._diagram_support import (
     HARD_MODES,
     HARD_OPTION_NAMES,
@@ -47,15 +48,16 @@ if TYPE_CHECKING:
     from tests.diagram._browser import Browser
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
+X = "\N{MULTIPLICATION SIGN}"
 
 
 def mode_label(spec: ModeSpec, mode_id: str) -> str:
-    """The text a mode node shows: its name, its id, and whether load restores it."""
+    """The text a mode node shows: its name, its id, whether load restores it, its rules."""
     mode = spec.mode(mode_id)
     label = f"{mode.name}\n{mode.id}"
     if not mode.restorable:
         label += f"\nnot restored, load gives {spec.mode(spec.restore_target(mode.id)).name}"
-    return label
+    return label + "".join(f"\n{_rule_text(line)}" for line in rule_lines(spec, mode))
 
 
 def as_drawn(text: str) -> str:
@@ -165,6 +167,27 @@ class TestMermaidInChromium:
                 nodes[f"s{i}"] for i in range(len(spec.modes))
             ]
 
+    def test_mode_rules_and_tool_calls_decided_are_drawn_as_written(
+        self, browser: Browser, page: Path, tmp_path: Path
+    ):
+        log = tmp_path / "modes.jsonl"
+        write_permission_log(log)
+        spec = preset("permission")
+        diagram = build_diagram(spec, read_traffic(spec, [log]))
+
+        drawn = draw_mermaid(browser, page, to_mermaid(diagram))
+
+        assert [drawn["nodes"]["s1"], drawn["nodes"]["s3"]] == [
+            (
+                "Accept Edits\nacceptEdits\nallow: read, edit, move, search, think, fetch\nask: *\n"
+                f"entered {X}2\nedit: allow {X}1\nexecute: ask {X}1 (reject_once 1)"
+            ),
+            (
+                "Bypass Permissions\nbypassPermissions\nnot restored, load gives Default\n"
+                f"allow: *\nentered {X}1\nexecute: allow {X}1"
+            ),
+        ]
+
 
 # -- Graphviz -------------------------------------------------------------------------------
 
@@ -267,6 +290,43 @@ class TestDot:
             if not mode.restorable:
                 lines.append("not restored on load")
             assert lines == texts(nodes[f"s{i}"])
+
+    def test_mode_rules_and_tool_calls_decided_are_drawn_exactly(self, tmp_path):
+        log = tmp_path / "modes.jsonl"
+        write_permission_log(log)
+        spec = preset("permission")
+        diagram = build_diagram(spec, read_traffic(spec, [log]))
+
+        nodes, _ = drawn_graph(dot_json(to_dot(diagram)))
+
+        assert [texts(nodes["s0"]), texts(nodes["s2"])] == [
+            [
+                "Default",
+                "default",
+                "allow",
+                ": read, search, think, fetch",
+                "ask",
+                ": *",
+                f"entered {X}5",
+                f"read: allow {X}1",
+                f"edit: ask {X}1 (allow_once 1)",
+                f"execute: ask {X}2 (allow_always 1, granted 1)",
+            ],
+            [
+                "Plan",
+                "plan",
+                "allow",
+                ": read, search, think, fetch",
+                "deny",
+                ": edit, delete, move, execute",
+                "ask",
+                ": *",
+                f"entered {X}2",
+                f"read: allow {X}1",
+                f"edit: deny {X}1",
+                f"execute: deny {X}1",
+            ],
+        ]
 
     def test_switch_title_and_option_names_are_drawn_exactly(self):
         graph = dot_json(to_dot(build_diagram(hard_spec())))

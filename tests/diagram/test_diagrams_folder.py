@@ -16,7 +16,7 @@ import pytest
 
 from modefsm.cli._main import main
 from modefsm.diagram import write_preset_diagrams
-from modefsm.spec._model import preset_names
+from modefsm.spec import preset_names
 from tests.diagram._diagram_support import need_dot
 
 DIAGRAMS = Path(__file__).resolve().parents[2] / "diagrams"

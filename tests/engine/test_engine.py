@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from modefsm import (
     HookError,
     InvalidValueError,
     LogError,
+    LogStore,
     ModeChange,
     ModeEngine,
     ModeSpec,
@@ -250,16 +252,11 @@ class TestSwitches:
         engine.new_session("s1")
         await engine.set_mode("s1", "architect")
         recorder.sent.clear()
-        change = engine.apply_switch(
-            "s1",
-            "code",
-            tool_call_id="call_1",
-            option_id="code",
-            proposed_in="architect",
-            request_id=0,
-        )
+        offer = await engine.offer_switch("s1", tool_call_id="call_1")
+        result = await engine.settle_switch(offer, "code", request_id=0)
         await engine.flush()
-        assert change == ModeChange(
+        assert (result.tool_call_id, result.option_id, result.reason) == ("call_1", "code", None)
+        assert result.change == ModeChange(
             "s1", 3, "architect", "code", "switch_mode", 0, "call_1", "code"
         )
         assert recorder.sent == announced(SEED, "s1", "code")
@@ -276,24 +273,24 @@ class TestSwitches:
     async def test_previous_target_returns_to_the_mode_before(self, make_engine):
         engine = make_engine("permission")
         engine.new_session("s1")
-        await engine.set_mode("s1", "acceptEdits")
+        await engine.set_mode("s1", "bypassPermissions")
         await engine.set_mode("s1", "plan")
         switch = engine.spec.switch_from("plan")
         previous = next(o for o in switch.options if o.target == "$previous")
-        assert engine.resolve_target("s1", previous) == "acceptEdits"
-        engine.apply_switch(
-            "s1", "acceptEdits", tool_call_id="t", option_id=previous.option_id, proposed_in="plan"
-        )
-        assert engine.get("s1").state == "acceptEdits"
+        offer = await engine.offer_switch("s1")
+        assert offer.targets[previous.option_id] == "bypassPermissions"
+        result = await engine.settle_switch(offer, previous.option_id)
+        assert (result.reason, engine.get("s1").state) == (None, "bypassPermissions")
 
-    def test_previous_target_without_history(self, make_engine):
+    async def test_previous_target_without_history(self, make_engine):
         engine = make_engine("permission")
-        engine.new_session("s1")
+        engine.restore_session("s1", "plan", 3)  # in plan with no history
         switch = engine.spec.switch_from("plan")
         previous = next(o for o in switch.options if o.target == "$previous")
-        assert engine.resolve_target("s1", previous) is None
+        offer = await engine.offer_switch("s1")
+        assert offer.get(previous.option_id) is None
         reject = next(o for o in switch.options if not o.allows)
-        assert engine.resolve_target("s1", reject) is None
+        assert offer.targets[reject.option_id] is None
 
     async def test_switch_after_a_meanwhile_change_records_where_it_was_proposed(
         self, make_engine, log_path
@@ -301,10 +298,9 @@ class TestSwitches:
         engine = make_engine()
         engine.new_session("s1")
         await engine.set_mode("s1", "architect")
+        offer = await engine.offer_switch("s1", tool_call_id="t")
         await engine.set_mode("s1", "ask")  # the client moved while the request was pending
-        engine.apply_switch(
-            "s1", "code", tool_call_id="t", option_id="code", proposed_in="architect"
-        )
+        assert (await engine.settle_switch(offer, "code")).reason is None
         assert read_log(log_path)[-1] == changed(
             4,
             "ask",
@@ -333,12 +329,14 @@ class TestSwitches:
         )
         engine = make_engine(spec)
         engine.new_session("s1")
+        offer = await engine.offer_switch("s1", tool_call_id="t")
         await engine.set_mode("s1", "b")  # the client left a while the request was pending
         recorder.sent.clear()
-        with pytest.raises(TransitionNotAllowedError) as info:
-            engine.apply_switch("s1", "c", tool_call_id="t", option_id="c", proposed_in="a")
-        assert info.value.to_data()["field"] == "optionId"
-        assert info.value.to_data()["valid"] == ["a"]
+        result = await engine.settle_switch(offer, "c")
+        assert (result.change, result.reason) == (None, "stale_option")
+        assert isinstance(result.error, TransitionNotAllowedError)
+        assert result.error.to_data()["field"] == "optionId"
+        assert result.error.to_data()["valid"] == ["a"]
         assert (engine.get("s1").state, engine.get("s1").seq) == ("b", 2)
         await engine.flush()
         assert recorder.sent == []
@@ -471,9 +469,10 @@ class TestLog:
         read_end, write_end = os.pipe()
         os.close(read_end)  # every write now fails with EPIPE
         stream = open(write_end, "wb", buffering=0)  # noqa: SIM115
-        engine = ModeEngine(SEED, sink=recorder)
+        store = LogStore(TransitionLog.to_stream(io.BytesIO()))
+        engine = ModeEngine(SEED, store=store, sink=recorder)
         engine.new_session("s1")
-        engine.log = TransitionLog.to_stream(stream, path="broken")
+        store.log = TransitionLog.to_stream(stream, path="broken")
         with pytest.raises(LogError, match="broken: cannot write the transition log"):
             await engine.set_mode("s1", "code")
         stream.close()
@@ -503,7 +502,7 @@ class TestLog:
     async def test_fsync_log_writes_the_same_lines(self, tmp_path: Path):
         path = tmp_path / "synced.jsonl"
         log = TransitionLog.to_file(path, fsync=True)
-        engine = ModeEngine(SEED, log=log)
+        engine = ModeEngine(SEED, store=LogStore(log))
         engine.new_session("s1")
         await engine.set_mode("s1", "code")
         log.close()
@@ -545,7 +544,7 @@ class TestLog:
 
         capture = structlog.testing.LogCapture()
         logger = structlog.wrap_logger(None, processors=[capture])
-        engine = ModeEngine(SEED, log=TransitionLog(logger))
+        engine = ModeEngine(SEED, store=LogStore(TransitionLog(logger)))
         engine.new_session("s1")
         await engine.set_mode("s1", "code")
         header, *entries = capture.entries
@@ -584,7 +583,7 @@ class TestOrdering:
                 order.append((session_id, update.session_update, current))
 
         log = TransitionLog.to_file(log_path)
-        engine = ModeEngine(SEED, log=log, sink=slow_sink)
+        engine = ModeEngine(SEED, store=LogStore(log), sink=slow_sink)
         for sid in ("a", "b"):
             engine.new_session(sid)
         targets = ["architect", "code", "ask", "code", "architect"]
@@ -672,42 +671,3 @@ def test_recorder_records_exact_wire_dicts():
     option = ModeEngine(SEED).views["ask"].mode_option
     asyncio.run(recorder("s", ModeChanged("s", "ask", 1, (option,))))
     assert recorder.sent == announced(SEED, "s", "ask")
-
-
-class TestOtherConfigOptions:
-    """A host's own config options ride along in every complete configOptions list."""
-
-    @staticmethod
-    def model_option(current: str) -> Any:
-        from acp.schema import SessionConfigOptionSelect, SessionConfigSelectOption
-
-        return SessionConfigOptionSelect(
-            id="model",
-            name="Model",
-            category="model",
-            type="select",
-            current_value=current,
-            options=[SessionConfigSelectOption(value=v, name=v) for v in ("fast", "smart")],
-        )
-
-    async def test_mode_change_announces_the_complete_list(self, make_engine, recorder):
-        engine = make_engine(other_config_options=lambda sid: [self.model_option("smart")])
-        engine.new_session("s1")
-        options = await engine.set_config_option("s1", "mode", "code")
-        model = {
-            "id": "model",
-            "name": "Model",
-            "category": "model",
-            "type": "select",
-            "currentValue": "smart",
-            "options": [{"value": "fast", "name": "fast"}, {"value": "smart", "name": "smart"}],
-        }
-        assert recorder.sent[1]["update"]["configOptions"] == [mode_option(SEED, "code"), model]
-        assert [o.id for o in options] == ["mode", "model"]
-
-    async def test_unknown_config_id_lists_every_option(self, make_engine):
-        engine = make_engine(other_config_options=lambda sid: [self.model_option("fast")])
-        engine.new_session("s1")
-        with pytest.raises(UnknownConfigOptionError) as info:
-            await engine.set_config_option("s1", "effort", "high")
-        assert info.value.to_data()["valid"] == ["mode", "model"]

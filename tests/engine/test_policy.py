@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, ModeSpec, TransitionLog, preset
 from modefsm.diagram import build_diagram, to_markdown
-from modefsm.engine._engine import OfferedOption
+from modefsm.engine import OfferedOption, SwitchResult
 from modefsm.errors import StaleOptionError, TransitionNotAllowedError
 from modefsm.protocol.v1 import config_options as v1_options
 from modefsm.protocol.v1 import mode_state
@@ -75,10 +75,10 @@ class TestOffer:
             ((), [ACCEPT, DEFAULT, KEEP]),  # default: the same target as "manually approve"
         ],
     )  # fmt: skip
-    def test_permission_preset(self, before, options):
+    async def test_permission_preset(self, before, options):
         engine = ModeEngine(PERMISSION)
         in_plan_from(engine, "s1", *before)
-        offer = engine.offer_switch("s1")
+        offer = await engine.offer_switch("s1")
         assert (offer.proposed_in, offer.seq, offer.title, list(offer.options)) == (
             "plan",
             2 + len(before),
@@ -86,36 +86,36 @@ class TestOffer:
             options,
         )
 
-    def test_mode_placeholder_names_every_target(self):
+    async def test_mode_placeholder_names_every_target(self):
         engine = ModeEngine(LETTERS)
         engine.new_session("s1")
         engine.change("s1", "p", "set_mode")
-        assert list(engine.offer_switch("s1").options) == [
+        assert list((await engine.offer_switch("s1")).options) == [
             OfferedOption("back", "Back to Alpha", "allow_once", "a"),
             OfferedOption("go_b", "Go on in Bravo", "allow_once", "b"),
             OfferedOption("stay", "Stay", "reject_once", None),
         ]
 
-    def test_previous_is_not_offered_without_one(self):
+    async def test_previous_is_not_offered_without_one(self):
         engine = ModeEngine(LETTERS)
         engine.restore_session("s1", "p", 4)
-        assert [o.option_id for o in engine.offer_switch("s1").options] == ["go_b", "stay"]
+        assert [o.option_id for o in (await engine.offer_switch("s1")).options] == ["go_b", "stay"]
 
 
 class TestRestart:
     """A remembered previous mode obeys the restore rules across a restart."""
 
-    def test_non_restorable_previous_is_not_carried(self):
+    async def test_non_restorable_previous_is_not_carried(self):
         engine = ModeEngine(PERMISSION)
         session = engine.restore_session("s1", "plan", 3, previous="bypassPermissions")
         assert (session.state, session.previous) == ("plan", None)
-        assert list(engine.offer_switch("s1").options) == [ACCEPT, DEFAULT, KEEP]
+        assert list((await engine.offer_switch("s1")).options) == [ACCEPT, DEFAULT, KEEP]
 
-    def test_restorable_previous_is_carried(self):
+    async def test_restorable_previous_is_carried(self):
         engine = ModeEngine(LETTERS)
         session = engine.restore_session("s1", "p", 3, previous="a")
         assert session.previous == "a"
-        assert [o.name for o in engine.offer_switch("s1").options] == [
+        assert [o.name for o in (await engine.offer_switch("s1")).options] == [
             "Back to Alpha",
             "Go on in Bravo",
             "Stay",
@@ -146,16 +146,17 @@ class TestRestart:
 class TestStaleApproval:
     """An approval after the session changed applies exactly what it showed, or nothing."""
 
-    def test_stale_return_to_bypass_is_refused_and_logged(self, log_path):
+    async def test_stale_return_to_bypass_is_refused_and_logged(self, log_path):
         log = TransitionLog.to_file(log_path)
-        engine = ModeEngine(PERMISSION, log=log)
+        engine = ModeEngine(PERMISSION, store=LogStore(log))
         in_plan_from(engine, "s1", "bypassPermissions")
-        offer = engine.offer_switch("s1")
+        offer = await engine.offer_switch("s1", tool_call_id="t1")
         engine.change("s1", "default", "set_mode")  # while the dialog is open
-        with pytest.raises(StaleOptionError) as info:
-            engine.approve_switch(offer, "exit_plan_previous", tool_call_id="t1")
+        result = await engine.settle_switch(offer, "exit_plan_previous")
         log.close()
-        assert info.value.to_data()["valid"] == ["acceptEdits", "plan"]
+        assert (result.change, result.reason) == (None, "stale_option")
+        assert isinstance(result.error, StaleOptionError)
+        assert result.error.to_data()["valid"] == ["acceptEdits", "plan"]
         assert (engine.get("s1").state, engine.get("s1").seq) == ("default", 4)
         last = read_log(log_path)[-1]
         assert (
@@ -166,38 +167,46 @@ class TestStaleApproval:
             "exit_plan_previous", "plan",
         )  # fmt: skip
 
-    def test_stale_approval_is_never_re_resolved(self, log_path):
+    async def test_stale_approval_is_never_re_resolved(self, log_path):
         log = TransitionLog.to_file(log_path)
-        engine = ModeEngine(LETTERS, log=log)
+        engine = ModeEngine(LETTERS, store=LogStore(log))
         engine.new_session("s1")
         engine.change("s1", "p", "set_mode")
-        offer = engine.offer_switch("s1")  # "Back to Alpha"
+        offer = await engine.offer_switch("s1", tool_call_id="t1")  # "Back to Alpha"
         engine.change("s1", "b", "set_mode")
         engine.change("s1", "p", "set_mode")  # back in p: previous is now b
-        change = engine.approve_switch(offer, "back", tool_call_id="t1")
+        change = (await engine.settle_switch(offer, "back")).change
         log.close()
         assert change is not None
         assert (change.from_mode, change.to_mode, change.proposed_in) == ("p", "a", "p")
         report = replay([log_path], [LETTERS], verify=True)
         assert (report.session("s1").mode, report.violations) == ("a", ())
 
-    def test_fresh_approval_of_a_named_non_restorable_mode_applies(self):
+    async def test_fresh_approval_of_a_named_non_restorable_mode_applies(self):
         engine = ModeEngine(PERMISSION)
         in_plan_from(engine, "s1", "bypassPermissions")
-        change = engine.approve_switch(
-            engine.offer_switch("s1"), "exit_plan_previous", tool_call_id="t1"
-        )
+        offer = await engine.offer_switch("s1", tool_call_id="t1")
+        change = (await engine.settle_switch(offer, "exit_plan_previous")).change
         assert change is not None
         assert (change.to_mode, change.proposed_in) == ("bypassPermissions", None)
 
-    @pytest.mark.parametrize("option_id", ["keep_planning", "exit_plan_previous", "nope"])
-    def test_an_option_the_offer_did_not_allow_is_refused(self, option_id):
+    @pytest.mark.parametrize("option_id", ["exit_plan_previous", "nope"])
+    async def test_an_option_the_offer_did_not_show_is_refused(self, option_id):
         engine = ModeEngine(PERMISSION)
         in_plan_from(engine, "s1", "acceptEdits")  # exit_plan_previous left out: a duplicate
-        offer = engine.offer_switch("s1")
-        with pytest.raises(TransitionNotAllowedError) as info:
-            engine.approve_switch(offer, option_id, tool_call_id="t1")
-        assert info.value.to_data()["valid"] == ["exit_plan_accept_edits", "exit_plan_default"]
+        offer = await engine.offer_switch("s1", tool_call_id="t1")
+        result = await engine.settle_switch(offer, option_id)
+        assert (result.change, result.reason) == (None, "option_not_offered")
+        assert isinstance(result.error, TransitionNotAllowedError)
+        assert result.error.to_data()["valid"] == ["exit_plan_accept_edits", "exit_plan_default"]
+        assert engine.get("s1").state == "plan"
+
+    async def test_a_reject_option_changes_nothing(self):
+        engine = ModeEngine(PERMISSION)
+        in_plan_from(engine, "s1", "acceptEdits")
+        offer = await engine.offer_switch("s1", tool_call_id="t1")
+        result = await engine.settle_switch(offer, "keep_planning")
+        assert result == SwitchResult("t1", "keep_planning", None, "option_rejected", None)
         assert engine.get("s1").state == "plan"
 
 

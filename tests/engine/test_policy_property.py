@@ -24,12 +24,13 @@ from hypothesis import HealthCheck, reject, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from modefsm import ModeChange, ModeEngine, ModefsmError, ModeSpec, TransitionLog
-from modefsm.engine._engine import SwitchOffer
-from modefsm.errors import SpecError, StaleOptionError
+from modefsm import LogStore, ModeChange, ModeEngine, ModefsmError, ModeSpec, TransitionLog
+from modefsm.engine import SwitchOffer
+from modefsm.errors import SpecError
 from modefsm.replay import replay
 from modefsm.spec import PREVIOUS
 from modefsm.store._restore import LogRestore
+from tests.conftest import offer_now, settle_now
 
 SESSIONS = st.sampled_from(["s0", "s1", "s2"])
 
@@ -105,7 +106,7 @@ class PolicyRuns(RuleBasedStateMachine):
     @initialize(spec=specs())
     def start(self, spec: ModeSpec) -> None:
         self.log = TransitionLog.to_file(self.path)
-        self.engine = ModeEngine(spec, log=self.log, after_change=[self._changed])
+        self.engine = ModeEngine(spec, store=LogStore(self.log), after_change=[self._changed])
 
     def _changed(self, change: ModeChange) -> None:
         self.last[change.session_id] = change
@@ -144,7 +145,8 @@ class PolicyRuns(RuleBasedStateMachine):
             self.live.get(session_id).state
         ):
             return
-        offer = self.live.offer_switch(session_id)
+        self.calls += 1
+        offer = offer_now(self.live, session_id, f"t{self.calls}")
         assert _previous_is_unique(self.live.spec, offer)
         self.pending.append(offer)
 
@@ -173,17 +175,17 @@ class PolicyRuns(RuleBasedStateMachine):
         choices = st.sampled_from(every)
         option_id = data.draw(st.sampled_from(allow) | choices if allow else choices)
         shown = offer.get(option_id)
-        self.calls += 1
-        try:
-            change = self.live.approve_switch(offer, option_id, tool_call_id=f"t{self.calls}")
-        except StaleOptionError:
-            assert shown is not None
-            assert shown.target is not None
-            return
-        except ModefsmError:
+        result = settle_now(self.live, offer, option_id)
+        if shown is None:
+            assert result.reason == "option_not_offered"
+        elif shown.target is None:
+            assert result.reason == "option_rejected"
+        if result.reason is not None:
+            assert result.change is None
             return
         assert shown is not None
         assert shown.target is not None  # only an allow option that was offered applies
+        change = result.change
         if change is None:
             assert self.live.get(offer.session_id).state == shown.target
             return

@@ -11,7 +11,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from modefsm import ModeEngine, ModefsmError, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, ModefsmError, TransitionLog, preset
 from modefsm.protocol.v1 import session_updates
 from modefsm.replay._replayer import last_points
 from tests.conftest import read_log
@@ -46,7 +46,7 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(index=st.integers(0, len(SPECS) - 1))
     def start(self, index: int) -> None:
         self.spec = SPECS[index]
-        self.engine = ModeEngine(self.spec, log=self.log, sink=self._sink)
+        self.engine = ModeEngine(self.spec, store=LogStore(self.log), sink=self._sink)
         for sid in SESSIONS:
             self.engine.new_session(sid)
             self.model[sid] = self.spec.initial
@@ -85,15 +85,13 @@ class EngineMachine(RuleBasedStateMachine):
         if switch is None:
             return
         option = switch.options[pick % len(switch.options)]
-        dest = self.engine.resolve_target(sid, option)
+        offer = self.loop.run_until_complete(self.engine.offer_switch(sid, tool_call_id="t"))
+        dest = offer.targets.get(option.option_id)  # None: a reject option, or not offered
+        result = self.loop.run_until_complete(self.engine.settle_switch(offer, option.option_id))
         if dest is None:
-            self.engine.reject_switch(
-                sid, "option_rejected", tool_call_id="t", option_id=option.option_id
-            )
+            assert (result.change, result.reason is None) == (None, False)
             return
-        self.engine.apply_switch(
-            sid, dest, tool_call_id="t", option_id=option.option_id, proposed_in=current
-        )
+        assert result.reason is None
         self.loop.run_until_complete(self.engine.flush())
         self._expect_commit(sid, dest)
 
@@ -103,7 +101,7 @@ class EngineMachine(RuleBasedStateMachine):
         """A fresh engine (a restarted process) restores the session from the log."""
         assert self.engine is not None
         point = last_points([self.path])[sid]
-        fresh = ModeEngine(self.spec, log=self.log, sink=self._sink)
+        fresh = ModeEngine(self.spec, store=LogStore(self.log), sink=self._sink)
         for other in SESSIONS:
             if other != sid:
                 fresh._sessions[other] = self.engine.get(other)

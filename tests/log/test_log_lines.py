@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from modefsm import ModeEngine, preset
+from modefsm import LogStore, ModeEngine, preset
 from modefsm.errors import LogError
 from modefsm.log import MAX_LINE
 from modefsm.log._writer import _line_ending_at, _line_start
@@ -85,7 +85,7 @@ def test_an_index_row_naming_a_line_over_64_kib_is_checked_and_used(tmp_path):
     log_path, index_path = tmp_path / "modes.jsonl", tmp_path / "modes.index"
     session_id = "s" * (70 * 1024)
     log = RestoreIndex.open_log(log_path, index_path)
-    engine = ModeEngine(preset("seed"), log=log)
+    engine = ModeEngine(preset("seed"), store=LogStore(log))
     engine.new_session(session_id)
     engine.change(session_id, "code", "set_mode")
     log.close()

@@ -8,14 +8,14 @@ import io
 import orjson
 import pytest
 
-from modefsm import ModeEngine, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, TransitionLog, preset
 from modefsm.log._reader import MAX_LINE, Location, LogEntry, LogProblem, SpecEntry, read_log
 
 
 def _log(path, *sessions: str) -> bytes:
     """The records of *sessions*, without the file's header (line 1: the first record)."""
     log = TransitionLog.to_file(path)
-    engine = ModeEngine(preset("seed"), log=log)
+    engine = ModeEngine(preset("seed"), store=LogStore(log))
     for session_id in sessions:
         engine.new_session(session_id)
     log.close()

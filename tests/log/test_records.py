@@ -7,7 +7,7 @@ import io
 import orjson
 import pytest
 
-from modefsm import ModeEngine, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, TransitionLog, preset
 from modefsm.errors import LogError
 from modefsm.log._records import RECORD_EVENTS, canonical_record, record_digest
 
@@ -17,7 +17,7 @@ def _lines(data: bytes) -> list[dict[str, object]]:
 
 
 def _engine(log: TransitionLog) -> ModeEngine:
-    return ModeEngine(preset("seed"), log=log)
+    return ModeEngine(preset("seed"), store=LogStore(log))
 
 
 class TestChain:
@@ -185,3 +185,17 @@ class TestChainHeadAfterLongLines:
         log = TransitionLog.to_file(path)
         assert log.head == head  # readers skip such a line; so does the writer
         log.close()
+
+
+class TestDigestKeys:
+    """The digest covers every field of the record models but ``level`` and ``digest``."""
+
+    def test_the_record_keys_are_the_models_fields(self):
+        from modefsm.log import DecisionRecord, SpecRecord, TransitionRecord
+        from modefsm.log._records import _DECISION_KEYS, _DIGEST_KEYS, _SPEC_KEYS
+
+        assert (_DIGEST_KEYS, _DECISION_KEYS, _SPEC_KEYS) == (
+            frozenset(TransitionRecord.model_fields) - {"level", "digest"},
+            frozenset(DecisionRecord.model_fields) - {"level", "digest"},
+            frozenset(SpecRecord.model_fields) - {"level", "digest"},
+        )

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from modefsm import SharedEngine, TransitionLog, new_token, preset, serve_http
+from modefsm import LogStore, SharedEngine, TransitionLog, new_token, preset, serve_http
 from modefsm.cli._serve import ScriptedAgent
 
 
@@ -36,7 +36,7 @@ def main() -> None:
     given = {k: v for k, v in vars(args).items() if k != "log" and v is not None}
     spec = preset("seed")
     log = TransitionLog.to_file(args.log)
-    engine = SharedEngine(spec, log=log)
+    engine = SharedEngine(spec, store=LogStore(log))
     token = new_token()
     token_file = args.log.with_name(args.log.name + ".token")
     fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -209,10 +209,10 @@ def shared_server(factory: Any, name: str) -> Iterator[tuple[str, Path]]:
         yield url, log
 
 
-def verify(log: Path) -> str:
-    """`modefsm replay LOG --verify`'s last line (``RESULT  clean`` for a sound chain)."""
+def verify(log: Path, *args: str) -> str:
+    """`modefsm replay LOG --verify ARGS`'s last line (``RESULT  clean`` for a sound chain)."""
     result = subprocess.run(
-        [sys.executable, "-m", "modefsm", "replay", str(log), "--verify"],
+        [sys.executable, "-m", "modefsm", "replay", str(log), "--verify", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -5,8 +5,17 @@ from __future__ import annotations
 import pytest
 from acp import RequestError
 
-from modefsm import ChangeRefused, HookError, LogError, UnknownModeError, UnknownSessionError
+from modefsm import (
+    AskLimitError,
+    ChangeRefused,
+    HookError,
+    LogError,
+    UnknownModeError,
+    UnknownSessionError,
+)
 from modefsm.protocol.errors import acp_errors
+
+pytestmark = pytest.mark.sdk_compat
 
 
 class TestAcpErrors:
@@ -50,6 +59,19 @@ class TestAcpErrors:
             "code": -32001,
             "message": "ask your admin",
             "data": {"policy": "no-code"},
+        }
+
+    def test_too_many_open_asks_names_the_limit(self):
+        with pytest.raises(RequestError) as info, acp_errors():
+            raise AskLimitError("sess_x", 64)
+        message = (
+            "session 'sess_x' already has 64 open permission requests for tool calls; settle "
+            "or cancel one first (the tool call was not decided)"
+        )
+        assert info.value.to_error_obj() == {
+            "code": -32603,
+            "message": message,
+            "data": {"message": message, "limit": "open_asks", "max": 64},
         }
 
     def test_other_errors_pass_through(self):

@@ -13,8 +13,10 @@ import acp
 import pytest
 
 from modefsm import preset
+from modefsm.protocol._sdk import HAS_V2
 from tests.acp_client import cancelled, select, serve, text_block
 from tests.conftest import announced, mode_option, read_log
+from tests.protocol.http_wire import verify
 
 pytestmark = pytest.mark.e2e
 
@@ -48,6 +50,7 @@ async def in_architect(conn: Any) -> str:
 class TestSessions:
     """session/new answers modes and configOptions, always consistent."""
 
+    @pytest.mark.sdk_compat
     async def test_new_session_reports_both_views(self, log_path):
         async with serve(log_path) as (conn, client):
             mark = client.mark()
@@ -71,6 +74,7 @@ class TestSessions:
             }
         ]
 
+    @pytest.mark.sdk_compat
     async def test_initialize_advertises_load_session(self, log_path):
         async with serve(log_path) as (_conn, client):
             result = client.received()[0]["result"]
@@ -192,6 +196,7 @@ class TestErrors:
 class TestSwitchMode:
     """The switch_mode tool call: only a selected allow option moves the mode."""
 
+    @pytest.mark.sdk_compat
     async def test_approved_switch_frames(self, log_path):
         async with serve(log_path) as (conn, client):
 
@@ -378,6 +383,7 @@ class TestSwitchMode:
             last["proposed_in"],
         ) == ("modefsm.change_rejected", "stale_option", "b", "c", "a")
 
+    @pytest.mark.sdk_compat
     async def test_cancel_while_pending_ends_the_turn_cancelled(self, log_path):
         async with serve(log_path) as (conn, client):
 
@@ -416,6 +422,7 @@ class TestSwitchMode:
 class TestRestore:
     """After a restart, session/load and session/resume restore the last mode from the log."""
 
+    @pytest.mark.sdk_compat
     async def test_load_after_restart_restores_the_last_mode(self, log_path):
         async with serve(log_path) as (conn, _client):
             session_id = await in_architect(conn)
@@ -481,9 +488,39 @@ class TestRestore:
         ]
 
 
+DEMO_TOOL_CALLS = [
+    ("session_created", "default", None),
+    ("mode_changed", "plan", None),
+    ("tool_decided", "plan", ("edit", 0, "deny", None)),
+    ("mode_changed", "default", None),
+    ("tool_decided", "default", ("edit", 1, "ask", "allow_once")),
+    ("mode_changed", "acceptEdits", None),
+    ("tool_decided", "acceptEdits", ("edit", 0, "allow", None)),
+    ("mode_changed", "default", None),
+    ("mode_changed", "acceptEdits", None),  # while `run make` is asked
+    ("tool_decided", "acceptEdits", ("execute", 1, "ask", "allow_once")),
+    ("tool_decided", "acceptEdits", ("edit", 0, "allow", None)),
+]
+"""The demo's tool-call act, as its records say: (event, mode, (kind, rule, decision, outcome))."""
+
+
+def demo_tool_calls(records: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [
+        (
+            r["event"].removeprefix("modefsm."),
+            r.get("to_mode", r.get("mode")),
+            (r["kind"], r["rule"], r["decision"], r["outcome"])
+            if r["event"] == "modefsm.tool_decided"
+            else None,
+        )
+        for r in records
+    ]
+
+
 class TestCommands:
     """`modefsm demo` runs the whole story; `modefsm serve` keeps stdout for ACP."""
 
+    @pytest.mark.sdk_compat
     def test_demo_exits_zero_and_writes_the_log(self, tmp_path: Path):
         log = tmp_path / "demo.jsonl"
         result = subprocess.run(
@@ -502,8 +539,11 @@ class TestCommands:
             f"  replay it: {python} -m modefsm replay {log}\n"
             == result.stdout.splitlines(keepends=True)[-1]
         )
+        records = read_log(log)
         assert [
-            (r["event"], r["to_mode"], r["origin"], r.get("reason")) for r in read_log(log)
+            (r["event"], r["to_mode"], r["origin"], r.get("reason"))
+            for r in records
+            if r["session_id"] == session_id
         ] == [
             ("modefsm.session_created", "ask", "new", None),
             ("modefsm.mode_changed", "architect", "set_mode", None),
@@ -513,7 +553,13 @@ class TestCommands:
             ("modefsm.change_rejected", "does-not-exist", "set_mode", "unknown_mode"),
             ("modefsm.mode_changed", "code", "set_config_option", None),
         ]
+        tools = records[7]["session_id"]
+        assert f"tool calls decided by the mode: 5 (session {tools})" in result.stdout
+        assert [r for r in records[7:] if r["session_id"] != tools] == []
+        assert demo_tool_calls(records[7:]) == DEMO_TOOL_CALLS
+        assert verify(log) == "RESULT  clean"
 
+    @pytest.mark.sdk_compat
     def test_demo_json_prints_only_frames(self, tmp_path: Path):
         import json
 
@@ -533,8 +579,10 @@ class TestCommands:
             "jsonrpc": "2.0",
             "id": 0,
             "method": "initialize",
-            # the SDK 1.0 client sends its default capabilities
-            "params": {"protocolVersion": 1, "clientCapabilities": {"fs": {}, "auth": {}}},
+            # the SDK 1.0 client sends its default capabilities; 0.12's sends none
+            "params": {"protocolVersion": 1, "clientCapabilities": {"fs": {}, "auth": {}}}
+            if HAS_V2
+            else {"protocolVersion": 1},
         }
         # requests and notifications of the client, answers of the agent, and the
         # agent's permission request and its answer the other way

@@ -18,7 +18,8 @@ import pytest
 from acp._transport import memory_transport_pair
 from acp.agent.connection import AgentSideConnection
 
-from modefsm import TransitionLog, preset
+from modefsm import LogStore, TransitionLog, preset
+from modefsm.protocol._sdk import ROUTES_CANCEL_REQUEST
 from modefsm.protocol.v1._agent import ModeAgent
 from tests.conftest import read_log
 
@@ -42,7 +43,7 @@ async def _cancel_after(method: str, turns: int, log_path: Path) -> tuple[str, l
 
     agent_end.send = send_like_a_pipe  # type: ignore[method-assign]
     log = TransitionLog.to_file(log_path)
-    agent = ModeAgent(preset("seed"), log=log)
+    agent = ModeAgent(preset("seed"), store=LogStore(log))
     conn = AgentSideConnection(cast("Any", agent), agent_end, listening=True)
     try:
         await client_end.send(
@@ -91,10 +92,12 @@ async def test_a_cancelled_change_is_made_in_full_or_not_at_all(
         assert [(r["session_id"], r["from_mode"]) for r in changes] == [(sid, "ask")]
 
 
+@pytest.mark.sdk_compat
 async def test_cancel_request_reaches_the_sdk_through_modefsm_serve(tmp_path: Path):
     """Over real pipes, ``$/cancel_request`` for a prompt waiting on a permission answer
     cancels the turn: the agent withdraws its own request (``$/cancel_request`` for it),
-    the prompt is answered ``-32800``, and the mode stays where it was."""
+    the prompt is answered ``-32800``, and the mode stays where it was. On SDK 0.12 (no
+    ``$/cancel_request``) it is ignored: the turn goes on with the client's answer."""
     log_path = tmp_path / "modes.jsonl"
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "modefsm", "serve", "--log", str(log_path),
@@ -126,12 +129,20 @@ async def test_cancel_request_reaches_the_sdk_through_modefsm_serve(tmp_path: Pa
         )
         asked = await until(lambda f: f.get("method") == "session/request_permission")
         await send({"method": "$/cancel_request", "params": {"requestId": 3}})
-        withdrawn = await until(lambda f: f.get("method") == "$/cancel_request")
+        if ROUTES_CANCEL_REQUEST:
+            withdrawn = await until(lambda f: f.get("method") == "$/cancel_request")
+            assert withdrawn["params"] == {"requestId": asked["id"]}
+        else:  # SDK 0.12 has no $/cancel_request: ignored, the turn waits for its answer
+            selected = {"outcome": {"outcome": "selected", "optionId": "code"}}
+            await send({"id": asked["id"], "result": selected})
         answer = await until(lambda f: f.get("id") == 3 and "method" not in f)
     finally:
         stdin.close()
         await asyncio.wait_for(process.wait(), 10)
-    assert withdrawn["params"] == {"requestId": asked["id"]}
-    assert answer["error"]["code"] == -32800
     changes = [(r["from_mode"], r["to_mode"]) for r in read_log(log_path) if r.get("seq")]
-    assert changes == [(None, "ask"), ("ask", "architect")]
+    if ROUTES_CANCEL_REQUEST:
+        assert answer["error"]["code"] == -32800
+        assert changes == [(None, "ask"), ("ask", "architect")]
+    else:
+        assert answer["result"] == {"stopReason": "end_turn"}
+        assert changes == [(None, "ask"), ("ask", "architect"), ("architect", "code")]

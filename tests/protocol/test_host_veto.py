@@ -68,6 +68,7 @@ async def _set_code_mode(tmp_path: Path, how: str) -> tuple[dict[str, Any], str]
     return frames[0], session.session_id
 
 
+@pytest.mark.sdk_compat
 class TestHostVeto:
     """A ``before_change`` veto is answered with the host's code, message and data."""
 

@@ -9,7 +9,7 @@ import pytest
 from acp.experimental.v2 import schema as v2
 from acp.schema import AgentMessageChunk, TextContentBlock
 
-from modefsm import preset
+from modefsm import LogStore, preset
 from modefsm.log import TransitionLog
 from modefsm.protocol.transport import _shared
 from modefsm.protocol.transport._shared import Peer, SharedEngine, use_peer
@@ -43,7 +43,7 @@ def connected(engine: SharedEngine, protocol: int | None = None) -> tuple[Peer, 
 
 async def test_updates_go_to_the_holders_each_in_its_version(log_path):
     log = TransitionLog.to_file(log_path)
-    engine = SharedEngine(SEED, log=log)
+    engine = SharedEngine(SEED, store=LogStore(log))
     a, got_a = connected(engine)
     b, got_b = connected(engine, 2)
     _c, got_c = connected(engine)
@@ -104,7 +104,7 @@ async def test_a_stuck_connection_is_let_go_and_the_others_keep_getting_updates(
 ):
     monkeypatch.setattr(_shared, "SEND_WAIT", 0.05)
     log = TransitionLog.to_file(log_path)
-    engine = SharedEngine(SEED, log=log)
+    engine = SharedEngine(SEED, store=LogStore(log))
     stuck = Peer()
 
     async def never(session_id: str, update: Any) -> None:
@@ -175,7 +175,7 @@ async def test_a_stuck_connection_is_let_go_of_every_session_it_holds_at_once(
     a time) for SEND_WAIT seconds per session."""
     monkeypatch.setattr(_shared, "SEND_WAIT", 0.05)
     log = TransitionLog.to_file(log_path)
-    engine = SharedEngine(SEED, log=log)
+    engine = SharedEngine(SEED, store=LogStore(log))
     stuck = Peer()
 
     async def never(session_id: str, update: Any) -> None:
@@ -207,7 +207,7 @@ async def test_sessions_of_no_live_connection_are_forgotten_after_the_grace(log_
     later load restores it from the log, as after a restart."""
     permission = preset("permission")
     log = TransitionLog.to_file(log_path)
-    engine = SharedEngine(permission, log=log, forget_after=0.05)
+    engine = SharedEngine(permission, store=LogStore(log), forget_after=0.05)
     a, _ = connected(engine)
     b, _ = connected(engine)
     c, _ = connected(engine)
@@ -245,7 +245,7 @@ async def test_a_connection_whose_queue_fills_is_let_go_at_once(
     monkeypatch.setattr(_shared, "FULL_WAIT", 0.05)
     monkeypatch.setattr(_shared, "OUTBOX_SIZE", 2)
     log = TransitionLog.to_file(log_path)
-    engine = SharedEngine(SEED, log=log)
+    engine = SharedEngine(SEED, store=LogStore(log))
     stuck = Peer()
     taken: list[str] = []
 

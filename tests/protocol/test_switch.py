@@ -7,12 +7,15 @@ from pathlib import Path
 from typing import Any
 
 import acp
+import pytest
 from acp.schema import AllowedOutcome, RequestPermissionResponse
 
 from modefsm import ModeChange, preset
 from modefsm.protocol.v1._agent import ModeAgent
 from modefsm.protocol.v1._switch import propose_switch
 from tests.conftest import read_log, spec_with
+
+pytestmark = pytest.mark.sdk_compat
 
 
 class FakeClient:

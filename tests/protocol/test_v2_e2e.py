@@ -21,6 +21,7 @@ import pytest
 from modefsm import preset
 from tests.acp_client import start_serve
 from tests.conftest import read_log
+from tests.protocol.test_agent_e2e import DEMO_TOOL_CALLS, demo_tool_calls
 from tests.protocol.v2_frames import V2_OPTIONS, Frames, option_v2, text
 
 pytestmark = pytest.mark.e2e
@@ -581,9 +582,12 @@ def test_demo_protocol_2_exits_zero_and_logs_protocol_2(tmp_path: Path):
     assert result.returncode == 0, result.stderr
     assert "modes visited: ask -> architect -> code -> architect -> code" in result.stdout
     assert '"state":"requires_action"' in result.stdout
+    records = read_log(log)
+    session_id = records[0]["session_id"]
     assert [
         (r["event"], r["to_mode"], r["origin"], r.get("reason"), r.get("protocol"))
-        for r in read_log(log)
+        for r in records
+        if r["session_id"] == session_id
     ] == [
         ("modefsm.session_created", "ask", "new", None, 2),
         ("modefsm.mode_changed", "architect", "set_config_option", None, 2),
@@ -593,6 +597,8 @@ def test_demo_protocol_2_exits_zero_and_logs_protocol_2(tmp_path: Path):
         ("modefsm.change_rejected", "does-not-exist", "set_config_option", "unknown_mode", 2),
         ("modefsm.mode_changed", "code", "set_config_option", None, 2),
     ]
+    assert demo_tool_calls(records[7:]) == DEMO_TOOL_CALLS
+    assert {r.get("protocol") for r in records[7:] if "origin" in r} == {2}
     replay = subprocess.run(
         [sys.executable, "-m", "modefsm", "replay", str(log), "--verify"],
         capture_output=True,

@@ -27,7 +27,7 @@ import pytest
 from acp._transport import memory_transport_pair
 from acp.experimental import AgentProtocolRouter
 
-from modefsm import TransitionLog, preset
+from modefsm import LogStore, TransitionLog, preset
 from modefsm.cli._serve import ScriptedAgent
 from modefsm.protocol.v2._agent import ModeAgentV2
 from tests.conftest import read_log
@@ -61,7 +61,7 @@ async def _run(seed: int, log_path: Path) -> None:  # noqa: C901, PLR0912, PLR09
 
     agent_end.send = send_like_a_pipe  # type: ignore[method-assign]
     log = TransitionLog.to_file(log_path)
-    base = ScriptedAgent(preset("seed"), log=log, unstable=True)
+    base = ScriptedAgent(preset("seed"), store=LogStore(log), unstable=True)
     router = AgentProtocolRouter(v1=lambda _c: cast("Any", base), v2=lambda c: ModeAgentV2(base, c))
     conn = router.connect(agent_end, listening=False)
     listen = asyncio.ensure_future(conn.listen())

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from modefsm import ModeEngine, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, TransitionLog, preset
 from modefsm.cli import main
 from modefsm.cli._serve import check_log_path
 from modefsm.errors import LogError
@@ -56,7 +56,7 @@ def _in_process(args: tuple[str, ...], cwd: Path) -> tuple[int, str, str]:
 
 def a_log(path: Path) -> bytes:
     log = TransitionLog.to_file(path)
-    engine = ModeEngine(preset("seed"), log=log)
+    engine = ModeEngine(preset("seed"), store=LogStore(log))
     engine.new_session("s1")
     engine.change("s1", "code", "set_mode")
     log.close()

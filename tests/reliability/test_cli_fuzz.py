@@ -15,8 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from modefsm import ModeEngine, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, TransitionLog, preset
 from modefsm.cli._main import main
+from tests.conftest import settle_now
 
 from .harness import soak_factor
 
@@ -34,11 +35,11 @@ def _clean_log() -> bytes:
     """A real log: three sessions of the seed spec, changes, a switch and a rejection."""
     folder = Path(tempfile.mkdtemp())
     log = TransitionLog.to_file(folder / "log.jsonl")
-    engine = ModeEngine(preset("seed"), log=log)
+    engine = ModeEngine(preset("seed"), store=LogStore(log))
     for sid in ("s1", "s2", "s3"):
         engine.new_session(sid)
         engine.change(sid, "architect", "set_mode")
-    engine.apply_switch("s1", "code", tool_call_id="t1", option_id="code", proposed_in="architect")
+    settle_now(engine, "s1", "code", tool_call_id="t1")
     engine.change("s2", "ask", "set_config_option")
     asyncio.run(engine.flush())
     log.close()

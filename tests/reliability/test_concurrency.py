@@ -23,7 +23,7 @@ from typing import Any
 import acp
 import pytest
 
-from modefsm import preset
+from modefsm import LogStore, preset
 from modefsm.replay import last_points
 from tests.acp_client import TestClient, cancelled, select, serve, text_block
 
@@ -336,7 +336,7 @@ def gated(tmp_path: Path):
 
     conn = GatedConnection()
     log = TransitionLog.to_file(tmp_path / "log.jsonl")
-    agent = ScriptedAgent(SEED, log=log)
+    agent = ScriptedAgent(SEED, store=LogStore(log))
     agent.on_connect(conn)
     yield agent, conn
     log.close()

@@ -25,7 +25,7 @@ from typing import Any
 import acp
 import pytest
 
-from modefsm import ModeEngine, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, TransitionLog, preset
 from modefsm.errors import LogError
 from modefsm.replay import replay
 from modefsm.store._restore import RestoreIndex
@@ -105,7 +105,7 @@ class TestWriterOnAFullDisk:
         with small_tmpfs(tmp_path / "fs", "64k") as fs:
             log_path = fs / "log.jsonl"
             log = TransitionLog.to_file(log_path)
-            engine = ModeEngine(SEED, log=log)
+            engine = ModeEngine(SEED, store=LogStore(log))
             engine.new_session("s1")
             modes = ["ask"]
             # grow the log until its last page has room for part of a record, not all of it
@@ -179,7 +179,7 @@ class TestServeUnderAFileSizeLimit:
         acked: list[str] = []
         # a log of some 100 kB first, so that the limit leaves the index files room
         writer = TransitionLog.to_file(log)
-        engine = ModeEngine(SEED, log=writer)
+        engine = ModeEngine(SEED, store=LogStore(writer))
         sid = "sess_1"
         engine.new_session(sid)
         acked.append("ask")
@@ -237,7 +237,7 @@ class TestStartUpOnALongLastLine:
     @staticmethod
     def a_log(path: Path) -> None:
         log = TransitionLog.to_file(path)
-        engine = ModeEngine(SEED, log=log)
+        engine = ModeEngine(SEED, store=LogStore(log))
         engine.new_session("s1")
         engine.change("s1", "code", "set_mode")
         log.close()
@@ -357,7 +357,7 @@ class TestACutThatFails:
                 pytest.skip(f"{tool} is not installed")
         log = tmp_path / "log.jsonl"
         writer = RestoreIndex.open_log(log, tmp_path / "log.jsonl.index")
-        engine = ModeEngine(SEED, log=writer)
+        engine = ModeEngine(SEED, store=LogStore(writer))
         engine.new_session("s1")
         acked = ["ask"]
         for _ in range(240):  # some 100 kB, so that the limit leaves the index files room

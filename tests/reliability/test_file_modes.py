@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from modefsm import ConversationStore, FileStore, LogError, RestoreIndex, TransitionLog, preset
+from modefsm import (
+    ConversationStore,
+    FileStore,
+    LogError,
+    LogStore,
+    RestoreIndex,
+    TransitionLog,
+    preset,
+)
 from modefsm.engine import ModeEngine
 from tests.acp_client import text_block
 from tests.protocol.http_wire import http_server, v1_client
@@ -83,9 +91,10 @@ class TestCreated0600:
 
     def test_a_rebuilt_index_is_0600_under_umask_0(self, tmp_path):
         log = tmp_path / "modes.jsonl"
-        engine = ModeEngine(preset("seed"), log=TransitionLog.to_file(log))
+        writer = TransitionLog.to_file(log)
+        engine = ModeEngine(preset("seed"), store=LogStore(writer))
         engine.new_session()
-        engine.log.close()
+        writer.close()
         index = tmp_path / "rebuilt.index"
         subprocess.run(
             [sys.executable, "-m", "modefsm", "replay", str(log), "--rebuild-index", str(index)],

@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from modefsm import ModeEngine, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, TransitionLog, preset
 from modefsm.cli import main
 from modefsm.log._reader import LogProblem, read_log
 from modefsm.log._records import record_digest
@@ -45,7 +45,7 @@ CASES = {
 def a_log(path: Path, field: str, value: int) -> None:
     """s1 created in ask, then a re-chained change to code whose *field* is *value*."""
     log = TransitionLog.to_file(path)
-    engine = ModeEngine(preset("seed"), log=log)
+    engine = ModeEngine(preset("seed"), store=LogStore(log))
     engine.new_session("s1")
     engine.change("s1", "code", "set_mode")
     log.close()
@@ -79,7 +79,7 @@ def test_reported_as_a_bad_record(tmp_path: Path, case: str):
     index = tmp_path / "log.index"
     assert RestoreIndex.rebuild(index, [path]) == 1
     restored = RestoreIndex(index)
-    assert restored.restore_point("s1") == ("s1", "ask", 1, None, None)
+    assert restored.restore_point("s1") == ("s1", "ask", 1, None, None, None)
     restored.close()
 
 

@@ -17,9 +17,10 @@ from unittest import mock
 
 import orjson
 
-from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, ModeSpec, TransitionLog, preset
 from modefsm.errors import ModefsmError
 from modefsm.log._records import record_digest
+from tests.conftest import settle_now
 
 HOST_JSON = b'{"event":"http request","method":"GET","path":"/health","level":"info"}'
 HOST_TEXT = b"2026-01-01 00:00:00 INFO host: agent started (modefsm.serve)"
@@ -41,7 +42,7 @@ def fixed_clock() -> Iterator[None]:
 def _run(spec: ModeSpec, script: Callable[[ModeEngine], None]) -> list[bytes]:
     buffer = io.BytesIO()
     with fixed_clock():
-        script(ModeEngine(spec, log=TransitionLog.to_stream(buffer)))
+        script(ModeEngine(spec, store=LogStore(TransitionLog.to_stream(buffer))))
     return buffer.getvalue().splitlines()
 
 
@@ -49,9 +50,7 @@ def _seed_script(engine: ModeEngine) -> None:
     engine.new_session("sess_a", request_id=0)
     engine.new_session("sess_b", request_id=1)
     engine.change("sess_a", "architect", "set_mode", request_id=2)
-    engine.apply_switch(
-        "sess_a", "code", tool_call_id="call_1", option_id="code", proposed_in="architect"
-    )
+    settle_now(engine, "sess_a", "code", tool_call_id="call_1")
     engine.change("sess_b", "architect", "set_config_option", request_id=3)
     with contextlib.suppress(ModefsmError):
         engine.change("sess_a", "debug", "set_mode", request_id=4)
@@ -148,13 +147,7 @@ def illegal_edge() -> list[bytes]:
     def script(engine: ModeEngine) -> None:
         engine.new_session("sess_p")
         engine.change("sess_p", "plan", "set_mode", request_id=1)
-        engine.apply_switch(
-            "sess_p",
-            "acceptEdits",
-            tool_call_id="call_9",
-            option_id="exit_plan_accept_edits",
-            proposed_in="plan",
-        )
+        settle_now(engine, "sess_p", "exit_plan_accept_edits", tool_call_id="call_9")
         engine.change("sess_p", "default", "set_mode", request_id=2)
 
     lines = _run(preset("permission"), script)  # line 1: the header
@@ -222,18 +215,18 @@ def interleaved() -> list[bytes]:
     """Two processes appending to one file: the second opened it after two records."""
     with tempfile.TemporaryDirectory() as folder, fixed_clock():
         path = Path(folder) / "shared.jsonl"
-        first = ModeEngine(preset("seed"), log=TransitionLog.to_file(path))
+        first_log = TransitionLog.to_file(path)
+        first = ModeEngine(preset("seed"), store=LogStore(first_log))
         first.new_session("sess_1")
         first.change("sess_1", "architect", "set_mode")
-        second = ModeEngine(preset("seed"), log=TransitionLog.to_file(path))
+        second_log = TransitionLog.to_file(path)
+        second = ModeEngine(preset("seed"), store=LogStore(second_log))
         first.change("sess_1", "code", "set_mode")
         second.new_session("sess_2")
         first.change("sess_1", "ask", "set_mode")
         second.change("sess_2", "code", "set_mode")
-        assert first.log is not None
-        assert second.log is not None
-        first.log.close()
-        second.log.close()
+        first_log.close()
+        second_log.close()
         return path.read_bytes().splitlines()
 
 

@@ -25,6 +25,7 @@ import orjson
 
 from modefsm import ModeEngine, TransitionLog, preset
 from modefsm.errors import ModefsmError
+from tests.conftest import settle_now
 from tests.replay.golden_logs import fixed_clock, rechain
 
 if TYPE_CHECKING:
@@ -81,9 +82,7 @@ def clean_files(url: str) -> Files:
         w2.new_session("sess_b", request_id=0)
         w1.change("sess_a", "architect", "set_mode", request_id=1)
         _load(w3, stores[2], "sess_a")
-        w3.apply_switch(
-            "sess_a", "code", tool_call_id="call_1", option_id="code", proposed_in="architect"
-        )
+        settle_now(w3, "sess_a", "code", tool_call_id="call_1")
         w2.change("sess_b", "code", "set_config_option", request_id=1)
         w1.change("sess_a", "ask", "set_mode", request_id=2)
         with contextlib.suppress(ModefsmError):
@@ -111,9 +110,7 @@ def one_worker_files(url: str) -> Files:
         w1.new_session("sess_a", request_id=0)
         w1.change("sess_a", "architect", "set_mode", request_id=1)
         w1.new_session("sess_b", request_id=2)
-        w1.apply_switch(
-            "sess_a", "code", tool_call_id="call_1", option_id="code", proposed_in="architect"
-        )
+        settle_now(w1, "sess_a", "code", tool_call_id="call_1")
         _load(w3, stores[2], "sess_a")
         with contextlib.suppress(ModefsmError):
             w3.change("sess_a", "debug", "set_mode", request_id=0)

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, ModeSpec, TransitionLog, preset
 from modefsm.replay._replayer import Replayer, iter_records, last_points, replay
 from modefsm.store import RestorePoint
 from tests.replay.golden_logs import rechain
@@ -240,7 +240,7 @@ class TestRestoreAndCreation:
     def test_restore_from_a_mode_the_spec_lost_goes_to_initial(self, tmp_path):
         engine_log = tmp_path / "log.jsonl"
         log = TransitionLog.to_file(engine_log)
-        ModeEngine(SEED, log=log).restore_session("s1", "debug", 7)
+        ModeEngine(SEED, store=LogStore(log)).restore_session("s1", "debug", 7)
         log.close()
         report = replay([engine_log], [SEED])
         assert (
@@ -300,7 +300,7 @@ class TestChainAcrossFiles:
     def _rotated(self, tmp_path) -> list[Path]:
         path = tmp_path / "modes.jsonl"
         log = TransitionLog.to_file(path)
-        engine = ModeEngine(SEED, log=log)
+        engine = ModeEngine(SEED, store=LogStore(log))
         engine.new_session("s1")
         path.rename(tmp_path / "modes.1.jsonl")
         log.reopen()
@@ -339,7 +339,7 @@ class TestChainAcrossFiles:
         """Each file holds other sessions, so only the chain can tell the order."""
         path = tmp_path / "modes.jsonl"
         log = TransitionLog.to_file(path)
-        engine = ModeEngine(SEED, log=log)
+        engine = ModeEngine(SEED, store=LogStore(log))
         names = []
         for number, session_id in enumerate(("s1", "s2", "s3"), start=1):
             engine.new_session(session_id)
@@ -369,7 +369,7 @@ class TestChainAcrossFiles:
     def test_first_two_records_swapped_in_one_file_is_one_violation(self, tmp_path):
         path = tmp_path / "log.jsonl"
         log = TransitionLog.to_file(path)
-        engine = ModeEngine(SEED, log=log)
+        engine = ModeEngine(SEED, store=LogStore(log))
         engine.new_session("s1")
         engine.new_session("s2")
         log.close()

@@ -20,11 +20,12 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from modefsm import ModeEngine, TransitionLog, preset, preset_names
+from modefsm import LogStore, ModeEngine, TransitionLog, preset, preset_names
 from modefsm.errors import ModefsmError
 from modefsm.log import Origin, Outcome, read_log, record_digest
 from modefsm.replay import Replayer, ReplayReport, replay
 from modefsm.spec import TOOL_KINDS, ModeSpec
+from tests.conftest import offer_now, settle_now
 from tests.reliability.harness import soak_factor
 from tests.replay.tools_support import Decider
 
@@ -64,7 +65,7 @@ def run_engine(spec: ModeSpec, script: list[Op]) -> list[bytes]:
     buffer = io.BytesIO()
     with fixed_clock():
         log = TransitionLog.to_stream(buffer)
-        engine = ModeEngine(spec, log=log)
+        engine = ModeEngine(spec, store=LogStore(log))
         decider = Decider(engine, log)
         modes = spec.mode_ids
         for step, (op, who, pick, origin) in enumerate(script):
@@ -89,24 +90,12 @@ def run_engine(spec: ModeSpec, script: list[Op]) -> list[bytes]:
 
 
 def _switch(engine: ModeEngine, sid: str, op: str, pick: int, step: int) -> None:
-    session = engine.get(sid)
-    switch = engine.spec.switch_from(session.state)
+    switch = engine.spec.switch_from(engine.get(sid).state)
     if switch is None:
         return
     option = switch.options[pick % len(switch.options)]
-    dest = engine.resolve_target(sid, option)
-    if op == "switch" and option.allows and dest is not None:
-        engine.apply_switch(
-            sid,
-            dest,
-            tool_call_id=f"t{step}",
-            option_id=option.option_id,
-            proposed_in=session.state,
-        )
-    else:
-        engine.reject_switch(
-            sid, "option_rejected", tool_call_id=f"t{step}", option_id=option.option_id
-        )
+    offer = offer_now(engine, sid, f"t{step}")
+    settle_now(engine, offer, option.option_id if op == "switch" else None)
 
 
 FIELDS = ["event", "session_id", "seq", "from_mode", "to_mode", "origin", "reason",

@@ -17,11 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from modefsm import ModeEngine, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, TransitionLog, preset
 from modefsm.errors import ModefsmError
 from modefsm.log._reader import MAX_LINE, read_log
 from modefsm.replay._replayer import Replayer, ReplayReport, replay
 from modefsm.spec._model import ModeSpec
+from tests.conftest import offer_now, settle_now
 
 from .golden_logs import CASES, HOST_JSON, fixed_clock, render
 
@@ -33,13 +34,14 @@ def _permission_log() -> list[bytes]:
 
     Lines: 1 a created, 2 b created, 3 a default->plan (set_mode, int id),
     4 b default->acceptEdits (set_config_option, str id), 5 the host's, 6 a rejected
-    (not_allowed), 7 a switch plan->default ($previous; restoring a in plan wrote
-    nothing), 8 b set_mode ->bypassPermissions, 9 b restore bypassPermissions->default
-    (fallback), 10 b switch rejected, 11 c created, 12 c rejected (unknown_mode).
+    (not_allowed), 7 a switch plan->default (restoring a in plan wrote nothing; its
+    ``$previous``, default too, is not offered), 8 b set_mode ->bypassPermissions,
+    9 b restore bypassPermissions->default (fallback), 10 b switch rejected, 11 c created,
+    12 c rejected (unknown_mode).
     """
     buffer = io.BytesIO()
     with fixed_clock():
-        engine = ModeEngine(preset("permission"), log=TransitionLog.to_stream(buffer))
+        engine = ModeEngine(preset("permission"), store=LogStore(TransitionLog.to_stream(buffer)))
         engine.new_session("a", request_id=0)
         engine.new_session("b")
         engine.change("a", "plan", "set_mode", request_id=1)
@@ -48,12 +50,7 @@ def _permission_log() -> list[bytes]:
             engine.change("a", "acceptEdits", "set_mode", request_id=3)
         engine.close_session("a")
         engine.restore_session("a", "plan", 2, previous="default")
-        previous = next(o for o in engine.spec.switches[0].options if o.target == "$previous")
-        dest = engine.resolve_target("a", previous)
-        assert dest == "default"
-        engine.apply_switch(
-            "a", dest, tool_call_id="t1", option_id=previous.option_id, proposed_in="plan"
-        )
+        assert settle_now(engine, "a", "exit_plan_default", tool_call_id="t1").change is not None
         engine.change("b", "bypassPermissions", "set_mode")
         engine.close_session("b")
         engine.restore_session("b", "bypassPermissions", 3)
@@ -150,14 +147,14 @@ def test_a_restore_keeps_the_previous_mode_a_switch_returns_to(tmp_path):
         }
     )  # fmt: skip
     buffer = io.BytesIO()
-    engine = ModeEngine(spec, log=TransitionLog.to_stream(buffer))
+    engine = ModeEngine(spec, store=LogStore(TransitionLog.to_stream(buffer)))
     engine.new_session("s")
     engine.change("s", "yolo", "set_mode")
     engine.close_session("s")
     engine.restore_session("s", "yolo", 2, previous="ask")
-    back = spec.switches[0].options[0]
-    assert engine.resolve_target("s", back) == "ask"
-    engine.apply_switch("s", "ask", tool_call_id="t1", option_id="back", proposed_in="plan")
+    offer = offer_now(engine, "s", "t1")
+    assert offer.targets == {"back": "ask"}
+    assert settle_now(engine, offer, "back").reason is None
     path = _write(tmp_path, buffer.getvalue().splitlines())
     fast = replay([path], [spec], verify=True)
     assert fast == replay([path], verify=True)  # the header's spec: the same
@@ -381,7 +378,7 @@ def test_a_duplicated_record_keeps_its_age_among_the_recent_digests(tmp_path):
     forks record 1500: 3,500 distinct digests back but 4,666 lines; duplicates take no
     room among the 4,096 most recent distinct digests."""
     buffer = io.BytesIO()
-    engine = ModeEngine(preset("seed"), log=TransitionLog.to_stream(buffer))
+    engine = ModeEngine(preset("seed"), store=LogStore(TransitionLog.to_stream(buffer)))
     for number in range(5000):
         engine.new_session(f"s{number}")
     lines, first_line = [], {}

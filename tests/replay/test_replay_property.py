@@ -9,8 +9,17 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from modefsm import ModeChange, ModeEngine, ModefsmError, TransitionLog, preset, preset_names
+from modefsm import (
+    LogStore,
+    ModeChange,
+    ModeEngine,
+    ModefsmError,
+    TransitionLog,
+    preset,
+    preset_names,
+)
 from modefsm.replay._replayer import replay
+from tests.conftest import offer_now, settle_now
 
 SESSION_IDS = st.sampled_from(["s0", "s1", "s2", "s3"])
 REQUEST_IDS = st.none() | st.integers(0, 1000) | st.text("abc", min_size=1, max_size=3)
@@ -44,7 +53,7 @@ class EngineRuns(RuleBasedStateMachine):
     def start(self, name: str) -> None:
         self.engine = ModeEngine(
             preset(name),
-            log=TransitionLog.to_stream(self.buffer),
+            store=LogStore(TransitionLog.to_stream(self.buffer)),
             after_change=[self._changed],
         )
 
@@ -82,34 +91,17 @@ class EngineRuns(RuleBasedStateMachine):
         session_id = data.draw(st.sampled_from(sorted(self.expected)))
         if session_id not in engine:
             return
-        proposed_in = engine.get(session_id).state
-        offer = engine.spec.switch_from(proposed_in)
-        if offer is None:
+        switch = engine.spec.switch_from(engine.get(session_id).state)
+        if switch is None:
             return
+        self.calls += 1
+        offer = offer_now(engine, session_id, f"call_{self.calls}")
         if meanwhile:
             mode = data.draw(st.sampled_from(engine.spec.mode_ids))
             with contextlib.suppress(ModefsmError):
                 engine.change(session_id, mode, "set_mode")
-        option = data.draw(st.sampled_from(offer.options))
-        self.calls += 1
-        tool_call_id = f"call_{self.calls}"
-        dest = engine.resolve_target(session_id, option)
-        with contextlib.suppress(ModefsmError):
-            if dest is None:
-                engine.reject_switch(
-                    session_id,
-                    "option_rejected",
-                    tool_call_id=tool_call_id,
-                    option_id=option.option_id,
-                )
-            else:
-                engine.apply_switch(
-                    session_id,
-                    dest,
-                    tool_call_id=tool_call_id,
-                    option_id=option.option_id,
-                    proposed_in=proposed_in,
-                )
+        option = data.draw(st.sampled_from(switch.options))
+        settle_now(engine, offer, option.option_id)
 
     @precondition(lambda self: self.expected)
     @rule(data=st.data())

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from modefsm import ModeEngine, ModeSpec, TransitionLog, preset, preset_names
+from modefsm import LogStore, ModeEngine, ModeSpec, TransitionLog, preset, preset_names
 from modefsm.cli import main
 from modefsm.log import EVENT_DECIDED, DecisionEntry, DecisionRecord, LogEntry, read_log
 from modefsm.log._records import record_digest
@@ -25,7 +25,7 @@ KEYS = ("session_id", "tool_call_id", "kind", "tool", "rule", "decision", "outco
 
 def start(path: Path, spec: ModeSpec | None = None) -> tuple[ModeEngine, Decider]:
     log = TransitionLog.to_file(path)
-    engine = ModeEngine(spec or preset("permission"), log=log)
+    engine = ModeEngine(spec or preset("permission"), store=LogStore(log))
     return engine, Decider(engine, log)
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from modefsm import ModeEngine, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, TransitionLog, preset
 from modefsm.cli import main
 from modefsm.replay import replay
 
@@ -34,7 +34,7 @@ LAST = (
 
 def write(path: Path, modes: list[str]) -> None:
     log = TransitionLog.to_file(path)
-    engine = ModeEngine(SEED, log=log)
+    engine = ModeEngine(SEED, store=LogStore(log))
     if not path.stat().st_size:
         engine.new_session("s1")
     else:

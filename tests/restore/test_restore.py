@@ -11,7 +11,7 @@ import time
 import orjson
 import pytest
 
-from modefsm import ModeEngine, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, TransitionLog, preset
 from modefsm.errors import LogError
 from modefsm.store import (
     RETRY_SECONDS,
@@ -21,6 +21,7 @@ from modefsm.store import (
     last_points,
 )
 from modefsm.store import _restore as restore
+from tests.conftest import settle_now
 
 _OPENED: list[RestoreIndex | TransitionLog] = []
 
@@ -36,7 +37,7 @@ def _open(tmp_path, spec="seed", **index_options):
     index = RestoreIndex(tmp_path / "modes.index", **index_options)
     log = TransitionLog.to_file(tmp_path / "modes.jsonl", index=index)
     _OPENED.extend([index, log])
-    return ModeEngine(preset(spec), log=log), log, index
+    return ModeEngine(preset(spec), store=LogStore(log)), log, index
 
 
 def _crash(log: TransitionLog, index: RestoreIndex) -> None:
@@ -54,9 +55,7 @@ class TestIndexFollowsTheLog:
         engine, _log, index = _open(tmp_path)
         engine.new_session("s1")
         engine.change("s1", "architect", "set_mode")
-        engine.apply_switch(
-            "s1", "code", tool_call_id="t", option_id="code", proposed_in="architect"
-        )
+        settle_now(engine, "s1", "code")
         assert RestorePoint("s1", "code", 3, "architect") == index.restore_point("s1")
 
     def test_rejection_leaves_the_point(self, tmp_path):
@@ -81,7 +80,7 @@ class TestIndexFollowsTheLog:
 
     def test_index_given_as_a_path_is_closed_with_the_log(self, tmp_path):
         log = RestoreIndex.open_log(tmp_path / "modes.jsonl", tmp_path / "modes.index")
-        ModeEngine(preset("seed"), log=log).new_session("s1")
+        ModeEngine(preset("seed"), store=LogStore(log)).new_session("s1")
         log.close()
         index = RestoreIndex(tmp_path / "modes.index")
         _OPENED.append(index)
@@ -267,7 +266,7 @@ def test_rejections_alone_then_a_commit(tmp_path):
     from modefsm import UnknownModeError
 
     log = RestoreIndex.open_log(tmp_path / "l.jsonl", tmp_path / "l.index")
-    engine = ModeEngine(preset("seed"), log=log)
+    engine = ModeEngine(preset("seed"), store=LogStore(log))
     engine.new_session("s1")
     log.index.commit()
     with pytest.raises(UnknownModeError):

@@ -7,7 +7,7 @@ import sqlite3
 import orjson
 import pytest
 
-from modefsm import ModeEngine, preset
+from modefsm import LogStore, ModeEngine, preset
 from modefsm.errors import LogError
 from modefsm.store import EVENT_INDEX_MISMATCH, ListedSession, RestoreIndex, RestorePoint
 from tests.conftest import read_log
@@ -20,7 +20,7 @@ def paths(tmp_path):
 
 def write(paths, *steps):
     log = RestoreIndex.open_log(paths[0], paths[1])
-    engine = ModeEngine(preset("seed"), log=log)
+    engine = ModeEngine(preset("seed"), store=LogStore(log))
     for session_id, mode in steps:
         if session_id in engine:
             engine.change(session_id, mode, "set_mode")
@@ -95,7 +95,7 @@ def first_layout(paths):
     with sqlite3.connect(paths[1]) as db:
         db.execute("DROP INDEX sessions_listed")
         db.execute("DROP INDEX sessions_by_cwd")
-        for column in ("digest", "offset", "cwd", "updated_at", "earlier"):
+        for column in ("digest", "offset", "cwd", "updated_at", "earlier", "config"):
             db.execute(f"ALTER TABLE sessions DROP COLUMN {column}")
         db.execute("INSERT INTO sessions VALUES ('ghost', 'code', 5, NULL)")
     db.close()
@@ -116,7 +116,7 @@ def test_after_a_rotation_a_session_only_in_the_earlier_file_is_restored(paths, 
     points (answered as stored: that file is no longer followed), also after a restart,
     and listed with their cwd and the time of their last record."""
     log = RestoreIndex.open_log(paths[0], paths[1])
-    engine = ModeEngine(preset("seed"), log=log)
+    engine = ModeEngine(preset("seed"), store=LogStore(log))
     engine.new_session("old", cwd="/o")
     engine.change("old", "architect", "set_mode")
     engine.new_session("both", cwd="/b")

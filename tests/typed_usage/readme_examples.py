@@ -15,17 +15,25 @@ from typing import Any, assert_type
 from acp.schema import AgentMessageChunk, PromptResponse, TextContentBlock
 
 from modefsm import (
+    ChangeRefused,
     FileStore,
+    HostOption,
+    LogStore,
     MemoryStore,
     ModeAgent,
     ModeEngine,
+    OptionChange,
     ReplayReport,
     RestoreIndex,
     RestorePoint,
     Session,
     SessionStore,
     SharedEngine,
+    SwitchOffer,
     SwitchResult,
+    ToolCall,
+    ToolDecision,
+    ToolResult,
     TransitionLog,
     Violation,
     new_token,
@@ -72,6 +80,46 @@ def serve(argv: list[str]) -> None:
     asyncio.run(run_agent(agent))  # acp.run_agent behind modefsm's frame checks
 
 
+async def a_switch_of_your_own() -> None:
+    """**Embedding.** A permission dialog the host shows: an offer, settled once."""
+    engine = ModeEngine(preset("seed"))
+    engine.new_session("sess_1")
+    await engine.set_mode("sess_1", "architect")
+    offer = await engine.offer_switch("sess_1")  # show offer.title and offer.options
+    assert_type(offer, SwitchOffer)
+    assert_type(offer.options[0].target, str | None)
+    result = await engine.settle_switch(offer, "code")  # the optionId the user selected
+    assert_type(result, SwitchResult)
+    assert_type(result.approved, bool)
+    again = await engine.settle_switch(offer, "ask")  # an offer is settled once
+    reason: str | None = again.reason  # "duplicate_answer"
+    assert reason is not None
+
+
+# -- A host's own config options ------------------------------------------------------------
+
+
+def smart_needs_code(change: OptionChange) -> None:  # optional: a veto
+    if change.value == "smart" and change.mode_id != "code":
+        raise ChangeRefused("the smart model is for code mode")
+
+
+MODEL = HostOption(
+    id="model",
+    name="Model",
+    category="model",
+    choices=[("fast", "Fast"), ("smart", "Smart")],
+    default="fast",
+    on_change=smart_needs_code,
+)
+
+
+def host_options_agent(store: FileStore) -> ModeAgent:
+    agent = ModeAgent(preset("seed"), store=store, config_options=[MODEL])
+    assert_type(agent.engine.config_options("sess_1")[1].current_value, str)
+    return agent
+
+
 # -- Replay and restore --------------------------------------------------------------------
 
 
@@ -79,7 +127,7 @@ def restore_from_the_index() -> None:
     """**Restore.** Open the log with an index, and answer ``session/load`` from it."""
     index = RestoreIndex("modes.index")  # caught up with the log, closed with it
     log = TransitionLog.to_file("modes.jsonl", index=index, close_index=True)
-    engine = ModeEngine(preset("seed"), log=log)
+    engine = ModeEngine(preset("seed"), store=LogStore(log))
     session_id = "sess_1"  # the sessionId of the session/load request
     point = index.restore_point(session_id)  # RestorePoint(session_id, mode, seq, previous)
     assert_type(point, RestorePoint | None)
@@ -126,3 +174,35 @@ def keep_sessions_in_memory() -> None:
     store = MemoryStore()
     agent = ModeAgent(preset("seed"), store=store)
     assert_type(agent.engine.store, SessionStore | None)
+
+
+# -- Specs and mode rules: deciding tool calls -------------------------------------------
+
+
+async def decide_tool_calls() -> None:
+    engine = ModeEngine(preset("permission"), store=MemoryStore())
+    await engine.new_session_async("sess_1")
+    edit = ToolCall("call_1", kind="edit", name="Edit", title="Edit README.md")
+    asked = await engine.decide_async("sess_1", edit)
+    assert_type(asked, ToolDecision)
+    assert_type(engine.decide("sess_1", edit), ToolDecision)
+    assert_type(await engine.outcome_of(asked), ToolDecision)
+    assert_type(await engine.settle(asked, "allow_always"), ToolDecision)
+    assert_type(asked.runs, bool)
+    assert_type(engine.prompt_for("sess_1"), str | None)
+
+
+# -- Embedding: tool calls over ACP ------------------------------------------------------
+
+
+async def run_tool_calls(agent: ModeAgent, session_id: str) -> None:
+    async def read() -> str:
+        return "contents"
+
+    call = ToolCall("call_2", kind="read", name="read_file", title="Read notes.txt")
+    result = await agent.run_tool(session_id, call, read)
+    assert_type(result, ToolResult[str])
+    assert_type(result.value, str | None)
+    assert_type(result.decision, ToolDecision | None)
+    assert_type(result.ran, bool)
+    assert_type(agent.prompt_for(session_id), str | None)

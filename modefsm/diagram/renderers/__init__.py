@@ -3,6 +3,11 @@
 Each reads the format-free model only (``modefsm.diagram._model``), never the spec's
 rules: :func:`to_mermaid`, :func:`to_dot`, :func:`to_svg` and :func:`to_png` (Graphviz),
 :func:`to_markdown` (the review page, which embeds the Mermaid text).
+
+Exports: those five functions and the bounds of a rendering (``RENDERED_NODES_MAX``,
+``RENDERED_ARROWS_MAX``, ``RENDER_TIMEOUT``).
+
+May import: ``errors``, ``spec`` (the review page's table), ``diagram`` (its model).
 """
 
 from modefsm.diagram.renderers._dot import to_dot

@@ -6,7 +6,15 @@ import html
 from collections.abc import Sequence
 
 from modefsm.diagram._model import Diagram, DiagramEdge, DiagramNode, EdgeKind, LegendKind, NodeKind
-from modefsm.diagram.renderers._text import _TIMES, _Colour, _edge_text, _visible, _wrapped
+from modefsm.diagram.renderers._text import (
+    _TIMES,
+    _Colour,
+    _edge_text,
+    _tool_text,
+    _visible,
+    _wrapped,
+)
+from modefsm.spec._rules import Decision
 
 __all__ = ["to_dot"]
 
@@ -177,8 +185,16 @@ def _dot_mode_attrs(node: DiagramNode) -> dict[str, str]:
         label += small.format(_Colour.RESTORE, "not restored on load")
         fill, color = _Colour.RESTORE_FILL, _Colour.RESTORE
         classes.append("unrestorable")
+    for line in node.rules:
+        label += (
+            f'<BR/><FONT POINT-SIZE="9"><FONT COLOR="{_DECISION_COLOR[line.decision]}">'
+            f"<B>{line.decision}</B></FONT>: {_html(', '.join(line.targets))}</FONT>"
+        )
     if node.entered is not None:
         label += small.format(_Colour.MUTED, f"entered {_TIMES}{node.entered}")
+    for count in node.tools:
+        text = _html(_tool_text(count))
+        label += f'<BR/><FONT POINT-SIZE="9" COLOR="{_Colour.INK}"><I>{text}</I></FONT>'
     if node.current:
         fill, color, width = _Colour.PATH_FILL, _Colour.PATH, "3"
         classes.append("current")
@@ -192,6 +208,13 @@ def _dot_mode_attrs(node: DiagramNode) -> dict[str, str]:
         "margin": '"0.14,0.08"',
         "label": f"<{label}>",
     }
+
+
+_DECISION_COLOR: dict[Decision, str] = {
+    "allow": _Colour.ALLOW,
+    "ask": _Colour.ASK,
+    "deny": _Colour.DENY,
+}
 
 
 _DOT_EDGE_COLOR: dict[EdgeKind, str] = {
@@ -275,4 +298,6 @@ _DOT_LEGEND_SAMPLE: dict[LegendKind, str] = {
     "faded": _line_sample(_Colour.FADED),
     "path": _line_sample(_Colour.PATH),
     "current": _box_sample(_Colour.PATH_FILL, _Colour.PATH, "rounded", 2),
+    "rules": f'<FONT COLOR="{_Colour.ALLOW}"><B>allow</B></FONT>',
+    "tools": f'<FONT COLOR="{_Colour.INK}"><I>kind:</I></FONT>',
 }

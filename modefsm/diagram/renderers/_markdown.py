@@ -1,16 +1,15 @@
-"""The Markdown review page: the Mermaid diagram, then tables of modes and switches."""
+"""The Markdown review page: the Mermaid diagram, then tables of modes, rules and switches."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
 from modefsm.diagram._build import DRAWN_MAX, _previous_reach, _shown_name
-from modefsm.diagram._model import Diagram, Traffic, TransitionKey
+from modefsm.diagram._model import Diagram, ToolCount, Traffic, TransitionKey
 from modefsm.diagram.renderers._mermaid import mermaid_key, to_mermaid
 from modefsm.diagram.renderers._text import _visible
 from modefsm.errors import DiagramError
-from modefsm.spec._model import ModeSpec, SwitchOption
-from modefsm.spec._table import PREVIOUS
+from modefsm.spec import PREVIOUS, ModeSpec, SwitchOption
 
 __all__ = ["to_markdown"]
 
@@ -36,6 +35,11 @@ def _md(text: str) -> str:
 
 def to_markdown(diagram: Diagram, spec: ModeSpec) -> str:
     """Render a review page: the Mermaid diagram and its key, then tables of modes and switches.
+
+    Each mode with rules (see :attr:`DiagramNode.rules <modefsm.diagram.DiagramNode.rules>`)
+    has a table of its ``tools`` rules in order, then its ``tools_default``. With traffic,
+    the page ends with the transitions taken, the tool calls decided per mode and kind,
+    and the highlighted session's steps.
 
     Args:
         diagram: the picture (from :func:`build_diagram` of *spec*).
@@ -85,10 +89,57 @@ def to_markdown(diagram: Diagram, spec: ModeSpec) -> str:
         if len(targets) > 1 and len(targets) == len(spec.modes) - 1:
             to = "any other mode"
         out.append(f"| {_md(mode.name)} | {to} |")
+    out += _markdown_rules(diagram, spec)
     out += _markdown_switches(diagram, spec)
     if diagram.traffic is not None:
         out += _markdown_traffic(diagram, spec, diagram.traffic)
     return "\n".join(out) + "\n"
+
+
+def _markdown_rules(diagram: Diagram, spec: ModeSpec) -> list[str]:
+    """A table per mode with rules: its rules in order (first match decides), the default last."""
+    shown = [spec.mode(n.mode_id) for n in diagram.nodes if n.rules and n.mode_id is not None]
+    if not shown:
+        return []
+    out = [
+        "",
+        "## What each mode allows (tools rules)",
+        "",
+        "A tool call gets the decision of the first rule that matches its kind (ACP `ToolKind`)",
+        "and its tool name, else the mode's `tools_default`; decision records name the rule",
+        "by its number.",
+    ]
+    for mode in shown:
+        out += [
+            "",
+            f"### {_md(mode.name)} (<code>{_md(mode.id)}</code>)",
+            "",
+            "| Rule | Kinds | Tool name | Decision | Reason |",
+            "|---|---|---|---|---|",
+        ]
+        rows = [
+            (
+                str(i),
+                _kinds(rule.kind),
+                "any" if rule.name is None else f"<code>{_md(rule.name)}</code>",
+                rule.decision,
+                _md(rule.reason or ""),
+            )
+            for i, rule in enumerate(mode.tools)
+        ]
+        rest = "any other" if mode.tools else "any"
+        rows.append(("tools\\_default", rest, "any", mode.tools_default, ""))
+        out.extend(_row(row) for row in rows)
+    return out
+
+
+def _row(cells: Iterable[str]) -> str:
+    """A table row; an empty cell is one space."""
+    return "|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|"
+
+
+def _kinds(kinds: Sequence[str] | None) -> str:
+    return "any" if kinds is None else ", ".join(_md(k) for k in kinds)
 
 
 def _markdown_switches(diagram: Diagram, spec: ModeSpec) -> list[str]:
@@ -179,6 +230,7 @@ def _markdown_traffic(diagram: Diagram, spec: ModeSpec, traffic: Traffic) -> lis
         f"| {_md(_describe(spec, key))} | {traffic.counts.get(key, 0)} |"
         for key in dict.fromkeys(keys)
     )
+    out += _markdown_tools(spec, traffic.tools)
     if traffic.session_id is not None:
         out += ["", f"### Steps of session {_md(traffic.session_id)}", ""]
         out += [f"{n}. {_md(_describe(spec, key))}" for n, key in enumerate(traffic.path, 1)]
@@ -196,3 +248,23 @@ def _describe(spec: ModeSpec, key: TransitionKey) -> str:
         return f"{spec.mode(source).name}: switch_mode, {picked}"
     via = "set_mode" if kind == "client_change" else "load/resume"
     return f"{spec.mode(source).name} to {spec.mode(dest).name} ({via})"
+
+
+def _markdown_tools(spec: ModeSpec, tools: Sequence[ToolCount]) -> list[str]:
+    """The tool calls decided, per mode and kind: allowed, asked (by the answer), denied."""
+    if not tools:
+        return []
+    out = [
+        "",
+        "### Tool calls decided",
+        "",
+        "| Mode | Kind | allow | ask: answer | deny |",
+        "|---|---|---|---|---|",
+    ]
+    for count in tools:
+        asked = ", ".join(f"{_md(o or 'no outcome')} {n}" for o, n in count.asked)
+        out.append(
+            f"| {_md(spec.mode(count.mode).name)} | {count.kind} | {count.allow} "
+            f"| {count.ask}{f' ({asked})' if asked else ''} | {count.deny} |"
+        )
+    return out

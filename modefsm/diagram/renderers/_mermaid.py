@@ -5,7 +5,15 @@ from __future__ import annotations
 import unicodedata
 
 from modefsm.diagram._model import Diagram, DiagramEdge, DiagramNode, EdgeKind, LegendKind
-from modefsm.diagram.renderers._text import _TIMES, _Colour, _edge_text, _visible, _wrapped
+from modefsm.diagram.renderers._text import (
+    _TIMES,
+    _Colour,
+    _edge_text,
+    _rule_text,
+    _tool_text,
+    _visible,
+    _wrapped,
+)
 
 __all__ = ["to_mermaid"]
 
@@ -66,6 +74,15 @@ _KEY: dict[LegendKind, str] = {
     "faded": "grey arrow: never taken in the log",
     "path": "blue arrow: the steps of session {session}",
     "current": "blue box: its current mode",
+    "rules": (
+        "allow: / ask: / deny: in a mode, what its tool calls of those kinds get (a quoted "
+        "pattern: tools so named, decided first; *: every other kind)"
+    ),
+    "tools": (
+        f"kind: allow {_TIMES}N \N{MIDDLE DOT} ask {_TIMES}N (each answer and its count) "
+        f"\N{MIDDLE DOT} deny {_TIMES}N: the tool calls of that kind decided in the mode, "
+        "in the log"
+    ),
 }
 """What each style of the Mermaid picture means, for the Markdown page under it."""
 
@@ -128,8 +145,11 @@ def to_mermaid(diagram: Diagram) -> str:
     of its modes, and an arrow from or to the whole group leaves or enters the hub (in a
     ``subgraph`` box, Mermaid's layout stacks the labels of the arrows entering it). The
     key is on the Markdown page (:func:`to_markdown`), and the labels name what each arrow
-    does. With traffic, the caption is a borderless node, counts are in the labels, arrows
-    never taken are grey, and the session's steps and current mode are blue.
+    does. The start arrow spans two ranks, so that its label stays clear of the labels
+    of the other arrows into the initial mode. A mode's rules and, with traffic, its tool
+    calls decided are lines of its box. With traffic, the caption is a borderless node,
+    counts are in the labels, arrows never taken are grey, and the session's steps and
+    current mode are blue.
 
     Returns:
         The text, ending with a newline.
@@ -146,6 +166,8 @@ def to_mermaid(diagram: Diagram) -> str:
     styles[_link_style(None)] = list(range(len(spokes)))
     for number, edge in enumerate(diagram.edges, start=len(spokes)):
         arrow = "-->" if edge.line == "solid" else "-.->"
+        if edge.kind == "start":
+            arrow = "--->"
         text = _mermaid_text(_edge_text(edge))
         lines.append(f'    {edge.source} {arrow}|"{text}"| {edge.dest}')
         styles.setdefault(_link_style(edge), []).append(number)
@@ -191,8 +213,12 @@ def _mermaid_node(node: DiagramNode) -> str:
     label = f"{node.mode_id}"
     if node.restore_to is not None:
         label += f"\nnot restored, load gives {node.restore_to}"
+    for line in node.rules:
+        label += f"\n{_rule_text(line)}"
     if node.entered is not None:
         label += f"\nentered {_TIMES}{node.entered}"
+    for count in node.tools:
+        label += f"\n{_tool_text(count)}"
     return f'{node.id}("<b>{text}</b><br>{_mermaid_text(label)}")'
 
 

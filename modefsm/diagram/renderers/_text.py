@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from modefsm.diagram._model import DiagramEdge
+from modefsm.diagram._model import DiagramEdge, RuleLine, ToolCount
 
 __all__: list[str] = []
 
@@ -31,6 +31,12 @@ class _Colour:
     """With a log, arrows never taken."""
     GROUP_FILL = "#f6f8fa"
     GROUP_LINE = "#afb8c1"
+    ALLOW = "#1a7f37"
+    """A mode's rules: what it allows."""
+    ASK = "#9a6700"
+    """A mode's rules: what it asks about."""
+    DENY = "#b42318"
+    """A mode's rules: what it refuses (the reject colour)."""
 
 
 _TIMES = "\N{MULTIPLICATION SIGN}"
@@ -81,3 +87,23 @@ def _wrapped(text: str) -> str:
         for line in text.split("\n")
         for wrapped in textwrap.wrap(line, _WRAP, break_long_words=False) or [""]
     )
+
+
+def _rule_text(line: RuleLine) -> str:
+    """One line of a mode's rules: ``allow: read, search, *``."""
+    return f"{line.decision}: {', '.join(line.targets)}"
+
+
+def _tool_text(count: ToolCount) -> str:
+    """The tool calls of one kind decided in a mode, on one line.
+
+    ``edit: allow`` and the count, then ``ask`` and the count followed by each answer
+    and its count in brackets, then ``deny`` and the count; a decision never taken is
+    left out, and an ask without an outcome counts as ``no outcome``.
+    """
+    parts = [f"allow {_TIMES}{count.allow}"] if count.allow else []
+    if count.asked:
+        answers = ", ".join(f"{o or 'no outcome'} {n}" for o, n in count.asked)
+        parts.append(f"ask {_TIMES}{count.ask} ({answers})")
+    parts += [f"deny {_TIMES}{count.deny}"] if count.deny else []
+    return f"{count.kind}: " + " \N{MIDDLE DOT} ".join(parts)

@@ -1,4 +1,18 @@
-"""modefsm.protocol.transport: frames, stdio, HTTP and WebSocket, negotiation."""
+"""modefsm.protocol.transport: frames, stdio, HTTP and WebSocket, negotiation.
+
+The ACP connections: the strict stdio frame checks and bounded flow control
+(``_stdio``), streamable HTTP and WebSocket on uvicorn with their trust checks
+(``_http``, ``_access``), v2 batches (``_batch``), per-connection version negotiation
+(``_negotiate``) and one engine shared by many connections (``_shared``).
+
+Exports: ``run_agent``, ``serve_negotiated``, ``serve_http`` and ``create_app``,
+``SharedEngine``, ``CheckedTransport``, ``PermissionRequest``, the access checks
+(``Access``, ``Refusal``, ``new_token``, ``is_loopback``, ``normal_host``,
+``normal_origin``, the token files) and every bound as a named constant.
+
+May import: ``errors``, ``spec``, ``store``, ``engine``, and ``protocol`` (its JSON-RPC
+errors and, when a v2 client connects, the v2 agent).
+"""
 
 from modefsm.protocol.transport._access import (
     ACP_SUBPROTOCOL,
@@ -6,7 +20,12 @@ from modefsm.protocol.transport._access import (
     TOKEN_SUBPROTOCOL,
     Access,
     Refusal,
+    is_loopback,
     new_token,
+    normal_host,
+    normal_origin,
+    read_token_file,
+    write_token_file,
 )
 from modefsm.protocol.transport._batch import MAX_BATCH
 from modefsm.protocol.transport._http import (
@@ -20,6 +39,7 @@ from modefsm.protocol.transport._http import (
     RESERVED_DESCRIPTORS,
     AgentFactory,
     create_app,
+    raise_descriptor_limit,
     serve_http,
 )
 from modefsm.protocol.transport._negotiate import (
@@ -92,8 +112,14 @@ __all__ = [
     "SharedEngine",
     "check_frame",
     "create_app",
+    "is_loopback",
     "new_token",
+    "normal_host",
+    "normal_origin",
+    "raise_descriptor_limit",
+    "read_token_file",
     "run_agent",
     "serve_http",
     "serve_negotiated",
+    "write_token_file",
 ]

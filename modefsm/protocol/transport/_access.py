@@ -48,7 +48,12 @@ __all__ = [
     "TOKEN_SUBPROTOCOL",
     "Access",
     "Refusal",
+    "is_loopback",
     "new_token",
+    "normal_host",
+    "normal_origin",
+    "read_token_file",
+    "write_token_file",
 ]
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})

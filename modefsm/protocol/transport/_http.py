@@ -76,6 +76,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from modefsm.errors import INVALID_REQUEST, FrameError
+from modefsm.protocol._sdk import require_v2
 from modefsm.protocol.errors import error_response, frame_refusal
 from modefsm.protocol.transport._access import Access, Refusal, is_loopback
 from modefsm.protocol.transport._batch import MAX_BATCH, Batches, http_deliver, http_stream
@@ -112,6 +113,7 @@ __all__ = [
     "RESERVED_DESCRIPTORS",
     "AgentFactory",
     "create_app",
+    "raise_descriptor_limit",
     "serve_http",
 ]
 
@@ -476,7 +478,9 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
 
     Raises:
         ValueError: *token* is not a usable token, or a host or origin is malformed.
+        SdkFeatureError: the installed ACP SDK is 0.12 (the transport needs 1.0).
     """
+    require_v2("the HTTP transport (create_app, serve_http)", "http")
     from acp.http.protocol import (  # noqa: PLC0415 - the http extra
         CONNECTION_ID_HEADER,
         CONTENT_TYPE_SSE,

@@ -11,6 +11,9 @@
 - an integer below 1: ``-32022`` with ``data: {"requested": N, "supported": [1, 2]}``
   (the router would answer ``-32600``), and the client may initialize again.
 
+On SDK 0.12, which has no ACP v2, :data:`SUPPORTED_PROTOCOLS` is ``(1,)``: every client
+is served v1 (``"supported": [1]``).
+
 A v2 connection serves JSON-RPC batches from then on (:mod:`modefsm.protocol.transport._batch`); an
 array read before the version is chosen, or on a v1 connection, is one ``-32600``.
 
@@ -30,6 +33,7 @@ from typing import Any
 from acp.agent.connection import AgentSideConnection
 
 from modefsm.errors import INVALID_PARAMS, UNSUPPORTED_PROTOCOL
+from modefsm.protocol._sdk import HAS_V2
 from modefsm.protocol.errors import error_response
 from modefsm.protocol.transport._batch import Batches
 from modefsm.protocol.transport._stdio import (
@@ -42,8 +46,9 @@ from modefsm.protocol.transport._stdio import (
 
 __all__ = ["SUPPORTED_PROTOCOLS", "serve_negotiated"]
 
-SUPPORTED_PROTOCOLS = (1, 2)
-"""The ACP protocol versions ``modefsm serve`` speaks."""
+SUPPORTED_PROTOCOLS: tuple[int, ...] = (1, 2) if HAS_V2 else (1,)
+"""The ACP protocol versions ``modefsm serve`` speaks: ``(1, 2)``; ``(1,)`` on SDK 0.12,
+which has no ACP v2 (a v2 client's ``initialize`` is then answered ``protocolVersion`` 1)."""
 
 
 def _v2_params_error(frame: dict[str, Any]) -> dict[str, Any] | None:

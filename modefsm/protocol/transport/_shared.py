@@ -61,14 +61,13 @@ import contextlib
 import contextvars
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from modefsm.engine import ModeChange, ModeEngine, notification_kind
+from modefsm.engine import HostOption, ModeChange, ModeEngine, notification_kind
 
 if TYPE_CHECKING:
-    from modefsm.log import TransitionLog
     from modefsm.spec import ModeSpec
     from modefsm.store import SessionStore
 
@@ -227,10 +226,9 @@ class SharedEngine(ModeEngine):
         spec: ModeSpec,
         *,
         store: SessionStore | None = None,
-        log: TransitionLog | None = None,
         before_change: Iterable[Callable[[ModeChange], None]] = (),
         after_change: Iterable[Callable[[ModeChange], None]] = (),
-        other_config_options: Callable[[str], Sequence[Any]] | None = None,
+        config_options: Iterable[HostOption] = (),
         forget_after: float = FORGET_AFTER,
     ) -> None:
         """Build the engine; the holders of each session start empty."""
@@ -241,10 +239,9 @@ class SharedEngine(ModeEngine):
         super().__init__(
             spec,
             store=store,
-            log=log,
             before_change=before_change,
             after_change=after_change,
-            other_config_options=other_config_options,
+            config_options=config_options,
         )
 
     # -- per connection ------------------------------------------------------------------

@@ -60,7 +60,7 @@ from typing import Any
 
 import orjson
 from acp.agent.connection import AgentSideConnection
-from acp.meta import AGENT_METHODS, PROTOCOL_METHODS
+from acp.meta import AGENT_METHODS
 
 from modefsm.errors import (
     ERROR_MESSAGES,
@@ -70,6 +70,7 @@ from modefsm.errors import (
     REQUEST_CANCELLED,
     FrameError,
 )
+from modefsm.protocol._sdk import CANCEL_REQUEST, ROUTES_CANCEL_REQUEST
 from modefsm.protocol.errors import error_object, error_response, frame_refusal
 
 __all__ = [
@@ -145,9 +146,12 @@ _ECHO_TEXTS = 16
 """A request with more long strings than this has every string of an error answer cut
 (finding each echo costs time in their number)."""
 
-_NOTIFICATIONS = frozenset({AGENT_METHODS["session_cancel"], PROTOCOL_METHODS["cancel_request"]})
+_NOTIFICATIONS = frozenset(
+    {AGENT_METHODS["session_cancel"], *([CANCEL_REQUEST] if ROUTES_CANCEL_REQUEST else [])}
+)
 """The notifications the SDK routes to an agent (besides ``_``-prefixed extensions);
-``$/cancel_request`` cancels the handler of the request it names."""
+``$/cancel_request`` cancels the handler of the request it names (SDK 1.0; 0.12 has no
+handler for it, and it is dropped as any other notification nobody handles)."""
 
 _CLOSE_WAIT = 2.0
 """Seconds to wait for the output to flush when the agent stops."""
@@ -1094,7 +1098,7 @@ class CheckedTransport:
                 self._held.append(frame)
                 return False
             return True
-        if frame.get("method") == _CANCEL_REQUEST and self._held:
+        if frame.get("method") == CANCEL_REQUEST and self._held:
             params = frame.get("params")
             held = params.get("requestId", _UNREAD) if isinstance(params, dict) else _UNREAD
             for request in self._held:
@@ -1233,7 +1237,6 @@ def _over_open(request_id: Any) -> FrameError:
     return FrameError(INVALID_REQUEST, details, request_id=request_id, limit=("open", MAX_OPEN))
 
 
-_CANCEL_REQUEST = PROTOCOL_METHODS["cancel_request"]
 _CANCELLED = {**error_object(REQUEST_CANCELLED), "data": None}
 """The error the SDK answers a request cancelled by ``$/cancel_request`` with (-32800),
 ``data`` null as the SDK's own ``RequestError`` writes it: a held request and one the

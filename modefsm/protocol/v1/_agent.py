@@ -5,7 +5,8 @@
 ``session/set_mode``, ``session/set_config_option``, ``session/cancel``) on a
 :class:`~modefsm.engine.ModeEngine`. A host agent either subclasses it (adding
 ``prompt`` and the rest) or keeps one and delegates those methods to it. Its tool code
-proposes agent-initiated switches with :meth:`ModeAgent.propose_switch`.
+proposes agent-initiated switches with :meth:`ModeAgent.propose_switch` and runs each tool
+call through :meth:`ModeAgent.run_tool` (decided by the session's committed mode).
 
 Errors reach the client as JSON-RPC errors: an unknown ``sessionId`` is ``-32002``
 (``data: {"uri": sessionId}``); an unknown or unadvertised ``modeId``, ``configId`` or
@@ -35,7 +36,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from importlib import metadata
 from typing import Any, TypeVar
 
@@ -60,17 +61,17 @@ from acp.schema import (
     ToolCallStart,
 )
 
-from modefsm.engine._engine import ModeChange, ModeEngine, Session
+from modefsm.engine import HostOption, ModeChange, ModeEngine, Session, SwitchResult, ToolCall
 from modefsm.errors import UnknownSessionError
-from modefsm.log._conversation import ConversationStore, Part
-from modefsm.log._writer import TransitionLog
+from modefsm.log import ConversationStore, Part
 from modefsm.protocol._list import list_page
 from modefsm.protocol.errors import acp_errors, invalid_params
 from modefsm.protocol.transport._shared import SharedEngine
 from modefsm.protocol.transport._stdio import PermissionRequest
 from modefsm.protocol.v1._render import config_options, mode_state, session_updates
-from modefsm.protocol.v1._switch import SwitchResult, propose_switch
-from modefsm.spec._model import ModeSpec
+from modefsm.protocol.v1._switch import propose_switch
+from modefsm.protocol.v1._tools import ToolResult, run_tool
+from modefsm.spec import ModeSpec
 from modefsm.store import RestorePoint, SessionStore
 
 __all__ = ["CLOSE_WAIT", "MAX_CWD_CHARS", "ModeAgent"]
@@ -87,24 +88,25 @@ class ModeAgent:
             ``session/resume`` and ``session/list`` find sessions unknown to this process
             (after a restart): a :class:`~modefsm.store.FileStore`, a PostgreSQL store
             (:func:`~modefsm.store.open_store`) or a :class:`~modefsm.store.MemoryStore`.
-        log: a transition log written without a store (deprecated: nothing can be
-            restored from it; give a *store*). With neither, nothing is logged and
-            ``session/load``/``session/resume`` of an unknown session answer ``-32002``.
+            A :class:`~modefsm.store.LogStore` only writes the records to a transition
+            log. ``None``: nothing is logged and ``session/load``/``session/resume`` of
+            an unknown session answer ``-32002``.
         unstable: advertise ``session/resume``, ``session/close`` and ``session/list``
             (the SDK routes them whatever its ``use_unstable_protocol``).
         conversation: where the ``switch_mode`` tool calls (and anything the host passes
             to :meth:`record`) are kept for replay; a fresh in-memory
             :class:`~modefsm.log.ConversationStore` when ``None``.
-        engine: an engine to use instead of building one (*store*, *log* and the hooks
+        engine: an engine to use instead of building one (*store* and the hooks
             and options below are then ignored: the engine's own are used); its ``sink``
             is set to this agent's connection, which a
             :class:`~modefsm.protocol.SharedEngine` keeps per connection.
         before_change: host callbacks run before a change commits; one that raises
             cancels the change (see :class:`~modefsm.engine.ModeEngine`).
         after_change: host callbacks run after a change committed.
-        other_config_options: ``other_config_options(session_id)`` returns the host's own
-            ``configOptions`` of a session, sent after the mode option in every complete
-            list (see :class:`~modefsm.engine.ModeEngine`).
+        config_options: the host's own config options (:class:`~modefsm.engine.HostOption`),
+            declared once: listed after the mode option in every complete list, set by
+            ``session/set_config_option``, logged and restored (see
+            :class:`~modefsm.engine.ModeEngine`).
 
     Attributes:
         engine: the engine; its sink is this connection's ``session/update``.
@@ -126,24 +128,22 @@ class ModeAgent:
         spec: ModeSpec,
         *,
         store: SessionStore | None = None,
-        log: TransitionLog | None = None,
         unstable: bool = False,
         conversation: ConversationStore | None = None,
         engine: ModeEngine | None = None,
         before_change: Iterable[Callable[[ModeChange], None]] = (),
         after_change: Iterable[Callable[[ModeChange], None]] = (),
-        other_config_options: Callable[[str], Sequence[Any]] | None = None,
+        config_options: Iterable[HostOption] = (),
     ) -> None:
         """Build the engine for *spec*; the connection arrives with :meth:`on_connect`."""
         if engine is None:
             self.engine = ModeEngine(
                 spec,
                 store=store,
-                log=log,
                 sink=self._send,
                 before_change=before_change,
                 after_change=after_change,
-                other_config_options=other_config_options,
+                config_options=config_options,
             )
         else:  # shared with other connections (log and hooks are the engine's own)
             self.engine = engine
@@ -357,7 +357,12 @@ class ModeAgent:
             else:
                 point = point or await self._restore_point(session_id)
                 await self.engine.restore_session_async(
-                    session_id, point.mode, point.seq, previous=point.previous, digest=point.digest
+                    session_id,
+                    point.mode,
+                    point.seq,
+                    previous=point.previous,
+                    digest=point.digest,
+                    config=point.config,
                 )
             # the answer reports the current mode: its notifications must have left first
             await self.engine.flush()
@@ -446,7 +451,10 @@ class ModeAgent:
         value: str | bool,  # noqa: FBT001 - the SDK passes it by keyword
         **kwargs: Any,
     ) -> SetSessionConfigOptionResponse:
-        """``session/set_config_option`` on the mode option; answers the complete list."""
+        """``session/set_config_option`` on the mode option or a host option.
+
+        Answers the complete list once the change's ``config_option_update`` has left.
+        """
         del kwargs
         with acp_errors():
             self._held(session_id)
@@ -575,12 +583,75 @@ class ModeAgent:
                 self.end_turn(session_id, waiter)
         return result
 
+    async def run_tool(
+        self,
+        session_id: str,
+        call: ToolCall,
+        run: Callable[[], Awaitable[_T]],
+        *,
+        cancelled: asyncio.Event | None = None,
+    ) -> ToolResult[_T]:
+        """Report *call*, have the committed mode decide it, ask if it says so, run it.
+
+        See :func:`modefsm.protocol.run_tool` for the flow: a ``deny`` fails the tool call
+        with the rule's reason and *run* is never awaited; an ``ask`` is a
+        ``session/request_permission`` settled through the engine; *run* is awaited only
+        once the decision lets the tool run, and an exception it raises fails the tool
+        call and propagates. A ``session/cancel`` (while the client decides, or, with the
+        turn's :meth:`begin_turn` event as *cancelled*, any time before the call is
+        decided) settles it ``cancelled``; an answer that comes after the wait ended is
+        logged as ``late_answer``. The tool call and its updates are kept in the
+        conversation (part ``host``) for replay on ``session/load``.
+
+        Raises:
+            RequestError: ``-32002`` for an unknown session; ``-32602`` naming ``kind`` or
+                ``toolCallId`` (a kind that is not an ACP ``ToolKind``, an ask already open
+                for the id); ``-32603`` when the decision cannot be recorded (the tool did
+                not run) or the session has too many asks open.
+            Exception: whatever *run* raised.
+        """
+        waiter = cancelled if cancelled is not None else self.begin_turn(session_id)
+        try:
+            with acp_errors():
+                self._held(session_id)
+                return await run_tool(
+                    self.engine,
+                    self.conn,
+                    session_id,
+                    call,
+                    run,
+                    cancelled=waiter,
+                    abandoned=lambda: self._abandon(call.tool_call_id),
+                    record=lambda update: self._keep(session_id, update, "host"),
+                )
+        finally:
+            if cancelled is None:
+                self.end_turn(session_id, waiter)
+
+    def prompt_for(self, session_id: str) -> str | None:
+        """The system-prompt text of the session's mode (the spec's ``prompt``), or ``None``.
+
+        The mode as this process knows it: call :meth:`refresh` first where a turn starts
+        (with a shared store another process may have changed it).
+
+        Raises:
+            RequestError: ``-32002`` for an unknown session, or one the connection does not
+                hold.
+        """
+        with acp_errors():
+            self._held(session_id)
+            return self.engine.prompt_for(session_id)
+
     def _record_switch(self, session_id: str, update: Any) -> None:
+        self._keep(session_id, update, "mode")
+
+    def _keep(self, session_id: str, update: Any, part: Part) -> None:
+        """Keep a tool call's update; only its first (``tool_call``) must be kept to go on."""
         if isinstance(update, ToolCallStart):
-            self.record(session_id, update, "mode")  # failing: nothing proposed, -32603
+            self.record(session_id, update, part)  # failing: nothing proposed, -32603
             return
         try:  # the outcome stands whether or not the journal takes it
-            self.record(session_id, update, "mode")
+            self.record(session_id, update, part)
         except RequestError:
             logging.getLogger("modefsm").warning(
                 "conversation journal: the outcome of %s was not kept", update.tool_call_id
@@ -594,8 +665,9 @@ class ModeAgent:
     def late_answer(self, request: PermissionRequest, response: dict[str, Any]) -> None:
         """The first answer to a ``session/request_permission``, seen on the wire.
 
-        If the switch had stopped waiting (``session/cancel``, ``session/close``), the SDK
-        drops the answer: it changes nothing, and an option it selected is logged here
+        If the switch or the tool call had stopped waiting (``session/cancel``,
+        ``session/close``, a mode change that withdrew a tool call's ask), the SDK drops the
+        answer: it changes nothing, and an option it selected is logged here
         (``late_answer``). Called by :class:`~modefsm.protocol.CheckedTransport`.
         """
         if request.tool_call_id not in self._abandoned:

@@ -4,7 +4,8 @@ The engine speaks plain data (:mod:`modefsm.engine`'s views and events); this mo
 the one place that turns it into the SDK's v1 models: a session's ``modes``
 (``SessionModeState``), its ``configOptions`` and the ``session/update`` notifications of a
 :class:`~modefsm.engine.ModeChanged` (``current_mode_update`` then
-``config_option_update``). Anything else the engine hands over (a host's own update)
+``config_option_update``) and of a :class:`~modefsm.engine.ConfigChanged`
+(``config_option_update``). Anything else the engine hands over (a host's own update)
 passes through as it was given.
 """
 
@@ -22,7 +23,7 @@ from acp.schema import (
     SessionModeState,
 )
 
-from modefsm.engine import ModeChanged, ModeView, OptionView
+from modefsm.engine import ConfigChanged, ModeChanged, ModeView, OptionView
 
 __all__ = ["config_options", "mode_state", "session_updates"]
 
@@ -30,7 +31,7 @@ _CACHE_LIMIT = 4096
 """How many distinct option views keep their rendered model (the spec's modes use one each)."""
 
 _options: dict[OptionView, SessionConfigOptionSelect] = {}
-_updates: dict[tuple[Any, ...], ConfigOptionUpdate] = {}
+_updates: dict[tuple[OptionView, ...], ConfigOptionUpdate] = {}
 _mode_updates: dict[str, CurrentModeUpdate] = {}
 
 
@@ -60,13 +61,12 @@ def _option(option: OptionView) -> SessionConfigOptionSelect:
     return model
 
 
-def config_options(options: Iterable[object]) -> list[Any]:
-    """A session's complete v1 ``configOptions``: each view rendered, host models as given.
+def config_options(options: Iterable[OptionView]) -> list[Any]:
+    """A session's complete v1 ``configOptions`` (``SessionConfigOptionSelect`` models).
 
     The models are deep copies: a response may be changed by its receiver.
     """
-    rendered: list[Any] = [_option(o) if isinstance(o, OptionView) else o for o in options]
-    return [option.model_copy(deep=True) for option in rendered]
+    return [_option(o).model_copy(deep=True) for o in options]
 
 
 def mode_state(view: ModeView) -> SessionModeState:
@@ -80,29 +80,29 @@ def mode_state(view: ModeView) -> SessionModeState:
     )
 
 
-def _options_update(options: tuple[object, ...]) -> ConfigOptionUpdate:
-    """The ``config_option_update`` carrying *options* (kept when they are all views)."""
-    if all(isinstance(o, OptionView) for o in options):
-        update = _updates.get(options)
-        if update is None:
-            update = ConfigOptionUpdate(
-                session_update="config_option_update",
-                config_options=[_option(o) for o in options],  # type: ignore[arg-type]
-            )
-            if len(_updates) < _CACHE_LIMIT:
-                _updates[options] = update
-        return update
-    rendered = [_option(o) if isinstance(o, OptionView) else o for o in options]
-    return ConfigOptionUpdate(session_update="config_option_update", config_options=rendered)
+def _options_update(options: tuple[OptionView, ...]) -> ConfigOptionUpdate:
+    """The ``config_option_update`` carrying *options* (kept: views never change)."""
+    update = _updates.get(options)
+    if update is None:
+        update = ConfigOptionUpdate(
+            session_update="config_option_update",
+            config_options=[_option(o) for o in options],
+        )
+        if len(_updates) < _CACHE_LIMIT:
+            _updates[options] = update
+    return update
 
 
 def session_updates(event: object) -> list[Any]:
     """The v1 ``session/update`` updates that carry *event*, in order.
 
     A :class:`~modefsm.engine.ModeChanged` is ``current_mode_update`` then
-    ``config_option_update`` (the complete list); anything else is a host's own update,
-    passed through.
+    ``config_option_update`` (the complete list); a :class:`~modefsm.engine.ConfigChanged`
+    is that ``config_option_update`` alone; anything else is a host's own update, passed
+    through.
     """
+    if isinstance(event, ConfigChanged):
+        return [_options_update(event.config_options)]
     if isinstance(event, ModeChanged):
         mode_update = _mode_updates.get(event.mode_id)
         if mode_update is None:

@@ -18,13 +18,15 @@ An answer that arrives after ``session/cancel`` ended the wait changes nothing: 
 drops it, and :class:`~modefsm.protocol.ModeAgent` logs it as ``late_answer`` (served through
 :mod:`modefsm.protocol`, which also reports a second answer as ``duplicate_answer``).
 
-Options are resolved when the request is built (:meth:`ModeEngine.offer_switch
-<modefsm.engine._engine.ModeEngine.offer_switch>`): a ``$previous`` option names its concrete
-mode, and is left out when it has none or another option already leads there. With a store
-shared by several processes, the session first catches up with what the others committed
-(:meth:`ModeEngine.refresh <modefsm.engine._engine.ModeEngine.refresh>`): the switch offered
-is the committed mode's, and an outcome that changes nothing is logged from the committed
-mode too (its client is told of a mode taken meanwhile before the tool call ends).
+The engine holds the switch as one object: :meth:`ModeEngine.offer_switch
+<modefsm.engine.SwitchOffers.offer_switch>` builds the offer from the committed mode (with a
+store shared by several processes, the session first catches up with what the others
+committed), options resolved once: a ``$previous`` option names its concrete mode, and is
+left out when it has none or another option already leads there.
+:meth:`ModeEngine.settle_switch <modefsm.engine.SwitchOffers.settle_switch>` takes the answer
+and decides, once, against the committed mode; an outcome that changes nothing is logged
+from the committed mode too (its client is told of a mode taken meanwhile before the tool
+call ends).
 
 If the session changed while the request was pending (a stale approval), the approval
 applies exactly the target its option showed, never re-resolved, and only when the spec
@@ -36,35 +38,21 @@ is locked while the client is deciding.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from acp.exceptions import RequestError
 from acp.schema import (
-    AllowedOutcome,
-    ContentToolCallContent,
     PermissionOption,
-    TextContentBlock,
     ToolCallProgress,
     ToolCallStart,
     ToolCallUpdate,
 )
-from pydantic import ValidationError
 
-from modefsm.engine._engine import ModeChange, ModeEngine, SwitchOffer
-from modefsm.errors import (
-    REQUEST_CANCELLED,
-    HookError,
-    LogError,
-    StaleOptionError,
-    TransitionNotAllowedError,
-)
-from modefsm.log._records import RejectReason
+from modefsm.engine import ModeEngine, SwitchOffer, SwitchResult
+from modefsm.log import RejectReason
+from modefsm.protocol.v1._ask import ask_permission, shielded, text_content
 
-__all__ = ["SwitchResult", "offered_options", "propose_switch"]
+__all__ = ["propose_switch"]
 
 _DECLINED_TEXT: dict[RejectReason, str] = {
     "option_rejected": "Declined: staying in {mode} mode.",
@@ -80,44 +68,7 @@ _DECLINED_TEXT: dict[RejectReason, str] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class SwitchResult:
-    """How a proposed switch ended.
-
-    Attributes:
-        tool_call_id: ACP ``toolCallId`` of the switch's tool call.
-        option_id: ACP ``optionId`` the client selected (``None`` when cancelled).
-        change: the committed change, or ``None`` when nothing changed.
-        reason: why nothing changed, or ``None`` when the switch was approved.
-    """
-
-    tool_call_id: str
-    option_id: str | None
-    change: ModeChange | None
-    reason: RejectReason | None
-
-    @property
-    def approved(self) -> bool:
-        """Whether the client selected an allow option and the switch was applied."""
-        return self.reason is None
-
-
-def offered_options(engine: ModeEngine, session_id: str) -> dict[str, str | None]:
-    """The options the switch from the session's current mode offers now.
-
-    Returns:
-        ``{optionId: target}`` in the spec's order, targets resolved (see
-        :meth:`ModeEngine.offer_switch <modefsm.engine._engine.ModeEngine.offer_switch>`); the
-        target is ``None`` for reject options.
-
-    Raises:
-        UnknownSessionError: no such session.
-        NoSwitchError: the current mode has no switch.
-    """
-    return engine.offer_switch(session_id).targets
-
-
-async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top to bottom
+async def propose_switch(  # noqa: C901 - one flow, read top to bottom
     engine: ModeEngine,
     client: Any,
     session_id: str,
@@ -158,12 +109,9 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
         LogError: the store could not be read to catch up (nothing was proposed).
         ConnectionError: the connection closed while waiting (logged as ``session_closed``).
     """
-    tool_call_id = tool_call_id or f"call_switch_mode_{uuid.uuid4().hex[:12]}"
-    await engine.refresh(session_id)  # offer the committed mode's switch
-    offer = engine.offer_switch(session_id)
-    source = offer.proposed_in
-    offered = offer.targets
-    content = _text(plan)
+    offer = await engine.offer_switch(session_id, tool_call_id=tool_call_id)
+    tool_call_id = offer.tool_call_id
+    content = text_content(plan)
     start = ToolCallStart(
         session_update="tool_call",
         tool_call_id=tool_call_id,
@@ -175,117 +123,73 @@ async def propose_switch(  # noqa: C901, PLR0912, PLR0915 - one flow, read top t
     if record is not None:
         record(start)
     try:
-        await _shielded(engine.notify(session_id, start))
+        await shielded(engine.notify(session_id, start))
     except asyncio.CancelledError:
-        await _end_cancelled(engine, session_id, tool_call_id, source, None)
+        await _end_cancelled(engine, offer, None)
         raise
     option_id: str | None = None
     reason: RejectReason | None = None
     if cancelled is not None and cancelled.is_set():
         reason = "cancelled"
-    elif not any(target is not None for target in offered.values()):
+    elif not offer.approvable:
         reason = "no_previous_mode"
     else:
-        request = client.request_permission(
-            session_id=session_id,
-            tool_call=ToolCallUpdate(
-                tool_call_id=tool_call_id,
-                title=offer.title,
-                kind="switch_mode",
-                status="pending",
-                content=content,
-            ),
-            options=_permission_options(offer),
-        )
         try:
-            response = await _until_cancelled(request, cancelled, abandoned)
-        except RequestError as exc:
-            reason = "cancelled" if exc.code == REQUEST_CANCELLED else "invalid_answer"
-        except ValidationError:  # the SDK could not read the answer as a permission response
-            reason = "invalid_answer"
-        except ConnectionError:
-            await _caught_up(engine, session_id)
-            await engine.reject_switch_async(
-                session_id, "session_closed", tool_call_id=tool_call_id, proposed_in=source
+            answer = await ask_permission(
+                client,
+                session_id,
+                ToolCallUpdate(
+                    tool_call_id=tool_call_id,
+                    title=offer.title,
+                    kind="switch_mode",
+                    status="pending",
+                    content=content,
+                ),
+                _permission_options(offer),
+                cancelled=cancelled,
+                abandoned=abandoned,
             )
+        except ConnectionError:
+            await engine.settle_switch(offer, None, reason="session_closed")
             raise
         except asyncio.CancelledError:  # $/cancel_request of the request running the turn
-            await _end_cancelled(engine, session_id, tool_call_id, source, abandoned)
+            await _end_cancelled(engine, offer, abandoned)
             raise
-        else:
-            if response is not None and isinstance(response.outcome, AllowedOutcome):
-                option_id = response.outcome.option_id
-            reason = _judge(engine, session_id, offered, option_id)
-    change: ModeChange | None = None
-    if reason is None:
-        assert option_id is not None  # noqa: S101 - _judge checked it
-        try:
-            change = await engine.approve_switch_async(offer, option_id, tool_call_id=tool_call_id)
-        except StaleOptionError:
-            reason = "stale_option"  # logged by the engine
-        except TransitionNotAllowedError:
-            reason = "not_allowed"  # logged by the engine
-        except HookError:
-            reason = "hook_failed"  # logged by the engine
-        except LogError:
-            reason = "log_failed"  # nothing could be logged
-    elif reason != "log_failed":
-        await _caught_up(engine, session_id)
-        await engine.reject_switch_async(
-            session_id,
-            reason,
-            dest=offered.get(option_id) if option_id else None,
-            tool_call_id=tool_call_id,
-            option_id=option_id,
-            proposed_in=source,
-        )
+        option_id = answer.option_id
+        if answer.unanswered is not None:
+            reason = "invalid_answer" if answer.unanswered == "invalid_answer" else "cancelled"
+    result = await engine.settle_switch(offer, option_id, reason=reason)
     if session_id in engine:
         mode = engine.get(session_id).state
-        if reason is None:
-            text = f"Switched to {mode} mode." if change else f"Already in {mode} mode."
+        if result.reason is None:
+            text = f"Switched to {mode} mode." if result.change else f"Already in {mode} mode."
         else:
-            text = _DECLINED_TEXT[reason].format(mode=mode)
+            text = _DECLINED_TEXT[result.reason].format(mode=mode)
         final = ToolCallProgress(
             session_update="tool_call_update",
             tool_call_id=tool_call_id,
-            status="completed" if reason is None else "failed",
-            content=_text(text),
+            status="completed" if result.reason is None else "failed",
+            content=text_content(text),
         )
         if record is not None:
             record(final)
         # shielded: once decided, the outcome is announced in full whatever cancels the turn
-        await _shielded(engine.notify(session_id, final))
-    return SwitchResult(tool_call_id, option_id, change, reason)
-
-
-async def _caught_up(engine: ModeEngine, session_id: str) -> None:
-    """Catch the live session up before logging an outcome; a store that fails is let be.
-
-    The rejection is then logged from the committed mode (as the store last answered).
-    """
-    if session_id in engine:
-        with contextlib.suppress(LogError):
-            await engine.refresh(session_id)
+        await shielded(engine.notify(session_id, final))
+    return result
 
 
 async def _end_cancelled(
-    engine: ModeEngine,
-    session_id: str,
-    tool_call_id: str,
-    source: str,
-    abandoned: Callable[[], None] | None,
+    engine: ModeEngine, offer: SwitchOffer, abandoned: Callable[[], None] | None
 ) -> None:
     """A cancelled turn ends its switch: logged ``cancelled``, the tool call ``failed``."""
-    await _shielded(
-        engine.reject_switch_async(
-            session_id, "cancelled", tool_call_id=tool_call_id, proposed_in=source
-        )
-    )
+    await shielded(engine.settle_switch(offer, None, reason="cancelled"))
     if abandoned is not None:
         abandoned()  # the SDK drops the answer if it comes: log it as late_answer
+    session_id = offer.session_id
     if session_id in engine:
-        engine.enqueue(session_id, _final(tool_call_id, "cancelled", engine.get(session_id).state))
-        await _shielded(engine.flush())
+        final = _final(offer.tool_call_id, "cancelled", engine.get(session_id).state)
+        engine.enqueue(session_id, final)
+        await shielded(engine.flush())
 
 
 def _final(tool_call_id: str, reason: RejectReason, mode: str) -> ToolCallProgress:
@@ -294,34 +198,8 @@ def _final(tool_call_id: str, reason: RejectReason, mode: str) -> ToolCallProgre
         session_update="tool_call_update",
         tool_call_id=tool_call_id,
         status="failed",
-        content=_text(_DECLINED_TEXT[reason].format(mode=mode)),
+        content=text_content(_DECLINED_TEXT[reason].format(mode=mode)),
     )
-
-
-async def _shielded(work: Any) -> None:
-    """Run *work* to its end even if this task is cancelled meanwhile (then re-raise)."""
-    task = asyncio.ensure_future(work)
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        if not task.done():
-            await asyncio.wait({task})
-        raise
-
-
-def _judge(
-    engine: ModeEngine, session_id: str, offered: dict[str, str | None], option_id: str | None
-) -> RejectReason | None:
-    """Why the client's answer changes nothing, or ``None`` if it approves the switch."""
-    if session_id not in engine:
-        return "session_closed"
-    if option_id is None:
-        return "cancelled"
-    if option_id not in offered:
-        return "option_not_offered"
-    if offered[option_id] is None:
-        return "option_rejected"
-    return None
 
 
 def _permission_options(offer: SwitchOffer) -> list[PermissionOption]:
@@ -329,43 +207,3 @@ def _permission_options(offer: SwitchOffer) -> list[PermissionOption]:
     return [
         PermissionOption(option_id=o.option_id, name=o.name, kind=o.kind) for o in offer.options
     ]
-
-
-def _text(text: str) -> list[ContentToolCallContent]:
-    return [
-        ContentToolCallContent(type="content", content=TextContentBlock(type="text", text=text))
-    ]
-
-
-async def _until_cancelled(
-    request: Any, cancelled: asyncio.Event | None, abandoned: Callable[[], None] | None = None
-) -> Any:
-    """Await *request* in this task; return ``None`` if *cancelled* is set first.
-
-    The request is awaited directly (not in a task of its own), so its answer is handled
-    in the order the client sent it relative to the client's next requests.
-    """
-    if cancelled is None:
-        return await request
-    task = asyncio.current_task()
-    assert task is not None  # noqa: S101 - always called from a task
-    fired = False
-
-    async def watch() -> None:
-        nonlocal fired
-        await cancelled.wait()
-        fired = True
-        if abandoned is not None:
-            abandoned()
-        task.cancel()
-
-    watcher = asyncio.ensure_future(watch())
-    try:
-        return await request
-    except asyncio.CancelledError:
-        if not fired:
-            raise
-        task.uncancel()
-        return None
-    finally:
-        watcher.cancel()

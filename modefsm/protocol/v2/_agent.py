@@ -34,25 +34,28 @@ import contextlib
 import hashlib
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
 
 import orjson
 from acp import RequestError
 from acp import schema as v1
 from acp.experimental.v2 import schema as v2
 
-from modefsm.engine import ModeChanged
+from modefsm.engine import ConfigChanged, ModeChanged, ToolCall
 from modefsm.errors import RESOURCE_NOT_FOUND, UnknownSessionError
-from modefsm.log._conversation import ConversationItem
+from modefsm.log import ConversationItem
 from modefsm.protocol._list import list_page
 from modefsm.protocol.errors import acp_errors, invalid_params, session_not_found
+from modefsm.protocol.v1 import ToolResult
 from modefsm.protocol.v1._agent import ModeAgent, _finish, _version
 from modefsm.protocol.v2._render import config_options, session_updates
 
 __all__ = ["V2_PROTOCOL_VERSION", "ModeAgentV2"]
 # Also for the other transports of this package (not re-exported): REPLAY_FROM_MESSAGE,
 # replay_cursor, replay_updates, connect_v2.
+
+_T = TypeVar("_T")
 
 V2_PROTOCOL_VERSION = 2
 """The ACP protocol version :class:`ModeAgentV2` speaks."""
@@ -245,7 +248,7 @@ class _PermissionPort:
         try:
             answer = await self._agent.conn.request_permission(
                 session_id=session_id,
-                title=tool_call.title or "Switch mode",
+                title=tool_call.title or "Permission",
                 options=[
                     v2.PermissionOption(option_id=o.option_id, name=o.name, kind=o.kind)
                     for o in options
@@ -284,7 +287,7 @@ class ModeAgentV2:
 
     async def _send(self, session_id: str, update: Any) -> None:
         """The engine's sink: its events and a host's v1 updates as v2 models, v2 ones as given."""
-        if isinstance(update, ModeChanged):
+        if isinstance(update, ModeChanged | ConfigChanged):
             for item in session_updates(update):
                 await self.conn.session_update(session_id=session_id, update=item)
             return
@@ -499,6 +502,28 @@ class ModeAgentV2:
                 engine.enqueue(session_id, v2.IdleSessionStateUpdate(stop_reason=stop_reason))
                 await asyncio.shield(engine.flush())
         return v2.PromptResponse(message_id=message_id)
+
+    async def run_tool(
+        self,
+        session_id: str,
+        call: ToolCall,
+        run: Callable[[], Awaitable[_T]],
+        *,
+        cancelled: asyncio.Event | None = None,
+    ) -> ToolResult[_T]:
+        """:meth:`ModeAgent.run_tool <modefsm.protocol.ModeAgent.run_tool>` over v2.
+
+        The same flow and errors; the tool call is a ``tool_call_update`` (the first one,
+        ``pending``, creates it), and while the user decides an ask the session's state is
+        ``requires_action`` (``running`` once answered).
+        """
+        with _V2_ERRORS:
+            return await self.base.run_tool(session_id, call, run, cancelled=cancelled)
+
+    def prompt_for(self, session_id: str) -> str | None:
+        """:meth:`ModeAgent.prompt_for <modefsm.protocol.ModeAgent.prompt_for>`."""
+        with _V2_ERRORS:
+            return self.base.prompt_for(session_id)
 
     async def cancel_session(self, session_id: str, **kwargs: Any) -> None:
         """``session/cancel``: end the running turn; a pending switch ends ``cancelled``."""

@@ -2,9 +2,9 @@
 
 Built from the engine's views directly: a session's ``configOptions`` (the mode option as
 ``{configId, category: "mode", type: "select", currentValue, options}``, then the host's
-own entries) and the ``config_option_update`` of a :class:`~modefsm.engine.ModeChanged`
-(v2 has no ``modes`` and no ``current_mode_update``). A host's entry given as a v1 model
-is carried over field for field (``id`` becomes ``configId``); a v2 one is passed as it is.
+options) and the ``config_option_update`` of a :class:`~modefsm.engine.ModeChanged` or a
+:class:`~modefsm.engine.ConfigChanged` (v2 has no ``modes`` and no
+``current_mode_update``).
 """
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from acp import schema as v1
 from acp.experimental.v2 import schema as v2
 
-from modefsm.engine import ModeChanged, OptionView
+from modefsm.engine import ConfigChanged, ModeChanged, OptionView
 
 __all__ = ["config_options", "session_updates"]
 
@@ -23,7 +22,7 @@ _CACHE_LIMIT = 4096
 """How many distinct option views keep their rendered model (the spec's modes use one each)."""
 
 _options: dict[OptionView, v2.SelectSessionConfigOption] = {}
-_updates: dict[tuple[Any, ...], v2.ConfigOptionUpdate] = {}
+_updates: dict[tuple[OptionView, ...], v2.ConfigOptionUpdate] = {}
 
 
 def _described(description: str | None) -> dict[str, str]:
@@ -54,40 +53,24 @@ def _option(option: OptionView) -> v2.SelectSessionConfigOption:
     return model
 
 
-def _host_option(option: Any) -> Any:
-    """The v2 model of a host's ``configOptions`` entry (``id`` becomes ``configId``)."""
-    if isinstance(option, v1.SessionConfigOptionSelect):
-        data = option.model_dump(mode="json", by_alias=True, exclude_none=True)
-        data["configId"] = data.pop("id")
-        return v2.SelectSessionConfigOption.model_validate(data)
-    if isinstance(option, v1.SessionConfigOptionBoolean):
-        data = option.model_dump(mode="json", by_alias=True, exclude_none=True)
-        data["configId"] = data.pop("id")
-        return v2.BooleanSessionConfigOption.model_validate(data)
-    return option  # already a v2 model
-
-
-def _render(options: Iterable[object]) -> list[Any]:
-    return [_option(o) if isinstance(o, OptionView) else _host_option(o) for o in options]
-
-
-def config_options(options: Iterable[object]) -> list[Any]:
+def config_options(options: Iterable[OptionView]) -> list[Any]:
     """A session's complete v2 ``configOptions`` (deep copies: a receiver may change them)."""
-    return [option.model_copy(deep=True) for option in _render(options)]
+    return [_option(o).model_copy(deep=True) for o in options]
 
 
 def session_updates(event: object) -> list[Any]:
     """The v2 ``session/update`` updates that carry *event*, in order.
 
-    A :class:`~modefsm.engine.ModeChanged` is one ``config_option_update`` with the
-    complete list; anything else is a host's own update, passed through.
+    A :class:`~modefsm.engine.ModeChanged` or a :class:`~modefsm.engine.ConfigChanged` is
+    one ``config_option_update`` with the complete list; anything else is a host's own
+    update, passed through.
     """
-    if not isinstance(event, ModeChanged):
+    if not isinstance(event, ModeChanged | ConfigChanged):
         return [event]
     options = event.config_options
-    update = _updates.get(options) if all(isinstance(o, OptionView) for o in options) else None
+    update = _updates.get(options)
     if update is None:
-        update = v2.ConfigOptionUpdate(config_options=_render(options))
-        if len(_updates) < _CACHE_LIMIT and all(isinstance(o, OptionView) for o in options):
+        update = v2.ConfigOptionUpdate(config_options=[_option(o) for o in options])
+        if len(_updates) < _CACHE_LIMIT:
             _updates[options] = update
     return [update]

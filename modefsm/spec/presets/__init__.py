@@ -1,1 +1,6 @@
-"""The shipped mode specs (TOML package data); load them with :func:`modefsm.spec.preset`."""
+"""The shipped mode specs (TOML package data); load them with :func:`modefsm.spec.preset`.
+
+Exports: nothing (data only).
+
+May import: nothing.
+"""

@@ -1,0 +1,88 @@
+"""A transition log as the engine's store: every line written to it, nothing read back.
+
+For an engine whose records go to a stream (``modefsm serve`` without ``--log`` writes
+them to stderr), a file nothing restores from, or a host's own structlog logger: the
+lines are exactly what :class:`~modefsm.log.TransitionLog` writes (chained by ``prev``
+and ``digest``; no ``session_prev``, which only the shared stores keep). Sessions are
+sequenced and guarded as :class:`~modefsm.store.MemoryStore` does, from points kept in
+this process's memory for the live sessions only; nothing is restorable from this store
+after the process ends, and a closed session is forgotten (``session/load`` of it is
+refused as unknown). A :class:`~modefsm.store.FileStore` is the store that restores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from modefsm.log import RECORD_EVENTS, TransitionLog
+from modefsm.store._interface import RestorePoint
+from modefsm.store._memory import MemoryStore
+
+if TYPE_CHECKING:
+    from modefsm.log import TransitionRecord
+    from modefsm.spec import ModeSpec
+
+__all__ = ["LogStore"]
+
+
+class LogStore(MemoryStore):
+    """A :class:`~modefsm.store.SessionStore` that writes every line to a transition log.
+
+    Memory holds one point per live session (dropped when the engine closes it) and one
+    ``session/list`` entry per live session created with a ``cwd``; :attr:`lines` stays
+    empty (the lines are in the log).
+
+    Args:
+        log: where every line goes, written before the change it describes takes effect
+            (a :class:`~modefsm.log.TransitionLog` over a file, a stream or a host's
+            logger); the caller keeps it and closes it.
+        timeout: the store's :attr:`timeout` in seconds (the engine bounds by it how long
+            one session's requests wait for each other); nothing here waits.
+
+    Example:
+        >>> import asyncio, io
+        >>> from modefsm import LogStore, ModeEngine, TransitionLog, preset
+        >>> buffer = io.BytesIO()
+        >>> engine = ModeEngine(preset("seed"), store=LogStore(TransitionLog.to_stream(buffer)))
+        >>> _ = engine.new_session("sess_1")
+        >>> _ = asyncio.run(engine.set_mode("sess_1", "architect"))
+        >>> lines = buffer.getvalue().splitlines()
+        >>> len(lines), b'"to_mode":"architect"' in lines[1]
+        (2, True)
+    """
+
+    def __init__(self, log: TransitionLog, *, timeout: float = 1.0) -> None:
+        """A store writing to *log*, holding no session yet."""
+        super().__init__(timeout=timeout)
+        self.log = log
+
+    def describe(self, spec: ModeSpec) -> None:
+        """Name *spec* in the log: a header before its first record (see ``TransitionLog``)."""
+        self.log.describe(spec)
+
+    def _write(self, event: str, fields: dict[str, Any]) -> str | None:
+        """Write one line to the log; a record's ``digest`` (the log chains it).
+
+        Raises:
+            LogError: the log could not write it (nothing was kept).
+        """
+        self.log.write(event, fields)
+        return self.log.head if event in RECORD_EVENTS else None
+
+    def _commit(self, event: str, fields: dict[str, Any], held: RestorePoint | None) -> str:
+        """Write a committed record (as the log writes it: no ``session_prev``)."""
+        del held
+        digest = self._write(event, fields)
+        assert digest is not None  # noqa: S101 - a record is chained
+        return digest
+
+    def history(self, session_id: str) -> Iterator[TransitionRecord]:
+        """Nothing: the records are in the log, which this store does not read."""
+        del session_id
+        return iter(())
+
+    def release(self, session_id: str) -> None:
+        """Forget the closed session *session_id* (the engine calls it on close)."""
+        self._points.pop(session_id, None)
+        self._listed.pop(session_id, None)

@@ -1,0 +1,145 @@
+"""The log store: an engine's one persistence argument when the records only go to a log."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+from typing import Any
+
+import orjson
+import pytest
+from acp import RequestError
+
+from modefsm import LogStore, ModeAgent, ModeEngine, SharedEngine, TransitionLog, preset
+from modefsm.errors import LogError, UnknownModeError
+from modefsm.log._records import record_digest
+from tests.replay.golden_logs import fixed_clock
+
+SPEC = preset("seed")
+HASH = SPEC.content_hash
+
+
+def _lines(buffer: io.BytesIO) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in buffer.getvalue().splitlines()]
+
+
+class TestLines:
+    """The lines are the transition log's own, written before each change takes effect."""
+
+    def test_records_and_rejections_are_written_as_the_log_writes_them(self):
+        buffer = io.BytesIO()
+        engine = ModeEngine(SPEC, store=LogStore(TransitionLog.to_stream(buffer)))
+        with fixed_clock():
+            engine.new_session("s1", cwd="/src")
+            asyncio.run(engine.set_mode("s1", "architect"))
+            with pytest.raises(UnknownModeError):
+                asyncio.run(engine.set_mode("s1", "nope"))
+        lines = _lines(buffer)
+        first, second = lines[0]["digest"], lines[1]["digest"]
+        assert lines == [
+            {
+                "timestamp": "2026-01-01T00:00:01.000000Z",
+                "session_id": "s1",
+                "seq": 1,
+                "from_mode": None,
+                "to_mode": "ask",
+                "origin": "new",
+                "spec": "seed",
+                "spec_hash": HASH,
+                "cwd": "/src",
+                "prev": None,
+                "digest": first,
+                "event": "modefsm.session_created",
+                "level": "info",
+            },
+            {
+                "timestamp": "2026-01-01T00:00:02.000000Z",
+                "session_id": "s1",
+                "seq": 2,
+                "from_mode": "ask",
+                "to_mode": "architect",
+                "origin": "set_mode",
+                "spec": "seed",
+                "spec_hash": HASH,
+                "prev": first,
+                "digest": second,
+                "event": "modefsm.mode_changed",
+                "level": "info",
+            },
+            {
+                "timestamp": "2026-01-01T00:00:03.000000Z",
+                "session_id": "s1",
+                "seq": None,
+                "from_mode": "architect",
+                "to_mode": "nope",
+                "origin": "set_mode",
+                "spec": "seed",
+                "spec_hash": HASH,
+                "reason": "unknown_mode",
+                "prev": second,
+                "digest": lines[2]["digest"],
+                "event": "modefsm.change_rejected",
+                "level": "warning",
+            },
+        ]
+        assert [record_digest(line) for line in lines] == [line["digest"] for line in lines]
+        assert engine.get("s1").digest == second
+
+    def test_a_failed_write_keeps_no_point(self):
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # every write now fails with EPIPE
+        with open(write_end, "wb", buffering=0) as stream:
+            store = LogStore(TransitionLog.to_stream(stream, path="broken"))
+            engine = ModeEngine(SPEC, store=store)
+            with pytest.raises(LogError, match="broken: cannot write the transition log"):
+                engine.new_session("s1")
+        assert ("s1" in engine, store.restore_point("s1"), store.list_sessions()) == (
+            False,
+            None,
+            [],
+        )
+
+
+class TestMemory:
+    """Only live sessions are held; nothing is promised after they close."""
+
+    def test_a_closed_session_is_forgotten(self):
+        store = LogStore(TransitionLog.to_stream(io.BytesIO()))
+        engine = ModeEngine(SPEC, store=store)
+        engine.new_session("s1", cwd="/a")
+        engine.new_session("s2", cwd="/b")
+        engine.close_session("s1")
+        assert [s.session_id for s in store.list_sessions()] == ["s2"]
+        assert (store.restore_point("s1"), store.restore_point("s2")[:3]) == (
+            None,
+            ("s2", "ask", 1),
+        )
+        assert (store.lines, list(store.history("s2"))) == ([], [])
+
+    def test_a_closed_session_cannot_be_loaded(self):
+        agent = ModeAgent(SPEC, store=LogStore(TransitionLog.to_stream(io.BytesIO())))
+        agent.on_connect(_Quiet())
+        created = asyncio.run(agent.new_session(cwd="/a"))
+        asyncio.run(agent.close_session(session_id=created.session_id))
+        with pytest.raises(RequestError) as raised:
+            asyncio.run(agent.load_session(cwd="/a", session_id=created.session_id))
+        error = raised.value
+        assert (error.code, str(error)) == (
+            -32002,
+            f"sessionId: unknown sessionId {created.session_id!r}",
+        )
+
+
+class TestOneArgument:
+    """``store=`` is the one persistence argument of the engine and of what builds one."""
+
+    @pytest.mark.parametrize("build", [ModeEngine, SharedEngine, ModeAgent])
+    def test_log_is_not_an_argument(self, build: Any):
+        with pytest.raises(TypeError, match="unexpected keyword argument 'log'"):
+            build(SPEC, log=TransitionLog.to_stream(io.BytesIO()))
+
+
+class _Quiet:
+    async def session_update(self, **kwargs: Any) -> None:
+        del kwargs
