@@ -372,6 +372,7 @@ def definition_hash(definition: Mapping[str, Any]) -> str:
     """The :attr:`ModeSpec.content_hash` of a spec's :attr:`~ModeSpec.definition`.
 
     Example:
+        >>> from modefsm import preset
         >>> spec = preset("seed")
         >>> definition_hash(spec.definition) == spec.content_hash
         True

@@ -48,8 +48,10 @@ class LogStore(MemoryStore):
         >>> _ = engine.new_session("sess_1")
         >>> _ = asyncio.run(engine.set_mode("sess_1", "architect"))
         >>> lines = buffer.getvalue().splitlines()
-        >>> len(lines), b'"to_mode":"architect"' in lines[1]
-        (2, True)
+        >>> len(lines), b'"event":"modefsm.spec"' in lines[0]
+        (3, True)
+        >>> b'"to_mode":"architect"' in lines[2]
+        True
     """
 
     def __init__(self, log: TransitionLog, *, timeout: float = 1.0) -> None:

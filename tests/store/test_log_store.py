@@ -35,7 +35,17 @@ class TestLines:
             asyncio.run(engine.set_mode("s1", "architect"))
             with pytest.raises(UnknownModeError):
                 asyncio.run(engine.set_mode("s1", "nope"))
-        lines = _lines(buffer)
+        header, *lines = _lines(buffer)
+        assert header == {
+            "timestamp": "2026-01-01T00:00:01.000000Z",
+            "spec": "seed",
+            "spec_hash": HASH,
+            "definition": SPEC.definition,
+            "prev": None,
+            "digest": record_digest(header),
+            "event": "modefsm.spec",
+            "level": "info",
+        }
         first, second = lines[0]["digest"], lines[1]["digest"]
         assert lines == [
             {
@@ -48,7 +58,7 @@ class TestLines:
                 "spec": "seed",
                 "spec_hash": HASH,
                 "cwd": "/src",
-                "prev": None,
+                "prev": header["digest"],
                 "digest": first,
                 "event": "modefsm.session_created",
                 "level": "info",
