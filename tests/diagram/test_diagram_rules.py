@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, ModeSpec, TransitionLog, preset
 from modefsm.cli._main import main
 from modefsm.diagram import (
     ToolCount,
@@ -395,7 +395,7 @@ class TestDecisionsFromTheLog:
 
     def test_a_log_without_decisions_shows_no_counts(self, tmp_path):
         log = TransitionLog.to_file(tmp_path / "plain.jsonl")
-        ModeEngine(preset("permission"), log=log).new_session("s")
+        ModeEngine(preset("permission"), store=LogStore(log)).new_session("s")
         log.close()
         spec = preset("permission")
 
@@ -409,7 +409,7 @@ class TestDecisionsFromTheLog:
     def test_decisions_of_other_specs_and_unknown_modes(self, tmp_path):
         path = tmp_path / "mixed.jsonl"
         log = TransitionLog.to_file(path)
-        engine = ModeEngine(preset("permission"), log=log)
+        engine = ModeEngine(preset("permission"), store=LogStore(log))
         engine.new_session("s")
         tools = Decider(engine, log)
         tools.decide("s", "read", "Read")

@@ -45,7 +45,7 @@ class TestHeaders:
     def test_the_header_is_line_1_and_yielded_with_headers(self, tmp_path):
         path = tmp_path / "a.jsonl"
         log = TransitionLog.to_file(path)
-        ModeEngine(preset("seed"), log=log).new_session("s1")
+        ModeEngine(preset("seed"), store=LogStore(log)).new_session("s1")
         log.close()
         items = list(read_log([path], check_digests=True, headers=True))
         assert [type(i) for i in items] == [SpecEntry, LogEntry]

@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from modefsm import ModeEngine, ModeSpec, TransitionLog, preset
+from modefsm import LogStore, ModeEngine, ModeSpec, TransitionLog, preset
 from modefsm.cli._main import main
 from modefsm.log import MAX_SPEC_TEXT, read_log
 from modefsm.replay import Replayer, replay
@@ -45,7 +45,7 @@ def _review_log(tmp_path: Path) -> tuple[Path, ModeSpec]:
     spec = ModeSpec.from_data(tomllib.loads(REVIEW))
     path = tmp_path / "review.jsonl"
     log = TransitionLog.to_file(path)
-    engine = ModeEngine(spec, log=log)
+    engine = ModeEngine(spec, store=LogStore(log))
     engine.new_session("s1")
     engine.change("s1", "review", "set_mode")
     engine.change("s1", "draft", "set_mode")
@@ -175,7 +175,7 @@ class TestReplay:
         assert len(orjson.dumps(spec.definition)) > MAX_SPEC_TEXT
         path = tmp_path / "long.jsonl"
         log = TransitionLog.to_file(path)
-        ModeEngine(spec, log=log).new_session("s1")
+        ModeEngine(spec, store=LogStore(log)).new_session("s1")
         log.close()
         header = orjson.loads(path.read_bytes().splitlines()[0])
         assert (header["spec_hash"], header["definition"]) == (spec.content_hash, None)
@@ -196,7 +196,7 @@ class TestWriters:
         path = tmp_path / "modes.jsonl"
         for session_id in ("s1", "s2"):
             log = TransitionLog.to_file(path)
-            ModeEngine(preset("seed"), log=log).new_session(session_id)
+            ModeEngine(preset("seed"), store=LogStore(log)).new_session(session_id)
             log.close()
         assert _events(path) == [
             "modefsm.spec",
@@ -208,7 +208,7 @@ class TestWriters:
         path = tmp_path / "modes.jsonl"
         for number, spec in enumerate([preset("seed"), preset("sandbox"), preset("sandbox")]):
             log = TransitionLog.to_file(path)
-            ModeEngine(spec, log=log).new_session(f"s{number}")
+            ModeEngine(spec, store=LogStore(log)).new_session(f"s{number}")
             log.close()
         headers = [
             orjson.loads(line)["spec"]
@@ -279,7 +279,7 @@ def test_a_header_is_one_line_that_the_fast_path_leaves_to_the_reader(tmp_path):
     with the header's spec when none is given."""
     buffer = io.BytesIO()
     engine = ModeEngine(
-        ModeSpec.from_data(tomllib.loads(REVIEW)), log=TransitionLog.to_stream(buffer)
+        ModeSpec.from_data(tomllib.loads(REVIEW)), store=LogStore(TransitionLog.to_stream(buffer))
     )
     for number in range(50):
         engine.new_session(f"s{number}")
