@@ -72,7 +72,7 @@ if TYPE_CHECKING:
         title_digest,
         utc_timestamp,
     )
-    from modefsm.log._writer import LogIndex, TransitionLog, ignore_file_size_signal
+    from modefsm.log._writer import LogIndex, TransitionLog, ignore_file_size_signal, spec_header
 
 __all__ = [
     "CHAINED_EVENTS",
@@ -123,6 +123,7 @@ __all__ = [
     "read_log",
     "record_checks",
     "record_digest",
+    "spec_header",
     "title_digest",
     "utc_timestamp",
 ]
@@ -180,7 +181,12 @@ _MODULES = {
         "title_digest",
         "utc_timestamp",
     ),
-    "modefsm.log._writer": ("LogIndex", "TransitionLog", "ignore_file_size_signal"),
+    "modefsm.log._writer": (
+        "LogIndex",
+        "TransitionLog",
+        "ignore_file_size_signal",
+        "spec_header",
+    ),
 }
 
 __getattr__ = lazy_exports(

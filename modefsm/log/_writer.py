@@ -42,9 +42,9 @@ from modefsm.log._records import (
 )
 
 if TYPE_CHECKING:
-    from modefsm.spec._model import ModeSpec
+    from modefsm.spec import ModeSpec
 
-__all__ = ["LogIndex", "TransitionLog", "ignore_file_size_signal"]
+__all__ = ["LogIndex", "TransitionLog", "ignore_file_size_signal", "spec_header"]
 
 
 def ignore_file_size_signal() -> None:

@@ -90,7 +90,7 @@ from modefsm.store._interface import (
 from modefsm.store._restore import RestoreIndex, is_index
 
 if TYPE_CHECKING:
-    from modefsm.spec._model import ModeSpec
+    from modefsm.spec import ModeSpec
 
 __all__ = ["FileStore"]
 

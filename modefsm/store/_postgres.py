@@ -46,9 +46,9 @@ from modefsm.log import (
     TransitionRecord,
     previous_of,
     record_digest,
+    spec_header,
     utc_timestamp,
 )
-from modefsm.log._writer import spec_header
 from modefsm.store._interface import (
     ListAfter,
     ListedSession,
@@ -60,7 +60,7 @@ from modefsm.store._interface import (
 from modefsm.store._restore import list_where
 
 if TYPE_CHECKING:
-    from modefsm.spec._model import ModeSpec
+    from modefsm.spec import ModeSpec
 
 __all__ = ["SCHEMA_VERSION", "PgStore"]
 

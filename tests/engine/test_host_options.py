@@ -149,7 +149,7 @@ class TestSet:
         await engine.set_mode("s1", "architect")
         await engine.set_config_option("s1", "model", "smart")
         assert (session.previous, session.seq) == ("ask", 3)
-        offer = engine.offer_switch("s1")
+        offer = await engine.offer_switch("s1")
         assert offer.targets == {"code": "code", "ask": "ask", "reject": None}
 
 

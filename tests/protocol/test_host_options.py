@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import acp
+import orjson
 import pytest
 from acp.experimental import v2
 from acp.experimental.v2 import schema as s2
@@ -203,9 +204,9 @@ def records(store: Path, session_id: str, protocol: int | None = None) -> list[d
 
 
 def records_digest(store: Path, index: int) -> str:
-    import orjson
-
-    digest: str = orjson.loads(store.read_bytes().splitlines()[index])["digest"]
+    """The digest of the *index*-th record of *store* (its ``modefsm.spec`` header skipped)."""
+    lines = [orjson.loads(line) for line in store.read_bytes().splitlines()]
+    digest: str = [line for line in lines if line["event"] != "modefsm.spec"][index]["digest"]
     return digest
 
 
@@ -219,19 +220,26 @@ def check_replay(store: Path, session_id: str) -> None:
     )
     tampered = store.with_name("tampered.jsonl")
     lines = store.read_bytes().splitlines(keepends=True)
-    assert b'"value":"smart"' in lines[1]
-    lines[1] = lines[1].replace(b'"value":"smart"', b'"value":"fast"')
+    assert [orjson.loads(line)["event"] for line in lines] == [
+        "modefsm.spec",
+        "modefsm.session_created",
+        "modefsm.config_changed",
+        "modefsm.change_rejected",
+        "modefsm.mode_changed",
+    ]
+    assert b'"value":"smart"' in lines[2]
+    lines[2] = lines[2].replace(b'"value":"smart"', b'"value":"fast"')
     tampered.write_bytes(b"".join(lines))
     caught = replay("--verify", "--summary", str(tampered))
     assert caught.returncode == 1
-    violations = [line.strip() for line in caught.stdout.splitlines() if ":2: session" in line]
+    violations = [line.strip() for line in caught.stdout.splitlines() if ":3: session" in line]
     assert violations == [
         (
-            f"{tampered}:2: session {session_id!r} seq 2: tampered: the record was changed "
+            f"{tampered}:3: session {session_id!r} seq 2: tampered: the record was changed "
             "after it was written: its digest does not match"
         ),
         (
-            f"{tampered}:2: session {session_id!r} seq 2: config: config {{'model': 'smart'}}, "
+            f"{tampered}:3: session {session_id!r} seq 2: config: config {{'model': 'smart'}}, "
             "but setting 'model' to 'fast' from the session's {} gives {'model': 'fast'}"
         ),
     ]

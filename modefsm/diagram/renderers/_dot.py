@@ -14,7 +14,7 @@ from modefsm.diagram.renderers._text import (
     _visible,
     _wrapped,
 )
-from modefsm.spec._rules import Decision
+from modefsm.spec import Decision
 
 __all__ = ["to_dot"]
 
