@@ -43,13 +43,14 @@ CASES = {
 
 
 def a_log(path: Path, field: str, value: int) -> None:
-    """s1 created in ask, then a re-chained change to code whose *field* is *value*."""
+    """Header, s1 created in ask, then a re-chained change to code whose *field* is *value*."""
     log = TransitionLog.to_file(path)
     engine = ModeEngine(preset("seed"), store=LogStore(log))
     engine.new_session("s1")
     engine.change("s1", "code", "set_mode")
     log.close()
-    first, second = path.read_bytes().splitlines()
+    header, first, second = path.read_bytes().splitlines()
+    assert orjson.loads(header)["event"] == "modefsm.spec"
     data = orjson.loads(second)
     del data["digest"], data["level"]
     text = orjson.dumps(data).replace(b'"seq":2', b'"seq":' + str(value).encode())
@@ -61,7 +62,7 @@ def a_log(path: Path, field: str, value: int) -> None:
     if isinstance(data.get(field), int):
         data["digest"] = record_digest(data)
         text = orjson.dumps(data)
-    path.write_bytes(first + b"\n" + text + b"\n")
+    path.write_bytes(header + b"\n" + first + b"\n" + text + b"\n")
 
 
 @pytest.mark.parametrize("case", CASES)
