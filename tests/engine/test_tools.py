@@ -534,7 +534,12 @@ def test_records_need_no_store(tmp_path: Path) -> None:
     assert asyncio.run(run(engine)) == asyncio.run(run(bare))
     log.close()
     lines = [strip(orjson.loads(x)) for x in path.read_bytes().splitlines()]
-    assert lines[1] == record("s", READ, "allow", 0, "default", 1)
+    assert [line["event"] for line in lines] == [
+        "modefsm.spec",
+        "modefsm.session_created",
+        EVENT_DECIDED,
+    ]
+    assert lines[2] == record("s", READ, "allow", 0, "default", 1)
     assert replay([path], [PERMISSION], verify=True).violations == ()
 
 

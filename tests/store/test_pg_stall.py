@@ -329,7 +329,7 @@ async def test_an_unanswered_commit_is_in_doubt_and_read_back_before_the_next_us
     report = store.replay()  # the export replays clean (checked there)
     if committed:  # the worker never learnt the outcome in time: its file lacks that record
         assert report[-1] == "RESULT  2 violations", report
-        kinds = [re.search(r" seq 3: (\w+): ", line) for line in report if "w1.jsonl:2:" in line]
+        kinds = [re.search(r" seq 3: (\w+): ", line) for line in report if "w1.jsonl:3:" in line]
         assert [found.group(1) for found in kinds if found] == ["gap", "from_mode"], report
     else:
         assert report[-1] == "RESULT  clean", report
