@@ -75,7 +75,8 @@ def test_the_typescript_sdk_runs_the_seed_scenario(tmp_path: Path):
     ]
     # 28 frames of the story, and 8 of its conversation replayed by session/load
     assert summary["validated"] == summary["received"] == 36
-    records = read_log(log).records
+    header, *records = read_log(log).records
+    assert (header["event"], header["spec"]) == ("modefsm.spec", "seed")  # the file's header
     assert [(r["event"], r["to_mode"], r["origin"], r.get("reason")) for r in records] == [
         ("modefsm.session_created", "ask", "new", None),
         ("modefsm.mode_changed", "architect", "set_mode", None),
@@ -106,7 +107,8 @@ def test_the_typescript_sdk_v2_client_runs_the_seed_story(tmp_path: Path):
     # agent_message updates announcing the agent's messages, idle, the answer; replayFrom
     # the second prompt's message: its 4 and 1 agent_message, idle, the answer
     assert summary["validated"] == summary["received"] == 50
-    records = read_log(log).records
+    header, *records = read_log(log).records
+    assert (header["event"], header["spec"]) == ("modefsm.spec", "seed")  # the file's header
     assert [
         (r["event"], r["to_mode"], r["origin"], r.get("reason"), r.get("protocol")) for r in records
     ] == [
