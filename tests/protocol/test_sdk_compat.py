@@ -210,7 +210,8 @@ async def test_an_agent_on_sdk_012_helpers_runs_with_modefsm(tmp_path: Path):
         "type": "text",
         "text": "in architect",
     }
-    records = [orjson.loads(line) for line in log.read_bytes().splitlines()]
+    header, *records = [orjson.loads(line) for line in log.read_bytes().splitlines()]
+    assert (header["event"], header["spec"]) == ("modefsm.spec", "seed")  # the file's header
     assert [(r["origin"], r["to_mode"]) for r in records] == [
         ("new", "ask"),
         ("set_mode", "architect"),
