@@ -93,6 +93,23 @@ def test_the_readme_example_passes_mypy_strict_as_written(tmp_path: Path):
     assert result.stdout.startswith("Success: no issues found in 1 source file")
 
 
+def test_every_documented_example_passes_mypy_strict_as_written(tmp_path: Path):
+    """A reader pastes a page's example into a file of their own and type-checks it."""
+    examples = all_blocks("python")
+    folder = tmp_path / "pasted"
+    folder.mkdir()
+    for number, block in enumerate(examples):
+        (folder / f"example_{number}.py").write_text(block.text, encoding="utf-8")
+    result = _mypy(folder, tmp_path / "cache")
+    failed = re.sub(  # name the page's block: docs/embedding.md:61, line 10 of the block
+        r"(?:pasted/)?example_(\d+)\.py:(\d+)",
+        lambda m: f"{examples[int(m[1])].where}, line {m[2]} of the block",
+        result.stdout,
+    )
+    assert result.returncode == 0, failed + result.stderr
+    assert result.stdout.startswith(f"Success: no issues found in {len(examples)} source files")
+
+
 MISTAKES = ROOT / "tests" / "typed_usage" / "host_mistakes.py"
 
 
