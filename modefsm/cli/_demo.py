@@ -36,6 +36,7 @@ from acp.schema import (
 from modefsm.cli._serve import check_log_path
 from modefsm.cli._transcript import (
     _PLAN,
+    TOOLS_ACT,
     TOOLS_PRESET,
     DemoFailedError,
     _copy,
@@ -203,6 +204,7 @@ async def _story(log: Path, out: TextIO, *, raw: bool) -> tuple[list[str], str, 
         _expect("configOptions after restart", loaded.config_options[0].current_value, "code")
 
     tools = (sys.executable, "-m", "modefsm", "serve", "--preset", TOOLS_PRESET, "--log", str(log))
+    transcript.say(TOOLS_ACT)
     async with _agent(client, tools, observers) as conn:
         await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
 

@@ -21,6 +21,7 @@ from acp.experimental.v2 import schema as s2
 
 from modefsm.cli._transcript import (
     _PLAN,
+    TOOLS_ACT,
     TOOLS_PRESET,
     DemoFailedError,
     _copy,
@@ -207,6 +208,7 @@ async def story_v2(log: Path, out: TextIO, *, raw: bool) -> tuple[list[str], str
         await _stop(conn, process)
 
     tools = (sys.executable, "-m", "modefsm", "serve", "--preset", TOOLS_PRESET, "--log", str(log))
+    transcript.say(TOOLS_ACT)
     conn, process = await _spawn(client, tools, observers)
     try:
 

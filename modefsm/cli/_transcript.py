@@ -96,6 +96,9 @@ _PLAN = "## Implementation Plan\n1. Add the /items endpoint\n2. Write its tests"
 TOOLS_PRESET = "permission"
 """The preset of the demo's second agent, whose modes decide its tool calls."""
 
+TOOLS_ACT = "a second agent, the permission preset: each tool call decided by the mode"
+"""The heading of the tool-call act, said before its agent starts."""
+
 
 class _ToolClient(Protocol):
     """What the tool-call act needs of a demo client (v1 or v2)."""
@@ -116,6 +119,9 @@ async def tool_act(
 ) -> str:
     """Tool calls decided by the mode, on an agent serving :data:`TOOLS_PRESET`.
 
+    The caller announces the act (:data:`TOOLS_ACT`) before it starts that agent, so the
+    agent's ``initialize`` is shown under it.
+
     Returns:
         The act's ``sessionId``.
 
@@ -130,7 +136,6 @@ async def tool_act(
         _expect(f"tool calls of {text!r}", client.tool_ends, ends)
         _expect(f"permission requests of {text!r}", client.asked - before, asked)
 
-    transcript.say("a second agent, the permission preset: each tool call decided by the mode")
     session_id = await new_session()
     transcript.say("plan: `edit notes.txt` is denied; the tool call fails with the rule's reason")
     await set_mode(session_id, "plan")

@@ -517,6 +517,22 @@ def demo_tool_calls(records: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     ]
 
 
+DEMO_AGENT_STARTS = {"initialize": 1, "restart": 1, "second agent": 1}
+"""Each agent process the demo starts is initialized under the heading that announces it."""
+
+
+def initialize_frames_per_section(transcript: str) -> dict[str, int]:
+    """The demo transcript's ``initialize`` requests, counted under each heading that has one."""
+    counts: dict[str, int] = {}
+    for section in transcript.split("\n== ")[1:]:
+        heading = section.split("\n", 1)[0]
+        found = section.count('"method":"initialize"')
+        if found:
+            name = next((key for key in DEMO_AGENT_STARTS if key in heading.split(":")[0]), heading)
+            counts[name] = counts.get(name, 0) + found
+    return counts
+
+
 class TestCommands:
     """`modefsm demo` runs the whole story; `modefsm serve` keeps stdout for ACP."""
 
@@ -532,6 +548,7 @@ class TestCommands:
         )
         assert result.returncode == 0, result.stderr
         assert "modes visited: ask -> architect -> code -> architect -> code" in result.stdout
+        assert initialize_frames_per_section(result.stdout) == DEMO_AGENT_STARTS
         session_id = read_log(log)[0]["session_id"]
         assert f"transition log: {log} (7 records of {session_id})" in result.stdout
         python = Path(sys.executable).name

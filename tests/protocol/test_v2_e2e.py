@@ -21,7 +21,12 @@ import pytest
 from modefsm import preset
 from tests.acp_client import start_serve
 from tests.conftest import read_log
-from tests.protocol.test_agent_e2e import DEMO_TOOL_CALLS, demo_tool_calls
+from tests.protocol.test_agent_e2e import (
+    DEMO_AGENT_STARTS,
+    DEMO_TOOL_CALLS,
+    demo_tool_calls,
+    initialize_frames_per_section,
+)
 from tests.protocol.v2_frames import V2_OPTIONS, Frames, option_v2, text
 
 pytestmark = pytest.mark.e2e
@@ -582,6 +587,7 @@ def test_demo_protocol_2_exits_zero_and_logs_protocol_2(tmp_path: Path):
     assert result.returncode == 0, result.stderr
     assert "modes visited: ask -> architect -> code -> architect -> code" in result.stdout
     assert '"state":"requires_action"' in result.stdout
+    assert initialize_frames_per_section(result.stdout) == DEMO_AGENT_STARTS
     records = read_log(log)
     session_id = records[0]["session_id"]
     assert [
