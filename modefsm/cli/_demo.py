@@ -243,7 +243,7 @@ def run_demo(
     """
     out = out or sys.stdout
     if protocol == 2:  # noqa: PLR2004
-        require_v2("demo --protocol 2")
+        require_v2("ACP v2 (--protocol 2)")
     if log is None:
         log = Path(tempfile.mkdtemp(prefix="modefsm-demo-")) / "transitions.jsonl"
     check_log_path(log)  # not a transition log: refused before anything is written

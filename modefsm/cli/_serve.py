@@ -570,7 +570,7 @@ def _served(address: tuple[str, int], protocols: tuple[int, ...], access: HttpAc
         ModefsmError: the ``http`` extra is missing, ``--no-auth`` is asked for an address
             that is not loopback, or the token file is unusable.
     """
-    require_v2("serve --http", "http")
+    require_v2("the HTTP transport (--http)", "http")
     _check_http_extra()
     from modefsm.protocol.transport import (  # noqa: PLC0415 - HTTP only
         is_loopback,

@@ -102,8 +102,8 @@ class TestFeaturesOfSdk10:
         log = str(tmp_path / "l.jsonl")
         asked = {
             ("serve", "--protocol", "2", "--log", log): "ACP v2 (--protocol 2)",
-            ("serve", "--http", "127.0.0.1:0", "--log", log): "serve --http",
-            ("demo", "--protocol", "2", "--log", log): "demo --protocol 2",
+            ("serve", "--http", "127.0.0.1:0", "--log", log): "the HTTP transport (--http)",
+            ("demo", "--protocol", "2", "--log", log): "ACP v2 (--protocol 2)",
         }
         for args, feature in asked.items():
             done = _run("-m", "modefsm", *args)
