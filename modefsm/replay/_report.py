@@ -52,6 +52,11 @@ _HOST_KEYS = ("config_id", "value", "config")
 """Record keys a JSON timeline item has only where they are set."""
 
 
+def _count(number: int, noun: str) -> str:
+    """*number* and *noun*, plural unless *number* is 1 (``1 record``, ``5 records``)."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
 def _shown(value: object) -> str:
     """A host option's value as the report shows it (``true`` for a boolean)."""
     return orjson.dumps(value).decode() if isinstance(value, bool) else str(value)
@@ -142,7 +147,7 @@ class TableReport:
             config = "".join(f", {k} = {_shown(v)}" for k, v in s.config.items())
             write(
                 f"  {s.session_id:<{ids}}  {s.mode or '?':<{modes}}  (seq {s.seq}, "
-                f"spec {s.spec}, {s.records} records{rejected}{config})\n"
+                f"spec {s.spec}, {_count(s.records, 'record')}{rejected}{config})\n"
             )
             self._tools(s.tools)
         if report.violations:
@@ -155,7 +160,9 @@ class TableReport:
                 write(f"  {n}\n")
         if report.chain is not None:
             c = report.chain
-            counts = f"CHAIN  {c.verified} records verified, {c.unverifiable} without a digest"
+            counts = (
+                f"CHAIN  {_count(c.verified, 'record')} verified, {c.unverifiable} without a digest"
+            )
             if not c.heads:
                 write(f"{counts}; head {c.head or '-'}\n")
             else:  # several workers' files, merged by gseq

@@ -78,7 +78,7 @@ class TestFormats:
     def test_session_filter(self, capsys, log_path):
         _, out, _ = _run(capsys, str(log_path), "--session", "s2")
         assert ["s2"] == [line.split()[1] for line in out.splitlines()[1:2]]
-        assert "SESSIONS (1)\n  s2  ask  (seq 1, spec seed, 1 records)\n" in out
+        assert "SESSIONS (1)\n  s2  ask  (seq 1, spec seed, 1 record)\n" in out
 
     def test_stdin(self, capsys, log_path, monkeypatch):
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(log_path.read_bytes())))
@@ -129,7 +129,7 @@ class TestTable:
             "\n"
             "SESSIONS (2)\n"
             f"  {LONG_ID}  code  (seq 3, spec seed, 3 records)\n"
-            "  s2                                     ask   (seq 1, spec seed, 1 records)\n"
+            "  s2                                     ask   (seq 1, spec seed, 1 record)\n"
             "RESULT  clean\n"
         ) == out
 

@@ -165,7 +165,8 @@ def assert_replay_clean(path: Path, records: int | None = None) -> None:
     )
     lines = done.stdout.splitlines()
     assert (done.returncode, done.stderr, lines[-1]) == (0, "", "RESULT  clean"), done.stdout
-    chain = f"CHAIN  {records} records verified, 0 without a digest; head "
+    noun = "record" if records == 1 else "records"
+    chain = f"CHAIN  {records} {noun} verified, 0 without a digest; head "
     assert lines[-2].startswith(chain), done.stdout
 
 
