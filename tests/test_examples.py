@@ -143,8 +143,8 @@ async def test_host_config_option_rides_along_with_the_mode(tmp_path: Path):
             "field": "value",
             "value": "huge",
             "valid": ["fast", "smart"],
-            "message": "value: expected a value of 'model', got 'huge'; valid values: "
-            "'fast', 'smart'",
+            "message": "value: expected a value of config option 'model', got 'huge'; "
+            "valid values: 'fast', 'smart'",
         },
     ) == (refused.value.code, refused.value.data)
     updates = [

@@ -157,7 +157,9 @@ class HostOptions:
         if option is None:
             raise UnknownConfigOptionError(config_id, self.ids)
         if not isinstance(value, str) or value not in option.values:
-            raise InvalidValueError("value", value, option.values, f"a value of {config_id!r}")
+            raise InvalidValueError(
+                "value", value, option.values, f"a value of config option {config_id!r}"
+            )
         return option
 
     def value(self, values: Mapping[str, str | bool] | None, config_id: str) -> str:

@@ -268,8 +268,8 @@ async def test_v1_client_sets_the_model_and_a_restart_restores_it(tmp_path: Path
             "field": "value",
             "value": "huge",
             "valid": ["fast", "smart"],
-            "message": "value: expected a value of 'model', got 'huge'; valid values: "
-            "'fast', 'smart'",
+            "message": "value: expected a value of config option 'model', got 'huge'; "
+            "valid values: 'fast', 'smart'",
         },
     )
     assert [f for f in frames if f.get("method") == "session/update"] == [
