@@ -37,7 +37,8 @@ def examples_page() -> str:
     intro = (
         "# Examples\n\nSmall programs, each run by the test suite (`tests/test_examples.py`)"
         " with the\noutput it checks. Run one from a checkout with"
-        " `.venv/bin/python examples/NAME.py`.\n"
+        " `.venv/bin/python examples/NAME.py` and the\narguments its docstring names"
+        " (`LOG`: the transition log file to write or read).\n"
     )
     parts = [intro]
     for program in sorted(EXAMPLES.glob("*.py")):
