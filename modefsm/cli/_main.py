@@ -390,7 +390,13 @@ def _add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         action="store_true",
         help="also verify the digest chain (edited, deleted, inserted, reordered records)",
     )
-    parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.add_argument(
+        "--format",
+        choices=("table", "json"),
+        default="table",
+        help="table: the timeline and summary as text (default); json: the same report as "
+        "one JSON document",
+    )
     parser.add_argument(
         "--summary",
         action="store_true",
