@@ -283,17 +283,21 @@ def check_log_path(path: Path, *, index: bool = True) -> None:
             not a transition log (a restore index), or other users may write it, its
             index or its journal.
     """
-    _check_modes(path)
     try:
-        mode = path.stat().st_mode
+        mode: int | None = path.stat().st_mode
     except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise LogError(f"cannot read the transition log: {exc.strerror}", str(path)) from None
+    if mode is not None and not stat.S_ISREG(mode):
+        # raises the LogError that names the kind of file, before the index and journal
+        # paths are made from its name (``.`` has none)
+        TransitionLog.to_file(path).close()
+    _check_modes(path)
+    if mode is None:
         if index:
             _check_index(index_path(path))
         return
-    except OSError as exc:
-        raise LogError(f"cannot read the transition log: {exc.strerror}", str(path)) from None
-    if not stat.S_ISREG(mode):
-        TransitionLog.to_file(path).close()  # raises the LogError that names the kind of file
     try:
         with path.open("rb") as file:
             head = file.read(_HEAD)

@@ -85,6 +85,19 @@ class TestNonRegularLogPaths:
             f"modefsm {command}: logs: a directory, {NOT_REGULAR}\n",
         )
 
+    @pytest.mark.parametrize(
+        "args", [("serve", "--log"), ("serve", "--store"), ("demo", "--log")], ids=" ".join
+    )
+    def test_the_current_directory(self, tmp_path: Path, args: tuple[str, str]):
+        """``.`` has no file name to put the index and the journal beside: refused as a
+        directory, as ``logs`` is."""
+        assert run(*args, ".", cwd=tmp_path) == (
+            2,
+            "",
+            f"modefsm {args[0]}: .: a directory, {NOT_REGULAR}\n",
+        )
+        assert list(tmp_path.iterdir()) == []
+
     @pytest.mark.parametrize("command", ["demo"])
     def test_a_character_device(self, tmp_path: Path, command: str):
         assert run(command, "--log", "/dev/zero", cwd=tmp_path) == (
