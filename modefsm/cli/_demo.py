@@ -265,12 +265,14 @@ def run_demo(
                 for line in lines
                 if session_id.encode() in line or tool_session.encode() in line
             ]
-        records = sum(1 for line in mine if session_id.encode() in line)
+        story = [line for line in mine if session_id.encode() in line]
+        rejected = sum(1 for line in story if b'"modefsm.change_rejected"' in line)
         decided = sum(1 for line in mine if b'"modefsm.tool_decided"' in line)
         print("\n== summary", file=out)
         print(f"  modes visited: {' -> '.join(visited)}", file=out)
         print(f"  tool calls decided by the mode: {decided} (session {tool_session})", file=out)
-        print(f"  transition log: {log} ({records} records of {session_id})", file=out)
+        counts = f"{len(story) - rejected} records, {rejected} rejected"  # as replay counts
+        print(f"  transition log: {log} ({session_id}: {counts})", file=out)
         print(f"  replay it: {invoked_as()} replay {log}", file=out)
     return 0
 

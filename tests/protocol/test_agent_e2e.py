@@ -550,7 +550,7 @@ class TestCommands:
         assert "modes visited: ask -> architect -> code -> architect -> code" in result.stdout
         assert initialize_frames_per_section(result.stdout) == DEMO_AGENT_STARTS
         session_id = read_log(log)[0]["session_id"]
-        assert f"transition log: {log} (7 records of {session_id})" in result.stdout
+        assert f"transition log: {log} ({session_id}: 5 records, 2 rejected)" in result.stdout
         python = Path(sys.executable).name
         assert (
             f"  replay it: {python} -m modefsm replay {log}\n"
