@@ -47,4 +47,8 @@ def main(log_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    try:
+        (log,) = sys.argv[1:]
+    except ValueError:
+        sys.exit("usage: python examples/embedded_agent.py LOG")
+    main(log)

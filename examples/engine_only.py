@@ -34,4 +34,8 @@ async def main(log_path: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1]))
+    try:
+        (log,) = sys.argv[1:]
+    except ValueError:
+        sys.exit("usage: python examples/engine_only.py LOG")
+    asyncio.run(main(log))

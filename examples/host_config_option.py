@@ -34,4 +34,8 @@ def main(store_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    try:
+        (store,) = sys.argv[1:]
+    except ValueError:
+        sys.exit("usage: python examples/host_config_option.py STORE")
+    main(store)

@@ -154,4 +154,8 @@ def main(log_path: str, workspace: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    try:
+        log, workspace = sys.argv[1:]
+    except ValueError:
+        sys.exit("usage: python examples/pydantic_ai_agent.py LOG WORKSPACE")
+    main(log, workspace)

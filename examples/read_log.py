@@ -28,4 +28,6 @@ def main(paths: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    if not sys.argv[1:]:
+        sys.exit("usage: python examples/read_log.py LOG...")
     sys.exit(main(sys.argv[1:]))

@@ -42,4 +42,8 @@ def main(log_path: str, token_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    try:
+        log, token_file = sys.argv[1:]
+    except ValueError:
+        sys.exit("usage: python examples/serve_http_token.py LOG TOKEN_FILE")
+    main(log, token_file)

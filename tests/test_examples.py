@@ -41,6 +41,34 @@ def test_every_example_is_tested():
     assert tested == {path.name for path in EXAMPLES.glob("*.py")}
 
 
+USAGE = {
+    "embedded_agent.py": "LOG",
+    "engine_only.py": "LOG",
+    "host_config_option.py": "STORE",
+    "pydantic_ai_agent.py": "LOG WORKSPACE",
+    "read_log.py": "LOG...",
+    "serve_http_token.py": "LOG TOKEN_FILE",
+}
+
+
+@pytest.mark.parametrize("name", sorted(USAGE))
+def test_an_example_without_its_arguments_says_its_usage(name: str, tmp_path: Path):
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert (1, "", f"usage: python examples/{name} {USAGE[name]}\n") == (
+        done.returncode,
+        done.stdout,
+        done.stderr,
+    )
+    assert [] == list(tmp_path.iterdir())
+
+
 @pytest.mark.sdk_compat
 def test_engine_only(tmp_path: Path):
     done = _run("engine_only.py", str(tmp_path / "modes.jsonl"))
