@@ -747,7 +747,8 @@ def _caption(spec: ModeSpec, traffic: Traffic) -> str:
     noun = "session" if traffic.sessions == 1 else "sessions"
     caption = f"From the log: {traffic.sessions} {noun} of spec {spec.name}"
     if traffic.unmatched:
-        caption += f", {traffic.unmatched} records matching no transition of this spec"
+        noun = "record" if traffic.unmatched == 1 else "records"
+        caption += f", {traffic.unmatched} {noun} matching no transition of this spec"
     if traffic.decisions:
         noun = "tool call" if traffic.decisions == 1 else "tool calls"
         caption += f", {traffic.decisions} {noun} decided"

@@ -388,7 +388,7 @@ class TestTraffic:
 
         assert (traffic.counts, traffic.unmatched) == ({}, 1)
         assert build_diagram(preset("permission"), traffic).caption == (
-            "From the log: 1 session of spec permission, 1 records matching no transition "
+            "From the log: 1 session of spec permission, 1 record matching no transition "
             "of this spec"
         )
 
