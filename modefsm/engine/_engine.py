@@ -54,6 +54,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
+from modefsm.engine._backlog import Backlog
 from modefsm.engine._events import ConfigChanged, ModeChange, ModeChanged
 from modefsm.engine._machine import ModeMachine, mode_of, state_name
 from modefsm.engine._offers import SwitchOffers
@@ -226,6 +227,7 @@ class ModeEngine(SwitchOffers, ToolCalls):
         self._sessions: dict[str, Session] = {}
         self._turns: dict[str, _Turn] = {}
         self._outbox: deque[tuple[str, object]] = deque()
+        self._backlog = Backlog()  # records written after their callback returned
         self._flush_lock = asyncio.Lock()
         self._spec_name = spec.name
         self._spec_hash = spec.content_hash

@@ -68,6 +68,7 @@ import signal
 import socket
 import time
 import uuid
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -97,6 +98,7 @@ from modefsm.protocol.transport._stdio import (
     _readable_id,
     check_frame,
     check_message,
+    drain_notes,
 )
 
 if TYPE_CHECKING:
@@ -499,6 +501,7 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
     checked: dict[int, _Checked] = {}  # id(SDK transport) -> its checks
     http_live: dict[str, _Live] = {}  # HTTP connection id -> its place
     ws_live: dict[str, _Live] = {}  # WebSocket id -> its place
+    agents: weakref.WeakSet[Any] = weakref.WeakSet()  # their records drained at the end
 
     def connect(wrapper: _Checked, version: int, first: dict[str, Any] | None = None) -> Any:
         """The SDK connection of *wrapper* for *version*; in the peer's context."""
@@ -506,6 +509,7 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
         def v1_agent(conn: Any) -> Any:
             agent = agent_factory(conn)
             wrapper.bind(agent)
+            agents.add(agent)
             return agent
 
         def v2_agent(conn: Any) -> Any:
@@ -513,6 +517,7 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
 
             agent = ModeAgentV2(agent_factory(conn), conn)
             wrapper.bind(agent)
+            agents.add(agent)
             wrapper.serve_batches()
             return agent
 
@@ -785,6 +790,8 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
             with contextlib.suppress(asyncio.CancelledError):
                 await reaper
             await close_all()
+            for agent in list(agents):  # the records written after their callback
+                await drain_notes(agent)
 
     routes = Starlette(
         routes=[

@@ -1418,8 +1418,24 @@ async def run_agent(agent: Any, *, use_unstable_protocol: bool = True) -> Checke
         conn = AgentSideConnection(
             agent, transport, listening=False, use_unstable_protocol=use_unstable_protocol
         )
-        await _serve_connection(conn, transport, stdio.output.closed)
+        try:
+            await _serve_connection(conn, transport, stdio.output.closed)
+        finally:
+            await drain_notes(agent)
     return transport
+
+
+async def drain_notes(agent: Any) -> None:
+    """Wait until the records *agent*'s engine writes after their callback are written.
+
+    *agent* is a :class:`~modefsm.protocol.ModeAgent` (a v2 agent's ``base``), or any
+    agent: one without an engine has nothing to wait for. See
+    :meth:`ModeEngine.drain_notes <modefsm.engine.ModeEngine.drain_notes>`.
+    """
+    engine = getattr(getattr(agent, "base", agent), "engine", None)
+    drain = getattr(engine, "drain_notes", None)
+    if drain is not None:
+        await drain()
 
 
 async def _serve_connection(
