@@ -293,7 +293,7 @@ class ModeAgent:
         with acp_errors():
             kept = isinstance(self.engine, SharedEngine) and self.engine.leave(session_id)
             if not kept:
-                self.engine.close_session(session_id)
+                await self.engine.close_session_async(session_id)
         if not kept:
             self.conversation.forget(session_id)
 
