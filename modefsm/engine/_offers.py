@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
@@ -275,14 +276,17 @@ class SwitchOffers(ABC):
                 allowed=[o.option_id for o in offer.options if o.target is not None],
                 field="optionId",
             )
-        await self.reject_switch_async(
-            session_id,
-            reason,
-            dest=option.target if option is not None else None,
-            tool_call_id=offer.tool_call_id,
-            option_id=option_id,
-            proposed_in=offer.proposed_in,
-            request_id=request_id,
+        await self._rejecting(
+            functools.partial(
+                self.reject_switch,
+                session_id,
+                reason,
+                dest=option.target if option is not None else None,
+                tool_call_id=offer.tool_call_id,
+                option_id=option_id,
+                proposed_in=offer.proposed_in,
+                request_id=request_id,
+            )
         )
         return SwitchResult(offer.tool_call_id, option_id, None, reason, error)
 
@@ -318,36 +322,6 @@ class SwitchOffers(ABC):
             proposed_in=proposed_in,
         )
 
-    async def reject_switch_async(
-        self,
-        session_id: str,
-        reason: RejectReason,
-        *,
-        dest: str | None = None,
-        tool_call_id: str | None = None,
-        option_id: str | None = None,
-        proposed_in: str | None = None,
-        request_id: str | int | None = None,
-    ) -> None:
-        """:meth:`reject_switch`, the wait for the store's lock awaited (the loop runs on).
-
-        Raises:
-            LogError: the record could not be written.
-        """
-
-        async def reject() -> None:
-            self.reject_switch(
-                session_id,
-                reason,
-                dest=dest,
-                tool_call_id=tool_call_id,
-                option_id=option_id,
-                proposed_in=proposed_in,
-                request_id=request_id,
-            )
-
-        await self._noting(reject)
-
     def reject_switch_soon(
         self,
         session_id: str,
@@ -369,26 +343,28 @@ class SwitchOffers(ABC):
         Raises:
             LogError: only without a running loop, when the record could not be written.
         """
+        reject = functools.partial(
+            self.reject_switch,
+            session_id,
+            reason,
+            tool_call_id=tool_call_id,
+            option_id=option_id,
+            request_id=request_id,
+        )
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            self.reject_switch(
-                session_id,
-                reason,
-                tool_call_id=tool_call_id,
-                option_id=option_id,
-                request_id=request_id,
-            )
+            reject()
             return
-        self._backlog.put(
-            lambda: self.reject_switch_async(
-                session_id,
-                reason,
-                tool_call_id=tool_call_id,
-                option_id=option_id,
-                request_id=request_id,
-            )
-        )
+        self._backlog.put(lambda: self._rejecting(reject))
+
+    async def _rejecting(self, reject: Callable[[], None]) -> None:
+        """Run *reject* (a :meth:`reject_switch`); its line is written awaited (_noting)."""
+
+        async def run() -> None:
+            reject()
+
+        await self._noting(run)
 
     async def drain_notes(self) -> None:
         """Wait until every record given to :meth:`reject_switch_soon` has been written.

@@ -9,19 +9,18 @@ until one ends.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from acp.schema import PromptResponse
 
 from modefsm import preset
-from modefsm.protocol import MAX_IN_FLIGHT, ModeAgent, SharedEngine, serve_http
+from modefsm.protocol import MAX_IN_FLIGHT, ModeAgent
 from tests.acp_client import text_block
 from tests.protocol.http_wire import v1_client
 from tests.protocol.test_http_open_limit import raw_socket, request
+from tests.protocol.test_http_transport import in_process
 
 pytestmark = pytest.mark.e2e
 
@@ -67,27 +66,9 @@ class SlowHost(ModeAgent):
         return PromptResponse(stop_reason="end_turn")
 
 
-@contextlib.asynccontextmanager
-async def serving(gauge: Gauge) -> AsyncIterator[str]:
-    """`serve_http` of :class:`SlowHost` in this process; yields its URL."""
-    engine = SharedEngine(SEED)
-
-    def factory(conn: Any) -> SlowHost:
-        agent = SlowHost(SEED, unstable=True, engine=engine)
-        agent.gauge = gauge
-        agent.on_connect(conn)
-        return agent
-
-    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-    server = asyncio.ensure_future(
-        serve_http(factory, "127.0.0.1", 0, token=None, ready=ready.set_result)
-    )
-    try:
-        yield await asyncio.wait_for(ready, 30)
-    finally:
-        server.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await server
+def serving(gauge: Gauge) -> Any:
+    """`serve_http` of a :class:`SlowHost` counting on *gauge*, in this process."""
+    return in_process(type("Host", (SlowHost,), {"gauge": gauge}))
 
 
 @pytest.mark.parametrize("kind", ["http", "ws"])
