@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from modefsm.errors import ModefsmError
 from modefsm.store import StoreBusy
 
-__all__ = ["MAX_BACKLOG", "Backlog"]
+__all__ = ["MAX_BACKLOG"]
 
 MAX_BACKLOG = 1024
 """Lines waiting to be written at once; one more is dropped, counted
