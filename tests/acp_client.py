@@ -84,7 +84,12 @@ class TestClient:
 
 
 TIMEOUT = 30.0
-"""Seconds a spawned agent may take to answer ``initialize`` or ``session/load``."""
+"""Seconds a spawned agent may take to answer ``session/load``."""
+
+STARTUP = 300.0
+"""Seconds a spawned agent that is still running may take to answer ``initialize``: a
+guard against a hang, not a promise (several agents starting at once under a load of
+8-16 took over 30 s to import and answer). One that exits first fails at once."""
 
 
 async def start_serve(log: Path, *args: str, **options: Any) -> asyncio.subprocess.Process:
@@ -129,8 +134,28 @@ async def spawn(
         observers=[client.observe],
         use_unstable_protocol=True,
     ) as (conn, process):
-        await asyncio.wait_for(conn.initialize(protocol_version=acp.PROTOCOL_VERSION), TIMEOUT)
+        await initialized(conn, process)
         yield conn, process, client
+
+
+async def initialized(conn: Any, process: asyncio.subprocess.Process) -> None:
+    """``initialize`` answered by the agent *process*, or an error once it has exited.
+
+    Raises:
+        AssertionError: the agent exited first, or answered nothing within STARTUP.
+    """
+    answer = asyncio.ensure_future(conn.initialize(protocol_version=acp.PROTOCOL_VERSION))
+    ended = asyncio.ensure_future(process.wait())
+    try:
+        await asyncio.wait({answer, ended}, timeout=STARTUP, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        ended.cancel()
+        if not answer.done():
+            answer.cancel()
+    if answer.cancelled():
+        state = f"exited {process.returncode}" if ended.done() else f"silent for {STARTUP:g} s"
+        raise AssertionError(f"the agent (pid {process.pid}) {state} before initialize's answer")
+    answer.result()
 
 
 @contextlib.asynccontextmanager

@@ -8,12 +8,14 @@ mode (``_views``) and events (``_events``) a protocol renders. No ACP SDK.
 Exports: ``ModeEngine``, ``Session``, ``ModeChange``, ``SwitchOffer`` and
 ``OfferedOption``, the sink's events (``ModeChanged``, ``NotificationSink``,
 ``notification_kind``), the views (``ModeView``, ``OptionView``, ``ModeInfo``,
-``Choice``, ``build_views``) and the machine (``ModeMachine``, ``state_name``,
-``mode_of``, ``MODEL_ATTRIBUTE``, ``MATERIALIZED_MAX``).
+``Choice``, ``build_views``), the machine (``ModeMachine``, ``state_name``,
+``mode_of``, ``MODEL_ATTRIBUTE``, ``MATERIALIZED_MAX``) and the bound of records
+written after their callback returned (``MAX_BACKLOG``).
 
 May import: ``errors``, ``spec``, ``log``, ``store``.
 """
 
+from modefsm.engine._backlog import MAX_BACKLOG
 from modefsm.engine._engine import (
     ModeEngine,
     NotificationSink,
@@ -44,6 +46,7 @@ __all__ = [
     "ASK_OPTIONS",
     "ENDED_KEPT",
     "MATERIALIZED_MAX",
+    "MAX_BACKLOG",
     "MAX_OPEN_ASKS",
     "MODEL_ATTRIBUTE",
     "AskOption",

@@ -54,6 +54,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
+from modefsm.engine._backlog import Backlog
 from modefsm.engine._events import ConfigChanged, ModeChange, ModeChanged
 from modefsm.engine._machine import ModeMachine, mode_of, state_name
 from modefsm.engine._offers import SwitchOffers
@@ -226,6 +227,7 @@ class ModeEngine(SwitchOffers, ToolCalls):
         self._sessions: dict[str, Session] = {}
         self._turns: dict[str, _Turn] = {}
         self._outbox: deque[tuple[str, object]] = deque()
+        self._backlog = Backlog()  # records written after their callback returned
         self._flush_lock = asyncio.Lock()
         self._spec_name = spec.name
         self._spec_hash = spec.content_hash
@@ -334,12 +336,36 @@ class ModeEngine(SwitchOffers, ToolCalls):
         """Forget session *session_id*; later changes to it raise ``UnknownSessionError``.
 
         O(1), plus one record per open ask of a tool call: each is cancelled (see
-        :mod:`modefsm.engine._tools`).
+        :mod:`modefsm.engine._tools`), written before this returns, blocking while the
+        store waits for its lock; on an event loop use :meth:`close_session_async`.
 
         Raises:
             UnknownSessionError: no such session.
         """
         self._tools_closed(self.get(session_id))
+        self._drop(session_id)
+
+    async def close_session_async(self, session_id: str) -> None:
+        """:meth:`close_session`, its records awaited: the event loop runs while they wait.
+
+        Each open ask of a tool call is cancelled and its record written (durable) before
+        the session is forgotten and this returns; an ask opened meanwhile is cancelled
+        too. A record that cannot be written is logged as a warning, and the ask ends
+        ``cancelled`` all the same.
+
+        Raises:
+            UnknownSessionError: no such session.
+        """
+        session = self.get(session_id)
+        while session_id in self._tools:
+            await self._tools_closed_async(session)
+            if self._sessions.get(session_id) is not session:
+                return  # another close ended it meanwhile
+        self._drop(session_id)
+
+    def _drop(self, session_id: str) -> None:
+        """Forget the live session *session_id* (its asks already closed)."""
+        self._granting.discard(session_id)
         del self._sessions[session_id]
         release = getattr(self.store, "release", None)
         if release is not None:

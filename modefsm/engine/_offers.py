@@ -19,7 +19,9 @@ methods.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
@@ -39,6 +41,7 @@ from modefsm.log import Origin, RejectReason
 from modefsm.spec import PREVIOUS
 
 if TYPE_CHECKING:
+    from modefsm.engine._backlog import Backlog
     from modefsm.engine._engine import Session
     from modefsm.engine._machine import ModeMachine
     from modefsm.spec import ModeSpec, PermissionOptionKind, SwitchOption, TriggerKind
@@ -155,6 +158,7 @@ class SwitchOffers(ABC):
     spec: ModeSpec
     machine: ModeMachine
     _sessions: dict[str, Session]
+    _backlog: Backlog
 
     async def offer_switch(
         self, session_id: str, *, tool_call_id: str | None = None
@@ -261,18 +265,6 @@ class SwitchOffers(ABC):
             with contextlib.suppress(LogError):
                 await self.refresh(session_id)
         option = offer.get(option_id)
-
-        async def reject() -> None:
-            self.reject_switch(
-                session_id,
-                reason,
-                dest=option.target if option is not None else None,
-                tool_call_id=offer.tool_call_id,
-                option_id=option_id,
-                proposed_in=offer.proposed_in,
-                request_id=request_id,
-            )
-
         error = None
         live = self._sessions.get(session_id)
         if reason == "option_not_offered" and option_id is not None and live is not None:
@@ -284,7 +276,18 @@ class SwitchOffers(ABC):
                 allowed=[o.option_id for o in offer.options if o.target is not None],
                 field="optionId",
             )
-        await self._noting(reject)
+        await self._rejecting(
+            functools.partial(
+                self.reject_switch,
+                session_id,
+                reason,
+                dest=option.target if option is not None else None,
+                tool_call_id=offer.tool_call_id,
+                option_id=option_id,
+                proposed_in=offer.proposed_in,
+                request_id=request_id,
+            )
+        )
         return SwitchResult(offer.tool_call_id, option_id, None, reason, error)
 
     def reject_switch(
@@ -318,6 +321,62 @@ class SwitchOffers(ABC):
             option_id=option_id,
             proposed_in=proposed_in,
         )
+
+    def reject_switch_soon(
+        self,
+        session_id: str,
+        reason: RejectReason,
+        *,
+        tool_call_id: str | None = None,
+        option_id: str | None = None,
+        request_id: str | int | None = None,
+    ) -> None:
+        """:meth:`reject_switch` from a synchronous callback: returns at once.
+
+        With an event loop running, the record is written by the engine's backlog, in
+        the order these calls came, after the call returned (:meth:`drain_notes` waits
+        for it); at most :data:`~modefsm.engine.MAX_BACKLOG` wait at once, one more is
+        dropped and counted (:attr:`notes_dropped`, the first logged as a warning). A
+        record that cannot be written is logged as a warning. Without a running loop it
+        is written before this returns, as :meth:`reject_switch` does.
+
+        Raises:
+            LogError: only without a running loop, when the record could not be written.
+        """
+        reject = functools.partial(
+            self.reject_switch,
+            session_id,
+            reason,
+            tool_call_id=tool_call_id,
+            option_id=option_id,
+            request_id=request_id,
+        )
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            reject()
+            return
+        self._backlog.put(lambda: self._rejecting(reject))
+
+    async def _rejecting(self, reject: Callable[[], None]) -> None:
+        """Run *reject* (a :meth:`reject_switch`); its line is written awaited (_noting)."""
+
+        async def run() -> None:
+            reject()
+
+        await self._noting(run)
+
+    async def drain_notes(self) -> None:
+        """Wait until every record given to :meth:`reject_switch_soon` has been written.
+
+        A transport calls it when its connection ends, before the store is closed.
+        """
+        await self._backlog.drain()
+
+    @property
+    def notes_dropped(self) -> int:
+        """Records :meth:`reject_switch_soon` dropped because the backlog was full."""
+        return self._backlog.dropped
 
     async def _approve(
         self, offer: SwitchOffer, option_id: str, request_id: str | int | None

@@ -23,6 +23,7 @@ The engine's module :mod:`modefsm.engine._engine` mixes :class:`ToolCalls` into
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -66,6 +67,8 @@ __all__ = [
 MAX_OPEN_ASKS = 64
 """The most permission requests for tool calls one session may have open at once; past
 it :meth:`ToolCalls.decide_async` raises :class:`~modefsm.errors.AskLimitError`."""
+_LOGGER = logging.getLogger("modefsm")
+
 _TRIES = 3
 """How many times a decision or an answer is tried when other processes keep moving its
 session (as for a change)."""
@@ -505,10 +508,11 @@ class ToolCalls:
 
         Each ask is recorded against the session's committed mode (read back when another
         process moved it): ``cancelled`` where that mode asks, ``deny`` where it denies,
-        no record where it allows (the tool did not run: the session is gone).
+        no record where it allows (the tool did not run: the session is gone). The
+        records are written before this returns, blocking while the store waits for its
+        lock (:meth:`_tools_closed_async` awaits it).
         """
-        tools = self._tools.pop(session.session_id, None)
-        self._granting.discard(session.session_id)
+        tools = self._closing_tools(session)
         if tools is None:
             return
         point = _head(session)
@@ -525,9 +529,41 @@ class ToolCalls:
                 except ModefsmError as exc:
                     self._log_failure("modefsm.cancel_failed", session.session_id, exc)
                 break
-            self._close(
-                tools, ask, final or _replace(ask.decision, outcome="cancelled", options=())
-            )
+            self._close_cancelled(tools, ask, final)
+
+    async def _tools_closed_async(self, session: Session) -> None:
+        """:meth:`_tools_closed`, each record awaited (the loop runs while the store waits)."""
+        tools = self._closing_tools(session)
+        if tools is None:
+            return
+        point = _head(session)
+        for ask in list(tools.asks.values()):
+            final = None
+            for _ in range(_TRIES):
+                final = self._cancelled(point, ask.decision)
+                try:
+                    if final is not None:
+                        await self._record_at(final, point)
+                except SessionMoved as moved:
+                    point = moved.current
+                    continue
+                except ModefsmError as exc:
+                    _LOGGER.warning(
+                        "the cancellation of %s could not be recorded: %s",
+                        ask.decision.call.tool_call_id,
+                        exc,
+                    )
+                break
+            self._close_cancelled(tools, ask, final)
+
+    def _closing_tools(self, session: Session) -> _Tools | None:
+        """The closing session's open asks and grants, forgotten here (``None``: none)."""
+        self._granting.discard(session.session_id)
+        return self._tools.pop(session.session_id, None)
+
+    def _close_cancelled(self, tools: _Tools, ask: _Ask, final: ToolDecision | None) -> None:
+        """End *ask* as its session closes: *final*, or cancelled when nothing was recorded."""
+        self._close(tools, ask, final or _replace(ask.decision, outcome="cancelled", options=()))
 
     def _cancelled(self, point: RestorePoint, decision: ToolDecision) -> ToolDecision | None:
         """*decision*'s ask cancelled against the mode at *point* (``None``: it allows)."""
@@ -576,6 +612,12 @@ class ToolCalls:
         fields = self._decision_fields(session.session_id, decision)
         if self.store is not None:
             await self.store.note_async(EVENT_DECIDED, fields, _head(session))
+
+    async def _record_at(self, decision: ToolDecision, point: RestorePoint) -> None:
+        """:meth:`_record` for the session at *point*, awaited."""
+        fields = self._decision_fields(point.session_id, decision)
+        if self.store is not None:
+            await self.store.note_async(EVENT_DECIDED, fields, point)
 
     def _record_now(self, decision: ToolDecision, point: RestorePoint) -> None:
         """:meth:`_record` for the session at *point*, blocking until the store answers."""

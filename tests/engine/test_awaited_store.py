@@ -19,6 +19,8 @@ import orjson
 import pytest
 
 from modefsm import ModeEngine, ModeSpec, SessionMoved, StoreBusy, UnknownModeError, preset
+from modefsm.engine import MAX_BACKLOG, ToolCall
+from modefsm.log import title_digest
 from modefsm.store import FileStore
 from tests.conftest import Recorder, announced, read_log
 
@@ -250,3 +252,82 @@ def test_a_rejection_line_is_refused_when_the_session_moved(log: Path, store: Fi
         ("code", "nope", "unknown_mode")
     ]
     assert engine.get(sid).state == "code"
+
+
+async def test_answers_logged_after_their_callback_are_bounded_ordered_and_drained(
+    log: Path, store: FileStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``reject_switch_soon`` returns at once while another process holds the lock; past
+    MAX_BACKLOG lines waiting, one more is dropped, counted, logged once; the rest are
+    written in the order given once the lock is free, and ``drain_notes`` waits for them."""
+    engine = ModeEngine(SEED, store=store)
+    one = (await engine.new_session_async("one")).session_id
+    holder = os.open(log, os.O_RDONLY)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        for n in range(MAX_BACKLOG + 3):
+            engine.reject_switch_soon(one, "late_answer", tool_call_id=f"t{n}", option_id="code")
+        assert engine.notes_dropped == 3
+        assert (await engine.refresh(one)).state == "ask"  # the loop serves meanwhile
+        fcntl.flock(holder, fcntl.LOCK_UN)
+        await asyncio.wait_for(engine.drain_notes(), 30)
+    finally:
+        os.close(holder)
+    late = [r for r in records(log) if r.get("reason") == "late_answer"]
+    assert [(r["tool_call_id"], r["option_id"], r["from_mode"]) for r in late] == [
+        (f"t{n}", "code", "ask") for n in range(MAX_BACKLOG)
+    ]
+    assert [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "modefsm"] == [
+        (
+            "WARNING",
+            f"{MAX_BACKLOG} log lines already wait for the store: more are dropped and counted",
+        )
+    ]
+
+
+async def test_closing_a_session_with_an_open_ask_awaits_the_lock_then_answers(
+    log: Path, store: FileStore
+) -> None:
+    """``close_session_async`` records the open ask's cancellation through the awaited
+    store: while another process holds the lock the loop serves another session, the
+    session stays live; once the lock is free the record is written, then it closes."""
+    engine = ModeEngine(PERMISSION, store=store)
+    one = (await engine.new_session_async("one")).session_id
+    two = (await engine.new_session_async("two")).session_id
+    call = ToolCall("t1", kind="edit", name="edit_file", title="Edit notes.txt")
+    asked = await engine.decide_async(one, call)
+    assert asked.decision == "ask"
+    holder = os.open(log, os.O_RDONLY)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        closing = asyncio.ensure_future(engine.close_session_async(one))
+        assert (await engine.refresh(two)).state == "default"  # the loop serves meanwhile
+        assert (closing.done(), one in engine) == (False, True)
+        fcntl.flock(holder, fcntl.LOCK_UN)
+        await asyncio.wait_for(closing, 10)
+    finally:
+        os.close(holder)
+    assert one not in engine
+    final = await engine.outcome_of(asked)
+    assert (final.decision, final.outcome, final.mode) == ("ask", "cancelled", "default")
+    decided = [r for r in records(log) if r["event"] == "modefsm.tool_decided"]
+    assert [
+        {k: v for k, v in r.items() if k not in {"timestamp", "prev", "digest"}} for r in decided
+    ] == [
+        {
+            "event": "modefsm.tool_decided",
+            "level": "info",
+            "session_id": one,
+            "tool_call_id": "t1",
+            "kind": "edit",
+            "tool": "edit_file",
+            "title_digest": title_digest("Edit notes.txt"),
+            "rule": 1,
+            "decision": "ask",
+            "outcome": "cancelled",
+            "mode": "default",
+            "mode_seq": 1,
+            "spec": "permission",
+            "spec_hash": PERMISSION.content_hash,
+        }
+    ]

@@ -202,15 +202,17 @@ def connection_of(url: str, request_id: int) -> str:
 
 
 @contextlib.asynccontextmanager
-async def in_process(**limits: Any) -> Any:
-    """`serve_http` of the scripted agent in this process with *limits*; yields its URL."""
+async def in_process(host: Any = None, **limits: Any) -> Any:
+    """`serve_http` in this process with *limits*; yields its URL. Each connection's agent
+    is a *host* (a ``ModeAgent`` class; the scripted agent by default) on one engine."""
     from modefsm.cli._serve import ScriptedAgent
     from modefsm.protocol import SharedEngine
 
     engine = SharedEngine(SEED)
+    kind = host or ScriptedAgent
 
-    def factory(conn: Any) -> ScriptedAgent:
-        agent = ScriptedAgent(SEED, unstable=True, engine=engine)
+    def factory(conn: Any) -> Any:
+        agent = kind(SEED, unstable=True, engine=engine)
         agent.on_connect(conn)
         return agent
 

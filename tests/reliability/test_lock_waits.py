@@ -23,6 +23,7 @@ import pytest
 from modefsm import ModeEngine, StoreBusy, UnknownModeError, preset
 from modefsm.store import FileStore
 from tests.protocol.http_wire import http_process, post, v1_client
+from tests.reliability.harness import raw_serve
 
 pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
 
@@ -132,3 +133,59 @@ async def test_a_rename_whose_new_file_is_locked_leaves_the_loop_serving(tmp_pat
     assert [(r["seq"], r["to_mode"]) for r in old] == [(1, "ask")]
     assert [(r["seq"], r["to_mode"]) for r in new] == [(2, "code")]
     assert (header["event"], header["prev"]) == ("modefsm.spec", old[-1]["digest"])
+
+
+async def test_late_and_duplicate_answers_wait_for_the_lock_off_the_loop(tmp_path: Path):
+    """An answer after ``session/cancel`` (``late_answer``) and a second one
+    (``duplicate_answer``) arrive while another process holds the log's lock: another
+    session's request is answered at once meanwhile, the input ends, and once the lock
+    is free both lines are written before the server exits."""
+    log = tmp_path / "modes.jsonl"
+    async with raw_serve(log) as peer:
+        other = await peer.new_session()
+        sid = await peer.new_session()
+        assert "result" in await peer.set_mode(sid, "architect")
+        peer.next_id += 1
+        prompt = {"sessionId": sid, "prompt": [{"type": "text", "text": "## Plan"}]}
+        await peer.send(
+            {"jsonrpc": "2.0", "id": peer.next_id, "method": "session/prompt", "params": prompt}
+        )
+        prompt_id = peer.next_id
+        request = await peer.next_agent_request()
+        call = request["params"]["toolCall"]["toolCallId"]
+        await peer.notify("session/cancel", {"sessionId": sid})
+        assert (await peer.response(prompt_id))["result"]["stopReason"] == "cancelled"
+        with locked(log):
+            await peer.answer(request, {"outcome": {"outcome": "selected", "optionId": "code"}})
+            await peer.answer(request, {"outcome": {"outcome": "selected", "optionId": "ask"}})
+            started = time.monotonic()
+            mode = await peer.current_mode(other)
+            took = time.monotonic() - started
+            assert (mode, took < LOCK_TIMEOUT / 2) == ("ask", True), took
+            assert peer.process.stdin is not None
+            peer.process.stdin.close()  # the end of input, the lines still waiting
+            with contextlib.suppress(TimeoutError):  # it must not exit before they are written
+                await asyncio.wait_for(peer.process.wait(), LOCK_TIMEOUT / 2)
+            assert peer.process.returncode is None
+    records = [json.loads(line) for line in log.read_bytes().splitlines()]
+    rejected = {
+        "event": "modefsm.change_rejected",
+        "level": "warning",
+        "session_id": sid,
+        "seq": None,
+        "from_mode": "architect",
+        "to_mode": None,
+        "origin": "switch_mode",
+        "tool_call_id": call,
+        "spec": "seed",
+        "spec_hash": SEED.content_hash,
+    }
+    assert [
+        {k: v for k, v in r.items() if k not in {"timestamp", "digest", "prev"}}
+        for r in records
+        if r.get("tool_call_id") == call
+    ] == [
+        {**rejected, "proposed_in": "architect", "reason": "cancelled"},
+        {**rejected, "option_id": "code", "request_id": request["id"], "reason": "late_answer"},
+        {**rejected, "option_id": "ask", "request_id": request["id"], "reason": "duplicate_answer"},
+    ]

@@ -92,15 +92,34 @@ class Slot:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+    failed: BaseException | None = None  # why the process never became ready
+
+    async def until_ready(self) -> None:
+        """Wait until the process answered ``initialize``; fail at once if it cannot.
+
+        Raises:
+            AssertionError: the process ended (or failed to start) before it was ready.
+        """
+        assert self.task is not None
+        ready = asyncio.ensure_future(self.ready.wait())
+        try:
+            await asyncio.wait({ready, self.task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ready.cancel()
+        if not self.ready.is_set():
+            raise AssertionError(f"process {self.number} never became ready: {self.failed!r}")
 
 
 async def _run_slot(slot: Slot, command: tuple[Path, tuple[str, ...]]) -> None:
     log, args = command
-    with contextlib.suppress(Exception):
+    try:
         async with spawn(log, *args) as (conn, process, client):
             slot.conn, slot.process, slot.client = conn, process, client
             slot.ready.set()
             await slot.done.wait()
+    except Exception as exc:  # a killed process's connection fails: expected
+        if not slot.ready.is_set():
+            slot.failed = exc
 
 
 class Schedule:
@@ -138,18 +157,16 @@ class Schedule:
         for slot in self.slots:
             self.start(slot)
         for slot in self.slots:
-            await asyncio.wait_for(slot.ready.wait(), TIMEOUT * 2)
+            await slot.until_ready()
 
     async def ready_slot(self) -> Slot:
         ready = [s for s in self.slots if s.ready.is_set()]
         if not ready:
-            waits = [asyncio.create_task(s.ready.wait()) for s in self.slots]
-            done, pending = await asyncio.wait(
-                waits, timeout=TIMEOUT * 2, return_when=asyncio.FIRST_COMPLETED
-            )
+            waits = [asyncio.create_task(s.until_ready()) for s in self.slots]
+            done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             for task in pending:
                 task.cancel()
-            assert done, "no process came up"
+            next(iter(done)).result()  # a process that never became ready fails here
             ready = [s for s in self.slots if s.ready.is_set()]
         return self.rng.choice(ready)
 
@@ -264,7 +281,7 @@ class Schedule:
     async def check(self) -> None:
         """Every process restores every session to its latest mode."""
         for slot in self.slots:
-            await asyncio.wait_for(slot.ready.wait(), TIMEOUT * 2)
+            await slot.until_ready()
             for sid, modes in self.truth.items():
                 assert await load(slot.conn, sid) == modes[-1], sid
 

@@ -39,6 +39,10 @@ WebSocket on the same path, one agent per connection), with what the SDK leaves 
   is the request's answer), and at most as many frames ``POST``ed on a connection wait to
   be read by its agent (more: ``429`` too), so a connection whose reading stopped holds a
   bounded queue;
+- at most :data:`~modefsm.protocol.MAX_IN_FLIGHT` requests per connection are handled at
+  once, as on stdio (those waiting for the client's answer to a permission request not
+  counted): one more is held, read and not started, until one ends or starts waiting
+  (a ``$/cancel_request`` of a held request is answered ``-32800``);
 - what the agent sends is checked as on stdio: an answer that cannot be encoded becomes an
   error answer for the same id, and second or late answers to a permission request reach
   the agent's ``stray_answer``/``late_answer``;
@@ -68,6 +72,7 @@ import signal
 import socket
 import time
 import uuid
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -95,8 +100,11 @@ from modefsm.protocol.transport._stdio import (
     _Ledger,
     _over_open,
     _readable_id,
+    admitted,
     check_frame,
     check_message,
+    drain_notes,
+    read_or_room,
 )
 
 if TYPE_CHECKING:
@@ -137,6 +145,9 @@ RESERVED_DESCRIPTORS = 64
 """File descriptors :func:`serve_http` keeps for other uses than sockets (log, journal,
 index, pipes, the listening socket)."""
 
+_ROOM: Any = object()
+"""What :meth:`_Checked._next_frame` gives when a held request may start before a frame."""
+
 AgentFactory = Callable[[Any], Any]
 """Builds one agent for a new connection; called with the SDK's ``AgentSideConnection``."""
 
@@ -152,7 +163,9 @@ class _Checked:
         self.inner = inner
         self.peer = peer
         self.engine: SharedEngine | None = None
-        self.ledger = _Ledger()
+        self._changed = asyncio.Event()  # a request opened or closed
+        self.ledger = _Ledger(changed=self._changed.set)
+        self._reading: asyncio.Future[Any] | None = None  # the inner transport's next frame
         self.batches: Batches | None = None  # a v2 connection's JSON-RPC batches
         self._queued: deque[dict[str, Any]] = deque()  # a batch's entries still to serve
         self.waiting = 0  # frames POSTed (batch entries one by one) the SDK has not read yet
@@ -191,31 +204,56 @@ class _Checked:
             self.inner.arrays = True
 
     async def receive(self) -> dict[str, Any] | None:
+        """The next frame for the SDK; flow control as on stdio (see :class:`_Ledger`).
+
+        A request over :data:`~modefsm.protocol.MAX_OPEN` open is refused; one read while
+        :data:`~modefsm.protocol.MAX_IN_FLIGHT` are being handled is held, and handed over
+        when one of them is answered or starts waiting for the client, before the next
+        frame is read if none comes first.
+        """
         while True:
+            held = self.ledger.next_held()
+            if held is not None:
+                return self._handed(held)
             if self._queued:
                 frame = self._queued.popleft()
             else:
-                frame = await self.inner.receive()
-                # (nothing is POSTed before the initialize, the first frame read)
-                self.waiting -= min(self.waiting, len(frame) if isinstance(frame, list) else 1)
+                frame = await self._next_frame()
+                if frame is _ROOM:
+                    continue
             if frame is None:
                 return None
             if isinstance(frame, list):  # a batch (a v2 connection's)
                 await self._split(frame)
-                continue
-            request = "id" in frame and "method" in frame
-            if request and self.ledger.open >= MAX_OPEN:
-                await self._refuse(frame, frame_refusal(_over_open(frame["id"])))
-                continue
-            if not self.ledger.admit(frame):
-                if request and self.batches is not None:
-                    self.batches.dropped(frame)
-                continue
-            if request and self.batches is not None:
-                self.batches.opened(frame)
-            if self.engine is not None and request:
-                self.engine.request_seen(self.peer, frame)
-            return frame
+            elif await self._admitted(frame):
+                return self._handed(frame)
+
+    async def _admitted(self, frame: dict[str, Any]) -> bool:
+        """Whether *frame* goes to the SDK now (stdio's rule: :func:`admitted`)."""
+        return await admitted(self.ledger, self.batches, frame, self._refuse, self.send)
+
+    async def _next_frame(self) -> Any:
+        """The inner transport's next frame (``None`` at its end), or :data:`_ROOM`.
+
+        :data:`_ROOM`: with requests held, one may be handed over before a frame came;
+        the read goes on at the next call.
+        """
+        if self._reading is None:
+            self._reading = asyncio.ensure_future(self.inner.receive())
+        reading = self._reading
+        if self.ledger.held and not await read_or_room(reading, self._changed):
+            return _ROOM
+        self._reading = None
+        frame = await reading
+        # (nothing is POSTed before the initialize, the first frame read)
+        self.waiting -= min(self.waiting, len(frame) if isinstance(frame, list) else 1)
+        return frame
+
+    def _handed(self, frame: dict[str, Any]) -> dict[str, Any]:
+        """*frame*, handed over to the SDK now (a shared engine sees the requests)."""
+        if self.engine is not None and "id" in frame and "method" in frame:
+            self.engine.request_seen(self.peer, frame)
+        return frame
 
     async def _split(self, value: list[Any]) -> None:
         assert self.batches is not None  # noqa: S101 - arrays reach here on v2 only
@@ -270,6 +308,11 @@ class _Checked:
 
     async def close(self) -> None:
         self.release()
+        if self._reading is not None:
+            self._reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reading
+            self._reading = None
         await self.inner.close()
 
     def release(self) -> None:
@@ -499,6 +542,7 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
     checked: dict[int, _Checked] = {}  # id(SDK transport) -> its checks
     http_live: dict[str, _Live] = {}  # HTTP connection id -> its place
     ws_live: dict[str, _Live] = {}  # WebSocket id -> its place
+    agents: weakref.WeakSet[Any] = weakref.WeakSet()  # their records drained at the end
 
     def connect(wrapper: _Checked, version: int, first: dict[str, Any] | None = None) -> Any:
         """The SDK connection of *wrapper* for *version*; in the peer's context."""
@@ -506,6 +550,7 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
         def v1_agent(conn: Any) -> Any:
             agent = agent_factory(conn)
             wrapper.bind(agent)
+            agents.add(agent)
             return agent
 
         def v2_agent(conn: Any) -> Any:
@@ -513,6 +558,7 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
 
             agent = ModeAgentV2(agent_factory(conn), conn)
             wrapper.bind(agent)
+            agents.add(agent)
             wrapper.serve_batches()
             return agent
 
@@ -785,6 +831,8 @@ def create_app(  # noqa: C901, PLR0915 - the routes share the server's state
             with contextlib.suppress(asyncio.CancelledError):
                 await reaper
             await close_all()
+            for agent in list(agents):  # the records written after their callback
+                await drain_notes(agent)
 
     routes = Starlette(
         routes=[

@@ -42,6 +42,7 @@ from modefsm.protocol.transport._stdio import (
     _serve_connection,
     _Stdio,
     _stdio,
+    drain_notes,
 )
 
 __all__ = ["SUPPORTED_PROTOCOLS", "serve_negotiated"]
@@ -234,5 +235,8 @@ async def _serve_stdio(agent: Any, protocols: tuple[int, ...], stdio: _Stdio) ->
         return holder["agent"]
 
     conn = negotiated_connection(transport, version, agent, v2_agent, first=first)
-    await _serve_connection(conn, transport, output.closed)
+    try:
+        await _serve_connection(conn, transport, output.closed)
+    finally:
+        await drain_notes(agent)
     return transport

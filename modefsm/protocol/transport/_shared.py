@@ -320,15 +320,27 @@ class SharedEngine(ModeEngine):
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no loop: nothing can hold them again
-            self._forget(orphans)
+            for session_id in orphans:
+                ModeEngine.close_session(self, session_id)
         else:
             loop.call_later(self.forget_after, self._forget, orphans)
 
     def _forget(self, session_ids: list[str]) -> None:
-        """Forget the sessions of *session_ids* that no connection holds (no record)."""
+        """Forget the sessions of *session_ids* that no connection holds then.
+
+        Nothing is recorded but the cancellation of an open ask of a tool call, written
+        off the event loop's path by the engine's backlog; a full backlog puts the
+        forgetting off by :attr:`forget_after` seconds.
+        """
+        if len(self._backlog) >= self._backlog.limit:
+            asyncio.get_running_loop().call_later(self.forget_after, self._forget, session_ids)
+            return
+        self._backlog.put(lambda: self._forget_async(session_ids))
+
+    async def _forget_async(self, session_ids: list[str]) -> None:
         for session_id in session_ids:
             if session_id not in self._holders and session_id in self:
-                ModeEngine.close_session(self, session_id)
+                await ModeEngine.close_session_async(self, session_id)
 
     def holders(self, session_id: str) -> list[Peer]:
         """The connections holding *session_id*, oldest first."""
@@ -399,6 +411,15 @@ class SharedEngine(ModeEngine):
     def close_session(self, session_id: str) -> None:
         """As :meth:`ModeEngine.close_session`; the session then has no holders."""
         super().close_session(session_id)
+        self._unhold(session_id)
+
+    async def close_session_async(self, session_id: str) -> None:
+        """As :meth:`ModeEngine.close_session_async`; the session then has no holders."""
+        await super().close_session_async(session_id)
+        if session_id not in self:
+            self._unhold(session_id)
+
+    def _unhold(self, session_id: str) -> None:
         for peer in self._holders.pop(session_id, ()):
             peer.sessions.discard(session_id)
 

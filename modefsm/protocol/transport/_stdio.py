@@ -54,7 +54,7 @@ import threading
 import time
 import traceback
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -822,10 +822,17 @@ class _Ledger:
     (:attr:`open`), the agent's own requests awaiting an answer, and what each frame
     written is on the wire (:meth:`outgoing`).
 
+    Flow control is the same on every transport: a request admitted while
+    :data:`MAX_IN_FLIGHT` are being handled is held (:meth:`request`), counted as open,
+    and handed over (:meth:`next_held`) when one of them is answered or starts waiting
+    for the client; a ``$/cancel_request`` of a held request is answered here
+    (:meth:`cancel_held`).
+
     Attributes:
         stray: called with a second answer to a ``session/request_permission``.
         late: called with the first answer to a ``session/request_permission``.
-        open: requests admitted and not answered yet.
+        open: requests admitted and not answered yet (held ones included).
+        held: requests admitted and not handed over yet, oldest first.
         unrouted: notifications of methods the SDK does not route, dropped.
         awaiting: the agent's requests (by id) the client has not answered.
     """
@@ -841,6 +848,7 @@ class _Ledger:
         self.late = late
         self._changed = changed or (lambda: None)
         self.open = 0
+        self.held: deque[dict[str, Any]] = deque()
         self.unrouted = 0
         self.awaiting: dict[int, PermissionRequest | None] = {}
         self._answered: OrderedDict[int, PermissionRequest] = OrderedDict()
@@ -863,6 +871,44 @@ class _Ledger:
             return True
         self.unrouted += 1  # JSON-RPC: a notification is never answered
         return False
+
+    def request(self, frame: dict[str, Any]) -> bool:
+        """Admit the request *frame* (under :data:`MAX_OPEN`); whether it is handed over now.
+
+        ``False``: :data:`MAX_IN_FLIGHT` are being handled, so it is held (see
+        :meth:`next_held`).
+        """
+        self.admit(frame)
+        if self.open - len(self.awaiting) - len(self.held) > MAX_IN_FLIGHT:
+            self.held.append(frame)
+            return False
+        return True
+
+    def busy(self) -> bool:
+        """Whether :data:`MAX_IN_FLIGHT` requests are being handled (held ones not counted)."""
+        return self.open - len(self.awaiting) - len(self.held) >= MAX_IN_FLIGHT
+
+    def next_held(self) -> dict[str, Any] | None:
+        """The oldest held request, to hand over now, if one is held and there is room."""
+        if self.held and not self.busy():
+            return self.held.popleft()
+        return None
+
+    def cancel_held(self, frame: dict[str, Any]) -> dict[str, Any] | None:
+        """The ``-32800`` answer to a held request *frame* (a ``$/cancel_request``) cancels.
+
+        The request is no longer held (its answer, once sent, closes it); ``None`` when
+        *frame* is not a cancel of a held request.
+        """
+        if frame.get("method") != CANCEL_REQUEST or not self.held:
+            return None
+        params = frame.get("params")
+        held = params.get("requestId", _UNREAD) if isinstance(params, dict) else _UNREAD
+        for request in self.held:
+            if request["id"] == held and type(request["id"]) is type(held):
+                self.held.remove(request)
+                return {"jsonrpc": "2.0", "id": held, "error": _CANCELLED}
+        return None
 
     def _is_expected(self, response: dict[str, Any]) -> bool:
         """Whether *response* answers a request the agent is still waiting for."""
@@ -937,6 +983,51 @@ class _Ledger:
             self._changed()
 
 
+async def admitted(
+    ledger: _Ledger,
+    batches: Any,
+    frame: dict[str, Any],
+    refuse: Callable[[dict[str, Any], dict[str, Any]], Awaitable[None]],
+    send: Callable[[dict[str, Any]], Awaitable[None]],
+) -> bool:
+    """Whether *frame*, read from the client, goes to the SDK now (every transport's rule).
+
+    A request read while :data:`MAX_OPEN` are open is refused (``await refuse(request,
+    answer)``, ``-32600`` naming the limit); one read while :data:`MAX_IN_FLIGHT` are
+    handled is held by *ledger*; a ``$/cancel_request`` of a held request is answered
+    ``-32800`` (``await send(answer)``); a notification the SDK does not route is dropped.
+    *batches* (a v2 connection's :class:`~modefsm.protocol.transport._batch.Batches`, or
+    ``None``) sees each request opened.
+    """
+    if "method" in frame and "id" in frame:
+        if ledger.open >= MAX_OPEN:
+            await refuse(frame, frame_refusal(_over_open(frame["id"])))
+            return False
+        if batches is not None:
+            batches.opened(frame)
+        return ledger.request(frame)
+    cancelled = ledger.cancel_held(frame)
+    if cancelled is not None:
+        await send(cancelled)
+        return False
+    return ledger.admit(frame)
+
+
+async def read_or_room(reading: asyncio.Future[Any], changed: asyncio.Event) -> bool:
+    """Wait until *reading* is done (``True``) or a request opens or closes (``False``).
+
+    *changed* is the event a :class:`_Ledger` sets whenever a request opens or closes:
+    with requests held, one may then be handed over before the next frame is read.
+    """
+    changed.clear()
+    waiting = asyncio.ensure_future(changed.wait())
+    try:
+        await asyncio.wait({reading, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiting.cancel()
+    return reading.done()
+
+
 class CheckedTransport:
     """A message transport over newline-delimited JSON that checks every frame both ways.
 
@@ -975,7 +1066,6 @@ class CheckedTransport:
         self.batches: Any = None
         """A :class:`~modefsm.protocol.transport._batch.Batches` once batches are served (v2)."""
         self._queued: deque[dict[str, Any]] = deque()  # the entries of a batch still to serve
-        self._held: deque[dict[str, Any]] = deque()  # read and open, not yet handed over
         self._reading: asyncio.Task[bytes | FrameError | None] | None = None
         self._ended = False
         self._deadline = 0.0  # the end of input's grace, once it came (monotonic)
@@ -993,11 +1083,6 @@ class CheckedTransport:
     def _settled_but_awaiting(self) -> bool:
         """Every request read is answered, or waits for the client's answer to the agent."""
         return self._ledger.open <= len(self._ledger.awaiting)
-
-    def _busy(self) -> bool:
-        """Whether :data:`MAX_IN_FLIGHT` requests are being handled (held ones not counted)."""
-        ledger = self._ledger
-        return ledger.open - len(ledger.awaiting) - len(self._held) >= MAX_IN_FLIGHT
 
     async def _until(self, ready: Callable[[], bool], limit: float | None = None) -> bool:
         """Wait until *ready()* (re-checked whenever requests open or close); whether it is."""
@@ -1036,8 +1121,9 @@ class CheckedTransport:
             A frame, or ``None`` at the end of input.
         """
         while True:
-            if self._held and not self._busy():
-                return self._held.popleft()
+            held = self._ledger.next_held()
+            if held is not None:
+                return held
             if self._ended:
                 return await self._end()
             # a batch's entries are served each as if read alone
@@ -1062,7 +1148,7 @@ class CheckedTransport:
                 await self._writer.drain()
             self._reading = asyncio.ensure_future(self._read_line())
         reading = self._reading
-        if self._held and not await self._line_or_room(reading):
+        if self._ledger.held and not await read_or_room(reading, self._changed):
             return {}  # room for a held request, no line yet
         self._reading = None
         line = await reading  # CancelledError once close() stopped the read
@@ -1074,40 +1160,9 @@ class CheckedTransport:
             return {}
         return checked if checked is not None else {}
 
-    async def _line_or_room(self, reading: asyncio.Future[Any]) -> bool:
-        """Wait until the line is read (``True``) or a request in flight ends (``False``)."""
-        self._changed.clear()
-        changed = asyncio.ensure_future(self._changed.wait())
-        try:
-            await asyncio.wait({reading, changed}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            changed.cancel()
-        return reading.done()
-
     async def _admitted(self, frame: dict[str, Any]) -> bool:
-        """Whether *frame* goes to the SDK now (a request may be held, refused or dropped)."""
-        ledger = self._ledger
-        if "method" in frame and "id" in frame:
-            if ledger.open >= MAX_OPEN:
-                await self._refuse(frame, frame_refusal(_over_open(frame["id"])))
-                return False
-            ledger.admit(frame)
-            if self.batches is not None:
-                self.batches.opened(frame)
-            if ledger.open - len(ledger.awaiting) - len(self._held) > MAX_IN_FLIGHT:
-                self._held.append(frame)
-                return False
-            return True
-        if frame.get("method") == CANCEL_REQUEST and self._held:
-            params = frame.get("params")
-            held = params.get("requestId", _UNREAD) if isinstance(params, dict) else _UNREAD
-            for request in self._held:
-                if request["id"] == held and type(request["id"]) is type(held):
-                    self._held.remove(request)
-                    cancelled = {"jsonrpc": "2.0", "id": held, "error": _CANCELLED}
-                    await self.send(cancelled)
-                    return False
-        return ledger.admit(frame)
+        """Whether *frame* goes to the SDK now (see :func:`admitted`)."""
+        return await admitted(self._ledger, self.batches, frame, self._refuse, self.send)
 
     async def _refuse(self, request: dict[str, Any], answer: dict[str, Any]) -> None:
         """Write *answer* to *request*, not admitted: alone, or in its batch's array."""
@@ -1120,8 +1175,9 @@ class CheckedTransport:
     async def _end(self) -> dict[str, Any] | None:
         """After the end of input: the next held request, or ``None`` once all is settled."""
         remaining = self._deadline - time.monotonic()
-        if self._held and await self._until(lambda: not self._busy(), remaining):
-            return self._held.popleft()
+        ledger = self._ledger
+        if ledger.held and await self._until(lambda: not ledger.busy(), remaining):
+            return ledger.next_held()
         await self._until(self._settled_but_awaiting, max(0.0, self._deadline - time.monotonic()))
         return None
 
@@ -1418,8 +1474,24 @@ async def run_agent(agent: Any, *, use_unstable_protocol: bool = True) -> Checke
         conn = AgentSideConnection(
             agent, transport, listening=False, use_unstable_protocol=use_unstable_protocol
         )
-        await _serve_connection(conn, transport, stdio.output.closed)
+        try:
+            await _serve_connection(conn, transport, stdio.output.closed)
+        finally:
+            await drain_notes(agent)
     return transport
+
+
+async def drain_notes(agent: Any) -> None:
+    """Wait until the records *agent*'s engine writes after their callback are written.
+
+    *agent* is a :class:`~modefsm.protocol.ModeAgent` (a v2 agent's ``base``), or any
+    agent: one without an engine has nothing to wait for. See
+    :meth:`ModeEngine.drain_notes <modefsm.engine.ModeEngine.drain_notes>`.
+    """
+    engine = getattr(getattr(agent, "base", agent), "engine", None)
+    drain = getattr(engine, "drain_notes", None)
+    if drain is not None:
+        await drain()
 
 
 async def _serve_connection(

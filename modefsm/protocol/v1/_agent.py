@@ -293,7 +293,7 @@ class ModeAgent:
         with acp_errors():
             kept = isinstance(self.engine, SharedEngine) and self.engine.leave(session_id)
             if not kept:
-                self.engine.close_session(session_id)
+                await self.engine.close_session_async(session_id)
         if not kept:
             self.conversation.forget(session_id)
 
@@ -668,14 +668,18 @@ class ModeAgent:
         If the switch or the tool call had stopped waiting (``session/cancel``,
         ``session/close``, a mode change that withdrew a tool call's ask), the SDK drops the
         answer: it changes nothing, and an option it selected is logged here
-        (``late_answer``). Called by :class:`~modefsm.protocol.CheckedTransport`.
+        (``late_answer``). Called by :class:`~modefsm.protocol.CheckedTransport`; the line
+        is written after this returns, by the engine's backlog
+        (:meth:`~modefsm.engine.ModeEngine.reject_switch_soon`), so a store waiting for
+        another process's lock never holds up the event loop; the transports wait for it
+        (:meth:`~modefsm.engine.ModeEngine.drain_notes`) when their connection ends.
         """
         if request.tool_call_id not in self._abandoned:
             return
         del self._abandoned[request.tool_call_id]
         option_id = _selected(response)
         if option_id is not None:
-            self.engine.reject_switch(
+            self.engine.reject_switch_soon(
                 request.session_id,
                 "late_answer",
                 tool_call_id=request.tool_call_id,
@@ -687,9 +691,10 @@ class ModeAgent:
         """A second answer to a ``session/request_permission``: change nothing, log it.
 
         The SDK drops such answers silently; :class:`~modefsm.protocol.CheckedTransport` calls
-        this so the log shows them (``duplicate_answer``, with the option selected, if any).
+        this so the log shows them (``duplicate_answer``, with the option selected, if any),
+        written after this returns as :meth:`late_answer`'s line is.
         """
-        self.engine.reject_switch(
+        self.engine.reject_switch_soon(
             request.session_id,
             "duplicate_answer",
             tool_call_id=request.tool_call_id,
