@@ -105,6 +105,18 @@ async def start_serve(log: Path, *args: str, **options: Any) -> asyncio.subproce
     )
 
 
+async def end_agent(process: asyncio.subprocess.Process) -> None:
+    """End an agent as a client does, by closing its stdin; wait up to :data:`TIMEOUT`
+    seconds for it to exit (on a hang: kill it and raise the wait's :class:`TimeoutError`)."""
+    if process.stdin is not None:
+        process.stdin.close()
+    try:
+        await asyncio.wait_for(process.wait(), TIMEOUT)
+    except TimeoutError:  # pragma: no cover - a hang is the failure shown
+        process.kill()
+        raise
+
+
 @contextlib.asynccontextmanager
 async def spawn(
     log: Path,

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from modefsm import preset
-from tests.acp_client import start_serve
+from tests.acp_client import end_agent, start_serve
 from tests.conftest import read_log
 from tests.protocol.test_agent_e2e import DEMO_TOOL_CALLS, demo_tool_calls
 from tests.protocol.v2_frames import V2_OPTIONS, Frames, option_v2, text
@@ -91,13 +91,7 @@ async def serve(log: Path, *args: str, version: int | None = 2) -> AsyncIterator
             await wire.call("initialize", {"protocolVersion": 1})
         yield wire
     finally:
-        assert process.stdin is not None
-        process.stdin.close()
-        try:
-            await asyncio.wait_for(process.wait(), TIMEOUT)
-        except TimeoutError:  # pragma: no cover - a hang is the failure shown
-            process.kill()
-            raise
+        await end_agent(process)
 
 
 def changes(log: Path) -> list[tuple[Any, ...]]:

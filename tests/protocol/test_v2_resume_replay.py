@@ -22,7 +22,7 @@ from acp.experimental import v2
 from acp.experimental.v2 import schema as s2
 
 from modefsm import preset
-from tests.acp_client import select
+from tests.acp_client import end_agent, select
 from tests.acp_client import serve as serve_v1
 from tests.acp_client import text_block as v1_text
 from tests.conftest import mode_option, read_log
@@ -191,12 +191,7 @@ async def serve_v2(
         yield conn, client
     finally:
         await conn.close()
-        process.stdin.close()
-        try:
-            await asyncio.wait_for(process.wait(), TIMEOUT)
-        except TimeoutError:  # pragma: no cover - a hang is the failure shown
-            process.kill()
-            raise
+        await end_agent(process)
 
 
 async def resume(
