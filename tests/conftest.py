@@ -97,6 +97,18 @@ def mode_option(spec: ModeSpec, current: str) -> dict[str, Any]:
     }
 
 
+def modes_state(spec: ModeSpec, current: str) -> dict[str, Any]:
+    """ACP v1 ``modes`` (``SessionModeState``) at *current*, as a hand-written wire dict: every
+    mode of *spec*, in order."""
+    available = []
+    for mode in spec.modes:
+        entry: dict[str, Any] = {"id": mode.id, "name": mode.name}
+        if mode.description is not None:
+            entry["description"] = mode.description
+        available.append(entry)
+    return {"currentModeId": current, "availableModes": available}
+
+
 def announced(spec: ModeSpec, session_id: str, mode_id: str) -> list[dict[str, Any]]:
     """The two notifications that announce a change to *mode_id*, as hand-written dicts."""
     return [

@@ -15,7 +15,7 @@ import pytest
 from modefsm import preset
 from modefsm.protocol._sdk import HAS_V2
 from tests.acp_client import cancelled, select, serve, text_block
-from tests.conftest import announced, mode_option, read_log
+from tests.conftest import announced, mode_option, modes_state, read_log
 from tests.protocol.http_wire import verify
 
 pytestmark = pytest.mark.e2e
@@ -62,13 +62,7 @@ class TestSessions:
                 "id": 1,
                 "result": {
                     "sessionId": session_id,
-                    "modes": {
-                        "currentModeId": "ask",
-                        "availableModes": [
-                            {"id": m.id, "name": m.name, "description": m.description}
-                            for m in SEED.modes
-                        ],
-                    },
+                    "modes": modes_state(SEED, "ask"),
                     "configOptions": [mode_option(SEED, "ask")],
                 },
             }
@@ -435,13 +429,7 @@ class TestRestore:
             {
                 "id": 1,
                 "result": {
-                    "modes": {
-                        "currentModeId": "code",
-                        "availableModes": [
-                            {"id": m.id, "name": m.name, "description": m.description}
-                            for m in SEED.modes
-                        ],
-                    },
+                    "modes": modes_state(SEED, "code"),
                     "configOptions": [mode_option(SEED, "code")],
                 },
             }
