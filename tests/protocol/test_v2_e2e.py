@@ -22,7 +22,7 @@ from modefsm import preset
 from tests.acp_client import end_agent, start_serve
 from tests.conftest import read_log
 from tests.protocol.test_agent_e2e import DEMO_TOOL_CALLS, demo_tool_calls
-from tests.protocol.v2_frames import V2_OPTIONS, Frames, option_v2, text
+from tests.protocol.v2_frames import Frames, option_v2, text
 
 pytestmark = pytest.mark.e2e
 
@@ -238,49 +238,7 @@ def opening(session_id: str, frames: list[Any], plan: str) -> tuple[str, str]:
     """Check the frames before the permission request; return (messageId, toolCallId)."""
     message_id = frames[0]["params"]["update"]["messageId"]
     call = frames[2]["params"]["update"]["toolCallId"]
-    assert frames == [
-        update(
-            session_id,
-            {
-                "sessionUpdate": "user_message",
-                "messageId": message_id,
-                "content": [{"type": "text", "text": plan}],
-            },
-        ),
-        state(session_id, "running"),
-        update(
-            session_id,
-            {
-                "sessionUpdate": "tool_call_update",
-                "toolCallId": call,
-                "title": "Ready for implementation",
-                "kind": "switch_mode",
-                "status": "pending",
-                "content": text(plan),
-            },
-        ),
-        state(session_id, "requires_action"),
-        {
-            "jsonrpc": "2.0",
-            "id": frames[4]["id"],
-            "method": "session/request_permission",
-            "params": {
-                "sessionId": session_id,
-                "title": "Ready for implementation",
-                "subject": {
-                    "type": "tool_call",
-                    "toolCall": {
-                        "toolCallId": call,
-                        "title": "Ready for implementation",
-                        "kind": "switch_mode",
-                        "status": "pending",
-                        "content": text(plan),
-                    },
-                },
-                "options": V2_OPTIONS,
-            },
-        },
-    ]
+    assert frames == FRAMES.switch_asked(session_id, message_id, call, frames[4]["id"], plan)
     return message_id, call
 
 
