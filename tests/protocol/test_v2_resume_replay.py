@@ -63,6 +63,14 @@ def primer(session_id: str, message_id: str) -> dict[str, Any]:
     return update(session_id, sessionUpdate="agent_message", messageId=message_id, content=[])
 
 
+def replied(session_id: str, message_id: str, words: str) -> list[dict[str, Any]]:
+    """An agent message of *words* as a replay sends it: its primer, then its one chunk."""
+    chunk = update(
+        session_id, sessionUpdate="agent_message_chunk", messageId=message_id, content=text(words)
+    )
+    return [primer(session_id, message_id), chunk]
+
+
 def unprimed(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """*frames* without the whole-message updates (a live turn sends only the chunks)."""
     return [f for f in frames if f["params"]["update"]["sessionUpdate"] != "agent_message"]
@@ -270,13 +278,7 @@ def expected_v2_replay(
             status="failed",
             content=tool_text("Declined: staying in architect mode."),
         ),
-        primer(session_id, a1),
-        update(
-            session_id,
-            sessionUpdate="agent_message_chunk",
-            messageId=a1,
-            content=text("Not switched (option_rejected): still in architect mode."),
-        ),
+        *replied(session_id, a1, "Not switched (option_rejected): still in architect mode."),
         update(session_id, sessionUpdate="user_message", messageId=u2, content=[text(PLAN)]),
         update(
             session_id, sessionUpdate=call, toolCallId=approved, **pending, content=tool_text(PLAN)
@@ -288,26 +290,14 @@ def expected_v2_replay(
             status="completed",
             content=tool_text("Switched to code mode."),
         ),
-        primer(session_id, a2),
-        update(
-            session_id,
-            sessionUpdate="agent_message_chunk",
-            messageId=a2,
-            content=text("Approved: now in code mode."),
-        ),
+        *replied(session_id, a2, "Approved: now in code mode."),
         update(
             session_id,
             sessionUpdate="user_message",
             messageId=u3,
             content=[text("hello"), text("there")],
         ),
-        primer(session_id, a3),
-        update(
-            session_id,
-            sessionUpdate="agent_message_chunk",
-            messageId=a3,
-            content=text("Mode code: hello there"),
-        ),
+        *replied(session_id, a3, "Mode code: hello there"),
     ]
 
 
