@@ -15,7 +15,7 @@ import pytest
 from modefsm import preset
 from modefsm.protocol._sdk import HAS_V2
 from tests.acp_client import cancelled, select, serve, text_block
-from tests.conftest import announced, mode_option, modes_state, read_log
+from tests.conftest import LOCKED_TOML, announced, mode_option, modes_state, read_log
 from tests.protocol.http_wire import verify
 
 pytestmark = pytest.mark.e2e
@@ -341,15 +341,7 @@ class TestSwitchMode:
 
     async def test_stale_approval_the_policy_forbids_changes_nothing(self, log_path, tmp_path):
         spec = tmp_path / "locked.toml"
-        spec.write_text(
-            'name = "locked"\ninitial = "a"\n'
-            '[[modes]]\nid = "a"\nname = "A"\n[[modes]]\nid = "b"\nname = "B"\n'
-            '[[modes]]\nid = "c"\nname = "C"\n'
-            '[client_changes]\na = ["b"]\nb = ["a"]\nc = ["a"]\n'
-            '[[switches]]\nsource = ["a"]\ntitle = "Go to C"\n'
-            '[[switches.options]]\noption_id = "c"\nname = "Yes"\nkind = "allow_once"\n'
-            'target = "c"\n'
-        )
+        spec.write_text(LOCKED_TOML)
         release = asyncio.Event()
         async with serve(log_path, "--spec", str(spec)) as (conn, client):
 

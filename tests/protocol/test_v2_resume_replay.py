@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from acp.experimental import v2
 from acp.experimental.v2 import schema as s2
 
 from modefsm import preset
-from tests.acp_client import end_agent, select
+from tests.acp_client import end_agent, select, start_serve
 from tests.acp_client import serve as serve_v1
 from tests.acp_client import text_block as v1_text
 from tests.conftest import mode_option, read_log
@@ -180,16 +179,7 @@ async def serve_v2(
 ) -> AsyncIterator[tuple[Any, V2Client]]:
     """`modefsm serve --log LOG`, initialized by the SDK's v2 client."""
     client = client or V2Client()
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "modefsm",
-        "serve",
-        "--log",
-        str(log),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-    )
+    process = await start_serve(log)
     assert process.stdin is not None
     assert process.stdout is not None
     conn = v2.connect_to_agent(client, process.stdin, process.stdout, observers=[client.observe])
