@@ -223,23 +223,22 @@ class TestConfigOption:
         assert close == [{"jsonrpc": "2.0", "id": 3, "result": {}}]
 
 
-async def prompt_until_permission(wire: Wire, session_id: str, plan: str) -> tuple[int, list[Any]]:
-    """Send a prompt in architect mode; the frames up to the permission request."""
+async def switch_asked(
+    wire: Wire, session_id: str, plan: str = "go"
+) -> tuple[int, list[Any], str, str]:
+    """Send a prompt of *plan* in architect mode; check the frames up to the switch's
+    permission request, whole. Returns the prompt's id, those frames, the ``messageId``
+    and the ``toolCallId``."""
     prompt_id = await wire.request(
         "session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": plan}]}
     )
     frames = [await wire.read()]
     while frames[-1].get("method") != "session/request_permission":
         frames.append(await wire.read())
-    return prompt_id, frames
-
-
-def opening(session_id: str, frames: list[Any], plan: str) -> tuple[str, str]:
-    """Check the frames before the permission request; return (messageId, toolCallId)."""
     message_id = frames[0]["params"]["update"]["messageId"]
     call = frames[2]["params"]["update"]["toolCallId"]
     assert frames == FRAMES.switch_asked(session_id, message_id, call, frames[4]["id"], plan)
-    return message_id, call
+    return prompt_id, frames, message_id, call
 
 
 class TestSwitch:
@@ -247,8 +246,7 @@ class TestSwitch:
         async with serve(log_path) as wire:
             session_id = await wire.new_session()
             await wire.set_mode(session_id, "architect")
-            prompt_id, frames = await prompt_until_permission(wire, session_id, "go")
-            message_id, call = opening(session_id, frames, "go")
+            prompt_id, frames, message_id, call = await switch_asked(wire, session_id)
             await wire.send(
                 {
                     "jsonrpc": "2.0",
@@ -317,8 +315,7 @@ class TestSwitch:
             session_id = await wire.new_session()
             await wire.set_mode(session_id, "architect")
             for answer, _reason, shown in cases:
-                prompt_id, frames = await prompt_until_permission(wire, session_id, "go")
-                _message_id, call = opening(session_id, frames, "go")
+                prompt_id, frames, _message_id, call = await switch_asked(wire, session_id)
                 await wire.send({"jsonrpc": "2.0", "id": frames[-1]["id"], "result": answer})
                 rest = await wire.until_answer(prompt_id)
                 assert rest[:2] == [
@@ -347,8 +344,7 @@ class TestSwitch:
         async with serve(log_path) as wire:
             session_id = await wire.new_session()
             await wire.set_mode(session_id, "architect")
-            prompt_id, frames = await prompt_until_permission(wire, session_id, "go")
-            opening(session_id, frames, "go")
+            prompt_id, frames, _message_id, _call = await switch_asked(wire, session_id)
             assert await wire.set_mode(session_id, "ask") == [
                 options_update(session_id, "ask"),
                 {"jsonrpc": "2.0", "id": 5, "result": {"configOptions": [option_v2("ask")]}},
@@ -369,8 +365,7 @@ class TestSwitch:
         async with serve(log_path) as wire:
             session_id = await wire.new_session()
             await wire.set_mode(session_id, "architect")
-            prompt_id, frames = await prompt_until_permission(wire, session_id, "go")
-            _message_id, call = opening(session_id, frames, "go")
+            prompt_id, frames, _message_id, call = await switch_asked(wire, session_id)
             await wire.send(
                 {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": prompt_id}}
             )
