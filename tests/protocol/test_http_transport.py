@@ -26,6 +26,18 @@ from .test_conversation_replay import a_conversation, expected_replay
 pytestmark = pytest.mark.e2e
 
 SEED = preset("seed")
+BAD_JSON_ANSWER = {
+    "jsonrpc": "2.0",
+    "id": None,
+    "error": {
+        "code": -32700,
+        "message": "Parse error",
+        "data": {
+            "details": "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"
+        },
+    },
+}
+"""The whole answer to the frame ``{bad``, over HTTP and WebSocket alike."""
 
 
 def initialize(request_id: int = 0) -> bytes:
@@ -128,21 +140,7 @@ class TestHostileRequests:
         )
 
     def test_bad_json_gets_a_parse_error(self, one_server):
-        assert post(one_server, b"{bad") == (
-            400,
-            {
-                "jsonrpc": "2.0",
-                "id": None,
-                "error": {
-                    "code": -32700,
-                    "message": "Parse error",
-                    "data": {
-                        "details": "Expecting property name enclosed in double quotes: "
-                        "line 1 column 2 (char 1)"
-                    },
-                },
-            },
-        )
+        assert post(one_server, b"{bad") == (400, BAD_JSON_ANSWER)
 
     def test_nan_and_scalars_and_batches_are_refused(self, one_server):
         status, body = post(one_server, b'{"jsonrpc":"2.0","id":NaN,"method":"initialize"}')
@@ -306,18 +304,7 @@ class TestWebSocketFrames:
             invalid = json.loads(await asyncio.wait_for(socket.recv(), 10))
             await socket.send(initialize(4).decode())
             answer = json.loads(await asyncio.wait_for(socket.recv(), 10))
-        assert parse_error == {
-            "jsonrpc": "2.0",
-            "id": None,
-            "error": {
-                "code": -32700,
-                "message": "Parse error",
-                "data": {
-                    "details": "Expecting property name enclosed in double quotes: "
-                    "line 1 column 2 (char 1)"
-                },
-            },
-        }
+        assert parse_error == BAD_JSON_ANSWER
         assert invalid == {
             "jsonrpc": "2.0",
             "id": 3,
