@@ -122,6 +122,13 @@ def modes_state(spec: ModeSpec, current: str) -> dict[str, Any]:
     return {"currentModeId": current, "availableModes": available}
 
 
+def mode_result(spec: ModeSpec, current: str, **fields: Any) -> dict[str, Any]:
+    """An ACP v1 ``session/new`` or ``session/load`` result at *current*, whole: *fields*
+    (``sessionId``), then ``modes`` and ``configOptions``."""
+    modes = modes_state(spec, current)
+    return {**fields, "modes": modes, "configOptions": [mode_option(spec, current)]}
+
+
 def announced(spec: ModeSpec, session_id: str, mode_id: str) -> list[dict[str, Any]]:
     """The two notifications that announce a change to *mode_id*, as hand-written dicts."""
     return [

@@ -15,7 +15,7 @@ import pytest
 from modefsm import preset
 from modefsm.protocol._sdk import HAS_V2
 from tests.acp_client import cancelled, select, serve, text_block
-from tests.conftest import LOCKED_TOML, announced, mode_option, modes_state, read_log
+from tests.conftest import LOCKED_TOML, announced, mode_option, mode_result, read_log
 from tests.protocol.http_wire import verify
 
 pytestmark = pytest.mark.e2e
@@ -60,11 +60,7 @@ class TestSessions:
         assert frames == [
             {
                 "id": 1,
-                "result": {
-                    "sessionId": session_id,
-                    "modes": modes_state(SEED, "ask"),
-                    "configOptions": [mode_option(SEED, "ask")],
-                },
+                "result": mode_result(SEED, "ask", sessionId=session_id),
             }
         ]
 
@@ -420,10 +416,7 @@ class TestRestore:
         assert frames == [
             {
                 "id": 1,
-                "result": {
-                    "modes": modes_state(SEED, "code"),
-                    "configOptions": [mode_option(SEED, "code")],
-                },
+                "result": mode_result(SEED, "code"),
             }
         ]
         assert response.modes.current_mode_id == "code"

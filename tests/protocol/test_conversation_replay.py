@@ -12,7 +12,7 @@ from modefsm import preset
 from modefsm.log import ConversationStore
 from modefsm.protocol import ModeAgent
 from tests.acp_client import select, serve, text_block
-from tests.conftest import mode_option, modes_state, read_log
+from tests.conftest import mode_result, read_log
 
 pytestmark = pytest.mark.e2e
 
@@ -118,10 +118,7 @@ class TestReplayOnLoad:
             *expected_replay(session_id, rejected, approved),
             {
                 "id": 1,
-                "result": {
-                    "modes": modes_state(SEED, "code"),
-                    "configOptions": [mode_option(SEED, "code")],
-                },
+                "result": mode_result(SEED, "code"),
             },
         ]
         assert response.modes.current_mode_id == "code"

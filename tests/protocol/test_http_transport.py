@@ -18,7 +18,7 @@ import pytest
 from modefsm import preset
 from modefsm.protocol import MAX_BODY_BYTES, MAX_CONNECTIONS, create_app, serve_http
 from tests.acp_client import select, text_block
-from tests.conftest import mode_option, modes_state
+from tests.conftest import mode_result
 from tests.protocol.http_wire import auth, http_server, post, v1_client, ws_connect
 
 from .test_conversation_replay import a_conversation, expected_replay
@@ -77,10 +77,7 @@ class TestOverTheWire:
             *expected_replay(session_id, rejected, approved),
             {
                 "id": 1,
-                "result": {
-                    "modes": modes_state(SEED, "code"),
-                    "configOptions": [mode_option(SEED, "code")],
-                },
+                "result": mode_result(SEED, "code"),
             },
         ]
         assert response.modes.current_mode_id == "code"
