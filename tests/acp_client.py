@@ -26,6 +26,15 @@ def select(option_id: str) -> RequestPermissionResponse:
     )
 
 
+def selecting(option_id: str) -> Answer:
+    """An :attr:`TestClient.answer` that selects *option_id* for every permission request."""
+
+    async def answer(options: list[Any], tool_call: Any) -> RequestPermissionResponse:
+        return select(option_id)
+
+    return answer
+
+
 def cancelled() -> RequestPermissionResponse:
     return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
 

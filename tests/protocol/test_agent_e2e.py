@@ -14,7 +14,7 @@ import pytest
 
 from modefsm import preset
 from modefsm.protocol._sdk import HAS_V2
-from tests.acp_client import cancelled, select, serve, text_block
+from tests.acp_client import cancelled, select, selecting, serve, text_block
 from tests.conftest import LOCKED_TOML, announced, mode_option, mode_result, read_log
 from tests.protocol.http_wire import verify
 
@@ -189,11 +189,7 @@ class TestSwitchMode:
     @pytest.mark.sdk_compat
     async def test_approved_switch_frames(self, log_path):
         async with serve(log_path) as (conn, client):
-
-            async def answer(options, tool_call):
-                return select("code")
-
-            client.answer = answer
+            client.answer = selecting("code")
             session_id = await in_architect(conn)
             mark = client.mark()
             response = await conn.prompt(session_id=session_id, prompt=[text_block(PLAN)])
@@ -248,11 +244,7 @@ class TestSwitchMode:
 
     async def test_allow_once_moves_to_exactly_its_target(self, log_path):
         async with serve(log_path) as (conn, client):
-
-            async def answer(options, tool_call):
-                return select("ask")
-
-            client.answer = answer
+            client.answer = selecting("ask")
             session_id = await in_architect(conn)
             await conn.prompt(session_id=session_id, prompt=[text_block(PLAN)])
             modes = [

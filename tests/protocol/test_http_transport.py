@@ -17,7 +17,7 @@ import pytest
 
 from modefsm import preset
 from modefsm.protocol import MAX_BODY_BYTES, MAX_CONNECTIONS, create_app, serve_http
-from tests.acp_client import select, text_block
+from tests.acp_client import select, selecting, text_block
 from tests.conftest import mode_result
 from tests.protocol.http_wire import auth, http_server, post, v1_client, ws_connect
 
@@ -86,11 +86,7 @@ class TestOverTheWire:
     async def test_permission_request_round_trip(self, log_path, kind):
         with http_server(log_path) as url:
             async with v1_client(url, kind) as (conn, client):
-
-                async def answer(options: Any, tool_call: Any) -> Any:
-                    return select("ask")
-
-                client.answer = answer
+                client.answer = selecting("ask")
                 session_id = (await conn.new_session(cwd=".")).session_id
                 await conn.set_session_mode(session_id=session_id, mode_id="architect")
                 result = await conn.prompt(session_id=session_id, prompt=[text_block("go")])
