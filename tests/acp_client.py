@@ -26,6 +26,15 @@ def select(option_id: str) -> RequestPermissionResponse:
     )
 
 
+def selecting(option_id: str) -> Answer:
+    """An :attr:`TestClient.answer` that selects *option_id* for every permission request."""
+
+    async def answer(options: list[Any], tool_call: Any) -> RequestPermissionResponse:
+        return select(option_id)
+
+    return answer
+
+
 def cancelled() -> RequestPermissionResponse:
     return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
 
@@ -108,6 +117,18 @@ async def start_serve(log: Path, *args: str, **options: Any) -> asyncio.subproce
         stdout=asyncio.subprocess.PIPE,
         **options,
     )
+
+
+async def end_agent(process: asyncio.subprocess.Process) -> None:
+    """End an agent as a client does, by closing its stdin; wait up to :data:`TIMEOUT`
+    seconds for it to exit (on a hang: kill it and raise the wait's :class:`TimeoutError`)."""
+    if process.stdin is not None:
+        process.stdin.close()
+    try:
+        await asyncio.wait_for(process.wait(), TIMEOUT)
+    except TimeoutError:  # pragma: no cover - a hang is the failure shown
+        process.kill()
+        raise
 
 
 @contextlib.asynccontextmanager

@@ -75,6 +75,19 @@ def spec_with(ids: list[str], **extra: Any) -> ModeSpec:
     )
 
 
+LOCKED_TOML = (
+    'name = "locked"\ninitial = "a"\n'
+    '[[modes]]\nid = "a"\nname = "A"\n[[modes]]\nid = "b"\nname = "B"\n'
+    '[[modes]]\nid = "c"\nname = "C"\n'
+    '[client_changes]\na = ["b"]\nb = ["a"]\nc = ["a"]\n'
+    '[[switches]]\nsource = ["a"]\ntitle = "Go to C"\n'
+    '[[switches.options]]\noption_id = "c"\nname = "Yes"\nkind = "allow_once"\n'
+    'target = "c"\n'
+)
+"""A spec whose one switch, from ``a``, leads to ``c`` (no client change reaches it): an
+approval answered after the client moved to ``b`` is stale, and forbidden from there."""
+
+
 def mode_option(spec: ModeSpec, current: str) -> dict[str, Any]:
     """The complete mode config option, as a hand-written wire dict: its options are the
     modes selectable from *current* (itself and its ``client_changes``; all if unrestricted)."""
@@ -95,6 +108,25 @@ def mode_option(spec: ModeSpec, current: str) -> dict[str, Any]:
         "currentValue": current,
         "options": options,
     }
+
+
+def modes_state(spec: ModeSpec, current: str) -> dict[str, Any]:
+    """ACP v1 ``modes`` (``SessionModeState``) at *current*, as a hand-written wire dict: every
+    mode of *spec*, in order."""
+    available = []
+    for mode in spec.modes:
+        entry: dict[str, Any] = {"id": mode.id, "name": mode.name}
+        if mode.description is not None:
+            entry["description"] = mode.description
+        available.append(entry)
+    return {"currentModeId": current, "availableModes": available}
+
+
+def mode_result(spec: ModeSpec, current: str, **fields: Any) -> dict[str, Any]:
+    """An ACP v1 ``session/new`` or ``session/load`` result at *current*, whole: *fields*
+    (``sessionId``), then ``modes`` and ``configOptions``."""
+    modes = modes_state(spec, current)
+    return {**fields, "modes": modes, "configOptions": [mode_option(spec, current)]}
 
 
 def announced(spec: ModeSpec, session_id: str, mode_id: str) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ import acp
 import orjson
 import pytest
 
-from tests.acp_client import TestClient, select, text_block
+from tests.acp_client import TestClient, select, selecting, text_block
 from tests.protocol.http_wire import TIMEOUT, verify
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -121,10 +121,7 @@ async def _spawn(name: str, log: Path, client: TestClient) -> Any:
 async def test_embedded_agent_switches_when_the_user_approves(tmp_path: Path):
     client = TestClient()
 
-    async def answer(options: Any, tool_call: Any) -> Any:
-        return select("code")
-
-    client.answer = answer
+    client.answer = selecting("code")
     log = tmp_path / "modes.jsonl"
     async with await _spawn("embedded_agent.py", log, client) as (conn, _process):
         await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)

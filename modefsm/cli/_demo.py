@@ -36,12 +36,14 @@ from acp.schema import (
 from modefsm.cli._serve import check_log_path
 from modefsm.cli._transcript import (
     _PLAN,
+    TOOL_ENDS,
     TOOLS_ACT,
     TOOLS_PRESET,
     DemoFailedError,
     _copy,
     _expect,
     _Transcript,
+    next_answer,
     tool_act,
 )
 from modefsm.log import TransitionLog
@@ -77,7 +79,7 @@ class DemoClient:
         del session_id, kwargs
         if update.session_update == "current_mode_update":
             self.modes.append(update.current_mode_id)
-        elif update.session_update == "tool_call_update" and update.status in _ENDS:
+        elif update.session_update == "tool_call_update" and update.status in TOOL_ENDS:
             self.tool_ends.append(update.status)
 
     async def request_permission(
@@ -85,11 +87,7 @@ class DemoClient:
     ) -> RequestPermissionResponse:
         """Answer with the next scripted choice."""
         del options, session_id, tool_call, kwargs
-        self.asked += 1
-        hook, self.before_answer = self.before_answer, None
-        if hook is not None:
-            await hook()
-        choice = self.answers.pop(0) if self.answers else None
+        choice = await next_answer(self)
         if choice is None:
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         return RequestPermissionResponse(
@@ -97,7 +95,6 @@ class DemoClient:
         )
 
 
-_ENDS = ("completed", "failed")
 _DECIDED = b'"event":"modefsm.tool_decided"'
 
 

@@ -21,12 +21,14 @@ from acp.experimental.v2 import schema as s2
 
 from modefsm.cli._transcript import (
     _PLAN,
+    TOOL_ENDS,
     TOOLS_ACT,
     TOOLS_PRESET,
     DemoFailedError,
     _copy,
     _expect,
     _Transcript,
+    next_answer,
     tool_act,
 )
 
@@ -62,7 +64,7 @@ class DemoClientV2:
             self.modes.append(_mode(update.config_options))
         elif update.session_update == "state_update":
             self.states.append(update.state)
-        elif update.session_update == "tool_call_update" and update.status in _ENDS:
+        elif update.session_update == "tool_call_update" and update.status in TOOL_ENDS:
             self.tool_ends.append(update.status)
 
     async def request_permission(
@@ -70,19 +72,12 @@ class DemoClientV2:
     ) -> s2.RequestPermissionResponse:
         """Answer with the next scripted choice."""
         del session_id, title, options, kwargs
-        self.asked += 1
-        hook, self.before_answer = self.before_answer, None
-        if hook is not None:
-            await hook()
-        choice = self.answers.pop(0) if self.answers else None
+        choice = await next_answer(self)
         if choice is None:
             return s2.RequestPermissionResponse(outcome=s2.CancelledPermissionOutcome())
         return s2.RequestPermissionResponse(
             outcome=s2.SelectedPermissionOutcomeVariant(option_id=choice)
         )
-
-
-_ENDS = ("completed", "failed")
 
 
 def _mode(options: list[Any]) -> str:

@@ -109,6 +109,26 @@ class _ToolClient(Protocol):
     before_answer: Callable[[], Awaitable[None]] | None
 
 
+TOOL_ENDS = ("completed", "failed")
+"""The final statuses of a tool call (ACP ``ToolCallStatus``) that a demo client records."""
+
+
+async def next_answer(client: _ToolClient) -> str | None:
+    """Count a permission request and pick its scripted answer, once the user acted.
+
+    Awaits the client's ``before_answer`` (then clears it), and takes the next of its
+    ``answers``.
+
+    Returns:
+        The ``optionId`` to select, or ``None`` to answer ``cancelled``.
+    """
+    client.asked += 1
+    hook, client.before_answer = client.before_answer, None
+    if hook is not None:
+        await hook()
+    return client.answers.pop(0) if client.answers else None
+
+
 async def tool_act(
     transcript: _Transcript,
     client: _ToolClient,

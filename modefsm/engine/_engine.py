@@ -50,7 +50,7 @@ import contextlib
 import contextvars
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -87,6 +87,7 @@ from modefsm.spec import ORIGIN_KINDS, TriggerKind
 from modefsm.store import RestorePoint, SessionMoved, SessionStore, StoreBusy, StoreInDoubt
 
 if TYPE_CHECKING:  # the spec's models: an engine is built with one, never builds them
+    from modefsm.log import DecisionRecord
     from modefsm.spec import ModeSpec
 
 __all__ = [
@@ -409,27 +410,15 @@ class ModeEngine(SwitchOffers, ToolCalls):
         Raises:
             HookError, LogError: the fallback could not be made; the session stays unknown.
         """
-        for _ in range(_RACES):
-            live = self._sessions.get(session_id)
-            if live is not None:
-                return live
-            session, context = self._restoring(
-                session_id, mode_id, seq, previous=previous, request_id=request_id, digest=digest
-            )
-            session.config = self.host_options.restored(config)
-            if context is not None:
-                try:
-                    if self.spec.has_mode(mode_id):
-                        self._fire(session, "restore", context.to_mode, context)
-                    else:  # the spec no longer has this mode: no machine state to leave
-                        self._fire_outside_machine(session, context)
-                except SessionMoved as moved:  # another process wrote the fallback (or more)
-                    mode_id, seq, previous, digest, config = moved.current[1:]
-                    continue
-            self._tools_restored(session_id, self._past_decisions(session_id))
-            self._sessions[session_id] = session
-            return session
-        raise self._busy(session_id)
+        last = (mode_id, seq, previous, digest, config)
+        steps = self._restore_steps(session_id, request_id, last)
+        reply: Any = None
+        while True:
+            try:
+                session, context = steps.send(reply)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]  # the generator's Session
+            reply = self._restore_step(session, context)
 
     async def restore_session_async(
         self,
@@ -457,44 +446,89 @@ class ModeEngine(SwitchOffers, ToolCalls):
                 digest=digest,
                 config=config,
             )
+        last = (mode_id, seq, previous, digest, config)
+        steps = self._restore_steps(session_id, request_id, last)
+        reply: Any = None
         async with self._turn(session_id) as deadline:
-            for _ in range(_RACES):
-                live = self._sessions.get(session_id)
-                if live is not None:
-                    return live
-                session, context = self._restoring(
-                    session_id,
-                    mode_id,
-                    seq,
-                    previous=previous,
-                    request_id=request_id,
-                    digest=digest,
-                )
-                session.config = self.host_options.restored(config)
-                if context is not None:
-                    try:
-                        if self.spec.has_mode(mode_id):
-                            await self._fire_async(
-                                session, "restore", context.to_mode, context, deadline
-                            )
-                        else:
-                            self._run_before_hooks(session, context)
-                            self._digest = await self._write_async(session, context, deadline)
-                            self._commit(session, context.from_mode, context.to_mode, context)
-                    except SessionMoved as moved:
-                        mode_id, seq, previous, digest, config = moved.current[1:]
-                        continue
-                past = (
-                    await asyncio.to_thread(self._past_decisions, session_id)
-                    if self._persists
-                    else []
-                )
-                if session_id in self._sessions:  # pragma: no cover - held by the turn
-                    return self._sessions[session_id]
-                self._tools_restored(session_id, past)
-                self._sessions[session_id] = session
-                return session
+            while True:
+                try:
+                    session, context = steps.send(reply)
+                except StopIteration as done:
+                    return done.value  # type: ignore[no-any-return]  # the generator's Session
+                reply = await self._restore_step_async(session, context, deadline)
+
+    def _restore_steps(
+        self,
+        session_id: str,
+        request_id: str | int | None,
+        last: tuple[str, int, str | None, str | None, Mapping[str, object] | None],
+    ) -> Generator[tuple[Session, ModeChange | None], Any, Session]:
+        """The steps of a restore, for :meth:`restore_session` and its async twin to run.
+
+        Yields ``(session, fallback)`` for each I/O step: with a fallback, its write
+        (answered with ``None``, or the :class:`SessionMoved` that refused it); with
+        ``None``, the read of the session's past decisions (answered with them). Returns the
+        live session. *last* is where the session's last record left it: its mode,
+        ``seq``, previous mode, ``digest`` and ``config`` (see :meth:`restore_session`).
+
+        Raises:
+            StoreBusy: other processes moved the session every time it was tried.
+        """
+        for _ in range(_RACES):
+            live = self._sessions.get(session_id)
+            if live is not None:
+                return live
+            mode_id, seq, previous, digest, config = last
+            session, context = self._restoring(
+                session_id, mode_id, seq, previous=previous, request_id=request_id, digest=digest
+            )
+            session.config = self.host_options.restored(config)
+            if context is not None:
+                moved = yield session, context
+                if moved is not None:  # another process wrote the fallback (or more)
+                    last = moved.current[1:]
+                    continue
+            past = yield session, None
+            if session_id in self._sessions:  # pragma: no cover - held by the async turn
+                return self._sessions[session_id]
+            self._tools_restored(session_id, past)
+            self._sessions[session_id] = session
+            return session
         raise self._busy(session_id)
+
+    def _restore_step(
+        self, session: Session, context: ModeChange | None
+    ) -> SessionMoved | list[DecisionRecord] | None:
+        """Run one step of :meth:`_restore_steps`: fire the fallback, or read past decisions."""
+        if context is None:
+            return self._past_decisions(session.session_id)
+        try:
+            if self.spec.has_mode(context.from_mode):
+                self._fire(session, "restore", context.to_mode, context)
+            else:  # the spec no longer has this mode: no machine state to leave
+                self._fire_outside_machine(session, context)
+        except SessionMoved as moved:
+            return moved
+        return None
+
+    async def _restore_step_async(
+        self, session: Session, context: ModeChange | None, deadline: float | None
+    ) -> SessionMoved | list[DecisionRecord] | None:
+        """:meth:`_restore_step`, awaiting the store's write and read."""
+        if context is None:
+            if not self._persists:
+                return []
+            return await asyncio.to_thread(self._past_decisions, session.session_id)
+        try:
+            if self.spec.has_mode(context.from_mode):
+                await self._fire_async(session, "restore", context.to_mode, context, deadline)
+            else:
+                self._run_before_hooks(session, context)
+                self._digest = await self._write_async(session, context, deadline)
+                self._commit(session, context.from_mode, context.to_mode, context)
+        except SessionMoved as moved:
+            return moved
+        return None
 
     def _restoring(
         self,

@@ -13,8 +13,7 @@ A switch is a permission request the client answers. The engine handles it in tw
    :class:`SwitchResult` says which.
 
 :class:`SwitchOffers` is the part of :class:`~modefsm.engine.ModeEngine` that does this;
-it uses the engine's change pipeline (turns, records, hooks), declared here as abstract
-methods.
+it uses the engine's change pipeline (turns, records, hooks) as the engine's own methods.
 """
 
 from __future__ import annotations
@@ -23,10 +22,8 @@ import asyncio
 import contextlib
 import functools
 import uuid
-from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, cast
 
 from modefsm.engine._events import ModeChange
 from modefsm.errors import (
@@ -37,18 +34,18 @@ from modefsm.errors import (
     StaleOptionError,
     TransitionNotAllowedError,
 )
-from modefsm.log import Origin, RejectReason
+from modefsm.log import RejectReason
 from modefsm.spec import PREVIOUS
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from modefsm.engine._backlog import Backlog
-    from modefsm.engine._engine import Session
+    from modefsm.engine._engine import ModeEngine, Session
     from modefsm.engine._machine import ModeMachine
-    from modefsm.spec import ModeSpec, PermissionOptionKind, SwitchOption, TriggerKind
+    from modefsm.spec import ModeSpec, PermissionOptionKind, SwitchOption
 
 __all__ = ["OfferedOption", "SwitchOffer", "SwitchOffers", "SwitchResult"]
-
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +144,7 @@ class SwitchResult:
         return self.reason is None
 
 
-class SwitchOffers(ABC):
+class SwitchOffers:
     """Offer and settle ``switch_mode`` switches (a part of :class:`~modefsm.engine.ModeEngine`).
 
     Attributes:
@@ -159,6 +156,11 @@ class SwitchOffers(ABC):
     machine: ModeMachine
     _sessions: dict[str, Session]
     _backlog: Backlog
+
+    @property
+    def _engine(self) -> ModeEngine:
+        """The engine this is a part of: its change pipeline (turns, records, hooks)."""
+        return cast("ModeEngine", self)
 
     async def offer_switch(
         self, session_id: str, *, tool_call_id: str | None = None
@@ -181,7 +183,7 @@ class SwitchOffers(ABC):
             NoSwitchError: the committed mode has no switch.
             LogError: the store cannot be read to catch up (see :meth:`refresh`).
         """
-        session = await self.refresh(session_id)
+        session = await self._engine.refresh(session_id)
         switch = self.spec.switch_from(session.state)
         if switch is None:
             raise NoSwitchError(session_id, session.state)
@@ -263,7 +265,7 @@ class SwitchOffers(ABC):
                 return SwitchResult(offer.tool_call_id, option_id, None, "log_failed", exc)
         if session_id in self._sessions:  # log from the committed mode
             with contextlib.suppress(LogError):
-                await self.refresh(session_id)
+                await self._engine.refresh(session_id)
         option = offer.get(option_id)
         error = None
         live = self._sessions.get(session_id)
@@ -311,8 +313,8 @@ class SwitchOffers(ABC):
         Raises:
             LogError: the record could not be written.
         """
-        self._reject(
-            self._detached(session_id),
+        self._engine._reject(
+            self._engine._detached(session_id),
             dest,
             "switch_mode",
             reason,
@@ -364,7 +366,7 @@ class SwitchOffers(ABC):
         async def run() -> None:
             reject()
 
-        await self._noting(run)
+        await self._engine._noting(run)
 
     async def drain_notes(self) -> None:
         """Wait until every record given to :meth:`reject_switch_soon` has been written.
@@ -408,16 +410,17 @@ class SwitchOffers(ABC):
                 )
                 return result(None, "session_closed")
             if session.doubt:
-                await self._confirm_async(session, deadline)
+                await self._engine._confirm_async(session, deadline)
             if dest == session.state:
-                await self._confirm_async(session, deadline)
+                await self._engine._confirm_async(session, deadline)
                 return result(None, None)
             if stale is None:
                 stale = session.seq != offer.seq
             refusal = self._refusal(session, dest, stale=stale)
             if refusal is not None:
-                await self._confirm_async(session, deadline)  # refused on the committed mode
-                self._reject(
+                # refused on the committed mode
+                await self._engine._confirm_async(session, deadline)
+                self._engine._reject(
                     session,
                     dest,
                     "switch_mode",
@@ -440,14 +443,14 @@ class SwitchOffers(ABC):
                 option_id,
                 offer.proposed_in if stale else None,
             )
-            await self._fire_async(session, "switch_mode", dest, context, deadline)
+            await self._engine._fire_async(session, "switch_mode", dest, context, deadline)
             return result(context, None)
 
         def moved() -> None:
             nonlocal stale
             stale = True  # another process moved the session: the answer is stale
 
-        return await self._in_turn(offer.session_id, attempt, moved)
+        return await self._engine._in_turn(offer.session_id, attempt, moved)
 
     def _refusal(self, session: Session, dest: str, *, stale: bool) -> RejectReason | None:
         """Why an approved switch to *dest* cannot apply now, or ``None`` if it can.
@@ -505,57 +508,6 @@ class SwitchOffers(ABC):
         if option.target == PREVIOUS:
             return f"{option.name} ({mode_name})"
         return option.name
-
-    # -- the change pipeline (ModeEngine) -------------------------------------------------
-
-    @abstractmethod
-    async def refresh(self, session_id: str) -> Session:
-        """Catch up with what other processes committed to the session."""
-
-    @abstractmethod
-    def _detached(self, session_id: str) -> Session:
-        """The live session, or a stand-in for a closed or unknown one (to log about it)."""
-
-    @abstractmethod
-    async def _in_turn(
-        self,
-        session_id: str,
-        attempt: Callable[[float | None], Awaitable[_T]],
-        moved: Callable[[], None] | None = None,
-    ) -> _T:
-        """``await attempt(deadline)`` in the session's turn, races with other processes retried."""
-
-    @abstractmethod
-    async def _noting(self, work: Callable[[], Awaitable[_T]]) -> _T:
-        """Await ``work()``; the rejection lines it logs are written afterwards, awaited."""
-
-    @abstractmethod
-    async def _confirm_async(self, session: Session, deadline: float | None) -> None:
-        """Is the session still where this process saw it? (``SessionMoved`` if not)."""
-
-    @abstractmethod
-    def _reject(
-        self,
-        session: Session,
-        dest: object,
-        origin: Origin,
-        reason: RejectReason,
-        *,
-        redecide: bool = False,
-        **ids: Any,
-    ) -> None:
-        """Log a rejection from the session's mode as committed when the line is written."""
-
-    @abstractmethod
-    async def _fire_async(
-        self,
-        session: Session,
-        kind: TriggerKind,
-        dest: str,
-        context: ModeChange,
-        deadline: float | None,
-    ) -> None:
-        """Hooks, the record written (awaited), the commit, after-hooks."""
 
 
 def _judge(offer: SwitchOffer, option_id: str | None, *, live: bool) -> RejectReason | None:

@@ -49,7 +49,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Literal, overload
+from typing import Any, BinaryIO, Generic, Literal, TypeVar, overload
 
 import orjson
 from pydantic import ValidationError
@@ -131,61 +131,47 @@ class Location:
         return f"{self.path}:{self.line}" if self.line else self.path
 
 
+_R = TypeVar("_R", TransitionRecord, DecisionRecord, SpecRecord)
+
+
 @dataclass(frozen=True, slots=True)
-class LogEntry:
-    """One modefsm record and where it was read.
+class _Entry(Generic[_R]):
+    """One parsed modefsm line and where it was read.
 
     Attributes:
         location: its file and line.
-        record: the parsed record.
+        record: the parsed line.
         end: the byte offset just past its line, in the (decompressed) file.
         intact: whether its ``digest`` matches its content; ``None`` when digests were not
-            checked or the record has none.
+            checked or the line has none.
+    """
+
+    location: Location
+    record: _R
+    end: int
+    intact: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry(_Entry[TransitionRecord]):
+    """One modefsm record and where it was read (``location``, ``record``, ``end``, ``intact``).
+
+    Attributes:
         gseq: the ``gseq`` a PostgreSQL worker's line carries (the database's commit
             number, not covered by the digest), when it is an integer.
     """
 
-    location: Location
-    record: TransitionRecord
-    end: int
-    intact: bool | None = None
     gseq: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class DecisionEntry:
-    """One ``modefsm.tool_decided`` line and where it was read (``read_log(decisions=True)``).
-
-    Attributes:
-        location: its file and line.
-        record: the parsed decision.
-        end: the byte offset just past its line, in the (decompressed) file.
-        intact: whether its ``digest`` matches its content; ``None`` when digests were not
-            checked or the record has none.
-    """
-
-    location: Location
-    record: DecisionRecord
-    end: int
-    intact: bool | None = None
+class DecisionEntry(_Entry[DecisionRecord]):
+    """One ``modefsm.tool_decided`` line and where it was read (``read_log(decisions=True)``)."""
 
 
 @dataclass(frozen=True, slots=True)
-class SpecEntry:
-    """One ``modefsm.spec`` line, a file's header, and where it was read (``headers=True``).
-
-    Attributes:
-        location: its file and line.
-        record: the parsed header.
-        end: the byte offset just past its line, in the (decompressed) file.
-        intact: whether its ``digest`` matches its content; ``None`` when digests were not
-            checked or the header has none.
-    """
-
-    location: Location
-    record: SpecRecord
-    end: int
-    intact: bool | None = None
+class SpecEntry(_Entry[SpecRecord]):
+    """One ``modefsm.spec`` line, a file's header, and where it was read (``headers=True``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ import acp
 
 from modefsm import preset
 from tests.acp_client import TestClient
-from tests.conftest import mode_option
+from tests.conftest import mode_option, modes_state
 
 SEED = preset("seed")
 TIMEOUT = 30
@@ -132,13 +132,7 @@ async def v1_client(url: str, kind: str) -> AsyncIterator[tuple[Any, TestClient]
 
 def modes(current: str) -> dict[str, Any]:
     """The v1 ``modes`` of the seed preset in mode *current*."""
-    available = []
-    for mode in SEED.modes:
-        entry: dict[str, Any] = {"id": mode.id, "name": mode.name}
-        if mode.description is not None:
-            entry["description"] = mode.description
-        available.append(entry)
-    return {"currentModeId": current, "availableModes": available}
+    return modes_state(SEED, current)
 
 
 def mode_updates(session_id: str, mode: str) -> list[dict[str, Any]]:

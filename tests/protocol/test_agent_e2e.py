@@ -14,8 +14,8 @@ import pytest
 
 from modefsm import preset
 from modefsm.protocol._sdk import HAS_V2
-from tests.acp_client import cancelled, select, serve, text_block
-from tests.conftest import announced, mode_option, read_log
+from tests.acp_client import cancelled, select, selecting, serve, text_block
+from tests.conftest import LOCKED_TOML, announced, mode_option, mode_result, read_log
 from tests.protocol.http_wire import verify
 
 pytestmark = pytest.mark.e2e
@@ -60,17 +60,7 @@ class TestSessions:
         assert frames == [
             {
                 "id": 1,
-                "result": {
-                    "sessionId": session_id,
-                    "modes": {
-                        "currentModeId": "ask",
-                        "availableModes": [
-                            {"id": m.id, "name": m.name, "description": m.description}
-                            for m in SEED.modes
-                        ],
-                    },
-                    "configOptions": [mode_option(SEED, "ask")],
-                },
+                "result": mode_result(SEED, "ask", sessionId=session_id),
             }
         ]
 
@@ -199,11 +189,7 @@ class TestSwitchMode:
     @pytest.mark.sdk_compat
     async def test_approved_switch_frames(self, log_path):
         async with serve(log_path) as (conn, client):
-
-            async def answer(options, tool_call):
-                return select("code")
-
-            client.answer = answer
+            client.answer = selecting("code")
             session_id = await in_architect(conn)
             mark = client.mark()
             response = await conn.prompt(session_id=session_id, prompt=[text_block(PLAN)])
@@ -258,11 +244,7 @@ class TestSwitchMode:
 
     async def test_allow_once_moves_to_exactly_its_target(self, log_path):
         async with serve(log_path) as (conn, client):
-
-            async def answer(options, tool_call):
-                return select("ask")
-
-            client.answer = answer
+            client.answer = selecting("ask")
             session_id = await in_architect(conn)
             await conn.prompt(session_id=session_id, prompt=[text_block(PLAN)])
             modes = [
@@ -347,15 +329,7 @@ class TestSwitchMode:
 
     async def test_stale_approval_the_policy_forbids_changes_nothing(self, log_path, tmp_path):
         spec = tmp_path / "locked.toml"
-        spec.write_text(
-            'name = "locked"\ninitial = "a"\n'
-            '[[modes]]\nid = "a"\nname = "A"\n[[modes]]\nid = "b"\nname = "B"\n'
-            '[[modes]]\nid = "c"\nname = "C"\n'
-            '[client_changes]\na = ["b"]\nb = ["a"]\nc = ["a"]\n'
-            '[[switches]]\nsource = ["a"]\ntitle = "Go to C"\n'
-            '[[switches.options]]\noption_id = "c"\nname = "Yes"\nkind = "allow_once"\n'
-            'target = "c"\n'
-        )
+        spec.write_text(LOCKED_TOML)
         release = asyncio.Event()
         async with serve(log_path, "--spec", str(spec)) as (conn, client):
 
@@ -434,16 +408,7 @@ class TestRestore:
         assert frames == [
             {
                 "id": 1,
-                "result": {
-                    "modes": {
-                        "currentModeId": "code",
-                        "availableModes": [
-                            {"id": m.id, "name": m.name, "description": m.description}
-                            for m in SEED.modes
-                        ],
-                    },
-                    "configOptions": [mode_option(SEED, "code")],
-                },
+                "result": mode_result(SEED, "code"),
             }
         ]
         assert response.modes.current_mode_id == "code"

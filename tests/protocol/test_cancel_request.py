@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from acp._transport import memory_transport_pair
 from acp.agent.connection import AgentSideConnection
 
 from modefsm import LogStore, TransitionLog, preset
 from modefsm.protocol._sdk import ROUTES_CANCEL_REQUEST
 from modefsm.protocol.v1._agent import ModeAgent
 from tests.conftest import read_log
+from tests.protocol.memory_wire import pipe_pair
 
 REQUESTS = {
     "session/set_mode": lambda sid: {"sessionId": sid, "modeId": "code"},
@@ -34,14 +34,7 @@ REQUESTS = {
 
 
 async def _cancel_after(method: str, turns: int, log_path: Path) -> tuple[str, list[Any], Any]:
-    agent_end, client_end = memory_transport_pair()
-    send = agent_end.send
-
-    async def send_like_a_pipe(message: dict[str, Any]) -> None:
-        await asyncio.sleep(0)  # a pipe's drain() gives the loop a turn
-        await send(message)
-
-    agent_end.send = send_like_a_pipe  # type: ignore[method-assign]
+    agent_end, client_end = pipe_pair()
     log = TransitionLog.to_file(log_path)
     agent = ModeAgent(preset("seed"), store=LogStore(log))
     conn = AgentSideConnection(cast("Any", agent), agent_end, listening=True)

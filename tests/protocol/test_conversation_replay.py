@@ -12,7 +12,7 @@ from modefsm import preset
 from modefsm.log import ConversationStore
 from modefsm.protocol import ModeAgent
 from tests.acp_client import select, serve, text_block
-from tests.conftest import mode_option, read_log
+from tests.conftest import mode_result, read_log
 
 pytestmark = pytest.mark.e2e
 
@@ -30,15 +30,6 @@ def text(value: str) -> dict[str, Any]:
 
 def tool_text(value: str) -> list[dict[str, Any]]:
     return [{"type": "content", "content": text(value)}]
-
-
-def modes(current: str) -> dict[str, Any]:
-    return {
-        "currentModeId": current,
-        "availableModes": [
-            {"id": m.id, "name": m.name, "description": m.description} for m in SEED.modes
-        ],
-    }
 
 
 async def a_conversation(conn: Any, client: Any) -> tuple[str, str, str]:
@@ -127,10 +118,7 @@ class TestReplayOnLoad:
             *expected_replay(session_id, rejected, approved),
             {
                 "id": 1,
-                "result": {
-                    "modes": modes("code"),
-                    "configOptions": [mode_option(SEED, "code")],
-                },
+                "result": mode_result(SEED, "code"),
             },
         ]
         assert response.modes.current_mode_id == "code"

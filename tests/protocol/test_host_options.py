@@ -22,7 +22,7 @@ from acp.experimental import v2
 from acp.experimental.v2 import schema as s2
 
 from modefsm import preset
-from tests.acp_client import TestClient
+from tests.acp_client import TestClient, end_agent
 from tests.conftest import mode_option, read_log
 
 pytestmark = pytest.mark.e2e
@@ -70,33 +70,8 @@ async def example(store: Path) -> AsyncIterator[asyncio.subprocess.Process]:
     try:
         yield process
     finally:
-        if process.stdin is not None:
-            process.stdin.close()
-        try:
-            await asyncio.wait_for(process.wait(), TIMEOUT)
-        except TimeoutError:  # pragma: no cover - a hang is the failure shown
-            process.kill()
-            raise
+        await end_agent(process)
     assert process.returncode == 0
-
-
-@contextlib.asynccontextmanager
-async def v1_client(store: Path) -> AsyncIterator[tuple[Any, TestClient]]:
-    client = TestClient()
-    async with example(store) as process:
-        assert process.stdin is not None
-        assert process.stdout is not None
-        conn = acp.connect_to_agent(
-            client,  # type: ignore[arg-type]
-            process.stdin,
-            process.stdout,
-            observers=[client.observe],
-        )
-        await asyncio.wait_for(conn.initialize(protocol_version=1), TIMEOUT)
-        try:
-            yield conn, client
-        finally:
-            await conn.close()
 
 
 class V2Client:
@@ -117,16 +92,24 @@ class V2Client:
 
 
 @contextlib.asynccontextmanager
-async def v2_client(store: Path) -> AsyncIterator[tuple[Any, V2Client]]:
-    client = V2Client()
+async def connected(store: Path, version: int) -> AsyncIterator[tuple[Any, Any]]:
+    """The official SDK client of ACP *version* (1 or 2), initialized, on the example agent."""
+    client: Any = TestClient() if version == 1 else V2Client()
     async with example(store) as process:
         assert process.stdin is not None
         assert process.stdout is not None
-        conn = v2.connect_to_agent(
-            client, process.stdin, process.stdout, observers=[client.observe]
-        )
-        info = s2.Implementation(name="host-options", version="0")
-        await asyncio.wait_for(conn.initialize(protocol_version=2, info=info), TIMEOUT)
+        if version == 1:
+            conn: Any = acp.connect_to_agent(
+                client, process.stdin, process.stdout, observers=[client.observe]
+            )
+            init = conn.initialize(protocol_version=1)
+        else:
+            conn = v2.connect_to_agent(
+                client, process.stdin, process.stdout, observers=[client.observe]
+            )
+            info = s2.Implementation(name="host-options", version="0")
+            init = conn.initialize(protocol_version=2, info=info)
+        await asyncio.wait_for(init, TIMEOUT)
         try:
             yield conn, client
         finally:
@@ -247,7 +230,7 @@ def check_replay(store: Path, session_id: str) -> None:
 
 async def test_v1_client_sets_the_model_and_a_restart_restores_it(tmp_path: Path):
     store = tmp_path / "modes.jsonl"
-    async with v1_client(store) as (conn, client):
+    async with connected(store, 1) as (conn, client):
         created = await conn.new_session(cwd="/")
         session_id = created.session_id
         set_model = await conn.set_config_option(
@@ -301,7 +284,7 @@ async def test_v1_client_sets_the_model_and_a_restart_restores_it(tmp_path: Path
             },
         },
     ]
-    async with v1_client(store) as (conn, _):
+    async with connected(store, 1) as (conn, _):
         loaded = await conn.load_session(cwd="/", session_id=session_id)
     assert dumped(loaded)["configOptions"] == [mode("code"), model("smart")]
     assert read_log(store) == records(store, session_id)
@@ -310,7 +293,7 @@ async def test_v1_client_sets_the_model_and_a_restart_restores_it(tmp_path: Path
 
 async def test_v2_client_sets_the_model_and_a_restart_resumes_it(tmp_path: Path):
     store = tmp_path / "modes.jsonl"
-    async with v2_client(store) as (conn, client):
+    async with connected(store, 2) as (conn, client):
         created = await conn.new_session(cwd="/")
         session_id = created.session_id
         set_model = await conn.set_config_option(
@@ -352,7 +335,7 @@ async def test_v2_client_sets_the_model_and_a_restart_resumes_it(tmp_path: Path)
         }
         for m in ("ask", "code")
     ]
-    async with v2_client(store) as (conn, _):
+    async with connected(store, 2) as (conn, _):
         resumed = await conn.resume_session(session_id=session_id, cwd="/")
     assert dumped(resumed)["configOptions"] == [
         mode("code", v2_shape=True),

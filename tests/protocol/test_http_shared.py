@@ -9,7 +9,7 @@ from typing import Any
 import acp
 import pytest
 
-from tests.acp_client import select, text_block
+from tests.acp_client import selecting, text_block
 from tests.conftest import mode_option
 from tests.protocol.http_wire import (
     SEED,
@@ -42,10 +42,7 @@ async def test_a_session_made_on_one_connection_is_loaded_and_changed_on_another
         session_id = (await a.new_session(cwd=".")).session_id
         await a.set_session_mode(session_id=session_id, mode_id="architect")
 
-        async def reject(options: Any, tool_call: Any) -> Any:
-            return select("reject")
-
-        seen_a.answer = reject
+        seen_a.answer = selecting("reject")
         await a.prompt(session_id=session_id, prompt=[text_block("plan")])
         told_a = seen_a.updates(session_id)
         conversation = [

@@ -17,15 +17,27 @@ import pytest
 
 from modefsm import preset
 from modefsm.protocol import MAX_BODY_BYTES, MAX_CONNECTIONS, create_app, serve_http
-from tests.acp_client import select, text_block
-from tests.conftest import mode_option
+from tests.acp_client import select, selecting, text_block
+from tests.conftest import mode_result
 from tests.protocol.http_wire import auth, http_server, post, v1_client, ws_connect
 
-from .test_conversation_replay import a_conversation, expected_replay, modes
+from .test_conversation_replay import a_conversation, expected_replay
 
 pytestmark = pytest.mark.e2e
 
 SEED = preset("seed")
+BAD_JSON_ANSWER = {
+    "jsonrpc": "2.0",
+    "id": None,
+    "error": {
+        "code": -32700,
+        "message": "Parse error",
+        "data": {
+            "details": "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"
+        },
+    },
+}
+"""The whole answer to the frame ``{bad``, over HTTP and WebSocket alike."""
 
 
 def initialize(request_id: int = 0) -> bytes:
@@ -65,7 +77,7 @@ class TestOverTheWire:
             *expected_replay(session_id, rejected, approved),
             {
                 "id": 1,
-                "result": {"modes": modes("code"), "configOptions": [mode_option(SEED, "code")]},
+                "result": mode_result(SEED, "code"),
             },
         ]
         assert response.modes.current_mode_id == "code"
@@ -74,11 +86,7 @@ class TestOverTheWire:
     async def test_permission_request_round_trip(self, log_path, kind):
         with http_server(log_path) as url:
             async with v1_client(url, kind) as (conn, client):
-
-                async def answer(options: Any, tool_call: Any) -> Any:
-                    return select("ask")
-
-                client.answer = answer
+                client.answer = selecting("ask")
                 session_id = (await conn.new_session(cwd=".")).session_id
                 await conn.set_session_mode(session_id=session_id, mode_id="architect")
                 result = await conn.prompt(session_id=session_id, prompt=[text_block("go")])
@@ -125,21 +133,7 @@ class TestHostileRequests:
         )
 
     def test_bad_json_gets_a_parse_error(self, one_server):
-        assert post(one_server, b"{bad") == (
-            400,
-            {
-                "jsonrpc": "2.0",
-                "id": None,
-                "error": {
-                    "code": -32700,
-                    "message": "Parse error",
-                    "data": {
-                        "details": "Expecting property name enclosed in double quotes: "
-                        "line 1 column 2 (char 1)"
-                    },
-                },
-            },
-        )
+        assert post(one_server, b"{bad") == (400, BAD_JSON_ANSWER)
 
     def test_nan_and_scalars_and_batches_are_refused(self, one_server):
         status, body = post(one_server, b'{"jsonrpc":"2.0","id":NaN,"method":"initialize"}')
@@ -305,18 +299,7 @@ class TestWebSocketFrames:
             invalid = json.loads(await asyncio.wait_for(socket.recv(), 10))
             await socket.send(initialize(4).decode())
             answer = json.loads(await asyncio.wait_for(socket.recv(), 10))
-        assert parse_error == {
-            "jsonrpc": "2.0",
-            "id": None,
-            "error": {
-                "code": -32700,
-                "message": "Parse error",
-                "data": {
-                    "details": "Expecting property name enclosed in double quotes: "
-                    "line 1 column 2 (char 1)"
-                },
-            },
-        }
+        assert parse_error == BAD_JSON_ANSWER
         assert invalid == {
             "jsonrpc": "2.0",
             "id": 3,

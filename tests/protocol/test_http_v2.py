@@ -29,7 +29,7 @@ from tests.protocol.http_wire import (
     v1_client,
     ws_connect,
 )
-from tests.protocol.v2_frames import V2_OPTIONS, Frames, option_v2, text
+from tests.protocol.v2_frames import Frames, option_v2, text
 
 pytestmark = pytest.mark.e2e
 
@@ -180,46 +180,7 @@ class TestV2Client:
             outcome = frames[-4]["params"]["update"]["content"][0]["content"]["text"]
             assert outcome.startswith(shown), answer
             assert frames == [
-                update(
-                    session_id,
-                    {
-                        "sessionUpdate": "user_message",
-                        "messageId": message_id,
-                        "content": [{"type": "text", "text": "go"}],
-                    },
-                ),
-                state(session_id, "running"),
-                update(
-                    session_id,
-                    {
-                        "sessionUpdate": "tool_call_update",
-                        "toolCallId": call,
-                        "title": "Ready for implementation",
-                        "kind": "switch_mode",
-                        "status": "pending",
-                        "content": text("go"),
-                    },
-                ),
-                state(session_id, "requires_action"),
-                {
-                    "id": frames[4]["id"],
-                    "method": "session/request_permission",
-                    "params": {
-                        "sessionId": session_id,
-                        "title": "Ready for implementation",
-                        "subject": {
-                            "type": "tool_call",
-                            "toolCall": {
-                                "toolCallId": call,
-                                "title": "Ready for implementation",
-                                "kind": "switch_mode",
-                                "status": "pending",
-                                "content": text("go"),
-                            },
-                        },
-                        "options": V2_OPTIONS,
-                    },
-                },
+                *FRAMES.switch_asked(session_id, message_id, call, frames[4]["id"], "go"),
                 state(session_id, "running"),
                 *switched,
                 update(

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from modefsm import preset
-from tests.acp_client import start_serve
+from tests.acp_client import end_agent, start_serve
 from tests.conftest import read_log
 from tests.protocol.test_agent_e2e import (
     DEMO_AGENT_STARTS,
@@ -27,7 +27,7 @@ from tests.protocol.test_agent_e2e import (
     demo_tool_calls,
     initialize_frames_per_section,
 )
-from tests.protocol.v2_frames import V2_OPTIONS, Frames, option_v2, text
+from tests.protocol.v2_frames import Frames, option_v2, text
 
 pytestmark = pytest.mark.e2e
 
@@ -96,13 +96,7 @@ async def serve(log: Path, *args: str, version: int | None = 2) -> AsyncIterator
             await wire.call("initialize", {"protocolVersion": 1})
         yield wire
     finally:
-        assert process.stdin is not None
-        process.stdin.close()
-        try:
-            await asyncio.wait_for(process.wait(), TIMEOUT)
-        except TimeoutError:  # pragma: no cover - a hang is the failure shown
-            process.kill()
-            raise
+        await end_agent(process)
 
 
 def changes(log: Path) -> list[tuple[Any, ...]]:
@@ -234,65 +228,22 @@ class TestConfigOption:
         assert close == [{"jsonrpc": "2.0", "id": 3, "result": {}}]
 
 
-async def prompt_until_permission(wire: Wire, session_id: str, plan: str) -> tuple[int, list[Any]]:
-    """Send a prompt in architect mode; the frames up to the permission request."""
+async def switch_asked(
+    wire: Wire, session_id: str, plan: str = "go"
+) -> tuple[int, list[Any], str, str]:
+    """Send a prompt of *plan* in architect mode; check the frames up to the switch's
+    permission request, whole. Returns the prompt's id, those frames, the ``messageId``
+    and the ``toolCallId``."""
     prompt_id = await wire.request(
         "session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": plan}]}
     )
     frames = [await wire.read()]
     while frames[-1].get("method") != "session/request_permission":
         frames.append(await wire.read())
-    return prompt_id, frames
-
-
-def opening(session_id: str, frames: list[Any], plan: str) -> tuple[str, str]:
-    """Check the frames before the permission request; return (messageId, toolCallId)."""
     message_id = frames[0]["params"]["update"]["messageId"]
     call = frames[2]["params"]["update"]["toolCallId"]
-    assert frames == [
-        update(
-            session_id,
-            {
-                "sessionUpdate": "user_message",
-                "messageId": message_id,
-                "content": [{"type": "text", "text": plan}],
-            },
-        ),
-        state(session_id, "running"),
-        update(
-            session_id,
-            {
-                "sessionUpdate": "tool_call_update",
-                "toolCallId": call,
-                "title": "Ready for implementation",
-                "kind": "switch_mode",
-                "status": "pending",
-                "content": text(plan),
-            },
-        ),
-        state(session_id, "requires_action"),
-        {
-            "jsonrpc": "2.0",
-            "id": frames[4]["id"],
-            "method": "session/request_permission",
-            "params": {
-                "sessionId": session_id,
-                "title": "Ready for implementation",
-                "subject": {
-                    "type": "tool_call",
-                    "toolCall": {
-                        "toolCallId": call,
-                        "title": "Ready for implementation",
-                        "kind": "switch_mode",
-                        "status": "pending",
-                        "content": text(plan),
-                    },
-                },
-                "options": V2_OPTIONS,
-            },
-        },
-    ]
-    return message_id, call
+    assert frames == FRAMES.switch_asked(session_id, message_id, call, frames[4]["id"], plan)
+    return prompt_id, frames, message_id, call
 
 
 class TestSwitch:
@@ -300,8 +251,7 @@ class TestSwitch:
         async with serve(log_path) as wire:
             session_id = await wire.new_session()
             await wire.set_mode(session_id, "architect")
-            prompt_id, frames = await prompt_until_permission(wire, session_id, "go")
-            message_id, call = opening(session_id, frames, "go")
+            prompt_id, frames, message_id, call = await switch_asked(wire, session_id)
             await wire.send(
                 {
                     "jsonrpc": "2.0",
@@ -370,8 +320,7 @@ class TestSwitch:
             session_id = await wire.new_session()
             await wire.set_mode(session_id, "architect")
             for answer, _reason, shown in cases:
-                prompt_id, frames = await prompt_until_permission(wire, session_id, "go")
-                _message_id, call = opening(session_id, frames, "go")
+                prompt_id, frames, _message_id, call = await switch_asked(wire, session_id)
                 await wire.send({"jsonrpc": "2.0", "id": frames[-1]["id"], "result": answer})
                 rest = await wire.until_answer(prompt_id)
                 assert rest[:2] == [
@@ -400,8 +349,7 @@ class TestSwitch:
         async with serve(log_path) as wire:
             session_id = await wire.new_session()
             await wire.set_mode(session_id, "architect")
-            prompt_id, frames = await prompt_until_permission(wire, session_id, "go")
-            opening(session_id, frames, "go")
+            prompt_id, frames, _message_id, _call = await switch_asked(wire, session_id)
             assert await wire.set_mode(session_id, "ask") == [
                 options_update(session_id, "ask"),
                 {"jsonrpc": "2.0", "id": 5, "result": {"configOptions": [option_v2("ask")]}},
@@ -422,8 +370,7 @@ class TestSwitch:
         async with serve(log_path) as wire:
             session_id = await wire.new_session()
             await wire.set_mode(session_id, "architect")
-            prompt_id, frames = await prompt_until_permission(wire, session_id, "go")
-            _message_id, call = opening(session_id, frames, "go")
+            prompt_id, frames, _message_id, call = await switch_asked(wire, session_id)
             await wire.send(
                 {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": prompt_id}}
             )

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from acp._transport import memory_transport_pair
 from acp.schema import AgentMessageChunk, TextContentBlock, UserMessageChunk
 
 from modefsm import preset
@@ -37,6 +36,7 @@ from modefsm.log import ConversationStore
 from modefsm.protocol.v2._agent import connect_v2
 from modefsm.store import open_store
 from tests.conftest import read_log
+from tests.protocol.memory_wire import RawClient, pipe_pair
 
 SPEC = preset("permission")
 SCHEDULES = 240 * (int(os.environ.get("MODEFSM_SOAK", "0") or 0) * 10 or 1)
@@ -116,7 +116,7 @@ REPLAY: list[tuple[str, Any]] = [
 ]
 
 
-async def _run(seed: int, log: Path, template: tuple[Path, str]) -> str:  # noqa: C901, PLR0915 - one schedule, checked whole
+async def _run(seed: int, log: Path, template: tuple[Path, str]) -> str:  # noqa: PLR0915 - one schedule, checked whole
     rng = random.Random(seed)
     first, session_id = template  # the first life's log, index and journal, copied
     for path in first.parent.glob(first.name + "*"):
@@ -127,38 +127,11 @@ async def _run(seed: int, log: Path, template: tuple[Path, str]) -> str:  # noqa
     agent = ScriptedAgent(SPEC, store=store, conversation=conversation)
     reads = _Reads()
     asyncio.get_running_loop().set_default_executor(reads)
-    agent_end, client_end = memory_transport_pair()
-    send = agent_end.send
-
-    async def send_like_a_pipe(message: dict[str, Any]) -> None:
-        await asyncio.sleep(0)
-        await send(message)
-
-    agent_end.send = send_like_a_pipe  # type: ignore[method-assign]
+    agent_end, client_end = pipe_pair()
     conn = connect_v2(agent, agent_end)
     listen = asyncio.ensure_future(conn.listen())
-    frames: list[dict[str, Any]] = []
-    arrived = asyncio.Event()
-
-    async def pump() -> None:
-        while (frame := await client_end.receive()) is not None:
-            frames.append(frame)
-            arrived.set()
-
-    reader = asyncio.ensure_future(pump())
-
-    async def answer(request_id: int) -> tuple[int, dict[str, Any]]:
-        while True:
-            for index, frame in enumerate(frames):
-                if frame.get("id") == request_id and "method" not in frame:
-                    return index, frame
-            arrived.clear()
-            await asyncio.wait_for(arrived.wait(), 5)
-
-    async def request(request_id: int, method: str, params: dict[str, Any]) -> None:
-        await client_end.send(
-            {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-        )
+    client = RawClient(client_end)
+    frames, answer, request = client.frames, client.answer, client.request
 
     try:
         await request(
@@ -199,7 +172,7 @@ async def _run(seed: int, log: Path, template: tuple[Path, str]) -> str:  # noqa
     finally:
         await client_end.close()
         await asyncio.wait_for(listen, 5)
-        reader.cancel()
+        client.reader.cancel()
         reads.shutdown(wait=True)
         store.close()
         conversation.close()

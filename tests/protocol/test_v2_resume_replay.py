@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from acp.experimental import v2
 from acp.experimental.v2 import schema as s2
 
 from modefsm import preset
-from tests.acp_client import select
+from tests.acp_client import end_agent, select, start_serve
 from tests.acp_client import serve as serve_v1
 from tests.acp_client import text_block as v1_text
 from tests.conftest import mode_option, read_log
@@ -61,6 +60,14 @@ def update(session_id: str, **body: Any) -> dict[str, Any]:
 def primer(session_id: str, message_id: str) -> dict[str, Any]:
     """The whole-message update a replay sends before an agent message's chunks."""
     return update(session_id, sessionUpdate="agent_message", messageId=message_id, content=[])
+
+
+def replied(session_id: str, message_id: str, words: str) -> list[dict[str, Any]]:
+    """An agent message of *words* as a replay sends it: its primer, then its one chunk."""
+    chunk = update(
+        session_id, sessionUpdate="agent_message_chunk", messageId=message_id, content=text(words)
+    )
+    return [primer(session_id, message_id), chunk]
 
 
 def unprimed(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -172,16 +179,7 @@ async def serve_v2(
 ) -> AsyncIterator[tuple[Any, V2Client]]:
     """`modefsm serve --log LOG`, initialized by the SDK's v2 client."""
     client = client or V2Client()
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "modefsm",
-        "serve",
-        "--log",
-        str(log),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-    )
+    process = await start_serve(log)
     assert process.stdin is not None
     assert process.stdout is not None
     conn = v2.connect_to_agent(client, process.stdin, process.stdout, observers=[client.observe])
@@ -191,12 +189,7 @@ async def serve_v2(
         yield conn, client
     finally:
         await conn.close()
-        process.stdin.close()
-        try:
-            await asyncio.wait_for(process.wait(), TIMEOUT)
-        except TimeoutError:  # pragma: no cover - a hang is the failure shown
-            process.kill()
-            raise
+        await end_agent(process)
 
 
 async def resume(
@@ -275,13 +268,7 @@ def expected_v2_replay(
             status="failed",
             content=tool_text("Declined: staying in architect mode."),
         ),
-        primer(session_id, a1),
-        update(
-            session_id,
-            sessionUpdate="agent_message_chunk",
-            messageId=a1,
-            content=text("Not switched (option_rejected): still in architect mode."),
-        ),
+        *replied(session_id, a1, "Not switched (option_rejected): still in architect mode."),
         update(session_id, sessionUpdate="user_message", messageId=u2, content=[text(PLAN)]),
         update(
             session_id, sessionUpdate=call, toolCallId=approved, **pending, content=tool_text(PLAN)
@@ -293,26 +280,14 @@ def expected_v2_replay(
             status="completed",
             content=tool_text("Switched to code mode."),
         ),
-        primer(session_id, a2),
-        update(
-            session_id,
-            sessionUpdate="agent_message_chunk",
-            messageId=a2,
-            content=text("Approved: now in code mode."),
-        ),
+        *replied(session_id, a2, "Approved: now in code mode."),
         update(
             session_id,
             sessionUpdate="user_message",
             messageId=u3,
             content=[text("hello"), text("there")],
         ),
-        primer(session_id, a3),
-        update(
-            session_id,
-            sessionUpdate="agent_message_chunk",
-            messageId=a3,
-            content=text("Mode code: hello there"),
-        ),
+        *replied(session_id, a3, "Mode code: hello there"),
     ]
 
 

@@ -21,7 +21,7 @@ from acp.experimental import v2
 from acp.experimental.v2 import schema as s2
 from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse, TextContentBlock
 
-from tests.acp_client import TIMEOUT
+from tests.acp_client import TIMEOUT, end_agent
 
 Answer = Callable[[dict[str, Any]], Awaitable[str | None]]
 
@@ -160,9 +160,4 @@ async def connect(
         await asyncio.wait_for(connection.initialize(protocol_version=2, info=info), TIMEOUT)
         yield client
     finally:
-        process.stdin.close()
-        try:
-            await asyncio.wait_for(process.wait(), TIMEOUT)
-        except TimeoutError:  # pragma: no cover - a hang is the failure shown
-            process.kill()
-            raise
+        await end_agent(process)

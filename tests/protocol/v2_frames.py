@@ -49,3 +49,39 @@ class Frames:
     def state(self, session_id: str, name: str, **extra: Any) -> dict[str, Any]:
         """A ``state_update`` to *name* (``stopReason`` and the like in *extra*)."""
         return self.update(session_id, {"sessionUpdate": "state_update", "state": name, **extra})
+
+    def switch_asked(
+        self, session_id: str, message_id: str, call: str, request_id: Any, plan: str
+    ) -> list[dict[str, Any]]:
+        """A prompt of *plan* in architect, up to the switch's permission request: the
+        ``user_message``, ``running``, the pending ``switch_mode`` tool call,
+        ``requires_action`` and the ``session/request_permission`` (id *request_id*)."""
+        call_fields = {
+            "toolCallId": call,
+            "title": "Ready for implementation",
+            "kind": "switch_mode",
+            "status": "pending",
+            "content": text(plan),
+        }
+        user = {
+            "sessionUpdate": "user_message",
+            "messageId": message_id,
+            "content": [{"type": "text", "text": plan}],
+        }
+        return [
+            self.update(session_id, user),
+            self.state(session_id, "running"),
+            self.update(session_id, {"sessionUpdate": "tool_call_update", **call_fields}),
+            self.state(session_id, "requires_action"),
+            {
+                **self.envelope,
+                "id": request_id,
+                "method": "session/request_permission",
+                "params": {
+                    "sessionId": session_id,
+                    "title": "Ready for implementation",
+                    "subject": {"type": "tool_call", "toolCall": call_fields},
+                    "options": V2_OPTIONS,
+                },
+            },
+        ]

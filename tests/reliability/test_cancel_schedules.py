@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from acp._transport import memory_transport_pair
 from acp.experimental import AgentProtocolRouter
 
 from modefsm import LogStore, TransitionLog, preset
 from modefsm.cli._serve import ScriptedAgent
 from modefsm.protocol.v2._agent import ModeAgentV2
 from tests.conftest import read_log
+from tests.protocol.memory_wire import RawClient, pipe_pair
 
 SCHEDULES = 240 * (int(os.environ.get("MODEFSM_SOAK", "0") or 0) * 10 or 1)
 MAX_TURNS = 24
@@ -52,42 +52,18 @@ async def _run(seed: int, log_path: Path) -> None:  # noqa: C901, PLR0912, PLR09
     rng = random.Random(seed)
     version = rng.choice((1, 2))
     scenario = rng.choice(("set", "switch"))
-    agent_end, client_end = memory_transport_pair()
-    send = agent_end.send
-
-    async def send_like_a_pipe(message: dict[str, Any]) -> None:
-        await asyncio.sleep(0)
-        await send(message)
-
-    agent_end.send = send_like_a_pipe  # type: ignore[method-assign]
+    agent_end, client_end = pipe_pair()
     log = TransitionLog.to_file(log_path)
     base = ScriptedAgent(preset("seed"), store=LogStore(log), unstable=True)
     router = AgentProtocolRouter(v1=lambda _c: cast("Any", base), v2=lambda c: ModeAgentV2(base, c))
     conn = router.connect(agent_end, listening=False)
     listen = asyncio.ensure_future(conn.listen())
-    frames: list[dict[str, Any]] = []
-    arrived = asyncio.Event()
-
-    async def pump() -> None:
-        while (frame := await client_end.receive()) is not None:
-            frames.append(frame)
-            arrived.set()
-
-    reader = asyncio.ensure_future(pump())
+    client = RawClient(client_end)
+    frames = client.frames
 
     async def call(request_id: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        await client_end.send(
-            {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-        )
-        return await answer(request_id)
-
-    async def answer(request_id: int) -> dict[str, Any]:
-        while True:
-            for frame in frames:
-                if frame.get("id") == request_id and "method" not in frame:
-                    return frame
-            arrived.clear()
-            await asyncio.wait_for(arrived.wait(), 5)
+        await client.request(request_id, method, params)
+        return (await client.answer(request_id))[1]
 
     def set_params(value: str) -> dict[str, Any]:
         params = {"sessionId": sid, "configId": "mode", "value": value}
@@ -114,7 +90,7 @@ async def _run(seed: int, log_path: Path) -> None:  # noqa: C901, PLR0912, PLR09
             await client_end.send(
                 {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 2}}
             )
-            reply = await answer(2)
+            _, reply = await client.answer(2)
             seen = [_mode_of(f) for f in frames[mark:] if f.get("method") == "session/update"]
             made = [r for r in read_log(log_path) if r["event"] == "modefsm.mode_changed"]
             if "result" in reply:
@@ -156,7 +132,7 @@ async def _run(seed: int, log_path: Path) -> None:  # noqa: C901, PLR0912, PLR09
                         }
                     )
                 await asyncio.sleep(0)
-            await answer(3)
+            await client.answer(3)
             for _ in range(50):  # let a late answer be handled
                 await asyncio.sleep(0)
             await base.engine.flush()
@@ -200,8 +176,8 @@ async def _run(seed: int, log_path: Path) -> None:  # noqa: C901, PLR0912, PLR09
     finally:
         await client_end.close()
         listen.cancel()
-        reader.cancel()
-        await asyncio.gather(listen, reader, return_exceptions=True)
+        client.reader.cancel()
+        await asyncio.gather(listen, client.reader, return_exceptions=True)
         await conn.close()
         log.close()
 

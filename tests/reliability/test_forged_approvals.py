@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import LOCKED_TOML
+
 from .harness import RawPeer, raw_serve, read_log
 
 pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
@@ -234,15 +236,7 @@ class TestStaleAnswers:
 
     async def test_an_allow_the_spec_no_longer_allows_changes_nothing(self, tmp_path: Path):
         spec = tmp_path / "locked.toml"
-        spec.write_text(
-            'name = "locked"\ninitial = "a"\n'
-            '[[modes]]\nid = "a"\nname = "A"\n[[modes]]\nid = "b"\nname = "B"\n'
-            '[[modes]]\nid = "c"\nname = "C"\n'
-            '[client_changes]\na = ["b"]\nb = ["a"]\nc = ["a"]\n'
-            '[[switches]]\nsource = ["a"]\ntitle = "Go to C"\n'
-            '[[switches.options]]\noption_id = "c"\nname = "Yes"\nkind = "allow_once"\n'
-            'target = "c"\n'
-        )
+        spec.write_text(LOCKED_TOML)
         log = tmp_path / "log.jsonl"
         async with raw_serve(log, "--spec", str(spec)) as peer:
             sid, prompt_id, request = await pending_switch(peer, "a")

@@ -49,6 +49,25 @@ def reference_allows(data: dict[str, Any], kind: str, source: str, dest: str) ->
     return restored == dest
 
 
+def reference_reached(data: dict[str, Any]) -> set[str]:
+    """Modes reached from the initial one by client changes and explicit switch targets."""
+    ids = [m["id"] for m in data["modes"]]
+    reached, frontier = {data["initial"]}, [data["initial"]]
+    while frontier:
+        source = frontier.pop()
+        for dest in ids:
+            explicit = any(
+                source in sw["source"] and dest in {o.get("target") for o in sw["options"]}
+                for sw in data.get("switches", [])
+            )
+            if (reference_allows(data, "client_change", source, dest) or explicit) and (
+                dest not in reached
+            ):
+                reached.add(dest)
+                frontier.append(dest)
+    return reached
+
+
 def reference_groups(spec: ModeSpec) -> list[tuple[str, ...]]:
     """Repeatedly the largest maximal clique of mutual client changes (ties: spec order)."""
     order = {m: i for i, m in enumerate(spec.mode_ids)}
@@ -155,18 +174,7 @@ class TestSameAsTheDefinitions:
     @given(spec_data())
     def test_unreachable_modes_are_those_no_path_reaches(self, data):
         ids = [m["id"] for m in data["modes"]]
-        reached, frontier = {data["initial"]}, [data["initial"]]
-        while frontier:
-            source = frontier.pop()
-            for dest in ids:
-                explicit = any(
-                    source in sw["source"] and dest in {o.get("target") for o in sw["options"]}
-                    for sw in data.get("switches", [])
-                )
-                reachable = reference_allows(data, "client_change", source, dest) or explicit
-                if reachable and dest not in reached:
-                    reached.add(dest)
-                    frontier.append(dest)
+        reached = reference_reached(data)
         expected = [
             f"modes[{i}]: mode {m!r} is unreachable from the initial mode"
             for i, m in enumerate(ids)

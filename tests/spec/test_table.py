@@ -24,30 +24,11 @@ from modefsm.spec import (
     preset_names,
 )
 from modefsm.spec._model import _unreachable
-from tests.spec.test_scale import build, reference_allows, spec_data
+from tests.spec.test_scale import build, reference_allows, reference_reached, spec_data
 
 
 def _ignore(*_: object) -> None:
     pass
-
-
-def reference_reached(data: dict[str, typing.Any]) -> set[str]:
-    """Modes reached from the initial one by client changes and explicit switch targets."""
-    ids = [m["id"] for m in data["modes"]]
-    reached, frontier = {data["initial"]}, [data["initial"]]
-    while frontier:
-        source = frontier.pop()
-        for dest in ids:
-            explicit = any(
-                source in sw["source"] and dest in {o.get("target") for o in sw["options"]}
-                for sw in data.get("switches", [])
-            )
-            if (reference_allows(data, "client_change", source, dest) or explicit) and (
-                dest not in reached
-            ):
-                reached.add(dest)
-                frontier.append(dest)
-    return reached
 
 
 class TestTable:
