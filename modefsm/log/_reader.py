@@ -162,12 +162,15 @@ class DecisionEntry:
         end: the byte offset just past its line, in the (decompressed) file.
         intact: whether its ``digest`` matches its content; ``None`` when digests were not
             checked or the record has none.
+        gseq: the ``gseq`` a PostgreSQL worker's decision line carries (the database's
+            commit number, shared with the records), or ``None``.
     """
 
     location: Location
     record: DecisionRecord
     end: int
     intact: bool | None = None
+    gseq: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -552,7 +555,10 @@ class _FileReader:
         intact = None
         if self.check_digests and record.digest is not None:
             intact = record_digest(data) == record.digest
-        made: DecisionEntry | SpecEntry = entry(location, record, end, intact)
+        if entry is DecisionEntry:
+            gseq = data.get("gseq")
+            return DecisionEntry(location, record, end, intact, gseq if type(gseq) is int else None)
+        made: SpecEntry = entry(location, record, end, intact)
         return made
 
 

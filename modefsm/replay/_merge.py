@@ -108,9 +108,10 @@ def merge_by_gseq(
     """The items of :func:`~modefsm.log.read_log` of every file in *paths*, merged by ``gseq``.
 
     Streaming: one item per file is held at a time. Each file's items come in their file
-    order; an item without ``gseq`` (a rejection, a decision, a header, a problem) keeps the
-    place of the record before it in its file (before every record when there is none); equal
-    ``gseq`` are taken in the order of *paths*.
+    order; a record or a decision with a ``gseq`` is placed by it; an item without
+    (a rejection, a header, a problem) keeps the place of the item before it in its file
+    (before every record when there is none); equal ``gseq`` are taken in the order of
+    *paths*.
     """
     readers = [
         read_log([path], check_digests=check_digests, decisions=True, headers=True)
@@ -124,7 +125,7 @@ def merge_by_gseq(
         item = next(readers[number], None)
         if item is None:
             return
-        if isinstance(item, LogEntry) and item.gseq is not None:
+        if isinstance(item, LogEntry | DecisionEntry) and item.gseq is not None:
             keys[number] = item.gseq
         heapq.heappush(heap, (keys[number], number, next(order), item))
 

@@ -354,7 +354,7 @@ def test_unreachable_server_and_other_schema_are_refused(postgres_url: str) -> N
     open_store(postgres_url).close()  # creates the schema
     with psycopg.connect(postgres_url, autocommit=True) as db:
         db.execute("UPDATE modefsm_schema SET version = 99")
-    with pytest.raises(LogError, match="has schema version 99; this modefsm uses 1"):
+    with pytest.raises(LogError, match="has schema version 99; this modefsm uses 2"):
         open_store(postgres_url)
     with pytest.raises(LogError, match="not a postgresql:// URL"):
         open_store("mysql://x")
