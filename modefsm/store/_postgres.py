@@ -919,22 +919,32 @@ class PgStore:
             StoreBusy, LogError: as :meth:`restore_point`; ``LogError`` also for a row that
                 is not a valid decision (raised when that row is reached).
         """
+        query = (
+            "SELECT gseq, record FROM modefsm_decisions WHERE session_id = %s "
+            "AND gseq > %s ORDER BY gseq LIMIT %s"
+        )
+        for gseq, record in self._pages(
+            query, (session_id,), f"the decisions of sessionId {session_id}"
+        ):
+            try:
+                yield DecisionRecord.model_validate(record)
+            except ValidationError:
+                msg = f"the decision of gseq {gseq} is not a modefsm.tool_decided record"
+                raise LogError(msg, self.where) from None
+
+    def _pages(
+        self, query: str, fixed: tuple[Any, ...], what: str, *, afters: int = 1
+    ) -> Iterator[tuple[Any, ...]]:
+        """Every row of *query*, read 1,000 per query (blocking).
+
+        The query's parameters: *fixed*, then the first column of the previous page's last
+        row (*afters* times; 0 for the first page), then the page size.
+        """
         after = 0
         while True:
-            rows = self._blocking(
-                self._query(
-                    "SELECT gseq, record FROM modefsm_decisions WHERE session_id = %s "
-                    "AND gseq > %s ORDER BY gseq LIMIT %s",
-                    (session_id, after, _PAGE),
-                    f"the decisions of sessionId {session_id}",
-                )
-            )
-            for gseq, record in rows:
-                try:
-                    yield DecisionRecord.model_validate(record)
-                except ValidationError:
-                    msg = f"the decision of gseq {gseq} is not a modefsm.tool_decided record"
-                    raise LogError(msg, self.where) from None
+            params = (*fixed, *(after,) * afters, _PAGE)
+            rows = self._blocking(self._query(query, params, what))
+            yield from rows
             if len(rows) < _PAGE:
                 return
             after = rows[-1][0]
@@ -979,21 +989,14 @@ class PgStore:
         Raises:
             StoreBusy, LogError: as :meth:`restore_point`.
         """
-        after = 0
-        while True:
-            rows = self._blocking(
-                self._query(
-                    "SELECT seq, record FROM modefsm_records WHERE session_id = %s "
-                    "AND seq > %s ORDER BY seq LIMIT %s",
-                    (session_id, after, _PAGE),
-                    f"the history of sessionId {session_id}",
-                )
-            )
-            for _, record in rows:
-                yield TransitionRecord.model_validate(record)
-            if len(rows) < _PAGE:
-                return
-            after = rows[-1][0]
+        query = (
+            "SELECT seq, record FROM modefsm_records WHERE session_id = %s "
+            "AND seq > %s ORDER BY seq LIMIT %s"
+        )
+        for _, record in self._pages(
+            query, (session_id,), f"the history of sessionId {session_id}"
+        ):
+            yield TransitionRecord.model_validate(record)
 
     def list_sessions(
         self, cwd: str | None = None, after: ListAfter = None, limit: int = 100
@@ -1041,25 +1044,16 @@ class PgStore:
                 raise LogError(msg, self.where)
             line = {**header, "event": EVENT_SPEC, "prev": None}
             yield {**line, "digest": record_digest(line)}
-        after = 0
-        while True:
-            rows = self._blocking(
-                self._query(
-                    "SELECT gseq, record FROM modefsm_records WHERE gseq > %s UNION ALL "
-                    "SELECT gseq, record FROM modefsm_decisions WHERE gseq > %s "
-                    "ORDER BY gseq LIMIT %s",
-                    (after, after, _PAGE),
-                    "the records",
-                )
-            )
-            for gseq, record in rows:
-                if not isinstance(record, dict):
-                    msg = f"the record of gseq {gseq} is {_json_kind(record)}, not a JSON object"
-                    raise LogError(msg, self.where)
-                yield {**record, "gseq": gseq}
-            if len(rows) < _PAGE:
-                return
-            after = rows[-1][0]
+        query = (
+            "SELECT gseq, record FROM modefsm_records WHERE gseq > %s UNION ALL "
+            "SELECT gseq, record FROM modefsm_decisions WHERE gseq > %s "
+            "ORDER BY gseq LIMIT %s"
+        )
+        for gseq, record in self._pages(query, (), "the records", afters=2):
+            if not isinstance(record, dict):
+                msg = f"the record of gseq {gseq} is {_json_kind(record)}, not a JSON object"
+                raise LogError(msg, self.where)
+            yield {**record, "gseq": gseq}
 
     def close(self) -> None:
         """Close the connections (the log given to the constructor stays open)."""

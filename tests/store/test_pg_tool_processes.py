@@ -12,98 +12,33 @@ as do the workers' logs read together.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import acp
 import orjson
 import pytest
 
 from tests.acp_client import TIMEOUT
-from tests.protocol.tool_clients import ToolClient
+from tests.protocol.test_tool_calls import PERSISTENT, answering, asked_call, call_ids
+from tests.protocol.tool_clients import ToolClient, connect
 from tests.store.two_processes import export_store, replay
 
 pytest.importorskip("psycopg", reason="psycopg is not installed (.[postgresql])")
 
 pytestmark = pytest.mark.e2e
 
-PERSISTENT = """\
-name = "persistent"
-initial = "default"
 
-[grants]
-persist = true
-
-[[modes]]
-id = "default"
-name = "Default"
-
-[[modes.tools]]
-kind = ["execute"]
-decision = "ask"
-reason = "Default mode asks before commands"
-
-[[modes]]
-id = "careful"
-name = "Careful"
-
-[[modes.tools]]
-kind = ["execute"]
-decision = "ask"
-reason = "Careful mode asks before commands"
-"""
-
-
-@contextlib.asynccontextmanager
-async def worker(
-    url: str, log: Path, *args: str
-) -> AsyncIterator[tuple[ToolClient, asyncio.subprocess.Process]]:
+def worker(url: str, log: Path, *args: str) -> Any:
     """``modefsm serve --store URL --log LOG ARGS...`` under the SDK v1 client."""
-    client = ToolClient(1)
-    command = (sys.executable, "-m", "modefsm", "serve", "--store", url, "--log", str(log))
-    async with acp.spawn_agent_process(
-        cast("Any", client),
-        *command,
-        *args,
-        transport_kwargs={"stderr": None, "shutdown_timeout": TIMEOUT},
-        observers=[client.observe],
-        use_unstable_protocol=True,
-    ) as (conn, process):
-        client.conn = conn
-        await asyncio.wait_for(conn.initialize(protocol_version=acp.PROTOCOL_VERSION), TIMEOUT)
-        yield client, process
-
-
-def answering(*options: str) -> Any:
-    left = list(options)
-
-    async def answer(params: dict[str, Any]) -> str:
-        del params
-        return left.pop(0)
-
-    return answer
+    return connect(url, "--log", str(log), *args, version=1, option="--store")
 
 
 def asked(client: ToolClient, mark: int) -> list[str]:
     """The toolCallIds of the permission requests the client got since *mark*."""
     return [
-        f["params"]["toolCall"]["toolCallId"]
-        for f in client.since(mark)
-        if f.get("method") == "session/request_permission"
+        asked_call(f) for f in client.since(mark) if f.get("method") == "session/request_permission"
     ]
-
-
-def call_ids(client: ToolClient, mark: int) -> list[str]:
-    ids: list[str] = []
-    for update in client.updates(mark):
-        call_id = update.get("toolCallId")
-        if call_id is not None and call_id not in ids:
-            ids.append(call_id)
-    return ids
 
 
 def exported_decisions(url: str, folder: Path) -> list[tuple[Any, ...]]:
@@ -131,8 +66,8 @@ async def test_a_grant_in_one_worker_is_honoured_by_the_other_in_its_mode_only(
 ) -> None:
     preset = ("--preset", "permission")
     async with (
-        worker(postgres_url, tmp_path / "w1.jsonl", *preset) as (one, _),
-        worker(postgres_url, tmp_path / "w2.jsonl", *preset) as (two, _),
+        worker(postgres_url, tmp_path / "w1.jsonl", *preset) as one,
+        worker(postgres_url, tmp_path / "w2.jsonl", *preset) as two,
     ):
         session_id = await one.new_session()
         await two.load(session_id)
@@ -163,17 +98,16 @@ async def test_a_persistent_grant_outlives_its_worker_killed_and_is_rebuilt_on_l
 ) -> None:
     spec = tmp_path / "persistent.toml"
     spec.write_text(PERSISTENT)
-    async with worker(postgres_url, tmp_path / "w1.jsonl", "--spec", str(spec)) as (
-        one,
-        process,
-    ):
+    async with worker(postgres_url, tmp_path / "w1.jsonl", "--spec", str(spec)) as one:
         session_id = await one.new_session()
         one.answer = answering("allow_always")
         await one.prompt(session_id, "run ls")
+        process = one.process
+        assert process is not None
         process.send_signal(signal.SIGKILL)
         assert await asyncio.wait_for(process.wait(), TIMEOUT) == -signal.SIGKILL
     (granted,) = call_ids(one, 0)
-    async with worker(postgres_url, tmp_path / "w2.jsonl", "--spec", str(spec)) as (two, _):
+    async with worker(postgres_url, tmp_path / "w2.jsonl", "--spec", str(spec)) as two:
         await two.load(session_id)
         two.answer = answering("reject_once")
         mark = two.mark()
@@ -183,8 +117,8 @@ async def test_a_persistent_grant_outlives_its_worker_killed_and_is_rebuilt_on_l
     rebuilt, careful = call_ids(two, mark)
     assert asked(two, mark) == [careful]
     assert exported_decisions(postgres_url, tmp_path) == [
-        (granted, 0, "ask", "allow_always", "default", 1),
-        (rebuilt, 0, "ask", "granted", "default", 1),
+        (granted, 1, "ask", "allow_always", "default", 1),
+        (rebuilt, 1, "ask", "granted", "default", 1),
         (careful, 0, "ask", "reject_once", "careful", 2),
     ]
     logs_replay_clean(tmp_path, "w1.jsonl", "w2.jsonl")
@@ -195,8 +129,8 @@ async def test_a_change_through_one_worker_governs_the_others_next_tool_call(
 ) -> None:
     preset = ("--preset", "permission")
     async with (
-        worker(postgres_url, tmp_path / "w1.jsonl", *preset) as (one, _),
-        worker(postgres_url, tmp_path / "w2.jsonl", *preset) as (two, _),
+        worker(postgres_url, tmp_path / "w1.jsonl", *preset) as one,
+        worker(postgres_url, tmp_path / "w2.jsonl", *preset) as two,
     ):
         session_id = await one.new_session()
         await two.load(session_id)
