@@ -77,9 +77,10 @@ def export_store(url: str, out: BinaryIO) -> int:
     database, its schema version); then the header (``modefsm.spec``) of every spec the
     workers named; then one JSON line per committed record and tool call decision
     (``modefsm.tool_decided``), in commit order, each with its ``gseq``; the count returned
-    is of both. ``modefsm replay --verify`` reads it as one history per session. The store's tables are created if missing (then the export is empty).
-    *out* gets the lines as they are read: on an error it holds a part of the export
-    (``modefsm store export`` writes to a temporary file and keeps it only when complete).
+    is of both. ``modefsm replay --verify`` reads it as one history per session. The
+    store's tables are created if missing (then the export is empty). *out* gets the lines
+    as they are read: on an error it holds a part of the export (``modefsm store export``
+    writes to a temporary file and keeps it only when complete).
 
     Raises:
         LogError: *url* is not a ``postgresql://`` URL, ``psycopg`` is missing, the

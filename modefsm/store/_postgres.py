@@ -815,10 +815,12 @@ class PgStore:
                 try:
                     rows = await self._call(lane, attempt, insert)
                 except _Stalled:
+                    what = f"sessionId {sid} (toolCallId {fields['tool_call_id']})"
+                    if attempt.phase != "commit":  # not sent: nothing written
+                        raise self._stalled(f"the decision of {what}") from None
                     msg = (
                         f"the session store {self.where} did not answer the decision of "
-                        f"sessionId {sid} (toolCallId {fields['tool_call_id']}) within "
-                        f"{self.timeout:g} s: whether it was written is unknown"
+                        f"{what} within {self.timeout:g} s: whether it was written is unknown"
                     )
                     raise StoreInDoubt(msg, sid, fields["mode_seq"]) from None
                 if not rows:
