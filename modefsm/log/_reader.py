@@ -163,7 +163,9 @@ class DecisionEntry:
         intact: whether its ``digest`` matches its content; ``None`` when digests were not
             checked or the record has none.
         gseq: the ``gseq`` a PostgreSQL worker's decision line carries (the database's
-            commit number, shared with the records), or ``None``.
+            number of it), or ``None``.
+        at_gseq: the ``gseq`` of the record it was decided against (its place: right after
+            that record, before the session's next), or ``None``.
     """
 
     location: Location
@@ -171,6 +173,7 @@ class DecisionEntry:
     end: int
     intact: bool | None = None
     gseq: int | None = None
+    at_gseq: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -556,8 +559,11 @@ class _FileReader:
         if self.check_digests and record.digest is not None:
             intact = record_digest(data) == record.digest
         if entry is DecisionEntry:
-            gseq = data.get("gseq")
-            return DecisionEntry(location, record, end, intact, gseq if type(gseq) is int else None)
+            gseq, at_gseq = data.get("gseq"), data.get("at_gseq")
+            return DecisionEntry(
+                location, record, end, intact,
+                gseq if type(gseq) is int else None, at_gseq if type(at_gseq) is int else None,
+            )  # fmt: skip
         made: SpecEntry = entry(location, record, end, intact)
         return made
 

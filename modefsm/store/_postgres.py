@@ -103,6 +103,7 @@ _SCHEMA = (
     session_id text NOT NULL,
     gseq bigint NOT NULL DEFAULT nextval('modefsm_records_gseq_seq'),
     mode_seq bigint NOT NULL CHECK (mode_seq >= 1),
+    at_gseq bigint NOT NULL,
     digest text NOT NULL,
     outcome text,
     record jsonb NOT NULL,
@@ -112,8 +113,10 @@ _SCHEMA = (
     "UPDATE modefsm_schema SET version = %s WHERE version = 1",
 )
 """Run in one transaction under an advisory lock: creates what is missing, and migrates a
-version 1 database (the decisions table is all version 2 adds). A decision's ``gseq``
-comes from the records' sequence, so that records and decisions have one commit order."""
+version 1 database (the decisions table is all version 2 adds). A decision's ``at_gseq``
+is the ``gseq`` of the record it was decided against (its place among the records: right
+after that record, before the session's next); its own ``gseq`` (from the records'
+sequence) orders the decisions made against one record."""
 _COLUMNS = "v(session_id, seq, to_mode, previous, digest, record, session_prev"
 _GUARDED = (
     "INSERT INTO modefsm_records (session_id, seq, to_mode, previous, digest, record) "
@@ -167,18 +170,22 @@ CATCH_UP_QUERY = (
 ``gseq`` of its last decision, and the ``allow_always`` decisions after *mark* (the last
 ``gseq`` this store saw of the session), each a backward or range scan of a primary key."""
 _DECIDE = (
-    "WITH h AS (SELECT to_mode, seq, previous, digest, record->'config' AS config "
+    "WITH h AS (SELECT to_mode, seq, previous, digest, record->'config' AS config, gseq "
     "FROM modefsm_records WHERE session_id = %(sid)s ORDER BY seq DESC LIMIT 1), "
-    "ins AS (INSERT INTO modefsm_decisions (session_id, mode_seq, digest, outcome, record) "
-    "SELECT %(sid)s, %(seq)s, %(digest)s, %(outcome)s, %(record)s::jsonb FROM h "
-    "WHERE h.seq = %(seq)s ON CONFLICT (session_id, digest) DO NOTHING RETURNING gseq) "
-    "SELECT coalesce((SELECT gseq FROM ins), (SELECT gseq FROM modefsm_decisions "
-    "WHERE session_id = %(sid)s AND digest = %(digest)s)), h.* FROM h"
+    "ins AS (INSERT INTO modefsm_decisions "
+    "(session_id, mode_seq, at_gseq, digest, outcome, record) "
+    "SELECT %(sid)s, %(seq)s, h.gseq, %(digest)s, %(outcome)s, %(record)s::jsonb FROM h "
+    "WHERE h.seq = %(seq)s ON CONFLICT (session_id, digest) DO NOTHING "
+    "RETURNING gseq, at_gseq) "
+    "SELECT d.gseq, d.at_gseq, h.to_mode, h.seq, h.previous, h.digest, h.config FROM h "
+    "LEFT JOIN (SELECT gseq, at_gseq FROM ins UNION ALL SELECT gseq, at_gseq "
+    "FROM modefsm_decisions WHERE session_id = %(sid)s AND digest = %(digest)s) d ON true"
 )
 """A decision, guarded as a record is: inserted only if the session's last record is still
 the one it was decided against (``mode_seq``); one statement (its own transaction). The
-answer: its ``gseq`` (``NULL``: refused) and the session's head; no row: no record. A
-decision sent again after a lost answer is found by its digest, not written twice."""
+answer: its ``gseq`` and ``at_gseq`` (``NULL``: refused) and the session's head; no row:
+no record. A decision sent again after a lost answer is found by its digest (the
+statement's own insert and that lookup never both hold it), not written twice."""
 _LIST = (
     "SELECT c.session_id, c.record->>'cwd', h.updated_at FROM modefsm_records c "
     "CROSS JOIN LATERAL (SELECT r.record->>'timestamp' AS updated_at FROM modefsm_records r "
@@ -189,6 +196,13 @@ _LIST = (
 """One page of ``session/list``: each session's creation record (its ``cwd``) and its
 last record (its ``timestamp``), newest first; the filter and the order run in the server."""
 _PAGE = 1000
+_EXPORT = (
+    "SELECT * FROM (SELECT gseq AS at_gseq, 0 AS rank, gseq, record FROM modefsm_records "
+    "UNION ALL SELECT at_gseq, 1, gseq, record FROM modefsm_decisions) a "
+    "WHERE (at_gseq, rank, gseq) > (%s, %s, %s) ORDER BY at_gseq, rank, gseq LIMIT %s"
+)
+"""One page of the export: the records in ``gseq`` order, each followed by the decisions
+made against it (their ``at_gseq``), in ``gseq`` order."""
 _NO_GSEQ = (1 << 63) - 1
 """A ``gseq`` above every other: no decision comes after it."""
 _BATCH = 256
@@ -826,10 +840,10 @@ class PgStore:
                 if not rows:
                     msg = f"sessionId {sid} has no record to decide a tool call against"
                     raise LogError(msg, self.where)
-                gseq, mode, seq, previous, at, config = rows[0]
+                gseq, at_gseq, mode, seq, previous, at, config = rows[0]
                 if gseq is None:
                     raise SessionMoved(RestorePoint(sid, mode, seq, previous, at, config))
-                self._mirror(EVENT_DECIDED, {**fields, "gseq": gseq})
+                self._mirror(EVENT_DECIDED, {**fields, "gseq": gseq, "at_gseq": at_gseq})
             finally:
                 held, self._held = self._held, None
                 for note in held:
@@ -934,17 +948,15 @@ class PgStore:
                 msg = f"the decision of gseq {gseq} is not a modefsm.tool_decided record"
                 raise LogError(msg, self.where) from None
 
-    def _pages(
-        self, query: str, fixed: tuple[Any, ...], what: str, *, afters: int = 1
-    ) -> Iterator[tuple[Any, ...]]:
+    def _pages(self, query: str, fixed: tuple[Any, ...], what: str) -> Iterator[tuple[Any, ...]]:
         """Every row of *query*, read 1,000 per query (blocking).
 
         The query's parameters: *fixed*, then the first column of the previous page's last
-        row (*afters* times; 0 for the first page), then the page size.
+        row (0 for the first page), then the page size.
         """
         after = 0
         while True:
-            params = (*fixed, *(after,) * afters, _PAGE)
+            params = (*fixed, after, _PAGE)
             rows = self._blocking(self._query(query, params, what))
             yield from rows
             if len(rows) < _PAGE:
@@ -1026,10 +1038,12 @@ class PgStore:
         return [ListedSession(row[0], row[1], row[2]) for row in rows]
 
     def export(self) -> Iterator[dict[str, Any]]:
-        """Every spec's header, then every record and decision with its ``gseq``, in ``gseq`` order.
+        """Every spec's header, then every record in ``gseq`` order, each with its decisions.
 
         Each as a JSON object: a header (``modefsm.spec``) with its ``digest`` (its ``prev``
-        null: an export chains by session only).
+        null: an export chains by session only); a record with its ``gseq``; after it, the
+        decisions made against it, each with its ``gseq`` and, as ``at_gseq``, the
+        record's (a decision's place is after the record it was decided against).
 
         Raises:
             StoreBusy, LogError: as :meth:`restore_point`; also a row whose ``record`` is
@@ -1046,16 +1060,20 @@ class PgStore:
                 raise LogError(msg, self.where)
             line = {**header, "event": EVENT_SPEC, "prev": None}
             yield {**line, "digest": record_digest(line)}
-        query = (
-            "SELECT gseq, record FROM modefsm_records WHERE gseq > %s UNION ALL "
-            "SELECT gseq, record FROM modefsm_decisions WHERE gseq > %s "
-            "ORDER BY gseq LIMIT %s"
-        )
-        for gseq, record in self._pages(query, (), "the records", afters=2):
-            if not isinstance(record, dict):
-                msg = f"the record of gseq {gseq} is {_json_kind(record)}, not a JSON object"
-                raise LogError(msg, self.where)
-            yield {**record, "gseq": gseq}
+        after = (0, 0, 0)
+        while True:
+            rows = self._blocking(self._query(_EXPORT, (*after, _PAGE), "the records"))
+            for at_gseq, rank, gseq, record in rows:
+                what = "record" if rank == 0 else "decision"
+                if not isinstance(record, dict):
+                    msg = f"the {what} of gseq {gseq} is {_json_kind(record)}, not a JSON object"
+                    raise LogError(msg, self.where)
+                yield {**record, "gseq": gseq} if rank == 0 else {
+                    **record, "gseq": gseq, "at_gseq": at_gseq,
+                }  # fmt: skip
+            if len(rows) < _PAGE:
+                return
+            after = tuple(rows[-1][:3])
 
     def close(self) -> None:
         """Close the connections (the log given to the constructor stays open)."""

@@ -94,7 +94,7 @@ def record(  # noqa: PLR0917 - a record's fields, in order
 
 
 def strip(line: dict[str, Any]) -> dict[str, Any]:
-    skip = {"timestamp", "prev", "digest", "level", "gseq"}  # gseq: PostgreSQL's commit order
+    skip = {"timestamp", "prev", "digest", "level", "gseq", "at_gseq"}  # PostgreSQL: places
     return {k: v for k, v in line.items() if k not in skip}
 
 

@@ -10,6 +10,7 @@ database's export and each worker's log replay clean.
 
 from __future__ import annotations
 
+import asyncio
 import io
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -205,3 +206,51 @@ def test_a_version_1_database_is_migrated_and_keeps_its_records(
     assert point is not None
     assert point[:3] == ("old", "default", 1)
     store.close()
+
+
+SLOW_THIRD_RECORD = """
+CREATE FUNCTION slow_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_sleep(0.5); RETURN NULL; END $$;
+CREATE TRIGGER slow_insert AFTER INSERT ON modefsm_records
+FOR EACH ROW WHEN (NEW.seq = 3) EXECUTE FUNCTION slow_insert();
+"""
+"""The server holds the insert of a session's third record for 0.5 s after the row is in
+(its ``gseq`` taken, not committed): the window of a change in flight."""
+
+
+async def test_a_decision_committed_while_a_change_is_in_flight_replays_before_it(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    spec = preset("permission")
+    one_store, one = worker(postgres_url, tmp_path / "w1.jsonl", spec)
+    two_store, two = worker(postgres_url, tmp_path / "w2.jsonl", spec)
+    await one.new_session_async("s")
+    await one.set_mode("s", "acceptEdits")
+    await restore(two, two_store, "s")
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        db.execute(SLOW_THIRD_RECORD)
+        change = asyncio.create_task(one.set_mode("s", "plan"))
+        for _ in range(1000):  # until the change's row is in, its gseq taken, not committed
+            sleeping = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
+            if db.execute(sleeping).fetchone()[0]:
+                break
+            await asyncio.sleep(0.01)
+        else:
+            pytest.fail("the change never reached the server")
+        edit = ToolCall("call_edit", "edit", "Edit", "Edit notes.txt")
+        decision = await two.decide_async("s", edit)
+        await change
+        gseqs = db.execute(
+            "SELECT (SELECT gseq FROM modefsm_records WHERE seq = 2), "
+            "(SELECT gseq FROM modefsm_records WHERE seq = 3), gseq, at_gseq "
+            "FROM modefsm_decisions"
+        ).fetchall()
+    # decided against the committed mode (the change was not committed yet)
+    assert (decision.decision, decision.mode, decision.mode_seq) == ("allow", "acceptEdits", 2)
+    ((decided_against, change_gseq, decision_gseq, at_gseq),) = gseqs
+    assert change_gseq < decision_gseq  # numbered after the change it precedes
+    assert at_gseq == decided_against  # placed after the record it was decided against
+    for store in (one_store, two_store):
+        store.close()
+    assert decided(postgres_url) == [("s", "call_edit", "allow", None, "acceptEdits", 2)]
+    replays_clean(postgres_url, tmp_path, spec, tmp_path / "w1.jsonl", tmp_path / "w2.jsonl")
