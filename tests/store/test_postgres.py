@@ -270,8 +270,9 @@ def test_the_catch_up_is_one_query_of_index_scans(store: PgStore, postgres_url: 
             "FROM generate_series(0, 49999) AS i"
         )
         db.execute(
-            "INSERT INTO modefsm_decisions (session_id, mode_seq, digest, outcome, record) "
-            "SELECT 's' || (i / 10), 1, md5(i::text), "
+            "INSERT INTO modefsm_decisions "
+            "(session_id, mode_seq, at_gseq, digest, outcome, record) "
+            "SELECT 's' || (i / 10), 1, 1, md5(i::text), "
             "CASE WHEN i % 3 = 0 THEN 'allow_always' END, '{}' "
             "FROM generate_series(0, 49999) AS i"
         )
