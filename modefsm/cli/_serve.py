@@ -445,7 +445,9 @@ def serve(  # noqa: C901 - where each part of the agent lives, chosen once
     root = logging.getLogger()
     root.addHandler(diagnostics)
     logging.captureWarnings(True)  # noqa: FBT003 - the logging API
-    hangup = _reopener(shared, log if log_path is not None else None, diagnostics)
+    hangup = (
+        _reopener(shared, diagnostics) if isinstance(target, Path) or log_path is not None else None
+    )
     try:
         if served is not None:
             return _serve_http(
@@ -467,21 +469,15 @@ def serve(  # noqa: C901 - where each part of the agent lives, chosen once
         diagnostics.close()
 
 
-def _reopener(
-    store: SessionStore | None, log: TransitionLog | None, diagnostics: Diagnostics
-) -> Callable[[], None] | None:
-    """What ``SIGHUP`` does: reopen the log file after a rotation (``None``: no file).
+def _reopener(store: SessionStore, diagnostics: Diagnostics) -> Callable[[], None]:
+    """What ``SIGHUP`` does: reopen the log file after a rotation (only when there is a file).
 
-    The file store follows a renamed or truncated log at once (:meth:`FileStore.reopen_async
-    <modefsm.store.FileStore.reopen_async>`, on a task of its own: the loop serves on while
-    it waits for the file's lock; signals that come meanwhile are one more reopen after
-    it); a PostgreSQL worker's own log file is reopened (:meth:`TransitionLog.reopen
-    <modefsm.log.TransitionLog.reopen>`, no lock). A failure is one line on stderr; the
-    file store tries again at its next record.
+    :meth:`SessionStore.reopen_async <modefsm.store.SessionStore.reopen_async>`, on a task
+    of its own: the file store follows a renamed or truncated log at once (the loop serves
+    on while it waits for the file's lock; signals that come meanwhile are one more reopen
+    after it); a PostgreSQL worker's own log file is reopened (no lock). A failure is one
+    line on stderr; the file store tries again at its next record.
     """
-    reopen_async = getattr(store, "reopen_async", None)
-    if reopen_async is None and log is None:
-        return None
     running: list[asyncio.Task[None]] = []
     again = [False]
 
@@ -489,10 +485,7 @@ def _reopener(
         while True:
             again[0] = False
             try:
-                if reopen_async is not None:
-                    await reopen_async()
-                else:
-                    log.reopen()  # type: ignore[union-attr]  # checked above
+                await store.reopen_async()
             except ModefsmError as exc:
                 diagnostics.say(f"cannot reopen the log: {exc}", force=True)
             if not again[0]:

@@ -233,10 +233,8 @@ class ModeEngine(SwitchOffers, ToolCalls):
         self._spec_name = spec.name
         self._spec_hash = spec.content_hash
         self._spec_fields = {"spec": spec.name, "spec_hash": spec.content_hash}
-        # the log's header names the spec (a store without headers has no describe)
-        describe = getattr(store, "describe", None)
-        if describe is not None:
-            describe(spec)
+        if store is not None:  # the log's header names the spec
+            store.describe(spec)
         self.protocol: int | None = None
         """The ACP protocol version of the client, written into records when not ``None``."""
         self._init_tools()
@@ -368,9 +366,8 @@ class ModeEngine(SwitchOffers, ToolCalls):
         """Forget the live session *session_id* (its asks already closed)."""
         self._granting.discard(session_id)
         del self._sessions[session_id]
-        release = getattr(self.store, "release", None)
-        if release is not None:
-            release(session_id)
+        if self.store is not None:
+            self.store.release(session_id)
 
     def restore_session(
         self,

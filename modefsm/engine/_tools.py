@@ -413,12 +413,12 @@ class ToolCalls:
     def _take_grants(self, tools: _Tools) -> None:
         """Remember the grants other processes made in the session (seen as it caught up).
 
-        From a store that reports them (``store.grants_seen(session_id)``: the file store).
+        From :meth:`SessionStore.grants_seen <modefsm.store.SessionStore.grants_seen>`
+        (the file and PostgreSQL stores report them; others none).
         """
-        seen = getattr(self.store, "grants_seen", None)
-        if seen is None:
+        if self.store is None:
             return
-        for grant in seen(tools.session_id):
+        for grant in self.store.grants_seen(tools.session_id):
             if self.spec.has_mode(grant.mode) and tools.grants.remember(
                 grant.mode, grant.kind, grant.tool
             ):
@@ -583,13 +583,13 @@ class ToolCalls:
     def _past_decisions(self, session_id: str) -> list[DecisionRecord]:
         """The session's decision records in the store, when a grant may outlive a restart.
 
-        Read from a store that keeps them (``store.decisions(session_id)``: the file and
-        in-memory stores); none otherwise, and none when no mode's grants persist.
+        Read from :meth:`SessionStore.decisions <modefsm.store.SessionStore.decisions>`
+        (the file, PostgreSQL and in-memory stores keep them); none without a store, and
+        none when no mode's grants persist.
         """
-        reader = getattr(self.store, "decisions", None)
-        if not self._persists or reader is None:
+        if not self._persists or self.store is None:
             return []
-        return list(reader(session_id))
+        return list(self.store.decisions(session_id))
 
     def _tools_restored(self, session_id: str, decisions: Iterable[DecisionRecord]) -> None:
         """A restored session's grants, rebuilt from its decision records."""

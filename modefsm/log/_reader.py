@@ -166,7 +166,17 @@ class LogEntry(_Entry[TransitionRecord]):
 
 @dataclass(frozen=True, slots=True)
 class DecisionEntry(_Entry[DecisionRecord]):
-    """One ``modefsm.tool_decided`` line and where it was read (``read_log(decisions=True)``)."""
+    """One ``modefsm.tool_decided`` line and where it was read (``read_log(decisions=True)``).
+
+    Attributes:
+        gseq: the ``gseq`` a PostgreSQL worker's decision line carries (the database's
+            number of it), or ``None``.
+        at_gseq: the ``gseq`` of the record it was decided against (its place: right after
+            that record, before the session's next), or ``None``.
+    """
+
+    gseq: int | None = None
+    at_gseq: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -538,7 +548,13 @@ class _FileReader:
         intact = None
         if self.check_digests and record.digest is not None:
             intact = record_digest(data) == record.digest
-        made: DecisionEntry | SpecEntry = entry(location, record, end, intact)
+        if entry is DecisionEntry:
+            gseq, at_gseq = data.get("gseq"), data.get("at_gseq")
+            return DecisionEntry(
+                location, record, end, intact,
+                gseq if type(gseq) is int else None, at_gseq if type(at_gseq) is int else None,
+            )  # fmt: skip
+        made: SpecEntry = entry(location, record, end, intact)
         return made
 
 

@@ -537,6 +537,11 @@ class TransitionLog:
         """The ``digest`` of the last record written (or found when the file was opened)."""
         return self._head
 
+    @property
+    def reopenable(self) -> bool:
+        """Whether :meth:`reopen` can follow a rotation: the log was opened with :meth:`to_file`."""
+        return self._file is not None
+
     def follow(self, head: str | None) -> None:
         """Continue the chain from *head*: the ``digest`` of a record another writer appended.
 

@@ -26,12 +26,15 @@ from __future__ import annotations
 import base64
 import binascii
 import heapq
-from typing import Any
+from typing import TYPE_CHECKING
 
 import orjson
 
 from modefsm.protocol.errors import invalid_params
 from modefsm.store import ListAfter, ListedSession
+
+if TYPE_CHECKING:
+    from modefsm.engine import ModeEngine
 
 __all__ = ["LIST_PAGE"]
 # Also for the agents of this package (not re-exported): MAX_CURSOR_CHARS, decode_cursor,
@@ -79,7 +82,7 @@ def decode_cursor(cursor: str | None) -> ListAfter:
     raise invalid_params(text, {"field": "cursor"})
 
 
-def _live(engine: Any, cwd: str | None, after: ListAfter, limit: int) -> list[ListedSession]:
+def _live(engine: ModeEngine, cwd: str | None, after: ListAfter, limit: int) -> list[ListedSession]:
     """A page of the sessions live in *engine* that have a ``cwd`` (by ``sessionId``)."""
     start = after[1] if after is not None else None
     found = (
@@ -92,17 +95,17 @@ def _live(engine: Any, cwd: str | None, after: ListAfter, limit: int) -> list[Li
     return heapq.nsmallest(limit, found, key=lambda listed: listed.session_id)
 
 
-async def _rows(engine: Any, cwd: str | None, after: ListAfter, limit: int) -> list[ListedSession]:
+async def _rows(
+    engine: ModeEngine, cwd: str | None, after: ListAfter, limit: int
+) -> list[ListedSession]:
     """The sessions of *engine*: its store's (awaited), else its live ones."""
-    store = getattr(engine, "store", None)
-    if store is not None:
-        found: list[ListedSession] = await store.list_sessions_async(cwd, after, limit)
-        return found
+    if engine.store is not None:
+        return await engine.store.list_sessions_async(cwd, after, limit)
     return _live(engine, cwd, after, limit)
 
 
 async def list_page(
-    engine: Any, cwd: str | None, cursor: str | None
+    engine: ModeEngine, cwd: str | None, cursor: str | None
 ) -> tuple[list[ListedSession], str | None]:
     """One ``session/list`` page and its ``nextCursor`` (``None`` on the last page).
 

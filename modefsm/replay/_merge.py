@@ -102,30 +102,39 @@ def _regular(path: str) -> bool:
         return False
 
 
+_Item = LogEntry | DecisionEntry | SpecEntry | LogProblem
+
+
 def merge_by_gseq(
     paths: Sequence[str], *, check_digests: bool = False
 ) -> Iterator[LogEntry | DecisionEntry | SpecEntry | LogProblem]:
     """The items of :func:`~modefsm.log.read_log` of every file in *paths*, merged by ``gseq``.
 
     Streaming: one item per file is held at a time. Each file's items come in their file
-    order; an item without ``gseq`` (a rejection, a decision, a header, a problem) keeps the
-    place of the record before it in its file (before every record when there is none); equal
-    ``gseq`` are taken in the order of *paths*.
+    order; a record is placed by its ``gseq``, a decision with an ``at_gseq`` right after
+    the record of that ``gseq`` (the one it was decided against; several by their own
+    ``gseq``); an item without (a rejection, a header, a problem) keeps the place of the
+    item before it in its file (before every record when there is none); equal places are
+    taken in the order of *paths*.
     """
     readers = [
         read_log([path], check_digests=check_digests, decisions=True, headers=True)
         for path in paths
     ]
-    keys = [0] * len(readers)  # the gseq of each file's last record, for items without one
+    # each file's last place, for items without: (gseq, 0, gseq) of a record,
+    # (at_gseq, 1, gseq) of a decision
+    keys = [(0, 0, 0)] * len(readers)
     order = itertools.count()
-    heap: list[tuple[int, int, int, LogEntry | DecisionEntry | SpecEntry | LogProblem]] = []
+    heap: list[tuple[tuple[int, int, int], int, int, _Item]] = []
 
     def push(number: int) -> None:
         item = next(readers[number], None)
         if item is None:
             return
         if isinstance(item, LogEntry) and item.gseq is not None:
-            keys[number] = item.gseq
+            keys[number] = (item.gseq, 0, item.gseq)
+        elif isinstance(item, DecisionEntry) and item.gseq is not None and item.at_gseq is not None:
+            keys[number] = (item.at_gseq, 1, item.gseq)
         heapq.heappush(heap, (keys[number], number, next(order), item))
 
     for number in range(len(readers)):

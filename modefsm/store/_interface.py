@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from modefsm.errors import LogError, ModefsmError
 
 if TYPE_CHECKING:  # a model: loaded by those who read history, not by every writer
-    from modefsm.log import TransitionRecord
+    from modefsm.log import DecisionRecord, TransitionRecord
+    from modefsm.spec import ModeSpec
 
 __all__ = [
     "EXPORT_EVENT",
@@ -132,6 +133,14 @@ class SessionStore(Protocol):
     The plain methods block until the store answers; the ``*_async`` coroutines are what
     the engine's coroutines (``await engine.set_mode(...)``, ...) use, so that a server's
     event loop keeps serving while the store answers. Both are bounded in time.
+
+    A structural protocol, and every store implements every member: a host's store
+    needs no base class, and ``mypy`` reports a missing member where the store is given
+    to the engine (a default inherited from a base class would instead drop, say, a
+    store's decisions without a word). A store with nothing to do for a member gives its
+    neutral answer: :meth:`describe`, :meth:`release` and :meth:`reopen_async` do
+    nothing, :meth:`grants_seen` returns ``[]``, :meth:`decisions` yields nothing
+    (:class:`~modefsm.store.MemoryStore` shows each).
     """
 
     @property
@@ -182,16 +191,23 @@ class SessionStore(Protocol):
         ...  # pragma: no cover
 
     def note(self, event: str, fields: dict[str, Any], head: RestorePoint | None = None) -> None:
-        """Write a rejection (``modefsm.change_rejected``) or a diagnostic; not sequenced.
+        """Write a decision, a rejection or a diagnostic; not sequenced.
+
+        A tool call decision (``modefsm.tool_decided``, :class:`~modefsm.log.DecisionRecord`;
+        *head* is the point it was decided against, its ``mode_seq``) is durable when this
+        returns, and written only if the session has not moved past *head*: the host runs
+        the tool only after. A store that other processes share must keep decisions where
+        they all read them (:meth:`decisions`, :meth:`grants_seen`).
 
         Args:
-            event: the record's event.
+            event: the record's event (``modefsm.tool_decided``,
+                ``modefsm.change_rejected``, or a diagnostic).
             fields: its fields.
-            head: where the writer believed the session stood when it decided to reject
-                (its ``seq`` counts). A store that sees every record at the moment it
-                writes (the file store, under its lock) refuses the line when the session
-                has moved past it since, so that a rejection always names the mode the
-                session was in.
+            head: where the writer believed the session stood when it decided (its
+                ``seq`` counts). A decision is refused when the session has moved past it;
+                a store that sees every record at the moment it writes (the file store,
+                under its lock) refuses a rejection's line then too, so that a rejection
+                always names the mode the session was in.
 
         Raises:
             SessionMoved: the session moved past *head*; nothing was written.
@@ -260,6 +276,54 @@ class SessionStore(Protocol):
 
         Raises:
             StoreBusy, LogError: as :meth:`list_sessions`.
+        """
+        ...  # pragma: no cover
+
+    def decisions(self, session_id: str) -> Iterator[DecisionRecord]:
+        """The session's ``modefsm.tool_decided`` records, oldest first (every process's).
+
+        What a restored session's ``persist = true`` grants are rebuilt from (the engine
+        calls it, from a worker thread, on restore when some mode's grants persist). A
+        store that keeps no decisions yields none: grants then end with the process.
+
+        Raises:
+            StoreBusy, LogError: the store cannot be read now (the restore fails).
+        """
+        ...  # pragma: no cover
+
+    def grants_seen(self, session_id: str) -> list[DecisionRecord]:
+        """The ``allow_always`` decisions of *session_id* that the store read since the last call.
+
+        Collected as the session caught up (:meth:`restore_point_async`), so that a grant
+        another process made is honoured here; only for sessions this store follows
+        (created, restored or caught up here); without I/O (the engine calls it with the
+        session's turn held). A store one process owns returns ``[]``.
+        """
+        ...  # pragma: no cover
+
+    def describe(self, spec: ModeSpec) -> None:
+        """Name *spec* where the records go (a log's header), once per spec; or nothing.
+
+        Called by the engine when it is made with this store.
+
+        Raises:
+            StoreBusy, LogError: the header cannot be written.
+        """
+        ...  # pragma: no cover
+
+    def release(self, session_id: str) -> None:
+        """Forget what the store keeps for *session_id* in this process (the engine closed it).
+
+        Keeps the memory a store holds per session bounded by the live sessions; the
+        records stay in the store.
+        """
+        ...  # pragma: no cover
+
+    async def reopen_async(self) -> None:
+        """Follow a rotation of the store's files (``modefsm serve`` on ``SIGHUP``), or nothing.
+
+        Raises:
+            StoreBusy, LogError: the new file cannot be opened (the old one stays in use).
         """
         ...  # pragma: no cover
 

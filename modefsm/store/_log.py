@@ -20,7 +20,7 @@ from modefsm.store._interface import RestorePoint
 from modefsm.store._memory import MemoryStore
 
 if TYPE_CHECKING:
-    from modefsm.log import TransitionRecord
+    from modefsm.log import DecisionRecord, TransitionRecord
     from modefsm.spec import ModeSpec
 
 __all__ = ["LogStore"]
@@ -83,6 +83,20 @@ class LogStore(MemoryStore):
         """Nothing: the records are in the log, which this store does not read."""
         del session_id
         return iter(())
+
+    def decisions(self, session_id: str) -> Iterator[DecisionRecord]:
+        """Nothing: the decisions are in the log, which this store does not read."""
+        del session_id
+        return iter(())
+
+    async def reopen_async(self) -> None:
+        """Reopen the log's file after a rotation, when it is a file (else nothing).
+
+        Raises:
+            LogError: the new file cannot be opened (the old one is still used).
+        """
+        if self.log.reopenable:
+            self.log.reopen()
 
     def release(self, session_id: str) -> None:
         """Forget the closed session *session_id* (the engine calls it on close)."""

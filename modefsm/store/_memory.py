@@ -18,6 +18,7 @@ from modefsm.store._interface import ListAfter, ListedSession, RestorePoint, Ses
 
 if TYPE_CHECKING:
     from modefsm.log import DecisionRecord, TransitionRecord
+    from modefsm.spec import ModeSpec
 
 __all__ = ["MemoryStore"]
 
@@ -183,6 +184,22 @@ class MemoryStore:
         for line in self.lines:
             if line["event"] == EVENT_DECIDED and line["session_id"] == session_id:
                 yield DecisionRecord.model_validate(line)
+
+    def grants_seen(self, session_id: str) -> list[DecisionRecord]:
+        """``[]``: one process writes this store, and its engine remembers its own grants."""
+        del session_id
+        return []
+
+    def describe(self, spec: ModeSpec) -> None:
+        """Nothing: the lines name their spec (``spec``, ``spec_hash``); no header is kept."""
+        del spec
+
+    def release(self, session_id: str) -> None:
+        """Nothing: this store keeps every session (its history is its purpose)."""
+        del session_id
+
+    async def reopen_async(self) -> None:
+        """Nothing: no file to follow."""
 
     def list_sessions(
         self, cwd: str | None = None, after: ListAfter = None, limit: int = 100

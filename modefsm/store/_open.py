@@ -75,11 +75,12 @@ def export_store(url: str, out: BinaryIO) -> int:
 
     The first line names the export (:data:`EXPORT_EVENT`, the store's host, port and
     database, its schema version); then the header (``modefsm.spec``) of every spec the
-    workers named; then one JSON line per committed record, in commit order, each with its
-    ``gseq``; the count returned is of records. ``modefsm replay --verify`` reads it as one history
-    per session. The store's tables are created if missing (then the export is empty).
-    *out* gets the lines as they are read: on an error it holds a part of the export
-    (``modefsm store export`` writes to a temporary file and keeps it only when complete).
+    workers named; then one JSON line per committed record and tool call decision
+    (``modefsm.tool_decided``), in commit order, each with its ``gseq``; the count returned
+    is of both. ``modefsm replay --verify`` reads it as one history per session. The
+    store's tables are created if missing (then the export is empty). *out* gets the lines
+    as they are read: on an error it holds a part of the export (``modefsm store export``
+    writes to a temporary file and keeps it only when complete).
 
     Raises:
         LogError: *url* is not a ``postgresql://`` URL, ``psycopg`` is missing, the
@@ -94,7 +95,7 @@ def export_store(url: str, out: BinaryIO) -> int:
         header = {"event": EXPORT_EVENT, "store": store.where, "schema": postgres.SCHEMA_VERSION}
         out.write(orjson.dumps(header) + b"\n")
         count = 0
-        for record in store.export():  # the specs' headers, then the records
+        for record in store.export():  # the specs' headers, then the records and decisions
             out.write(orjson.dumps(record) + b"\n")
             count += record["event"] != EVENT_SPEC
     finally:

@@ -38,10 +38,13 @@ import orjson
 import psycopg
 from psycopg import errors as pgerrors
 from psycopg.pq import TransactionStatus
+from pydantic import ValidationError
 
 from modefsm.errors import LogError
 from modefsm.log import (
+    EVENT_DECIDED,
     EVENT_SPEC,
+    DecisionRecord,
     TransitionLog,
     TransitionRecord,
     previous_of,
@@ -49,6 +52,7 @@ from modefsm.log import (
     spec_header,
     utc_timestamp,
 )
+from modefsm.spec import MAX_GRANTS
 from modefsm.store._interface import (
     ListAfter,
     ListedSession,
@@ -64,8 +68,11 @@ if TYPE_CHECKING:
 
 __all__ = ["SCHEMA_VERSION", "PgStore"]
 
-SCHEMA_VERSION = 1
-"""The table layout this module reads and writes (the ``modefsm_schema`` row)."""
+SCHEMA_VERSION = 2
+"""The table layout this module reads and writes (the ``modefsm_schema`` row).
+
+Version 2 adds ``modefsm_decisions`` (the ``modefsm.tool_decided`` records); a version 1
+database is migrated when a store opens it (the table is created, the row set to 2)."""
 
 GRACE = 1.0
 """Seconds the client waits for an answer beyond the server's own ``lock_timeout``."""
@@ -92,7 +99,24 @@ _SCHEMA = (
     spec_hash text PRIMARY KEY,
     header jsonb NOT NULL
 )""",
+    """CREATE TABLE IF NOT EXISTS modefsm_decisions (
+    session_id text NOT NULL,
+    gseq bigint NOT NULL DEFAULT nextval('modefsm_records_gseq_seq'),
+    mode_seq bigint NOT NULL CHECK (mode_seq >= 1),
+    at_gseq bigint NOT NULL,
+    digest text NOT NULL,
+    outcome text,
+    record jsonb NOT NULL,
+    PRIMARY KEY (session_id, gseq),
+    UNIQUE (session_id, digest)
+)""",
+    "UPDATE modefsm_schema SET version = %s WHERE version = 1",
 )
+"""Run in one transaction under an advisory lock: creates what is missing, and migrates a
+version 1 database (the decisions table is all version 2 adds). A decision's ``at_gseq``
+is the ``gseq`` of the record it was decided against (its place among the records: right
+after that record, before the session's next); its own ``gseq`` (from the records'
+sequence) orders the decisions made against one record."""
 _COLUMNS = "v(session_id, seq, to_mode, previous, digest, record, session_prev"
 _GUARDED = (
     "INSERT INTO modefsm_records (session_id, seq, to_mode, previous, digest, record) "
@@ -130,10 +154,38 @@ _GSEQS = (
     "AS v(session_id, seq) ON r.session_id = v.session_id AND r.seq = v.seq"
 )
 HEAD_QUERY = (
-    "SELECT to_mode, seq, previous, digest, record->'config' FROM modefsm_records "
+    "SELECT to_mode, seq, previous, digest, record->'config' AS config FROM modefsm_records "
     "WHERE session_id = %s ORDER BY seq DESC LIMIT 1"
 )
-"""The one query :meth:`PgStore.restore_point` runs (a backward scan of the primary key)."""
+"""The session's last record (a backward scan of the primary key)."""
+CATCH_UP_QUERY = (
+    "SELECT h.*, (SELECT max(gseq) FROM modefsm_decisions WHERE session_id = %(sid)s), "
+    "(SELECT jsonb_agg(g.record ORDER BY g.gseq) FROM (SELECT gseq, record FROM "
+    "modefsm_decisions WHERE session_id = %(sid)s AND gseq > %(mark)s "
+    "AND outcome = 'allow_always' ORDER BY gseq LIMIT %(limit)s) g) "
+    "FROM (SELECT to_mode, seq, previous, digest, record->'config' AS config "
+    "FROM modefsm_records WHERE session_id = %(sid)s ORDER BY seq DESC LIMIT 1) h"
+)
+"""The one query :meth:`PgStore.restore_point_async` runs: the session's last record, the
+``gseq`` of its last decision, and the ``allow_always`` decisions after *mark* (the last
+``gseq`` this store saw of the session), each a backward or range scan of a primary key."""
+_DECIDE = (
+    "WITH h AS (SELECT to_mode, seq, previous, digest, record->'config' AS config, gseq "
+    "FROM modefsm_records WHERE session_id = %(sid)s ORDER BY seq DESC LIMIT 1), "
+    "ins AS (INSERT INTO modefsm_decisions "
+    "(session_id, mode_seq, at_gseq, digest, outcome, record) "
+    "SELECT %(sid)s, %(seq)s, h.gseq, %(digest)s, %(outcome)s, %(record)s::jsonb FROM h "
+    "WHERE h.seq = %(seq)s ON CONFLICT (session_id, digest) DO NOTHING "
+    "RETURNING gseq, at_gseq) "
+    "SELECT d.gseq, d.at_gseq, h.to_mode, h.seq, h.previous, h.digest, h.config FROM h "
+    "LEFT JOIN (SELECT gseq, at_gseq FROM ins UNION ALL SELECT gseq, at_gseq "
+    "FROM modefsm_decisions WHERE session_id = %(sid)s AND digest = %(digest)s) d ON true"
+)
+"""A decision, guarded as a record is: inserted only if the session's last record is still
+the one it was decided against (``mode_seq``); one statement (its own transaction). The
+answer: its ``gseq`` and ``at_gseq`` (``NULL``: refused) and the session's head; no row:
+no record. A decision sent again after a lost answer is found by its digest (the
+statement's own insert and that lookup never both hold it), not written twice."""
 _LIST = (
     "SELECT c.session_id, c.record->>'cwd', h.updated_at FROM modefsm_records c "
     "CROSS JOIN LATERAL (SELECT r.record->>'timestamp' AS updated_at FROM modefsm_records r "
@@ -144,6 +196,15 @@ _LIST = (
 """One page of ``session/list``: each session's creation record (its ``cwd``) and its
 last record (its ``timestamp``), newest first; the filter and the order run in the server."""
 _PAGE = 1000
+_EXPORT = (
+    "SELECT * FROM (SELECT gseq AS at_gseq, 0 AS rank, gseq, record FROM modefsm_records "
+    "UNION ALL SELECT at_gseq, 1, gseq, record FROM modefsm_decisions) a "
+    "WHERE (at_gseq, rank, gseq) > (%s, %s, %s) ORDER BY at_gseq, rank, gseq LIMIT %s"
+)
+"""One page of the export: the records in ``gseq`` order, each followed by the decisions
+made against it (their ``at_gseq``), in ``gseq`` order."""
+_NO_GSEQ = (1 << 63) - 1
+"""A ``gseq`` above every other: no decision comes after it."""
 _BATCH = 256
 """The most records one transaction commits (the others go in the next)."""
 _KEEPALIVE_IDLE = 5
@@ -290,6 +351,10 @@ class PgStore:
         self._checked = False
         self._held: list[tuple[str, dict[str, Any]]] | None = None
         self._described: set[str] = set()  # the spec_hash of the specs in modefsm_specs
+        # per session held here: the last decision gseq seen, and the allow_always
+        # decisions of other workers read since (grants_seen); bounded by release()
+        self._marks: dict[str, int] = {}
+        self._granted: dict[str, list[Any]] = {}
         self._thread: _LoopThread | None = None
         self._blocking(self._setup())
 
@@ -636,6 +701,8 @@ class PgStore:
                 ):  # committed (on a first try whose answer was lost, if resent)
                     fields = {**entry.fields, "session_prev": session_prev, "gseq": gseqs.get(sid)}
                     self._mirror(entry.event, fields)
+                    if seq == 1:  # a new session: every decision of it is news
+                        self._marks.setdefault(sid, 0)
                     _outcome(entry, digest)
                 elif current is None and seq > 1:
                     msg = f"sessionId {sid} has no record to follow with seq {seq}"
@@ -700,26 +767,87 @@ class PgStore:
             self.mirror_error = exc
 
     def note(self, event: str, fields: dict[str, Any], head: RestorePoint | None = None) -> None:
-        """Write a rejection or diagnostic to this process's log only (not to the database).
+        """:meth:`note_async`, blocking until it ends."""
+        if event == EVENT_DECIDED and head is not None:
+            self._blocking(self._decide(fields, head, None))
+            return
+        self._note_local(event, fields)
 
-        While a record of this process is on its way to the database, the line is
-        written right after that record's line (at most *timeout* seconds later).
-        *head* is not checked (the database is not asked).
+    async def note_async(
+        self, event: str, fields: dict[str, Any], head: RestorePoint | None = None
+    ) -> None:
+        """Write a decision to the database, or a rejection or diagnostic to the log only.
+
+        A ``modefsm.tool_decided`` record with *head* is committed to ``modefsm_decisions``
+        only if *head* (its ``mode_seq``) is still the session's last record, durable when
+        this returns, then written to this process's log with its ``gseq`` (as a record
+        is). Any other line goes to this process's log only (*head* is not checked): while
+        a record of this process is on its way to the database, right after that record's
+        line (at most *timeout* seconds later).
 
         Raises:
+            SessionMoved: the session moved past *head* (the decision was not written).
+            StoreBusy, StoreInDoubt, LogError: as :meth:`append_async`, for a decision.
             LogError: the log cannot be written.
         """
-        del head
+        if event == EVENT_DECIDED and head is not None:
+            await self._decide(fields, head, None)
+            return
+        self._note_local(event, fields)
+
+    def _note_local(self, event: str, fields: dict[str, Any]) -> None:
         if self._held is not None:
             self._held.append((event, fields))
             return
         self.log.write(event, fields)
 
-    async def note_async(
-        self, event: str, fields: dict[str, Any], head: RestorePoint | None = None
+    async def _decide(
+        self, fields: dict[str, Any], head: RestorePoint, limit: float | None
     ) -> None:
-        """:meth:`note` (a local write: nothing to await)."""
-        self.note(event, fields, head)
+        """Commit one decision against *head* (see :meth:`note_async`), then log it."""
+        sid = head.session_id
+        lane = self._lane()
+        async with self._turn(lane, limit):
+            attempt = _Try(self._deadline(lane, limit))
+            self._held = []
+            try:
+                self.log.prepare(fields)
+                record = {**fields, "event": EVENT_DECIDED, "prev": self.log.head}
+                digest = record["digest"] = record_digest(record)
+                params = {
+                    "sid": sid,
+                    "seq": fields["mode_seq"],
+                    "digest": digest,
+                    "outcome": fields.get("outcome"),
+                    "record": orjson.dumps(record).decode(),
+                }
+
+                async def insert(conn: Connection) -> list[Any]:
+                    attempt.phase = "commit"  # one statement: sent is committed or not
+                    return await _rows(conn, _DECIDE, params)
+
+                try:
+                    rows = await self._call(lane, attempt, insert)
+                except _Stalled:
+                    what = f"sessionId {sid} (toolCallId {fields['tool_call_id']})"
+                    if attempt.phase != "commit":  # not sent: nothing written
+                        raise self._stalled(f"the decision of {what}") from None
+                    msg = (
+                        f"the session store {self.where} did not answer the decision of "
+                        f"{what} within {self.timeout:g} s: whether it was written is unknown"
+                    )
+                    raise StoreInDoubt(msg, sid, fields["mode_seq"]) from None
+                if not rows:
+                    msg = f"sessionId {sid} has no record to decide a tool call against"
+                    raise LogError(msg, self.where)
+                gseq, at_gseq, mode, seq, previous, at, config = rows[0]
+                if gseq is None:
+                    raise SessionMoved(RestorePoint(sid, mode, seq, previous, at, config))
+                self._mirror(EVENT_DECIDED, {**fields, "gseq": gseq, "at_gseq": at_gseq})
+            finally:
+                held, self._held = self._held, None
+                for note in held:
+                    self._write_note(*note)
 
     def _write_note(self, event: str, fields: dict[str, Any]) -> None:
         try:
@@ -759,22 +887,104 @@ class PgStore:
     async def restore_point_async(
         self, session_id: str, *, deadline: float | None = None
     ) -> RestorePoint | None:
-        """The session's last committed point, read from the database (one index scan).
+        """The session's last committed point, read from the database (:data:`CATCH_UP_QUERY`).
 
-        *deadline*: as for :meth:`append_async <modefsm.store.SessionStore.append_async>`.
+        The same query reads the ``allow_always`` decisions of the session committed since
+        this store last looked (none the first time: a session is followed from then on),
+        which :meth:`grants_seen` hands over. *deadline*: as for :meth:`append_async
+        <modefsm.store.SessionStore.append_async>`.
 
         Raises:
             StoreBusy: the query ran out of time (the server's or the client's).
             LogError: the database is unreachable after one reconnection.
         """
-        rows = await self._query(HEAD_QUERY, (session_id,), f"sessionId {session_id}", deadline)
+        mark = self._marks.get(session_id)
+        params = {"sid": session_id, "mark": _NO_GSEQ if mark is None else mark}
+        params["limit"] = MAX_GRANTS
+        rows = await self._query(CATCH_UP_QUERY, params, f"sessionId {session_id}", deadline)
         if not rows:
             return None
-        mode, seq, previous, digest, config = rows[0]
+        mode, seq, previous, digest, config, last, grants = rows[0]
+        if last is not None and (mark is None or last > mark):
+            self._marks[session_id] = last
+        elif mark is None:
+            self._marks[session_id] = 0
+        if grants:
+            seen = self._granted.setdefault(session_id, [])
+            seen.extend(grants[: max(0, MAX_GRANTS - len(seen))])
         return RestorePoint(session_id, mode, seq, previous, digest, config)
 
+    def grants_seen(self, session_id: str) -> list[DecisionRecord]:
+        """The ``allow_always`` decisions of *session_id* read since the last call.
+
+        Read as the session caught up (:meth:`restore_point_async`), at most
+        :data:`~modefsm.spec.MAX_GRANTS`; this worker's own come back too (remembering a
+        grant twice changes nothing). A row that is not a valid decision is left out
+        (replay of the export reports it).
+        """
+        grants = []
+        for data in self._granted.pop(session_id, ()):
+            with contextlib.suppress(ValidationError):
+                grants.append(DecisionRecord.model_validate(data))
+        return grants
+
+    def decisions(self, session_id: str) -> Iterator[DecisionRecord]:
+        """The session's ``modefsm.tool_decided`` records, in commit order (1,000 per query).
+
+        Raises:
+            StoreBusy, LogError: as :meth:`restore_point`; ``LogError`` also for a row that
+                is not a valid decision (raised when that row is reached).
+        """
+        query = (
+            "SELECT gseq, record FROM modefsm_decisions WHERE session_id = %s "
+            "AND gseq > %s ORDER BY gseq LIMIT %s"
+        )
+        for gseq, record in self._pages(
+            query, (session_id,), f"the decisions of sessionId {session_id}"
+        ):
+            try:
+                yield DecisionRecord.model_validate(record)
+            except ValidationError:
+                msg = f"the decision of gseq {gseq} is not a modefsm.tool_decided record"
+                raise LogError(msg, self.where) from None
+
+    def _pages(self, query: str, fixed: tuple[Any, ...], what: str) -> Iterator[tuple[Any, ...]]:
+        """Every row of *query*, read 1,000 per query (blocking).
+
+        The query's parameters: *fixed*, then the first column of the previous page's last
+        row (0 for the first page), then the page size.
+        """
+        after = 0
+        while True:
+            params = (*fixed, after, _PAGE)
+            rows = self._blocking(self._query(query, params, what))
+            yield from rows
+            if len(rows) < _PAGE:
+                return
+            after = rows[-1][0]
+
+    def release(self, session_id: str) -> None:
+        """Stop following *session_id* (closed here): what is kept per session stays bounded."""
+        self._marks.pop(session_id, None)
+        self._granted.pop(session_id, None)
+
+    async def reopen_async(self) -> None:
+        """Reopen this worker's log file after a rotation (``serve`` on ``SIGHUP``).
+
+        Nothing happens when the log is not a file (a stream).
+
+        Raises:
+            LogError: the new file cannot be opened (the old one is still used).
+        """
+        if self.log.reopenable:
+            self.log.reopen()
+
     async def _query(
-        self, query: str, params: tuple[Any, ...], what: str, limit: float | None = None
+        self,
+        query: str,
+        params: tuple[Any, ...] | dict[str, Any],
+        what: str,
+        limit: float | None = None,
     ) -> list[Any]:
         lane = self._lane()
         async with self._turn(lane, limit):
@@ -793,21 +1003,14 @@ class PgStore:
         Raises:
             StoreBusy, LogError: as :meth:`restore_point`.
         """
-        after = 0
-        while True:
-            rows = self._blocking(
-                self._query(
-                    "SELECT seq, record FROM modefsm_records WHERE session_id = %s "
-                    "AND seq > %s ORDER BY seq LIMIT %s",
-                    (session_id, after, _PAGE),
-                    f"the history of sessionId {session_id}",
-                )
-            )
-            for _, record in rows:
-                yield TransitionRecord.model_validate(record)
-            if len(rows) < _PAGE:
-                return
-            after = rows[-1][0]
+        query = (
+            "SELECT seq, record FROM modefsm_records WHERE session_id = %s "
+            "AND seq > %s ORDER BY seq LIMIT %s"
+        )
+        for _, record in self._pages(
+            query, (session_id,), f"the history of sessionId {session_id}"
+        ):
+            yield TransitionRecord.model_validate(record)
 
     def list_sessions(
         self, cwd: str | None = None, after: ListAfter = None, limit: int = 100
@@ -835,10 +1038,12 @@ class PgStore:
         return [ListedSession(row[0], row[1], row[2]) for row in rows]
 
     def export(self) -> Iterator[dict[str, Any]]:
-        """Every spec's header, then every record with its ``gseq``, in ``gseq`` order.
+        """Every spec's header, then every record in ``gseq`` order, each with its decisions.
 
         Each as a JSON object: a header (``modefsm.spec``) with its ``digest`` (its ``prev``
-        null: an export chains by session only).
+        null: an export chains by session only); a record with its ``gseq``; after it, the
+        decisions made against it, each with its ``gseq`` and, as ``at_gseq``, the
+        record's (a decision's place is after the record it was decided against).
 
         Raises:
             StoreBusy, LogError: as :meth:`restore_point`; also a row whose ``record`` is
@@ -855,24 +1060,20 @@ class PgStore:
                 raise LogError(msg, self.where)
             line = {**header, "event": EVENT_SPEC, "prev": None}
             yield {**line, "digest": record_digest(line)}
-        after = 0
+        after = (0, 0, 0)
         while True:
-            rows = self._blocking(
-                self._query(
-                    "SELECT gseq, record FROM modefsm_records WHERE gseq > %s "
-                    "ORDER BY gseq LIMIT %s",
-                    (after, _PAGE),
-                    "the records",
-                )
-            )
-            for gseq, record in rows:
+            rows = self._blocking(self._query(_EXPORT, (*after, _PAGE), "the records"))
+            for at_gseq, rank, gseq, record in rows:
+                what = "record" if rank == 0 else "decision"
                 if not isinstance(record, dict):
-                    msg = f"the record of gseq {gseq} is {_json_kind(record)}, not a JSON object"
+                    msg = f"the {what} of gseq {gseq} is {_json_kind(record)}, not a JSON object"
                     raise LogError(msg, self.where)
-                yield {**record, "gseq": gseq}
+                yield {**record, "gseq": gseq} if rank == 0 else {
+                    **record, "gseq": gseq, "at_gseq": at_gseq,
+                }  # fmt: skip
             if len(rows) < _PAGE:
                 return
-            after = rows[-1][0]
+            after = tuple(rows[-1][:3])
 
     def close(self) -> None:
         """Close the connections (the log given to the constructor stays open)."""
@@ -935,7 +1136,9 @@ def _outcome(entry: _Entry, digest: str | None = None, error: BaseException | No
         entry.done.set_result(digest)  # type: ignore[arg-type]
 
 
-async def _rows(conn: Connection, query: str, params: tuple[Any, ...]) -> list[Any]:
+async def _rows(
+    conn: Connection, query: str, params: tuple[Any, ...] | dict[str, Any]
+) -> list[Any]:
     cur = await conn.execute(query, params)
     return await cur.fetchall() if cur.description is not None else []
 

@@ -21,6 +21,7 @@ from modefsm import FileStore, ModeEngine, ModeSpec, SessionStore, ToolCall, Tra
 from modefsm import preset as preset_spec
 from modefsm.log import EVENT_DECIDED
 from modefsm.replay import replay
+from modefsm.store import export_store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -102,8 +103,18 @@ def open_store(target: str, tmp_path: Path) -> SessionStore:
     return FileStore(target)
 
 
+def exported(url: str, tmp_path: Path) -> Path:
+    """The database's export (``modefsm store export``), as a file."""
+    path = tmp_path / "export.jsonl"
+    with path.open("wb") as out:
+        export_store(url, out)
+    return path
+
+
 def decisions(target: str, tmp_path: Path) -> list[dict[str, Any]]:
-    path = tmp_path / "main.jsonl" if target.startswith("postgresql://") else Path(target)
+    """Every process's decisions: the shared file's, or the database's (its export)."""
+    postgres = target.startswith("postgresql://")
+    path = exported(target, tmp_path) if postgres else Path(target)
     lines = [orjson.loads(line) for line in path.read_bytes().splitlines()]
     return [
         {k: line[k] for k in ("tool_call_id", "decision", "outcome", "mode", "mode_seq")}
@@ -128,26 +139,53 @@ async def test_another_process_changes_the_mode_mid_turn(target: str, tmp_path: 
         ("call_1", "deny", None, "plan", 2),
         ("call_2", "deny", None, "plan", 2),
     ]
+    spec = preset_spec("permission")
+    assert (
+        replayed(target, tmp_path, spec, tmp_path / "main.jsonl", tmp_path / "worker.jsonl") == ()
+    )
+
+
+def replayed(target: str, tmp_path: Path, spec: ModeSpec, *workers: Path) -> tuple[object, ...]:
+    """The violations of replaying the store: the file, or each worker's log and the export."""
     if not target.startswith("postgresql://"):
-        assert replay([target], [preset_spec("permission")], verify=True).violations == ()
+        return replay([target], [spec], verify=True).violations
+    export = exported(target, tmp_path)
+    logs = [str(path) for path in workers if path.exists()]
+    return (
+        *replay([str(export)], [spec], verify=True).violations,
+        *replay(logs, [spec], verify=True).violations,
+    )
 
 
-async def test_a_grant_made_in_another_process(tmp_path: Path) -> None:
-    target = str(tmp_path / "modes.jsonl")
-    store = FileStore(target)
+async def test_a_grant_made_in_another_process(target: str, tmp_path: Path) -> None:
+    store = open_store(target, tmp_path)
     engine = ModeEngine(spec_of(persist=False), store=store)
     await engine.new_session_async("s")
-    await asyncio.to_thread(run_worker, target, tmp_path / "unused.jsonl", "grant")
+    await asyncio.to_thread(run_worker, target, tmp_path / "worker.jsonl", "grant")
     granted = await engine.decide_async("s", ToolCall("call_1", "execute", "Bash"))
     assert (granted.decision, granted.outcome) == ("allow", "granted")
+    other_mode = await engine.set_mode("s", "acceptEdits")
+    assert other_mode.seq == 2
+    asked = await engine.decide_async("s", ToolCall("call_2", "execute", "Bash"))
+    assert (asked.decision, asked.outcome, asked.mode) == ("ask", None, "acceptEdits")
     store.close()
-    assert replay([target], [spec_of(persist=False)], verify=True).violations == ()
+    assert decisions(target, tmp_path) == [
+        {"tool_call_id": "call_w", "decision": "ask", "outcome": "allow_always",
+         "mode": "default", "mode_seq": 1},
+        {"tool_call_id": "call_1", "decision": "ask", "outcome": "granted",
+         "mode": "default", "mode_seq": 1},
+    ]  # fmt: skip
+    spec = spec_of(persist=False)
+    assert (
+        replayed(target, tmp_path, spec, tmp_path / "main.jsonl", tmp_path / "worker.jsonl") == ()
+    )
 
 
 @pytest.mark.parametrize("persist", [True, False])
-async def test_a_grant_outlives_the_process_killed_after_it(tmp_path: Path, persist: bool) -> None:
-    target = str(tmp_path / "modes.jsonl")
-    process = worker(target, tmp_path / "unused.jsonl", "grant", persist=persist, hold=True)
+async def test_a_grant_outlives_the_process_killed_after_it(
+    target: str, tmp_path: Path, persist: bool
+) -> None:
+    process = worker(target, tmp_path / "worker.jsonl", "grant", persist=persist, hold=True)
     assert process.stdout is not None
     line = await asyncio.wait_for(asyncio.to_thread(process.stdout.readline), 60)
     assert line == "done\n"
@@ -155,7 +193,7 @@ async def test_a_grant_outlives_the_process_killed_after_it(tmp_path: Path, pers
     process.communicate(timeout=10)  # reaped, its pipes closed
     assert process.returncode == -signal.SIGKILL
     spec = spec_of(persist=persist)
-    store = FileStore(target)
+    store = open_store(target, tmp_path)
     engine = ModeEngine(spec, store=store)
     point = store.restore_point("s")
     assert point is not None
@@ -163,4 +201,6 @@ async def test_a_grant_outlives_the_process_killed_after_it(tmp_path: Path, pers
     after = await engine.decide_async("s", ToolCall("call_1", "execute", "Bash"))
     assert (after.decision, after.outcome) == (("allow", "granted") if persist else ("ask", None))
     store.close()
-    assert replay([target], [spec], verify=True).violations == ()
+    assert (
+        replayed(target, tmp_path, spec, tmp_path / "main.jsonl", tmp_path / "worker.jsonl") == ()
+    )

@@ -36,6 +36,7 @@ class ToolClient:
         self.frames: list[dict[str, Any]] = []
         self.answer: Answer | None = None
         self.conn: Any = None
+        self.process: asyncio.subprocess.Process | None = None  # the agent, to kill
         self.seen = asyncio.Condition()
 
     # -- the client's side, as both SDKs call it ------------------------------------------
@@ -129,7 +130,7 @@ class ToolClient:
 
 @contextlib.asynccontextmanager
 async def connect(
-    log: Path, *args: str, version: int = 1, option: str = "--log"
+    log: Path | str, *args: str, version: int = 1, option: str = "--log"
 ) -> AsyncIterator[ToolClient]:
     """``modefsm serve OPTION LOG ARGS...`` under the SDK client of ACP *version*."""
     client = ToolClient(version)
@@ -141,8 +142,9 @@ async def connect(
             transport_kwargs={"stderr": None, "shutdown_timeout": TIMEOUT},
             observers=[client.observe],
             use_unstable_protocol=True,
-        ) as (conn, _process):
+        ) as (conn, process):
             client.conn = conn
+            client.process = process
             await asyncio.wait_for(conn.initialize(protocol_version=acp.PROTOCOL_VERSION), TIMEOUT)
             yield client
         return
@@ -151,6 +153,7 @@ async def connect(
     )
     assert process.stdin is not None
     assert process.stdout is not None
+    client.process = process
     try:
         connection = v2.connect_to_agent(
             client, process.stdin, process.stdout, observers=[client.observe]

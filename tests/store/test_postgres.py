@@ -33,7 +33,7 @@ from modefsm.store import (  # noqa: E402
     StoreBusy,
     open_store,
 )
-from modefsm.store._postgres import HEAD_QUERY, PgStore  # noqa: E402
+from modefsm.store._postgres import CATCH_UP_QUERY, HEAD_QUERY, PgStore  # noqa: E402
 from tests.reliability.harness import soak_factor  # noqa: E402
 from tests.store.pg_writer import write  # noqa: E402
 
@@ -252,6 +252,47 @@ def test_restore_point_is_one_index_scan(store: PgStore, postgres_url: str) -> N
     assert store.restore_point("s77") == RestorePoint("s77", "ask", 10, None, _md5(779))
 
 
+def _scans(plan: dict[str, Any]) -> set[tuple[str, str]]:
+    """Every scan of *plan*: (node type, the table or, for an index's part of it, index)."""
+    found: set[tuple[str, str]] = set()
+    if "Relation Name" in plan or "Index Name" in plan:
+        found.add((plan["Node Type"], plan.get("Index Name") or plan["Relation Name"]))
+    for child in plan.get("Plans", ()):
+        found |= _scans(child)
+    return found
+
+
+def test_the_catch_up_is_one_query_of_index_scans(store: PgStore, postgres_url: str) -> None:
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        db.execute(
+            "INSERT INTO modefsm_records (session_id, seq, to_mode, previous, digest, record) "
+            "SELECT 's' || (i / 10), i % 10 + 1, 'ask', NULL, md5(i::text), '{}' "
+            "FROM generate_series(0, 49999) AS i"
+        )
+        db.execute(
+            "INSERT INTO modefsm_decisions "
+            "(session_id, mode_seq, at_gseq, digest, outcome, record) "
+            "SELECT 's' || (i / 10), 1, 1, md5(i::text), "
+            "CASE WHEN i % 3 = 0 THEN 'allow_always' END, '{}' "
+            "FROM generate_series(0, 49999) AS i"
+        )
+        db.execute("ANALYZE modefsm_records")
+        db.execute("ANALYZE modefsm_decisions")
+        params = {"sid": "s77", "mark": 0, "limit": 1024}
+        explained = db.execute("EXPLAIN (FORMAT JSON) " + CATCH_UP_QUERY, params).fetchone()
+    scans = _scans(explained[0][0]["Plan"])
+    assert {node for node, _ in scans} <= {  # no Seq Scan: each is an index's range
+        "Index Scan", "Index Only Scan", "Bitmap Index Scan", "Bitmap Heap Scan",
+    }  # fmt: skip
+    assert {name for _, name in scans if name.endswith("_pkey")} == {
+        "modefsm_records_pkey",
+        "modefsm_decisions_pkey",
+    }
+    assert scans - {(n, t) for n, t in scans if t.endswith("_pkey")} <= {
+        ("Bitmap Heap Scan", "modefsm_decisions"),
+    }
+
+
 def _md5(i: int) -> str:
     import hashlib
 
@@ -354,7 +395,7 @@ def test_unreachable_server_and_other_schema_are_refused(postgres_url: str) -> N
     open_store(postgres_url).close()  # creates the schema
     with psycopg.connect(postgres_url, autocommit=True) as db:
         db.execute("UPDATE modefsm_schema SET version = 99")
-    with pytest.raises(LogError, match="has schema version 99; this modefsm uses 1"):
+    with pytest.raises(LogError, match="has schema version 99; this modefsm uses 2"):
         open_store(postgres_url)
     with pytest.raises(LogError, match="not a postgresql:// URL"):
         open_store("mysql://x")

@@ -38,7 +38,7 @@ def test_an_export_replays_clean_as_the_workers_files_do(postgres_url: str, tmp_
     lines = (tmp_path / "all.jsonl").read_bytes().splitlines()
     header = orjson.loads(lines[0])
     assert header["event"] == "modefsm.store_export"
-    assert header["schema"] == 1
+    assert header["schema"] == 2
     spec = orjson.loads(lines[1])  # the header of the spec the workers named, once
     seed = preset("seed")
     assert (spec["event"], spec["spec_hash"], spec["definition"], spec["prev"]) == (
