@@ -325,8 +325,7 @@ def _check_sdk(args: argparse.Namespace) -> None:
             else ("v2" if args.protocol == "2" else "acp")
         )
         msg = (
-            "the ACP SDK (agent-client-protocol) is not installed: "
-            f"pip install 'modefsm[{extra}]'"
+            f"the ACP SDK (agent-client-protocol) is not installed: pip install 'modefsm[{extra}]'"
         )
         raise ModefsmError(msg)
 
