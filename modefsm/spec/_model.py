@@ -192,7 +192,8 @@ class ModeSpec(BaseModel):
         """Build a spec from parsed TOML or JSON data.
 
         A mode's ``prompt_file`` is read here (at most :data:`MAX_PROMPT` bytes of UTF-8,
-        a regular file) and becomes its ``prompt``; a mode gives one or the other.
+        a regular file inside *base*, its links followed) and becomes its ``prompt``; a
+        mode gives one or the other.
 
         Args:
             data: the document's top-level table.
@@ -415,7 +416,10 @@ def _read_prompt_files(
         elif not isinstance(name, str) or not name:
             problems.append(SpecProblem(where, "a file name (a non-empty string) is needed"))
         else:
-            text, problem = _read_prompt(Path(base or ".") / name, name)
+            path, problem = _prompt_path(Path(base or "."), name)
+            text = None
+            if path is not None:
+                text, problem = _read_prompt(path, name)
             if problem is not None:
                 problems.append(SpecProblem(where, problem))
             else:
@@ -424,8 +428,24 @@ def _read_prompt_files(
     return {**data, "modes": read}, problems
 
 
+def _prompt_path(folder: Path, name: str) -> tuple[Path | None, str | None]:
+    """Where the prompt file *name* is, its links followed, or why it is not used.
+
+    It must be inside *folder* (the spec's): a spec from elsewhere cannot read a file of
+    the user's into a prompt.
+    """
+    try:
+        folder = folder.resolve()
+        path = (folder / name).resolve()
+    except (OSError, RuntimeError) as exc:  # a loop of links
+        return None, f"cannot read {name!r}: {getattr(exc, 'strerror', None) or exc}"
+    if not path.is_relative_to(folder):
+        return None, f"{name!r} is outside the spec's folder"
+    return path, None
+
+
 def _read_prompt(path: Path, name: str) -> tuple[str | None, str | None]:
-    """The text of the prompt file *path*, or why it cannot be used."""
+    """The text of the prompt file *path* (named *name*), or why it cannot be used."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:

@@ -374,6 +374,31 @@ class TestPromptFile:
             "modes[0].prompt_file: 'p.md' is not a regular file"
         ]
 
+    @pytest.mark.parametrize(
+        "name", ["../secret.md", "ABSOLUTE", "link.md", "prompts/../../secret.md"]
+    )
+    def test_a_file_outside_the_specs_folder_is_not_read(self, tmp_path: Path, name: str):
+        """A spec from elsewhere (a cloned repository) cannot pull a file of the user's into
+        the prompt the host sends its model, nor into the log's header."""
+        (tmp_path / "secret.md").write_text("the user's secret", encoding="utf-8")
+        folder = tmp_path / "specs"
+        (folder / "prompts").mkdir(parents=True)
+        (folder / "link.md").symlink_to(tmp_path / "secret.md")
+        name = str(tmp_path / "secret.md") if name == "ABSOLUTE" else name
+        data = spec_data({"id": "a", "name": "A", "prompt_file": name})
+        assert problems(data, base=folder) == [
+            f"modes[0].prompt_file: {name!r} is outside the spec's folder"
+        ]
+
+    def test_a_link_inside_the_specs_folder_is_read(self, tmp_path: Path):
+        (tmp_path / "prompts").mkdir()
+        (tmp_path / "prompts" / "plan.md").write_text("You plan.", encoding="utf-8")
+        (tmp_path / "p.md").symlink_to(tmp_path / "prompts" / "plan.md")
+        spec = ModeSpec.from_data(
+            spec_data({"id": "a", "name": "A", "prompt_file": "p.md"}), base=tmp_path
+        )
+        assert spec.prompt_for("a") == "You plan."
+
     def test_prompt_and_prompt_file_together_with_other_problems(self, tmp_path: Path):
         data = spec_data(
             {"id": "a", "name": "A", "prompt": "x", "prompt_file": "p.md"},
