@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import acp
+import orjson
 import pytest
 
 from modefsm import preset, replay
@@ -93,4 +94,119 @@ async def test_a_tool_call_object_asked_again_waits_for_its_own_answer(tmp_path:
         for r in read_log(log)
         if r["event"] == "modefsm.tool_decided"
     ] == [("call_edit", "ask", "allow_once"), ("call_edit", "ask", "reject_once")]
+    assert replay([log], [preset("permission")], verify=True).violations == ()
+
+
+NUMBERED = textwrap.dedent(
+    """
+    import asyncio
+    import sys
+
+    from acp.schema import PromptResponse
+
+    from modefsm import FileStore, ModeAgent, ToolCall, preset, run_agent
+
+
+    class Host(ModeAgent):
+        async def prompt(self, prompt, session_id, **kwargs):
+            async def edit() -> str:
+                return "edited"
+
+            # the host numbers its tool calls per session: every session has a call_1
+            await self.run_tool(session_id, ToolCall("call_1", "edit", "edit_file"), edit)
+            return PromptResponse(stop_reason="end_turn")
+
+
+    asyncio.run(run_agent(Host(preset("permission"), store=FileStore(sys.argv[1]))))
+    """
+)
+
+
+class RawPeer:
+    """Raw NDJSON frames to and from one host process."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.next_id = 0
+
+    async def send(self, frame: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(orjson.dumps({"jsonrpc": "2.0", **frame}) + b"\n")
+        await self.process.stdin.drain()
+
+    async def read(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = await asyncio.wait_for(self.process.stdout.readline(), TIMEOUT)
+        assert line, "the host closed stdout"
+        frame: dict[str, Any] = orjson.loads(line)
+        return frame
+
+    async def request(self, method: str, params: dict[str, Any]) -> int:
+        self.next_id += 1
+        await self.send({"id": self.next_id, "method": method, "params": params})
+        return self.next_id
+
+    async def until(self, wanted: Any) -> dict[str, Any]:
+        """Read frames up to the first that *wanted* accepts; return it."""
+        while True:
+            frame = await self.read()
+            if wanted(frame):
+                return frame
+
+    async def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        request_id = await self.request(method, params)
+        return await self.until(lambda f: f.get("id") == request_id and "method" not in f)
+
+    async def answer(self, request: dict[str, Any], option_id: str) -> None:
+        outcome = {"outcome": "selected", "optionId": option_id}
+        await self.send({"id": request["id"], "result": {"outcome": outcome}})
+
+
+def _is_permission_request(frame: dict[str, Any]) -> bool:
+    return frame.get("method") == "session/request_permission"
+
+
+async def test_a_late_answer_is_logged_for_its_own_session_and_request(tmp_path: Path):
+    """Two sessions with the same ``toolCallId``: session a's withdrawn ask is answered late,
+    after session b's ask was answered in time; only a's answer is logged as late."""
+    script, log = tmp_path / "host.py", tmp_path / "modes.jsonl"
+    script.write_text(NUMBERED, encoding="utf-8")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(script),
+        str(log),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    peer = RawPeer(process)
+    try:
+        await peer.call("initialize", {"protocolVersion": 1})
+        new = {"cwd": str(tmp_path), "mcpServers": []}
+        a = (await peer.call("session/new", new))["result"]["sessionId"]
+        b = (await peer.call("session/new", new))["result"]["sessionId"]
+        prompt = [{"type": "text", "text": "edit"}]
+        in_a = await peer.request("session/prompt", {"sessionId": a, "prompt": prompt})
+        asked_a = await peer.until(_is_permission_request)
+        await peer.call("session/set_mode", {"sessionId": a, "modeId": "plan"})  # withdrawn
+        await peer.until(lambda f: f.get("id") == in_a and "method" not in f)
+        in_b = await peer.request("session/prompt", {"sessionId": b, "prompt": prompt})
+        asked_b = await peer.until(_is_permission_request)
+        await peer.answer(asked_b, "allow_once")  # in time: the edit runs in b
+        await peer.until(lambda f: f.get("id") == in_b and "method" not in f)
+        await peer.answer(asked_a, "allow_once")  # late: a's ask was withdrawn
+        await peer.call("session/set_mode", {"sessionId": a, "modeId": "default"})
+    finally:
+        assert process.stdin is not None
+        process.stdin.close()
+        await asyncio.wait_for(process.wait(), TIMEOUT)
+    fields = ("session_id", "event", "decision", "outcome", "reason", "request_id", "option_id")
+    assert [
+        tuple(r.get(field) for field in fields)
+        for r in read_log(log)
+        if r["event"] in {"modefsm.tool_decided", "modefsm.change_rejected"}
+    ] == [
+        (a, "modefsm.tool_decided", "deny", None, None, None, None),
+        (b, "modefsm.tool_decided", "ask", "allow_once", None, None, None),
+        (a, "modefsm.change_rejected", None, None, "late_answer", asked_a["id"], "allow_once"),
+    ]
     assert replay([log], [preset("permission")], verify=True).violations == ()
