@@ -26,7 +26,7 @@ import json
 import os
 import stat
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -587,6 +587,23 @@ def _semantic_problems(spec: ModeSpec) -> list[SpecProblem]:  # noqa: C901, PLR0
     return problems
 
 
+def _covering_rule(earlier: Sequence[ToolRule], rule: ToolRule) -> int | None:
+    """The index of the first of *earlier* that matches every call *rule* matches, if any.
+
+    Sure cases only: its kinds include *rule*'s (or it matches any kind), and it matches
+    any name or the very same pattern.
+    """
+    kinds = None if rule.kind is None else set(rule.kind)
+    for i, other in enumerate(earlier):
+        if other.kind == () or (other.kind is None and other.name is None):
+            continue  # a problem of its own
+        if other.kind is not None and (kinds is None or not kinds <= set(other.kind)):
+            continue
+        if other.name is None or other.name == rule.name:
+            return i
+    return None
+
+
 def _meaning_problems(where: str, mode: Mode) -> list[SpecProblem]:
     """What is wrong with a mode's ``prompt``, ``tools`` and ``meta``."""
     problems = []
@@ -602,6 +619,14 @@ def _meaning_problems(where: str, mode: Mode) -> list[SpecProblem]:
                 SpecProblem(
                     f"{where}.tools[{j}]",
                     "a rule needs a kind or a name (tools_default decides the rest)",
+                )
+            )
+        elif (i := _covering_rule(mode.tools[:j], rule)) is not None:
+            problems.append(
+                SpecProblem(
+                    f"{where}.tools[{j}]",
+                    f"never matches: rule {i} matches every call it would "
+                    "(the first rule that matches decides)",
                 )
             )
     if mode.meta is not None:

@@ -9,7 +9,7 @@ from typing import Any, get_args
 
 import pytest
 from acp import schema
-from hypothesis import given, settings
+from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
 from modefsm import ModeSpec, SpecError, load_spec, preset
@@ -225,7 +225,11 @@ class TestJudgeProperty:
         ]
         if not data:
             return
-        spec = ModeSpec.from_data(spec_data(*data))
+        try:
+            spec = ModeSpec.from_data(spec_data(*data))
+        except SpecError as exc:  # a rule an earlier one covers: not a spec
+            assert all("never matches" in p.message for p in exc.problems)  # noqa: PT017
+            reject()
         for index, kind, name in calls:
             mode = spec.modes[index % len(spec.modes)]
             verdict = spec.rules.judge(mode.id, kind, name)
@@ -271,6 +275,29 @@ class TestValidation:
         assert problems(data) == [
             "modes[0].tools[0]: a rule needs a kind or a name (tools_default decides the rest)",
             "modes[0].tools[1].kind: an empty list matches nothing",
+        ]
+
+    def test_a_rule_an_earlier_rule_covers_is_a_problem(self):
+        """First match wins: a later rule an earlier one covers whole never decides (the
+        spec's author meant it to; edits here would be allowed, not denied)."""
+        data = spec_data(
+            {
+                "id": "a",
+                "name": "A",
+                "tools": [
+                    {"kind": ["edit", "delete"], "decision": "allow"},
+                    {"kind": ["edit"], "decision": "deny"},
+                    {"name": "bash", "decision": "ask"},
+                    {"kind": ["execute"], "name": "bash", "decision": "deny"},
+                    {"kind": ["execute"], "name": "bash*", "decision": "deny"},
+                    {"kind": ["delete", "move"], "decision": "deny"},
+                ],
+            }
+        )
+        shadowed = "never matches: rule {} matches every call it would (the first rule that "
+        assert problems(data) == [
+            f"modes[0].tools[1]: {shadowed.format(0)}matches decides)",
+            f"modes[0].tools[3]: {shadowed.format(2)}matches decides)",
         ]
 
     def test_meta_is_kept_and_bounded(self):
