@@ -43,6 +43,7 @@ __all__ = [
     "MAX_META",
     "MAX_PROMPT",
     "MAX_RULES",
+    "MAX_SPEC_FILE",
     "Mode",
     "ModeSpec",
     "PermissionOptionKind",
@@ -59,6 +60,8 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
 MAX_PROMPT = 256 * 1024
 """The longest ``prompt`` of a mode (inline or read from ``prompt_file``), in bytes of UTF-8."""
+MAX_SPEC_FILE = 16 * 1024 * 1024
+"""The largest spec file :func:`load_spec` reads, in bytes (a regular file only)."""
 MAX_META = 64 * 1024
 """The longest ``meta`` of a mode, in bytes of compact JSON."""
 MAX_RULES = 256
@@ -447,24 +450,46 @@ def _prompt_path(folder: Path, name: str) -> tuple[Path | None, str | None]:
 def _read_prompt(path: Path, name: str) -> tuple[str | None, str | None]:
     """The text of the prompt file *path* (named *name*), or why it cannot be used."""
     try:
+        return _read_text(path, MAX_PROMPT), None
+    except _Unusable as exc:
+        return None, f"cannot read {name!r}: {exc}" if exc.unread else f"{name!r} is {exc}"
+
+
+class _Unusable(Exception):  # noqa: N818 - a reason, not an error of the caller's
+    """Why a file's text cannot be used (*unread*: it could not be read at all)."""
+
+    def __init__(self, reason: str, *, unread: bool = False) -> None:
+        super().__init__(reason)
+        self.unread = unread
+
+
+def _read_text(path: Path, limit: int) -> str:
+    """The UTF-8 text of the regular file *path*, at most *limit* bytes.
+
+    Opened without blocking (a FIFO, a device): only a regular file is read.
+
+    Raises:
+        _Unusable: it cannot be read, is not a regular file, is larger, or not UTF-8.
+    """
+    try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        return None, f"cannot read {name!r}: {exc.strerror or exc}"
+        raise _Unusable(exc.strerror or str(exc), unread=True) from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None, f"{name!r} is not a regular file"
+            raise _Unusable("not a regular file")
         with os.fdopen(os.dup(fd), "rb") as file:
-            content = file.read(MAX_PROMPT + 1)
+            content = file.read(limit + 1)
     except OSError as exc:
-        return None, f"cannot read {name!r}: {exc.strerror or exc}"
+        raise _Unusable(exc.strerror or str(exc), unread=True) from None
     finally:
         os.close(fd)
-    if len(content) > MAX_PROMPT:
-        return None, f"{name!r} is larger than {MAX_PROMPT} bytes"
+    if len(content) > limit:
+        raise _Unusable(f"larger than {limit} bytes")
     try:
-        return content.decode("utf-8"), None
+        return content.decode("utf-8")
     except UnicodeDecodeError:
-        return None, f"{name!r} is not UTF-8 text"
+        raise _Unusable("not UTF-8 text") from None
 
 
 def _problems_from_validation(exc: ValidationError) -> list[SpecProblem]:
@@ -660,21 +685,18 @@ def load_spec(path: str | Path) -> ModeSpec:
     """Load a spec from a ``.toml`` or ``.json`` file.
 
     Args:
-        path: the file; its suffix chooses the parser (anything but ``.json`` is TOML).
+        path: the file, a regular file of at most :data:`MAX_SPEC_FILE` bytes of UTF-8
+            (a FIFO or a device is refused, not read); its suffix chooses the parser
+            (anything but ``.json`` is TOML).
 
     Raises:
         SpecError: the file cannot be read or parsed, or the spec is invalid (every problem).
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise SpecError([SpecProblem("", f"cannot read the spec: {reason}")], str(path)) from None
-    except UnicodeDecodeError:
-        raise SpecError(
-            [SpecProblem("", "cannot read the spec: not UTF-8 text")], str(path)
-        ) from None
+        text = _read_text(path, MAX_SPEC_FILE)
+    except _Unusable as exc:
+        raise SpecError([SpecProblem("", f"cannot read the spec: {exc}")], str(path)) from None
     try:
         data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
