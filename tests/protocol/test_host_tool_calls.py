@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any, cast
 
 import acp
-import orjson
 import pytest
 
 from modefsm import preset, replay
 from tests.acp_client import TIMEOUT, TestClient, select, text_block
 from tests.conftest import read_log
+from tests.reliability.harness import RawPeer
 
 pytestmark = pytest.mark.e2e
 
@@ -122,50 +122,6 @@ NUMBERED = textwrap.dedent(
 )
 
 
-class RawPeer:
-    """Raw NDJSON frames to and from one host process."""
-
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self.process = process
-        self.next_id = 0
-
-    async def send(self, frame: dict[str, Any]) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(orjson.dumps({"jsonrpc": "2.0", **frame}) + b"\n")
-        await self.process.stdin.drain()
-
-    async def read(self) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        line = await asyncio.wait_for(self.process.stdout.readline(), TIMEOUT)
-        assert line, "the host closed stdout"
-        frame: dict[str, Any] = orjson.loads(line)
-        return frame
-
-    async def request(self, method: str, params: dict[str, Any]) -> int:
-        self.next_id += 1
-        await self.send({"id": self.next_id, "method": method, "params": params})
-        return self.next_id
-
-    async def until(self, wanted: Any) -> dict[str, Any]:
-        """Read frames up to the first that *wanted* accepts; return it."""
-        while True:
-            frame = await self.read()
-            if wanted(frame):
-                return frame
-
-    async def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        request_id = await self.request(method, params)
-        return await self.until(lambda f: f.get("id") == request_id and "method" not in f)
-
-    async def answer(self, request: dict[str, Any], option_id: str) -> None:
-        outcome = {"outcome": "selected", "optionId": option_id}
-        await self.send({"id": request["id"], "result": {"outcome": outcome}})
-
-
-def _is_permission_request(frame: dict[str, Any]) -> bool:
-    return frame.get("method") == "session/request_permission"
-
-
 async def test_a_late_answer_is_logged_for_its_own_session_and_request(tmp_path: Path):
     """Two sessions with the same ``toolCallId``: session a's withdrawn ask is answered late,
     after session b's ask was answered in time; only a's answer is logged as late."""
@@ -179,26 +135,36 @@ async def test_a_late_answer_is_logged_for_its_own_session_and_request(tmp_path:
         stdout=asyncio.subprocess.PIPE,
     )
     peer = RawPeer(process)
+    reader = asyncio.create_task(peer.read_forever())
+
+    async def prompt(session_id: str) -> int:
+        peer.next_id += 1
+        params = {"sessionId": session_id, "prompt": [{"type": "text", "text": "edit"}]}
+        await peer.send(
+            {"jsonrpc": "2.0", "id": peer.next_id, "method": "session/prompt", "params": params}
+        )
+        return peer.next_id
+
+    selected = {"outcome": {"outcome": "selected", "optionId": "allow_once"}}
     try:
-        await peer.call("initialize", {"protocolVersion": 1})
-        new = {"cwd": str(tmp_path), "mcpServers": []}
-        a = (await peer.call("session/new", new))["result"]["sessionId"]
-        b = (await peer.call("session/new", new))["result"]["sessionId"]
-        prompt = [{"type": "text", "text": "edit"}]
-        in_a = await peer.request("session/prompt", {"sessionId": a, "prompt": prompt})
-        asked_a = await peer.until(_is_permission_request)
-        await peer.call("session/set_mode", {"sessionId": a, "modeId": "plan"})  # withdrawn
-        await peer.until(lambda f: f.get("id") == in_a and "method" not in f)
-        in_b = await peer.request("session/prompt", {"sessionId": b, "prompt": prompt})
-        asked_b = await peer.until(_is_permission_request)
-        await peer.answer(asked_b, "allow_once")  # in time: the edit runs in b
-        await peer.until(lambda f: f.get("id") == in_b and "method" not in f)
-        await peer.answer(asked_a, "allow_once")  # late: a's ask was withdrawn
-        await peer.call("session/set_mode", {"sessionId": a, "modeId": "default"})
+        await peer.result("initialize", {"protocolVersion": 1})
+        a, b = await peer.new_session(), await peer.new_session()
+        in_a = await prompt(a)
+        asked_a = await peer.next_agent_request()
+        assert "result" in await peer.set_mode(a, "plan")  # a's ask is withdrawn
+        await peer.response(in_a)
+        in_b = await prompt(b)
+        asked_b = await peer.next_agent_request()
+        await peer.answer(asked_b, selected)  # in time: the edit runs in b
+        await peer.response(in_b)
+        await peer.answer(asked_a, selected)  # late: a's ask was withdrawn
+        assert "result" in await peer.set_mode(a, "default")  # one more round trip
     finally:
         assert process.stdin is not None
         process.stdin.close()
         await asyncio.wait_for(process.wait(), TIMEOUT)
+        await asyncio.wait_for(reader, TIMEOUT)
+    assert [m["params"]["toolCall"]["toolCallId"] for m in (asked_a, asked_b)] == ["call_1"] * 2
     fields = ("session_id", "event", "decision", "outcome", "reason", "request_id", "option_id")
     assert [
         tuple(r.get(field) for field in fields)
