@@ -231,7 +231,7 @@ def _run_serve(args: argparse.Namespace) -> int:
             raise ModefsmError(f"--store: not a postgresql:// URL: {args.store!r}")
         if args.log is not None and not postgres:
             raise ModefsmError("--store and --log name the same thing for a file store: give one")
-    _check_sdk()
+    _check_sdk(args)
     http_only = {
         "--token-file": args.token_file is not None,
         "--no-auth": args.no_auth,
@@ -307,8 +307,11 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     parser.set_defaults(run=_run_demo)
 
 
-def _check_sdk() -> None:
+def _check_sdk(args: argparse.Namespace) -> None:
     """Refuse ``serve`` and ``demo`` at once when the ACP SDK is not installed.
+
+    The extra named is the one that brings what *args* ask for: ``http`` for ``--http``,
+    ``v2`` for ``--protocol 2`` (both need SDK 1.0), ``acp`` otherwise.
 
     Raises:
         ModefsmError: one line naming the distribution and the extra that brings it.
@@ -316,12 +319,19 @@ def _check_sdk() -> None:
     from importlib.util import find_spec  # noqa: PLC0415 - serve and demo only
 
     if find_spec("acp") is None:
-        msg = "the ACP SDK (agent-client-protocol) is not installed: pip install 'modefsm[acp]'"
+        extra = (
+            "http"
+            if getattr(args, "http", None) is not None
+            else ("v2" if args.protocol == "2" else "acp")
+        )
+        msg = (
+            f"the ACP SDK (agent-client-protocol) is not installed: pip install 'modefsm[{extra}]'"
+        )
         raise ModefsmError(msg)
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    _check_sdk()
+    _check_sdk(args)
     from modefsm.cli._demo import run_demo  # noqa: PLC0415
 
     return run_demo(args.log, raw=args.json, protocol=int(args.protocol))

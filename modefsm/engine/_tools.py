@@ -73,7 +73,8 @@ _TRIES = 3
 """How many times a decision or an answer is tried when other processes keep moving its
 session (as for a change)."""
 ENDED_KEPT = 1024
-"""How many ended asks (of all sessions) :meth:`ToolCalls.outcome_of` still answers for."""
+"""How many decisions of ended asks (of all sessions; an ask re-judged into another
+mode counts twice) :meth:`ToolCalls.outcome_of` still answers for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,12 +164,17 @@ _replace = msgspec.structs.replace
 
 
 class _Ask:
-    """One open ask: its decision against the latest committed mode, and its waiters."""
+    """One open ask: its decision against the latest committed mode, and its waiters.
 
-    __slots__ = ("decision", "done")
+    *first* is the decision :meth:`ToolCalls.decide_async` handed out: the host names the
+    ask by that object (a ``ToolCall`` may be asked again, or in another session).
+    """
+
+    __slots__ = ("decision", "done", "first")
 
     def __init__(self, decision: ToolDecision, done: asyncio.Future[ToolDecision]) -> None:
         self.decision = decision
+        self.first = decision
         self.done = done
 
 
@@ -207,8 +213,10 @@ class ToolCalls:
         self._tools: dict[str, _Tools] = {}
         self._rejudges: set[asyncio.Task[None]] = set()
         self._granting: set[str] = set()  # the sessions with a grant
-        self._asked: dict[int, str] = {}  # id() of an open ask's call -> its sessionId
-        self._ended: dict[int, tuple[ToolCall, ToolDecision]] = {}  # the last asks ended
+        # id() of a decision an open ask was handed out as -> (that decision, its sessionId)
+        self._asked: dict[int, tuple[ToolDecision, str]] = {}
+        # id() of a decision an ended ask was handed out as -> (that decision, the final one)
+        self._ended: dict[int, tuple[ToolDecision, ToolDecision]] = {}
         self._persists = any(self.spec.grants_in(m).persist for m in self.spec.mode_ids)
 
     # -- deciding ------------------------------------------------------------------------
@@ -296,7 +304,7 @@ class ToolCalls:
         if len(tools.asks) >= MAX_OPEN_ASKS:
             raise AskLimitError(session_id, MAX_OPEN_ASKS)
         tools.asks[call_id] = _Ask(decision, asyncio.get_running_loop().create_future())
-        self._asked[id(decision.call)] = session_id
+        self._asked[id(decision)] = (decision, session_id)
         return decision
 
     async def settle(self, decision: ToolDecision, option_id: str | None) -> ToolDecision:
@@ -310,7 +318,9 @@ class ToolCalls:
         mode's ``grants`` say.
 
         Args:
-            decision: the ``ask`` :meth:`decide_async` returned.
+            decision: the ``ask`` :meth:`decide_async` returned (this object, or the one
+                :meth:`open_asks` lists now): a ``ToolCall`` asked again, or in another
+                session, is another ask.
             option_id: ACP ``optionId`` of the selected option (:data:`ASK_OPTIONS`);
                 ``None``: the request was cancelled.
 
@@ -369,9 +379,8 @@ class ToolCalls:
                 longer ago than the last :data:`ENDED_KEPT` asks (a recent one answers at
                 once).
         """
-        call = decision.call
-        ended = self._ended.get(id(call))
-        if ended is not None and ended[0] is call:
+        ended = self._ended.get(id(decision))
+        if ended is not None and ended[0] is decision:
             return ended[1]
         session_id = self._session_of(decision)
         _, ask = self._open_ask(session_id, decision)
@@ -398,15 +407,18 @@ class ToolCalls:
     # -- the session's asks and grants ---------------------------------------------------
 
     def _session_of(self, decision: ToolDecision) -> str:
-        session_id = self._asked.get(id(decision.call))
-        if session_id is None:
+        """The session of the open ask handed out as *decision* (this very object)."""
+        asked = self._asked.get(id(decision))
+        if asked is None or asked[0] is not decision:
             raise AskClosedError(None, decision.call.tool_call_id)
-        return session_id
+        return asked[1]
 
     def _open_ask(self, session_id: str, decision: ToolDecision) -> tuple[_Tools, _Ask]:
         tools = self._tools.get(session_id)
         ask = None if tools is None else tools.asks.get(decision.call.tool_call_id)
-        if ask is None or ask.decision.call != decision.call or session_id not in self._sessions:
+        if ask is None or session_id not in self._sessions:
+            raise AskClosedError(session_id, decision.call.tool_call_id)
+        if decision is not ask.first and decision is not ask.decision:
             raise AskClosedError(session_id, decision.call.tool_call_id)
         return tools, ask  # type: ignore[return-value]  # tools is set when ask is
 
@@ -436,11 +448,12 @@ class ToolCalls:
         """End *ask* with *final*: out of the open asks, remembered if granted, waiters told."""
         call = final.call
         del tools.asks[call.tool_call_id]
-        self._asked.pop(id(call), None)
         ended = self._ended
-        if len(ended) >= ENDED_KEPT:
-            del ended[next(iter(ended))]
-        ended[id(call)] = (call, final)
+        for handed in {id(ask.first): ask.first, id(ask.decision): ask.decision}.values():
+            self._asked.pop(id(handed), None)
+            if len(ended) >= ENDED_KEPT:
+                del ended[next(iter(ended))]
+            ended[id(handed)] = (handed, final)
         if final.outcome == "allow_always" and tools.grants.remember(
             final.mode, call.kind or "other", call.name
         ):
@@ -463,7 +476,10 @@ class ToolCalls:
                 continue
             new = self.decide(session.session_id, old.call)
             if new.decision == "ask":
+                if old is not ask.first:
+                    self._asked.pop(id(old), None)
                 ask.decision = new
+                self._asked[id(new)] = (new, session.session_id)
                 continue
             await self._record(session, new)
             self._close(tools, ask, new)

@@ -1101,10 +1101,11 @@ class Replayer:
 def _header_spec(record: SpecRecord) -> tuple[ModeSpec | None, str | None]:
     """The spec a header holds, or why it holds none that its name and hash describe.
 
-    Returns ``(spec, None)``, or ``(None, why)``.
+    Returns ``(spec, None)``, or ``(None, why)``. A header holds its prompts inline: the
+    definition is validated as it stands, and no file it names (``prompt_file``) is read.
     """
     try:
-        spec = ModeSpec.from_data(record.definition or {})
+        spec = ModeSpec(**(record.definition or {}))
     except SpecError as exc:
         return None, f"the header's definition of spec {record.spec!r} is not a valid spec: {exc}"
     if spec.content_hash != record.spec_hash or spec.name != record.spec:

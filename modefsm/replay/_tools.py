@@ -12,7 +12,10 @@ judge):
 - an ``ask`` has an outcome, an ``allow`` or ``deny`` none;
 - a ``granted`` outcome has a matching ``allow_always`` before it
   (:class:`~modefsm.spec.GrantMemory`, scoped as the spec says; a grant that does not
-  persist is accepted after a restart too, since the log does not show restarts).
+  persist is accepted after a restart too, since the log does not show restarts). When a
+  session's records go on under another spec (a restart with a changed spec), its
+  ``allow_always`` answers so far are remembered again as that spec scopes them, for the
+  modes it has, as the engine rebuilds them.
 
 Each failure is a ``tool_policy`` violation naming both sides. The ledger also counts,
 per session, mode and kind, the decisions (``allow``, ``ask``, ``deny``): the summary's
@@ -24,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from modefsm.spec import GrantMemory
+from modefsm.spec import MAX_GRANTS, GrantMemory
 
 if TYPE_CHECKING:
     from modefsm.log import DecisionRecord
@@ -62,7 +65,9 @@ class ToolLedger:
 
     def __init__(self) -> None:
         """Start with no session."""
-        self._grants: dict[str, GrantMemory] = {}
+        self._grants: dict[str, tuple[str, GrantMemory]] = {}  # by session: spec_hash, grants
+        # by session: the (mode, kind, tool) of its allow_always answers, in order
+        self._given: dict[str, dict[tuple[str, str, str | None], None]] = {}
         self._counts: dict[str, dict[tuple[str, str], list[int]]] = {}
 
     def check(
@@ -121,17 +126,30 @@ class ToolLedger:
                 f"({_rule(verdict.rule_index)}), the record says {record.decision} "
                 f"({_rule(record.rule)})"
             )
-        grants = self._grants.get(record.session_id)
-        if grants is None:
-            grants = self._grants[record.session_id] = GrantMemory(spec)
+        grants = self._memory(record.session_id, spec)
         if record.outcome == "granted" and not grants.covers(record.mode, record.kind, record.tool):
             problems.append(
                 f"{what} ran as granted in mode {record.mode!r}, but no allow_always given "
                 "before it covers it there"
             )
         elif record.decision == "ask" and record.outcome == "allow_always":
+            given = self._given.setdefault(record.session_id, {})
+            if len(given) < MAX_GRANTS:
+                given[record.mode, record.kind, record.tool] = None
             grants.remember(record.mode, record.kind, record.tool)
         return problems
+
+    def _memory(self, session_id: str, spec: ModeSpec) -> GrantMemory:
+        """The session's grants under *spec*: rebuilt when its records change spec."""
+        held = self._grants.get(session_id)
+        if held is not None and held[0] == spec.content_hash:
+            return held[1]
+        grants = GrantMemory(spec)
+        for mode, kind, tool in self._given.get(session_id, {}):
+            if spec.has_mode(mode):
+                grants.remember(mode, kind, tool)
+        self._grants[session_id] = (spec.content_hash, grants)
+        return grants
 
     def tallies(self, session_id: str) -> tuple[ToolTally, ...]:
         """The counts of *session_id*'s decisions, by mode and kind in order of first use."""

@@ -26,7 +26,7 @@ import json
 import os
 import stat
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -43,6 +43,7 @@ __all__ = [
     "MAX_META",
     "MAX_PROMPT",
     "MAX_RULES",
+    "MAX_SPEC_FILE",
     "Mode",
     "ModeSpec",
     "PermissionOptionKind",
@@ -59,6 +60,8 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
 MAX_PROMPT = 256 * 1024
 """The longest ``prompt`` of a mode (inline or read from ``prompt_file``), in bytes of UTF-8."""
+MAX_SPEC_FILE = 16 * 1024 * 1024
+"""The largest spec file :func:`load_spec` reads, in bytes (a regular file only)."""
 MAX_META = 64 * 1024
 """The longest ``meta`` of a mode, in bytes of compact JSON."""
 MAX_RULES = 256
@@ -192,7 +195,8 @@ class ModeSpec(BaseModel):
         """Build a spec from parsed TOML or JSON data.
 
         A mode's ``prompt_file`` is read here (at most :data:`MAX_PROMPT` bytes of UTF-8,
-        a regular file) and becomes its ``prompt``; a mode gives one or the other.
+        a regular file inside *base*, its links followed) and becomes its ``prompt``; a
+        mode gives one or the other.
 
         Args:
             data: the document's top-level table.
@@ -415,7 +419,10 @@ def _read_prompt_files(
         elif not isinstance(name, str) or not name:
             problems.append(SpecProblem(where, "a file name (a non-empty string) is needed"))
         else:
-            text, problem = _read_prompt(Path(base or ".") / name, name)
+            path, problem = _prompt_path(Path(base or "."), name)
+            text = None
+            if path is not None:
+                text, problem = _read_prompt(path, name)
             if problem is not None:
                 problems.append(SpecProblem(where, problem))
             else:
@@ -424,27 +431,65 @@ def _read_prompt_files(
     return {**data, "modes": read}, problems
 
 
+def _prompt_path(folder: Path, name: str) -> tuple[Path | None, str | None]:
+    """Where the prompt file *name* is, its links followed, or why it is not used.
+
+    It must be inside *folder* (the spec's): a spec from elsewhere cannot read a file of
+    the user's into a prompt.
+    """
+    try:
+        folder = folder.resolve()
+        path = (folder / name).resolve()
+    except (OSError, RuntimeError) as exc:  # a loop of links
+        return None, f"cannot read {name!r}: {getattr(exc, 'strerror', None) or exc}"
+    if not path.is_relative_to(folder):
+        return None, f"{name!r} is outside the spec's folder"
+    return path, None
+
+
 def _read_prompt(path: Path, name: str) -> tuple[str | None, str | None]:
-    """The text of the prompt file *path*, or why it cannot be used."""
+    """The text of the prompt file *path* (named *name*), or why it cannot be used."""
+    try:
+        return _read_text(path, MAX_PROMPT), None
+    except _Unusable as exc:
+        return None, f"cannot read {name!r}: {exc}" if exc.unread else f"{name!r} is {exc}"
+
+
+class _Unusable(Exception):  # noqa: N818 - a reason, not an error of the caller's
+    """Why a file's text cannot be used (*unread*: it could not be read at all)."""
+
+    def __init__(self, reason: str, *, unread: bool = False) -> None:
+        super().__init__(reason)
+        self.unread = unread
+
+
+def _read_text(path: Path, limit: int) -> str:
+    """The UTF-8 text of the regular file *path*, at most *limit* bytes.
+
+    Opened without blocking (a FIFO, a device): only a regular file is read.
+
+    Raises:
+        _Unusable: it cannot be read, is not a regular file, is larger, or not UTF-8.
+    """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        return None, f"cannot read {name!r}: {exc.strerror or exc}"
+        raise _Unusable(exc.strerror or str(exc), unread=True) from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None, f"{name!r} is not a regular file"
+            raise _Unusable("not a regular file")
         with os.fdopen(os.dup(fd), "rb") as file:
-            content = file.read(MAX_PROMPT + 1)
+            content = file.read(limit + 1)
     except OSError as exc:
-        return None, f"cannot read {name!r}: {exc.strerror or exc}"
+        raise _Unusable(exc.strerror or str(exc), unread=True) from None
     finally:
         os.close(fd)
-    if len(content) > MAX_PROMPT:
-        return None, f"{name!r} is larger than {MAX_PROMPT} bytes"
+    if len(content) > limit:
+        raise _Unusable(f"larger than {limit} bytes")
     try:
-        return content.decode("utf-8"), None
+        return content.decode("utf-8")
     except UnicodeDecodeError:
-        return None, f"{name!r} is not UTF-8 text"
+        raise _Unusable("not UTF-8 text") from None
 
 
 def _problems_from_validation(exc: ValidationError) -> list[SpecProblem]:
@@ -567,6 +612,23 @@ def _semantic_problems(spec: ModeSpec) -> list[SpecProblem]:  # noqa: C901, PLR0
     return problems
 
 
+def _covering_rule(earlier: Sequence[ToolRule], rule: ToolRule) -> int | None:
+    """The index of the first of *earlier* that matches every call *rule* matches, if any.
+
+    Sure cases only: its kinds include *rule*'s (or it matches any kind), and it matches
+    any name or the very same pattern.
+    """
+    kinds = None if rule.kind is None else set(rule.kind)
+    for i, other in enumerate(earlier):
+        if other.kind == () or (other.kind is None and other.name is None):
+            continue  # a problem of its own
+        if other.kind is not None and (kinds is None or not kinds <= set(other.kind)):
+            continue
+        if other.name is None or other.name == rule.name:
+            return i
+    return None
+
+
 def _meaning_problems(where: str, mode: Mode) -> list[SpecProblem]:
     """What is wrong with a mode's ``prompt``, ``tools`` and ``meta``."""
     problems = []
@@ -582,6 +644,14 @@ def _meaning_problems(where: str, mode: Mode) -> list[SpecProblem]:
                 SpecProblem(
                     f"{where}.tools[{j}]",
                     "a rule needs a kind or a name (tools_default decides the rest)",
+                )
+            )
+        elif (i := _covering_rule(mode.tools[:j], rule)) is not None:
+            problems.append(
+                SpecProblem(
+                    f"{where}.tools[{j}]",
+                    f"never matches: rule {i} matches every call it would "
+                    "(the first rule that matches decides)",
                 )
             )
     if mode.meta is not None:
@@ -615,21 +685,18 @@ def load_spec(path: str | Path) -> ModeSpec:
     """Load a spec from a ``.toml`` or ``.json`` file.
 
     Args:
-        path: the file; its suffix chooses the parser (anything but ``.json`` is TOML).
+        path: the file, a regular file of at most :data:`MAX_SPEC_FILE` bytes of UTF-8
+            (a FIFO or a device is refused, not read); its suffix chooses the parser
+            (anything but ``.json`` is TOML).
 
     Raises:
         SpecError: the file cannot be read or parsed, or the spec is invalid (every problem).
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise SpecError([SpecProblem("", f"cannot read the spec: {reason}")], str(path)) from None
-    except UnicodeDecodeError:
-        raise SpecError(
-            [SpecProblem("", "cannot read the spec: not UTF-8 text")], str(path)
-        ) from None
+        text = _read_text(path, MAX_SPEC_FILE)
+    except _Unusable as exc:
+        raise SpecError([SpecProblem("", f"cannot read the spec: {exc}")], str(path)) from None
     try:
         data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:

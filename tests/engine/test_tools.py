@@ -406,6 +406,48 @@ class TestAsks:
         assert backing.decisions() == [record("s", EDIT, "ask", 1, "default", 1, "cancelled")]
         backing.verify()
 
+    async def test_a_call_asked_again_ends_with_its_own_answer(self, backing: Backing) -> None:
+        """One ``ToolCall`` object asked twice: the second ask is not the first one's outcome."""
+        engine = backing.engine()
+        await engine.new_session_async("s")
+        first = await engine.decide_async("s", EDIT)
+        assert (await engine.settle(first, "allow_once")).runs
+        again = await engine.decide_async("s", EDIT)
+        waiter = asyncio.ensure_future(engine.outcome_of(again))
+        await asyncio.sleep(0)  # the waiter waits
+        assert (waiter.done(), engine.open_asks("s")) == (False, (again,))
+        rejected = await engine.settle(again, "reject_once")
+        assert rejected == decision(EDIT, "ask", 1, ASKS_EDITS, "default", 1, "reject_once")
+        assert await asyncio.wait_for(waiter, 5) == rejected
+        assert await engine.outcome_of(first) == decision(
+            EDIT, "ask", 1, ASKS_EDITS, "default", 1, "allow_once"
+        )
+        assert backing.decisions() == [
+            record("s", EDIT, "ask", 1, "default", 1, "allow_once"),
+            record("s", EDIT, "ask", 1, "default", 1, "reject_once"),
+        ]
+        backing.verify()
+
+    async def test_one_call_asked_in_two_sessions_is_answered_in_its_own(
+        self, backing: Backing
+    ) -> None:
+        """The answer to session a's ask settles a's, never b's (same ``ToolCall`` object)."""
+        engine = backing.engine()
+        await engine.new_session_async("a")
+        await engine.new_session_async("b")
+        in_a = await engine.decide_async("a", EDIT)
+        in_b = await engine.decide_async("b", EDIT)
+        settled = await engine.settle(in_a, "allow_always")
+        assert settled == decision(EDIT, "ask", 1, ASKS_EDITS, "default", 1, "allow_always")
+        assert (engine.open_asks("a"), engine.open_asks("b")) == ((), (in_b,))
+        assert engine.decide("b", EDIT) == decision(EDIT, "ask", 1, ASKS_EDITS, "default", 1)
+        assert (await engine.settle(in_b, "reject_once")).outcome == "reject_once"
+        assert backing.decisions() == [
+            record("a", EDIT, "ask", 1, "default", 1, "allow_always"),
+            record("b", EDIT, "ask", 1, "default", 1, "reject_once"),
+        ]
+        backing.verify()
+
     async def test_open_asks_are_bounded_and_unique(self, backing: Backing) -> None:
         engine = backing.engine()
         await engine.new_session_async("s")

@@ -73,15 +73,24 @@ class TestDependencies:
             engine.new_session("s1")
             print(engine.get("s1").state, main(["replay", sys.argv[1]]) == 0)
             sys.stdout.flush()
-            sys.exit(main([sys.argv[2]]))
+            sys.exit(main(sys.argv[2:]))
             """
         )
-        for command in ("serve", "demo"):
-            done = _run(str(tmp_path / f"{command}.jsonl"), command, code=code)
+        asked = {  # the extra that brings what the command line asks for
+            ("serve",): "acp",
+            ("demo",): "acp",
+            ("serve", "--protocol", "both"): "acp",
+            ("serve", "--protocol", "2"): "v2",
+            ("demo", "--protocol", "2"): "v2",
+            ("serve", "--http", "127.0.0.1:0"): "http",
+            ("serve", "--http", "127.0.0.1:0", "--protocol", "2"): "http",
+        }
+        for n, (args, extra) in enumerate(asked.items()):
+            done = _run(str(tmp_path / f"{n}.jsonl"), *args, code=code)
             assert (done.stdout.splitlines()[-1], done.returncode) == ("ask True", 2)
             assert done.stderr == (
-                f"modefsm {command}: the ACP SDK (agent-client-protocol) is not installed: "
-                "pip install 'modefsm[acp]'\n"
+                f"modefsm {args[0]}: the ACP SDK (agent-client-protocol) is not installed: "
+                f"pip install 'modefsm[{extra}]'\n"
             )
 
 

@@ -11,7 +11,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from modefsm import LogStore, ModeEngine, ModeSpec, TransitionLog, preset, preset_names
+from modefsm import (
+    FileStore,
+    LogStore,
+    ModeEngine,
+    ModeSpec,
+    ToolCall,
+    TransitionLog,
+    preset,
+    preset_names,
+)
 from modefsm.cli import main
 from modefsm.log import EVENT_DECIDED, DecisionEntry, DecisionRecord, LogEntry, read_log
 from modefsm.log._records import record_digest
@@ -412,6 +421,41 @@ class TestCommandLine:
                 f"  {path}:6: session 's1': tool_policy: a edit call of 'Edit' in mode 'plan': the "
                 "rules give deny (rule 0), the record says allow (rule 1)"
             ),
+        ]
+
+
+class TestSpecChanged:
+    """A server restarted on the same log with another spec: its sessions go on under it."""
+
+    async def test_grants_under_the_new_spec_replay_clean(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ):
+        path = tmp_path / "modes.jsonl"
+        first = ModeEngine(preset("permission"), store=FileStore(path))
+        await first.new_session_async("s1")
+        await first.set_mode("s1", "acceptEdits")
+        assert (await first.decide_async("s1", ToolCall("c0", "edit", "Edit"))).runs
+        assert first.store is not None
+        first.store.close()
+        second = ModeEngine(preset("seed"), store=FileStore(path))
+        assert second.store is not None
+        point = second.store.restore_point("s1")
+        assert point is not None
+        second.restore_session("s1", point.mode, point.seq, previous=point.previous)
+        edit = ToolCall("c1", "edit", "Edit", "Edit README.md")
+        asked = await second.decide_async("s1", edit)
+        assert (await second.settle(asked, "allow_always")).outcome == "allow_always"
+        granted = await second.decide_async("s1", ToolCall("c2", "edit", "Edit"))
+        assert (granted.mode, granted.outcome) == ("ask", "granted")
+        second.store.close()
+        assert main(["replay", str(path), "--verify", "--summary"]) == 0
+        assert capsys.readouterr().out.splitlines()[:6] == [
+            "SESSIONS (1)",
+            "  s1  ask  (seq 3, spec seed, 3 records)",
+            "    edit in acceptEdits: 1 allowed, 0 asked, 0 denied; 1 ran",
+            "    edit in ask: 0 allowed, 2 asked, 0 denied; 2 ran",
+            ("CHAIN  6 records verified, 0 without a digest; head " + lines(path)[-1]["digest"]),
+            "RESULT  clean",
         ]
 
 

@@ -157,6 +157,33 @@ class TestReplay:
         )
         assert report.exit_status == 1
 
+    def test_a_header_naming_a_prompt_file_reads_no_file(self, tmp_path, monkeypatch):
+        """A log is data: replay reads no file its header names (headers hold prompts inline).
+
+        The header is forged whole: its hash is that of the spec with the file's text as
+        the prompt, so a replay that read the file would find the header sound.
+        """
+        path, _ = _review_log(tmp_path)
+        (tmp_path / "secret.txt").write_text("the reader's secret", encoding="utf-8")
+        monkeypatch.chdir(tmp_path)  # a name relative to the reader's current directory
+        lines = path.read_bytes().splitlines()
+        header = orjson.loads(lines[0])
+        with_text = tomllib.loads(REVIEW)
+        with_text["modes"][0]["prompt"] = "the reader's secret"
+        header["spec_hash"] = ModeSpec.from_data(with_text).content_hash
+        header["definition"]["modes"][0]["prompt_file"] = "secret.txt"
+        lines[0] = orjson.dumps(header)
+        path.write_bytes(b"\n".join(lines) + b"\n")
+        report = replay([path])
+        assert [(v.kind, str(v.location)) for v in report.violations] == [
+            ("spec_header", f"{path}:1"),
+            ("unknown_spec", f"{path}:2"),  # the records' spec: not the forged header's
+        ]
+        assert report.violations[0].message == (
+            "the header's definition of spec 'review' is not a valid spec: invalid mode "
+            "spec (1 problem): modes[0].prompt_file: Extra inputs are not permitted"
+        )
+
     def test_a_log_without_a_header_behaves_as_before(self, tmp_path):
         path, spec = _review_log(tmp_path)
         path.write_bytes(path.read_bytes().split(b"\n", 1)[1])

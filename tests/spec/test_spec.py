@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +13,7 @@ import pytest
 
 from modefsm import ModeSpec, SpecError, load_spec, preset, preset_names
 from modefsm.errors import SpecProblem
+from modefsm.spec import MAX_SPEC_FILE
 from tests.conftest import spec_with
 
 
@@ -270,6 +274,35 @@ class TestLoading:
     def test_missing_file(self, tmp_path: Path):
         with pytest.raises(SpecError, match=r"missing\.toml: cannot read the spec: No such file"):
             load_spec(tmp_path / "missing.toml")
+
+    @pytest.mark.parametrize("kind", ["fifo", "device", "directory", "too_large"])
+    def test_a_spec_that_is_not_a_bounded_regular_file_is_refused(self, tmp_path: Path, kind: str):
+        """One line, exit 2, at once: a FIFO blocked the command forever and a device
+        (``/dev/zero``) was read until the memory ran out (a traceback)."""
+        path = tmp_path / "spec.toml"
+        reason = "not a regular file"
+        if kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "device":
+            path = Path("/dev/zero")
+        elif kind == "directory":
+            path.mkdir()
+        else:
+            with path.open("wb") as file:
+                file.truncate(MAX_SPEC_FILE + 1)  # sparse: no disk taken
+            reason = f"larger than {MAX_SPEC_FILE} bytes"
+        done = subprocess.run(  # bounded: the old reading of /dev/zero took every byte
+            ["prlimit", "--as=2000000000", sys.executable, "-m", "modefsm", "diagram", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert (done.returncode, done.stdout, done.stderr) == (
+            2,
+            "",
+            f"modefsm diagram: {path}: cannot read the spec: {reason}\n",
+        )
 
     def test_invalid_file_names_the_file_and_location(self, tmp_path: Path):
         path = tmp_path / "s.json"

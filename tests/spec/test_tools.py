@@ -9,7 +9,7 @@ from typing import Any, get_args
 
 import pytest
 from acp import schema
-from hypothesis import given, settings
+from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
 from modefsm import ModeSpec, SpecError, load_spec, preset
@@ -225,7 +225,11 @@ class TestJudgeProperty:
         ]
         if not data:
             return
-        spec = ModeSpec.from_data(spec_data(*data))
+        try:
+            spec = ModeSpec.from_data(spec_data(*data))
+        except SpecError as exc:  # a rule an earlier one covers: not a spec
+            assert all("never matches" in p.message for p in exc.problems)  # noqa: PT017
+            reject()
         for index, kind, name in calls:
             mode = spec.modes[index % len(spec.modes)]
             verdict = spec.rules.judge(mode.id, kind, name)
@@ -271,6 +275,29 @@ class TestValidation:
         assert problems(data) == [
             "modes[0].tools[0]: a rule needs a kind or a name (tools_default decides the rest)",
             "modes[0].tools[1].kind: an empty list matches nothing",
+        ]
+
+    def test_a_rule_an_earlier_rule_covers_is_a_problem(self):
+        """First match wins: a later rule an earlier one covers whole never decides (the
+        spec's author meant it to; edits here would be allowed, not denied)."""
+        data = spec_data(
+            {
+                "id": "a",
+                "name": "A",
+                "tools": [
+                    {"kind": ["edit", "delete"], "decision": "allow"},
+                    {"kind": ["edit"], "decision": "deny"},
+                    {"name": "bash", "decision": "ask"},
+                    {"kind": ["execute"], "name": "bash", "decision": "deny"},
+                    {"kind": ["execute"], "name": "bash*", "decision": "deny"},
+                    {"kind": ["delete", "move"], "decision": "deny"},
+                ],
+            }
+        )
+        shadowed = "never matches: rule {} matches every call it would (the first rule that "
+        assert problems(data) == [
+            f"modes[0].tools[1]: {shadowed.format(0)}matches decides)",
+            f"modes[0].tools[3]: {shadowed.format(2)}matches decides)",
         ]
 
     def test_meta_is_kept_and_bounded(self):
@@ -373,6 +400,31 @@ class TestPromptFile:
         assert problems(data, base=tmp_path) == [
             "modes[0].prompt_file: 'p.md' is not a regular file"
         ]
+
+    @pytest.mark.parametrize(
+        "name", ["../secret.md", "ABSOLUTE", "link.md", "prompts/../../secret.md"]
+    )
+    def test_a_file_outside_the_specs_folder_is_not_read(self, tmp_path: Path, name: str):
+        """A spec from elsewhere (a cloned repository) cannot pull a file of the user's into
+        the prompt the host sends its model, nor into the log's header."""
+        (tmp_path / "secret.md").write_text("the user's secret", encoding="utf-8")
+        folder = tmp_path / "specs"
+        (folder / "prompts").mkdir(parents=True)
+        (folder / "link.md").symlink_to(tmp_path / "secret.md")
+        name = str(tmp_path / "secret.md") if name == "ABSOLUTE" else name
+        data = spec_data({"id": "a", "name": "A", "prompt_file": name})
+        assert problems(data, base=folder) == [
+            f"modes[0].prompt_file: {name!r} is outside the spec's folder"
+        ]
+
+    def test_a_link_inside_the_specs_folder_is_read(self, tmp_path: Path):
+        (tmp_path / "prompts").mkdir()
+        (tmp_path / "prompts" / "plan.md").write_text("You plan.", encoding="utf-8")
+        (tmp_path / "p.md").symlink_to(tmp_path / "prompts" / "plan.md")
+        spec = ModeSpec.from_data(
+            spec_data({"id": "a", "name": "A", "prompt_file": "p.md"}), base=tmp_path
+        )
+        assert spec.prompt_for("a") == "You plan."
 
     def test_prompt_and_prompt_file_together_with_other_problems(self, tmp_path: Path):
         data = spec_data(

@@ -155,7 +155,8 @@ class ModeAgent:
         self._cancels: dict[str, set[asyncio.Event]] = {}
         self._closing: set[str] = set()  # sessions whose session/close waits for their turns
         self._turn_ended = asyncio.Event()  # set by end_turn (a closing session's wait)
-        self._abandoned: OrderedDict[str, None] = OrderedDict()  # toolCallIds a cancel ended
+        # (sessionId, toolCallId) of the permission requests a cancel or a withdrawal ended
+        self._abandoned: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     def on_connect(self, conn: Any) -> None:
         """Called by the SDK with the connection to the client."""
@@ -575,7 +576,7 @@ class ModeAgent:
                     plan=plan,
                     tool_call_id=tool_call_id,
                     cancelled=waiter,
-                    abandoned=lambda: self._abandon(tool_call_id),
+                    abandoned=lambda: self._abandon(session_id, tool_call_id),
                     record=lambda update: self._record_switch(session_id, update),
                 )
         finally:
@@ -621,7 +622,7 @@ class ModeAgent:
                     call,
                     run,
                     cancelled=waiter,
-                    abandoned=lambda: self._abandon(call.tool_call_id),
+                    abandoned=lambda: self._abandon(session_id, call.tool_call_id),
                     record=lambda update: self._keep(session_id, update, "host"),
                 )
         finally:
@@ -657,8 +658,8 @@ class ModeAgent:
                 "conversation journal: the outcome of %s was not kept", update.tool_call_id
             )
 
-    def _abandon(self, tool_call_id: str) -> None:
-        self._abandoned[tool_call_id] = None
+    def _abandon(self, session_id: str, tool_call_id: str) -> None:
+        self._abandoned[session_id, tool_call_id] = None
         while len(self._abandoned) > _ABANDONED_KEPT:
             self._abandoned.popitem(last=False)
 
@@ -674,9 +675,10 @@ class ModeAgent:
         another process's lock never holds up the event loop; the transports wait for it
         (:meth:`~modefsm.engine.ModeEngine.drain_notes`) when their connection ends.
         """
-        if request.tool_call_id not in self._abandoned:
+        key = (request.session_id, request.tool_call_id)
+        if key not in self._abandoned:
             return
-        del self._abandoned[request.tool_call_id]
+        del self._abandoned[key]
         option_id = _selected(response)
         if option_id is not None:
             self.engine.reject_switch_soon(
