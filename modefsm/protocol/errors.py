@@ -21,7 +21,7 @@ error                                            JSON-RPC error
 :class:`~modefsm.errors.HookError`               the ``RequestError`` the hook raised, else
                                                  ``-32603``
 :class:`~modefsm.errors.LogError`                ``-32603``; ``data``: ``{"message": ...}``
-:class:`~modefsm.errors.AskLimitError`           ``-32603``; ``data``: ``{"message", "limit":
+:class:`~modefsm.errors.AskLimitError`           ``-32600``; ``data``: ``{"message", "limit":
                                                  "open_asks", "max"}``
 ===============================================  ==========================================
 
@@ -40,6 +40,7 @@ from modefsm.errors import (
     ERROR_MESSAGES,
     INTERNAL_ERROR,
     INVALID_PARAMS,
+    INVALID_REQUEST,
     RESOURCE_NOT_FOUND,
     AskLimitError,
     ChangeRefused,
@@ -133,9 +134,11 @@ def request_error(error: BaseException, version: int = 1) -> RequestError | None
         return error.error
     if isinstance(error, HookError | LogError | AskLimitError):
         details: dict[str, Any] = {"message": str(error)}
-        if isinstance(error, AskLimitError):
+        code = INTERNAL_ERROR
+        if isinstance(error, AskLimitError):  # the client's to relieve, as MAX_OPEN's refusal
             details |= {"limit": "open_asks", "max": error.limit}
-        return RequestError(INTERNAL_ERROR, str(error), details)
+            code = INVALID_REQUEST
+        return RequestError(code, str(error), details)
     return None
 
 

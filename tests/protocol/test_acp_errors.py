@@ -69,7 +69,7 @@ class TestAcpErrors:
             "or cancel one first (the tool call was not decided)"
         )
         assert info.value.to_error_obj() == {
-            "code": -32603,
+            "code": -32600,
             "message": message,
             "data": {"message": message, "limit": "open_asks", "max": 64},
         }
