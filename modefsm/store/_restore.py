@@ -524,6 +524,7 @@ class RestoreIndex:
         timestamp: str | None = None,
         earlier: bool = False,
         config: dict[str, str | bool] | None = None,
+        follows: bool = True,
     ) -> None:
         """Record that *session_id* is now in *mode* at *seq* (after the log line is written).
 
@@ -545,6 +546,9 @@ class RestoreIndex:
             earlier: the record is in a file before the one the index follows (a rotated
                 file): its point is answered as stored.
             config: the record's ``config`` (the session's host option values), if any.
+            follows: the index was told of every line before this record's; else only
+                the session's row is kept (the log position the index reached, from
+                which a catch-up reads, stays where it was).
         """
         if not self._behind:
             value, keep = previous
@@ -569,13 +573,25 @@ class RestoreIndex:
                 self._pending.clear()
                 self._behind = True
                 self._problem = self._problem or f"over {MAX_PENDING} sessions waited"
-        self.advance(offset, head)
+        if follows:
+            self.advance(offset, head)
+        else:
+            self._count()
+
+    @property
+    def offset(self) -> int:
+        """The byte offset in the log up to which the index was told of every line."""
+        return self._offset
 
     def advance(self, offset: int | None, head: str | None) -> None:
         """Note that the log reaches *offset* with chain head *head* (a rejection: no mode)."""
         if offset is not None:
             self._offset = offset
         self.head = head
+        self._count()
+
+    def _count(self) -> None:
+        """Count one update; commit after :attr:`commit_every` or :attr:`commit_seconds`."""
         self._records += 1
         if self._records >= self.commit_every or (
             time.monotonic() - self._last_commit >= self.commit_seconds
@@ -600,10 +616,12 @@ class RestoreIndex:
         try:
             self._db.execute("BEGIN IMMEDIATE")
             self._db.executemany(_UPSERT, rows)
-            self._db.execute(
-                "UPDATE log_position SET device = ?, inode = ?, offset = ?, head = ? WHERE id = 1",
-                position,
-            )
+            if position != self._committed:  # else another process may have moved it on
+                self._db.execute(
+                    "UPDATE log_position SET device = ?, inode = ?, offset = ?, head = ? "
+                    "WHERE id = 1",
+                    position,
+                )
             self._db.execute("COMMIT")
         except (sqlite3.Error, OverflowError) as exc:  # OverflowError: past SQLite's INTEGER
             with contextlib.suppress(sqlite3.Error):
@@ -669,6 +687,8 @@ class RestoreIndex:
         except OSError as exc:
             raise LogError(f"cannot read the transition log: {exc.strerror}", str(path)) from None
         self.log_path = path
+        if self._pending and not self._behind:
+            self.commit()  # rows told out of order must not hide later records read here
         if not self._pending and not self._behind:
             self._reload_position()  # another process may have moved it (a shared index)
         same = (stat.st_dev, stat.st_ino) == (self._device, self._inode)
@@ -687,6 +707,36 @@ class RestoreIndex:
         if strict and (self._pending or self._behind):
             raise LogError(f"cannot write the restore index: {self._problem}", str(self.path))
         return applied
+
+    def resume(self, log: str | Path) -> int | None:
+        """Where in *log* the index's log position is, for its writer to go on from there.
+
+        The updates kept so far are committed first, and the position is then the one
+        committed last by any process sharing the index. The caller tells the index of
+        every line of *log* from there on, in order (:meth:`update`, :meth:`advance`).
+
+        Returns:
+            The byte offset, or ``None`` when the index does not follow *log* there (another
+            file, one replaced, updates dropped): :meth:`catch_up` reads it then.
+        """
+        path = Path(log)
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        if self._behind:
+            return None
+        if self._pending:
+            self.commit()
+            if self._pending:
+                return None
+        self._reload_position()
+        if (stat.st_dev, stat.st_ino) != (self._device, self._inode) or not (
+            self._ends_with_head(path, stat.st_size)
+        ):
+            return None
+        self.log_path = path
+        return self._offset
 
     def _ends_with_head(self, path: Path, size: int) -> bool:
         """Whether the line that ends at the committed offset is the record indexed last.
