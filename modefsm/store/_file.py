@@ -23,13 +23,22 @@ kept, so the new file's first record continues the old file's chain, and the res
 index keeps the points of the sessions last written in the old file.
 :meth:`FileStore.reopen` does this at once (``serve`` calls it on ``SIGHUP``).
 
+Of the lines other processes appended, a store parses only those that can move what it
+keeps: the lines of the sessions it holds, the spec headers and the last chained line
+(the file's chain head); a line naming one other session is passed over by a look at its
+bytes.
+
 The restore index beside the file (``<path>.index``, SQLite in WAL mode) is a shared
-cache of the file: :meth:`FileStore.restore_point` catches it up from where this process
-last read, under the file's lock, and commits at once; from then on (or from the first
-record this process appends) the store tells it of every line it reads or writes, so
-that it never falls behind what this process has seen (a file truncated in place keeps
-nothing for a later catch-up to read). Commits are batched as the index's own; no
-process keeps a write transaction open, and opening the store never touches the index.
+cache of the file. Each store tells it of its own records as it writes them; the log
+position the index reached (from which a catch-up reads) moves only over lines it was told
+of in order. :meth:`FileStore.restore_point` catches it up from that position (committed
+by whichever process moved it last), under the file's lock, and commits at once; so do
+listing, closing, a rotation, and a store whose index fell :data:`_ALIGN_MAX` bytes behind
+what it read (so the index is never further behind). The lines a store passed over since
+its index last caught up are kept until then (at most that many bytes), so a file
+truncated in place, which keeps nothing for a catch-up to read, still leaves their
+sessions' points in the index. Commits are batched as the index's own; no process keeps
+a write transaction open, and opening the store never touches the index.
 An index that is not a restore index is refused for restores only (with the command that
 rebuilds it); the store still writes.
 
@@ -1032,7 +1041,8 @@ _SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 _ALIGN_MAX = 1 << 20
-"""Bytes an index may be behind the file for a process's first record to catch it up."""
+"""Bytes an index may be behind what a store read: a process's first record catches it
+up if it is no further behind; past it, the store catches it up at once."""
 
 _MARK = 128
 """Bytes kept from just before the end of what was read (a record's digest is among them)."""
