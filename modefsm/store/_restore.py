@@ -184,6 +184,12 @@ _UPSERT = (
 )
 """A row never goes back to an older record: processes sharing the index may commit the
 same records in any order."""
+_MOVE_POSITION = (
+    "UPDATE log_position SET device = ?1, inode = ?2, offset = ?3, head = ?4 WHERE id = 1 "
+    "AND (?5 OR device IS NOT ?1 OR inode IS NOT ?2 OR offset <= ?3)"
+)
+"""The log position moves on, never back within the file another process indexed further
+(``?5``: the file followed changed, a rotation or a cut: it starts again)."""
 _NAMED_COLUMNS = (
     ("digest", "TEXT"),
     ("offset", "INTEGER"),
@@ -270,6 +276,7 @@ class RestoreIndex:
         self._problem: str | None = None  # why the last commit failed
         self._behind = False  # updates were dropped: catch up from the log before answering
         self._catching_up = False
+        self._restarted = False  # the file followed changed: the position may go back
         with contextlib.suppress(FileNotFoundError):
             if not stat.S_ISREG(self.path.stat().st_mode):  # a FIFO would block
                 raise LogError("not a regular file: the restore index must be one", str(path))
@@ -617,11 +624,7 @@ class RestoreIndex:
             self._db.execute("BEGIN IMMEDIATE")
             self._db.executemany(_UPSERT, rows)
             if position != self._committed:  # else another process may have moved it on
-                self._db.execute(
-                    "UPDATE log_position SET device = ?, inode = ?, offset = ?, head = ? "
-                    "WHERE id = 1",
-                    position,
-                )
+                self._db.execute(_MOVE_POSITION, (*position, self._restarted))
             self._db.execute("COMMIT")
         except (sqlite3.Error, OverflowError) as exc:  # OverflowError: past SQLite's INTEGER
             with contextlib.suppress(sqlite3.Error):
@@ -631,6 +634,7 @@ class RestoreIndex:
             return
         self._pending.clear()
         self._committed = position
+        self._restarted = False
         self._problem = None
         self._records = 0
         self._last_commit = time.monotonic()
@@ -782,6 +786,7 @@ class RestoreIndex:
         be vouched for and their offsets are forgotten (each lookup then checks the log).
         """
         earlier = int(continued)
+        self._restarted = True
         self._pending = {
             sid: (
                 mode,

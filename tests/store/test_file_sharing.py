@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from modefsm import preset
-from modefsm.log import EVENT_CHANGED, EVENT_CREATED
+from modefsm.log import EVENT_CHANGED, EVENT_CREATED, TransitionLog
 from modefsm.replay import replay
 from modefsm.store import FileStore, RestorePoint, SessionMoved
 from modefsm.store._restore import RestoreIndex
@@ -208,7 +208,7 @@ def test_the_index_follows_a_file_others_write_a_bounded_stretch_behind(tmp_path
 
 WRITER = """
 import sys
-from modefsm.log import EVENT_CHANGED, EVENT_CREATED
+from modefsm.log import EVENT_CHANGED, EVENT_CREATED, TransitionLog
 from modefsm.store import FileStore, RestorePoint
 sys.path.insert(0, sys.argv[2])
 from test_file_sharing import record
@@ -251,3 +251,32 @@ def test_a_session_another_process_moved_is_refused_then_restored(tmp_path: Path
         first.store.close()
     assert seqs(path, "theirs") == [1, 2, 3]
     assert [row[0] for row in printed] == ["2", "3"]
+
+
+def test_a_late_commit_never_moves_the_shared_position_back(tmp_path: Path) -> None:
+    """An index told of a record in order commits after another caught up further."""
+    path, index_path = tmp_path / "modes.jsonl", tmp_path / "modes.jsonl.index"
+    log = TransitionLog.to_file(path)
+    log.write(EVENT_CREATED, record("s", 1, None, "ask"))
+    first = RestoreIndex(index_path, commit_every=1000, commit_seconds=3600)
+    second = RestoreIndex(index_path, commit_every=1000, commit_seconds=3600)
+    try:
+        assert first.catch_up(path) == 1
+        log.write(EVENT_CHANGED, record("s", 2, "ask", "code"))
+        told = path.stat().st_size
+        first.update("s", "code", 2, told, log.head, ("ask", False))  # in order, kept
+        for seq in range(3, 6):
+            source, dest = ("code", "ask") if seq % 2 else ("ask", "code")
+            log.write(EVENT_CHANGED, record("s", seq, source, dest))
+        assert second.catch_up(path) == 4
+        first.commit()
+    finally:
+        first.close()
+        second.close()
+        log.close()
+    third = RestoreIndex(index_path)
+    try:
+        assert third.lag(path) == 0
+        assert third.offset == path.stat().st_size > told
+    finally:
+        third.close()
