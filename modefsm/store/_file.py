@@ -566,17 +566,21 @@ class FileStore:
         """
         fd, stop = self._fd, self._seen
         position, rest = start, b""
-        while position < stop:
-            chunk = rest + os.pread(fd, min(_CHUNK, stop - position), position)
-            line_end = position - len(rest)
-            position += len(chunk) - len(rest)
-            end = chunk.rfind(b"\n") + 1
-            rest = chunk[end:]
-            for line in chunk[:end].split(b"\n")[:-1]:
-                line_end += len(line) + 1
-                data = _record_line(line)
-                if data is not None:
-                    self._feed(index, data, line_end)
+        every, index.commit_every = index.commit_every, max(index.commit_every, _FEED_COMMIT)
+        try:
+            while position < stop:
+                chunk = rest + os.pread(fd, min(_CHUNK, stop - position), position)
+                line_end = position - len(rest)
+                position += len(chunk) - len(rest)
+                end = chunk.rfind(b"\n") + 1
+                rest = chunk[end:]
+                for line in chunk[:end].split(b"\n")[:-1]:
+                    line_end += len(line) + 1
+                    data = _record_line(line)
+                    if data is not None:
+                        self._feed(index, data, line_end)
+        finally:
+            index.commit_every = every
 
     @staticmethod
     def _feed(index: RestoreIndex, data: dict[str, Any], end: int, *, follows: bool = True) -> None:
@@ -1043,6 +1047,9 @@ _SQLITE_HEADER = b"SQLite format 3\x00"
 _ALIGN_MAX = 1 << 20
 """Bytes an index may be behind what a store read: a process's first record catches it
 up if it is no further behind; past it, the store catches it up at once."""
+
+_FEED_COMMIT = 4096
+"""Records a catch-up through the store tells the index between two commits (at least)."""
 
 _MARK = 128
 """Bytes kept from just before the end of what was read (a record's digest is among them)."""
