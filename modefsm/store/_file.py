@@ -52,11 +52,12 @@ import contextlib
 import fcntl
 import os
 import queue
+import re
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -501,7 +502,7 @@ class FileStore:
             lines.pop()
             if not lines:
                 continue
-            chained = self._take_lines(lines)
+            chained = -1 if _all_passed_over(chunk[:end], self._heads) else self._take_lines(lines)
             for at in range(len(lines) - 1, chained, -1):  # the chain head, if passed over
                 data = _record_line(lines[at])
                 if data is not None:
@@ -1057,7 +1058,13 @@ _MARK = 128
 
 def _descriptor_path(fd: int) -> str:
     """A path that opens the file behind *fd*, wherever it was renamed to."""
-    return f"/proc/self/fd/{fd}" if Path("/proc/self/fd").is_dir() else f"/dev/fd/{fd}"
+    return f"{_descriptors()}/{fd}"
+
+
+@cache
+def _descriptors() -> str:
+    """The folder naming this process's open files (``/proc/self/fd``, else ``/dev/fd``)."""
+    return "/proc/self/fd" if Path("/proc/self/fd").is_dir() else "/dev/fd"
 
 
 def _committed(data: dict[str, Any]) -> bool:
@@ -1076,28 +1083,45 @@ def _committed(data: dict[str, Any]) -> bool:
     )
 
 
-_SESSION_KEY = b'"session_id":'
+_SESSION_NAME = b'"session_id"'
+_SESSION_VALUE = re.compile(rb'"session_id":"([^"\\]*)"')
 _SPEC_MARK = f'"{EVENT_SPEC}"'.encode()
 
 
 def _passed_over(line: bytes, heads: dict[str, RestorePoint]) -> bool:
     """Whether *line* certainly names one session, not one of *heads*, and is no header.
 
-    A look at the bytes, no parsing: the line has ``"session_id":`` once, followed by a
-    string with no escape whose text is not a key of *heads*. Any other line (no
-    ``session_id``, a second one, an escaped or held one, a spec header) is parsed.
+    A look at the bytes, no parsing: the line has ``"session_id"`` once, as a key whose
+    value is a string with no escape whose text is not a key of *heads*. Any other line
+    (no ``session_id``, a second one, an escaped or held one, a spec header) is parsed.
     """
-    at = line.find(_SESSION_KEY)
+    at = line.find(_SESSION_NAME)
     if at < 0 or _SPEC_MARK in line:
         return False
-    start = at + len(_SESSION_KEY)
-    if line[start : start + 1] != b'"' or line.find(_SESSION_KEY, start) >= 0:
+    start = at + len(_SESSION_NAME)
+    if line[start : start + 2] != b':"' or line.find(_SESSION_NAME, start) >= 0:
         return False
-    stop = line.find(b'"', start + 1)
-    value = line[start + 1 : stop]
+    stop = line.find(b'"', start + 2)
+    value = line[start + 2 : stop]
     if stop < 0 or b"\\" in value:
         return False
     return value.decode(errors="replace") not in heads
+
+
+def _all_passed_over(block: bytes, heads: dict[str, RestorePoint]) -> bool:
+    """Whether no line of *block* (whole lines) can move what a store keeps, at one look.
+
+    Every ``"session_id"`` in it is a key whose value is a string with no escape, none of
+    them a key of *heads*, there are as many as lines, and no line is a spec header: the
+    lines :func:`_passed_over` would pass over, and lines with no session, which move
+    only the chain head.
+    """
+    if _SPEC_MARK in block:
+        return False
+    values = _SESSION_VALUE.findall(block)
+    if len(values) != block.count(b"\n") or block.count(_SESSION_NAME) != len(values):
+        return False
+    return heads.keys().isdisjoint({value.decode(errors="replace") for value in values})
 
 
 def _identity(fd: int) -> tuple[int, int]:

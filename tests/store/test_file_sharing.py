@@ -75,11 +75,13 @@ def seqs(path: Path, session_id: str) -> list[int]:
 # non-ASCII letter, and one that names the key itself.
 HELD = ["s", 'q"uote', "back\\slash", "café", '"session_id":"s"']
 OTHERS = ["s1", "ss", 'q"uote2', "back\\slash\\", "cafe", "x"]
+PLAIN = ["s1", "ss", "cafe", "x"]  # lines a store passes over a whole block at a time
 
 
+@pytest.mark.parametrize("others", [OTHERS, PLAIN], ids=["escaped", "plain"])
 @pytest.mark.parametrize("held", HELD)
 def test_a_store_passing_over_others_lines_still_refuses_a_stale_head(
-    tmp_path: Path, held: str
+    tmp_path: Path, held: str, others: list[str]
 ) -> None:
     """The held session's line among many others' is read: the stale append is refused."""
     path = tmp_path / "modes.jsonl"
@@ -87,13 +89,13 @@ def test_a_store_passing_over_others_lines_still_refuses_a_stale_head(
     try:
         stale = first.create(held)
         second.heads[held] = stale
-        for other in OTHERS:
+        for other in others:
             second.create(other)
         for _ in range(200):  # others' lines before and after the held session's
-            second.change(OTHERS[_ % len(OTHERS)])
+            second.change(others[_ % len(others)])
         moved = second.change(held)
         for _ in range(200):
-            second.change(OTHERS[_ % len(OTHERS)])
+            second.change(others[_ % len(others)])
         with pytest.raises(SessionMoved) as refused:
             first.change(held)
         assert refused.value.current == moved
