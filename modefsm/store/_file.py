@@ -487,22 +487,13 @@ class FileStore:
             size += _end_torn_line(fd, size)
         chain: object = self._log.head
         last: object = None  # the digest of the last line, if it is a record
-        position = self._seen
         keep = self._fed is not None and size - self._fed < _ALIGN_MAX  # else caught up below
-        rest = b""
-        while position < size:
-            chunk = rest + os.pread(fd, min(_CHUNK, size - position), position)
-            start = position - len(rest)
-            position += len(chunk) - len(rest)
-            end = chunk.rfind(b"\n") + 1
-            rest = chunk[end:]
-            if keep and end:
-                self._unfed.append((start, chunk[:end]))
-            lines = chunk[:end].split(b"\n")
+        for start, block in _blocks(fd, self._seen, size):
+            if keep:
+                self._unfed.append((start, block))
+            lines = block.split(b"\n")
             lines.pop()
-            if not lines:
-                continue
-            chained = -1 if _all_passed_over(chunk[:end], self._heads) else self._take_lines(lines)
+            chained = -1 if _all_passed_over(block, self._heads) else self._take_lines(lines)
             for at in range(len(lines) - 1, chained, -1):  # the chain head, if passed over
                 data = _record_line(lines[at])
                 if data is not None:
@@ -565,21 +556,10 @@ class FileStore:
 
         *start* is where the index's log position is in this file (a line's end).
         """
-        fd, stop = self._fd, self._seen
-        position, rest = start, b""
         every, index.commit_every = index.commit_every, max(index.commit_every, _FEED_COMMIT)
         try:
-            while position < stop:
-                chunk = rest + os.pread(fd, min(_CHUNK, stop - position), position)
-                line_end = position - len(rest)
-                position += len(chunk) - len(rest)
-                end = chunk.rfind(b"\n") + 1
-                rest = chunk[end:]
-                for line in chunk[:end].split(b"\n")[:-1]:
-                    line_end += len(line) + 1
-                    data = _record_line(line)
-                    if data is not None:
-                        self._feed(index, data, line_end)
+            for first, block in _blocks(self._fd, start, self._seen):
+                self._feed_block(index, first, block)
         finally:
             index.commit_every = every
 
@@ -609,12 +589,19 @@ class FileStore:
         if index is None:
             return
         for start, block in unfed:
-            line_end = start
-            for line in block.split(b"\n")[:-1]:
-                line_end += len(line) + 1
-                data = _record_line(line)
-                if data is not None:
-                    self._feed(index, data, line_end, follows=False)
+            self._feed_block(index, start, block, follows=False)
+
+    @classmethod
+    def _feed_block(
+        cls, index: RestoreIndex, start: int, block: bytes, *, follows: bool = True
+    ) -> None:
+        """Tell *index* of the records among *block*'s lines (from byte *start* of the file)."""
+        line_end = start
+        for line in block.split(b"\n")[:-1]:
+            line_end += len(line) + 1
+            data = _record_line(line)
+            if data is not None:
+                cls._feed(index, data, line_end, follows=follows)
 
     # -- the interface -------------------------------------------------------------------
 
@@ -1054,6 +1041,27 @@ _FEED_COMMIT = 4096
 
 _MARK = 128
 """Bytes kept from just before the end of what was read (a record's digest is among them)."""
+
+
+def _blocks(fd: int, start: int, stop: int) -> Iterator[tuple[int, bytes]]:
+    """The whole lines of the file behind *fd* from byte *start* to *stop*, in blocks.
+
+    Yields ``(offset, block)``: where the block begins, and its lines, each ending in a
+    newline (about :data:`_CHUNK` bytes; a longer line is read on until its end). Ends
+    early if the file ends sooner.
+    """
+    position, rest = start, b""
+    while position < stop:
+        read = os.pread(fd, min(_CHUNK, stop - position), position)
+        if not read:
+            return
+        chunk = rest + read
+        first = position - len(rest)
+        position += len(read)
+        end = chunk.rfind(b"\n") + 1
+        rest = chunk[end:]
+        if end:
+            yield first, chunk[:end]
 
 
 def _descriptor_path(fd: int) -> str:
