@@ -88,6 +88,7 @@ class LogIndex(Protocol):
         cwd: str | None = None,
         timestamp: str | None = None,
         config: dict[str, str | bool] | None = None,
+        follows: bool = True,
     ) -> None:
         """Note a committed record (after its line is written); never raises."""
         ...  # pragma: no cover
@@ -276,11 +277,21 @@ def _record_head(start: bytes, pieces: list[bytes], length: int) -> tuple[str | 
 
 
 def _index_record(
-    index: LogIndex, event: str, fields: dict[str, Any], digest: str, offset: int | None
+    index: LogIndex,
+    event: str,
+    fields: dict[str, Any],
+    digest: str,
+    offset: int | None,
+    *,
+    follows: bool = True,
 ) -> None:
-    """Tell *index* of a record (*fields* of *event*, *digest*) whose line ends at *offset*."""
+    """Tell *index* of a record (*fields* of *event*, *digest*) whose line ends at *offset*.
+
+    *follows*: the index was told of every line before it (see ``RestoreIndex.update``).
+    """
     if event in _UNMOVED:
-        index.advance(offset, digest)
+        if follows:
+            index.advance(offset, digest)
         return
     index.update(
         fields["session_id"],
@@ -292,6 +303,7 @@ def _index_record(
         cwd=fields.get("cwd"),
         timestamp=fields.get("timestamp"),
         config=fields.get("config"),
+        follows=follows,
     )
 
 

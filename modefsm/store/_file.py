@@ -23,13 +23,22 @@ kept, so the new file's first record continues the old file's chain, and the res
 index keeps the points of the sessions last written in the old file.
 :meth:`FileStore.reopen` does this at once (``serve`` calls it on ``SIGHUP``).
 
+Of the lines other processes appended, a store parses only those that can move what it
+keeps: the lines of the sessions it holds, the spec headers and the last chained line
+(the file's chain head); a line naming one other session is passed over by a look at its
+bytes.
+
 The restore index beside the file (``<path>.index``, SQLite in WAL mode) is a shared
-cache of the file: :meth:`FileStore.restore_point` catches it up from where this process
-last read, under the file's lock, and commits at once; from then on (or from the first
-record this process appends) the store tells it of every line it reads or writes, so
-that it never falls behind what this process has seen (a file truncated in place keeps
-nothing for a later catch-up to read). Commits are batched as the index's own; no
-process keeps a write transaction open, and opening the store never touches the index.
+cache of the file. Each store tells it of its own records as it writes them; the log
+position the index reached (from which a catch-up reads) moves only over lines it was told
+of in order. :meth:`FileStore.restore_point` catches it up from that position (committed
+by whichever process moved it last), under the file's lock, and commits at once; so do
+listing, closing, a rotation, and a store whose index fell :data:`_ALIGN_MAX` bytes behind
+what it read (so the index is never further behind). The lines a store passed over since
+its index last caught up are kept until then (at most that many bytes), so a file
+truncated in place, which keeps nothing for a catch-up to read, still leaves their
+sessions' points in the index. Commits are batched as the index's own; no process keeps
+a write transaction open, and opening the store never touches the index.
 An index that is not a restore index is refused for restores only (with the command that
 rebuilds it); the store still writes.
 
@@ -43,11 +52,12 @@ import contextlib
 import fcntl
 import os
 import queue
+import re
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -148,7 +158,8 @@ class FileStore:
         self._index_problem: str | None = None
         self._seen = 0  # bytes of the file read (under the lock)
         self._mark = b""  # the last bytes before _seen: a file cut and refilled differs
-        self._fed: int | None = None  # bytes the index was told of, once it follows here
+        self._fed: int | None = None  # bytes the index was told of in order (caught up here)
+        self._unfed: list[tuple[int, bytes]] = []  # others' lines read since _fed, by offset
         self._aligning = True  # try to make the index follow at the next append
         try:
             _check_regular(os.fstat(self._fd).st_mode, self.path)
@@ -343,6 +354,7 @@ class FileStore:
         if named is None or (named.st_dev, named.st_ino) != self._identity:
             return self._move_to_new_file()
         if named.st_size < self._seen or (named.st_size > self._seen and not self._unchanged()):
+            self._feed_unfed()
             self._read_again(continued=self._fed is not None)
         return None
 
@@ -378,12 +390,12 @@ class FileStore:
                 busy = self._busy(fd, self.lock_timeout)
                 os.close(fd)
                 return busy
-            self._sync_tail()  # the records appended to the old file since we last looked
+            self._sync_tail(align=False)  # the old file's last records: the index reads them
             index = self._usable_index()
             continued = index is not None
             if index is not None:  # it learns every record of the old file, through our fd
                 try:
-                    index.catch_up(_descriptor_path(old))
+                    self._catch_up_index(index, _descriptor_path(old))
                 except LogError:
                     continued = False
             self._log.reopen()  # ends a torn line, keeps the chain: under the new lock
@@ -404,6 +416,7 @@ class FileStore:
         read so far, so it keeps their points as those of an earlier file.
         """
         self._seen, self._mark, self._fed = 0, b"", None
+        self._unfed.clear()
         self._log.unnamed()  # the headers it has are those read now
         index = self._usable_index()
         if index is not None:
@@ -435,6 +448,9 @@ class FileStore:
                 return
         with contextlib.suppress(LogError):
             self._index_caught_up()
+            return
+        self._fed = None  # the index fails: restores catch it up (or say why they cannot)
+        self._unfed.clear()
 
     # -- reading others' lines --------------------------------------------------------------
 
@@ -450,80 +466,142 @@ class FileStore:
         else:
             self._mark = os.pread(self._fd, _MARK, max(0, size - _MARK)) if size else b""
 
-    def _sync_tail(self) -> None:  # noqa: C901 - one pass over others' lines, no call per line
-        """Read what other processes appended since :attr:`_seen` (the lock is held)."""
+    def _sync_tail(self, *, align: bool = True) -> None:
+        """Read what other processes appended since :attr:`_seen` (the lock is held).
+
+        Only the lines that can move what this process keeps are parsed: those naming a
+        session it holds, the spec headers, lines with no ``session_id`` and the last
+        chained line (the file's chain head); the others are passed over by a look at
+        their bytes (:func:`_passed_over`).
+
+        The index is told of those lines later (:meth:`_index_caught_up`); until then
+        they are kept (at most :data:`_ALIGN_MAX` bytes) for a cut file
+        (:meth:`_feed_unfed`). With *align*, the index catches up here when that is
+        exceeded.
+        """
         fd = self._fd
         size = os.lseek(fd, 0, os.SEEK_END)
         if size == self._seen:
             return  # nobody else wrote: the hot path
         if os.pread(fd, 1, size - 1) != b"\n":  # a writer died inside its write
             size += _end_torn_line(fd, size)
-        heads = self._heads
-        chain = self._log.head
-        last = None  # the digest of the last line, if it is a record
-        position = self._seen
-        feed = self._fed is not None and self._index is not None
-        rest = b""
-        while position < size:
-            chunk = rest + os.pread(fd, min(_CHUNK, size - position), position)
-            start = position - len(rest)
-            position += len(chunk) - len(rest)
-            end = chunk.rfind(b"\n") + 1
-            rest = chunk[end:]
-            line_end = start
-            for line in chunk[:end].split(b"\n")[:-1]:
-                line_end += len(line) + 1
-                data = _record_line(line)
-                if data is None:
-                    last = None
-                    continue
-                chain = last = data.get("digest")
-                if data.get("event") == EVENT_SPEC:  # another writer's header: not twice
-                    spec_hash = data.get("spec_hash")
-                    if isinstance(spec_hash, str):
-                        self._log.named(spec_hash)
-                held = heads.get(data.get("session_id"))  # type: ignore[arg-type]
-                seq = data.get("seq")
-                if held is not None and isinstance(seq, int) and seq > held.seq:
-                    heads[held.session_id] = _after(held, data, data.get("event"))
-                elif held is not None and data.get("outcome") == "allow_always":
-                    self._grant_seen(held.session_id, data)
-                if feed:
-                    self._feed(data, line_end)
+        chain: object = self._log.head
+        last: object = None  # the digest of the last line, if it is a record
+        keep = self._fed is not None and size - self._fed < _ALIGN_MAX  # else caught up below
+        for start, block in _blocks(fd, self._seen, size):
+            if keep:
+                self._unfed.append((start, block))
+            lines = block.split(b"\n")
+            lines.pop()
+            chained = -1 if _all_passed_over(block, self._heads) else self._take_lines(lines)
+            for at in range(len(lines) - 1, chained, -1):  # the chain head, if passed over
+                data = _record_line(lines[at])
+                if data is not None:
+                    chained = at
+                    break
+            if chained >= 0:
+                chain = _record_line(lines[chained]).get("digest")  # type: ignore[union-attr]
+            last = chain if chained == len(lines) - 1 else None
         self._log.follow(chain if isinstance(chain, str) else None)
         self._read_to(size, last if isinstance(last, str) else None)
-        if feed:
-            self._fed = size
+        if align and not keep and self._fed is not None:  # a bounded stretch behind at most
+            self._align()
 
-    def _feed(self, data: dict[str, Any], end: int) -> None:
-        """Tell the index of another process's record *data*, whose line ends at *end*."""
+    def _take_lines(self, lines: list[bytes]) -> int:
+        """Take the lines other processes wrote that move what this one keeps.
+
+        Returns:
+            The position in *lines* of the last chained line parsed, else ``-1``.
+        """
+        heads = self._heads
+        chained = -1
+        for at, line in enumerate(lines):
+            if _passed_over(line, heads):
+                continue
+            data = _record_line(line)
+            if data is None:
+                continue
+            chained = at
+            if data.get("event") == EVENT_SPEC:  # another writer's header: not twice
+                spec_hash = data.get("spec_hash")
+                if isinstance(spec_hash, str):
+                    self._log.named(spec_hash)
+            held = heads.get(data.get("session_id"))  # type: ignore[arg-type]
+            seq = data.get("seq")
+            if held is not None and isinstance(seq, int) and seq > held.seq:
+                heads[held.session_id] = _after(held, data, data.get("event"))
+            elif held is not None and data.get("outcome") == "allow_always":
+                self._grant_seen(held.session_id, data)
+        return chained
+
+    def _wrote(self, event: str, fields: dict[str, Any], digest: str | None) -> None:
+        """This process appended a line of *event* (a record if *digest*), the lock held.
+
+        Notes how far the file is read and tells the index of the record: the log
+        position the index reached moves with it only when the index was told of every
+        line before it (:attr:`_fed`); else the record's row alone is kept, and a catch-up
+        (:meth:`_index_caught_up`) reads others' lines from that position.
+        """
+        size = os.lseek(self._fd, 0, os.SEEK_END)
+        index = self._index
+        follows = self._fed is not None and self._fed == self._seen
+        if index is not None and digest is not None:
+            _index_record(index, event, fields, digest, size, follows=follows)
+        if follows:
+            self._fed = size
+        self._read_to(size, digest)
+
+    def _feed_lines(self, index: RestoreIndex, start: int) -> None:
+        """Tell *index* of every line from byte *start* to :attr:`_seen` (the lock held).
+
+        *start* is where the index's log position is in this file (a line's end).
+        """
+        every, index.commit_every = index.commit_every, max(index.commit_every, _FEED_COMMIT)
+        try:
+            for first, block in _blocks(self._fd, start, self._seen):
+                self._feed_block(index, first, block)
+        finally:
+            index.commit_every = every
+
+    @staticmethod
+    def _feed(index: RestoreIndex, data: dict[str, Any], end: int, *, follows: bool = True) -> None:
+        """Tell *index* of the record *data* (any process's), whose line ends at *end*.
+
+        *follows*: as for :meth:`RestoreIndex.update`.
+        """
         digest = data.get("digest")
         if not isinstance(digest, str):
             return
         event = data.get("event")
         if event in (EVENT_REJECTED, EVENT_DECIDED, EVENT_SPEC):  # no mode moved: the chain did
-            self._tell(event, {}, digest, end)
+            _index_record(index, event, {}, digest, end, follows=follows)
         elif _committed(data):
-            self._tell(data["event"], data, digest, end)
+            _index_record(index, data["event"], data, digest, end, follows=follows)
 
-    def _tell(self, event: str, fields: dict[str, Any], digest: str, end: int) -> None:
-        """Tell the index of a record line (*fields* sound) ending at byte *end*."""
-        assert self._index is not None  # noqa: S101 - told only with an index
-        _index_record(self._index, event, fields, digest, end)
+    def _feed_unfed(self) -> None:
+        """Tell the index of the others' lines read since :attr:`_fed` (the file was cut).
 
-    def _wrote(self, event: str, fields: dict[str, Any], digest: str | None) -> None:
-        """This process appended a line of *event* (a record if *digest*), the lock held.
-
-        Notes how far the file is read and tells the index of the record.
+        Their sessions' rows only: the bytes are gone from the file, so no catch-up can
+        read them; the index keeps them as points of the file before.
         """
-        size = os.lseek(self._fd, 0, os.SEEK_END)
-        if self._fed is not None and self._index is not None and self._fed == self._seen:
-            if digest is not None:
-                self._tell(event, fields, digest, size)
-            self._fed = size
-        else:
-            self._fed = None  # lines the index was not told of: a catch-up reads them
-        self._read_to(size, digest)
+        unfed, self._unfed = self._unfed, []
+        index = self._index
+        if index is None:
+            return
+        for start, block in unfed:
+            self._feed_block(index, start, block, follows=False)
+
+    @classmethod
+    def _feed_block(
+        cls, index: RestoreIndex, start: int, block: bytes, *, follows: bool = True
+    ) -> None:
+        """Tell *index* of the records among *block*'s lines (from byte *start* of the file)."""
+        line_end = start
+        for line in block.split(b"\n")[:-1]:
+            line_end += len(line) + 1
+            data = _record_line(line)
+            if data is not None:
+                cls._feed(index, data, line_end, follows=follows)
 
     # -- the interface -------------------------------------------------------------------
 
@@ -789,9 +867,27 @@ class FileStore:
                 then).
         """
         index = self._open_index()
-        index.catch_up(self.path)
+        self._catch_up_index(index, self.path)
         self._fed = self._seen
+        self._unfed.clear()
         return index
+
+    def _catch_up_index(self, index: RestoreIndex, path: str | Path) -> None:
+        """Tell *index* of the lines of the file read here (*path* names it) it lacks.
+
+        From the log position the index reached, the lines read here are fed to it
+        (:meth:`_feed_lines`); when it follows another file, or one replaced, it reads
+        *path* itself (:meth:`RestoreIndex.catch_up`).
+
+        Raises:
+            LogError: the index cannot catch up.
+        """
+        start = index.resume(path)
+        if start is None or start > self._seen:
+            index.catch_up(path)
+        elif start < self._seen:
+            self._feed_lines(index, start)
+            index.commit()
 
     def _open_index(self) -> RestoreIndex:
         if self._index is not None:
@@ -937,15 +1033,46 @@ _SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 _ALIGN_MAX = 1 << 20
-"""Bytes an index may be behind the file for a process's first record to catch it up."""
+"""Bytes an index may be behind what a store read: a process's first record catches it
+up if it is no further behind; past it, the store catches it up at once."""
+
+_FEED_COMMIT = 4096
+"""Records a catch-up through the store tells the index between two commits (at least)."""
 
 _MARK = 128
 """Bytes kept from just before the end of what was read (a record's digest is among them)."""
 
 
+def _blocks(fd: int, start: int, stop: int) -> Iterator[tuple[int, bytes]]:
+    """The whole lines of the file behind *fd* from byte *start* to *stop*, in blocks.
+
+    Yields ``(offset, block)``: where the block begins, and its lines, each ending in a
+    newline (about :data:`_CHUNK` bytes; a longer line is read on until its end). Ends
+    early if the file ends sooner.
+    """
+    position, rest = start, b""
+    while position < stop:
+        read = os.pread(fd, min(_CHUNK, stop - position), position)
+        if not read:
+            return
+        chunk = rest + read
+        first = position - len(rest)
+        position += len(read)
+        end = chunk.rfind(b"\n") + 1
+        rest = chunk[end:]
+        if end:
+            yield first, chunk[:end]
+
+
 def _descriptor_path(fd: int) -> str:
     """A path that opens the file behind *fd*, wherever it was renamed to."""
-    return f"/proc/self/fd/{fd}" if Path("/proc/self/fd").is_dir() else f"/dev/fd/{fd}"
+    return f"{_descriptors()}/{fd}"
+
+
+@cache
+def _descriptors() -> str:
+    """The folder naming this process's open files (``/proc/self/fd``, else ``/dev/fd``)."""
+    return "/proc/self/fd" if Path("/proc/self/fd").is_dir() else "/dev/fd"
 
 
 def _committed(data: dict[str, Any]) -> bool:
@@ -962,6 +1089,47 @@ def _committed(data: dict[str, Any]) -> bool:
         and type(seq) is int
         and 1 <= seq <= SEQ_MAX
     )
+
+
+_SESSION_NAME = b'"session_id"'
+_SESSION_VALUE = re.compile(rb'"session_id":"([^"\\]*)"')
+_SPEC_MARK = f'"{EVENT_SPEC}"'.encode()
+
+
+def _passed_over(line: bytes, heads: dict[str, RestorePoint]) -> bool:
+    """Whether *line* certainly names one session, not one of *heads*, and is no header.
+
+    A look at the bytes, no parsing: the line has ``"session_id"`` once, as a key whose
+    value is a string with no escape whose text is not a key of *heads*. Any other line
+    (no ``session_id``, a second one, an escaped or held one, a spec header) is parsed.
+    """
+    at = line.find(_SESSION_NAME)
+    if at < 0 or _SPEC_MARK in line:
+        return False
+    start = at + len(_SESSION_NAME)
+    if line[start : start + 2] != b':"' or line.find(_SESSION_NAME, start) >= 0:
+        return False
+    stop = line.find(b'"', start + 2)
+    value = line[start + 2 : stop]
+    if stop < 0 or b"\\" in value:
+        return False
+    return value.decode(errors="replace") not in heads
+
+
+def _all_passed_over(block: bytes, heads: dict[str, RestorePoint]) -> bool:
+    """Whether no line of *block* (whole lines) can move what a store keeps, at one look.
+
+    Every ``"session_id"`` in it is a key whose value is a string with no escape, none of
+    them a key of *heads*, there are as many as lines, and no line is a spec header: the
+    lines :func:`_passed_over` would pass over, and lines with no session, which move
+    only the chain head.
+    """
+    if _SPEC_MARK in block:
+        return False
+    values = _SESSION_VALUE.findall(block)
+    if len(values) != block.count(b"\n") or block.count(_SESSION_NAME) != len(values):
+        return False
+    return heads.keys().isdisjoint({value.decode(errors="replace") for value in values})
 
 
 def _identity(fd: int) -> tuple[int, int]:

@@ -184,6 +184,12 @@ _UPSERT = (
 )
 """A row never goes back to an older record: processes sharing the index may commit the
 same records in any order."""
+_MOVE_POSITION = (
+    "UPDATE log_position SET device = ?1, inode = ?2, offset = ?3, head = ?4 WHERE id = 1 "
+    "AND (?5 OR device IS NOT ?1 OR inode IS NOT ?2 OR offset <= ?3)"
+)
+"""The log position moves on, never back within the file another process indexed further
+(``?5``: the file followed changed, a rotation or a cut: it starts again)."""
 _NAMED_COLUMNS = (
     ("digest", "TEXT"),
     ("offset", "INTEGER"),
@@ -270,6 +276,7 @@ class RestoreIndex:
         self._problem: str | None = None  # why the last commit failed
         self._behind = False  # updates were dropped: catch up from the log before answering
         self._catching_up = False
+        self._restarted = False  # the file followed changed: the position may go back
         with contextlib.suppress(FileNotFoundError):
             if not stat.S_ISREG(self.path.stat().st_mode):  # a FIFO would block
                 raise LogError("not a regular file: the restore index must be one", str(path))
@@ -524,6 +531,7 @@ class RestoreIndex:
         timestamp: str | None = None,
         earlier: bool = False,
         config: dict[str, str | bool] | None = None,
+        follows: bool = True,
     ) -> None:
         """Record that *session_id* is now in *mode* at *seq* (after the log line is written).
 
@@ -545,6 +553,9 @@ class RestoreIndex:
             earlier: the record is in a file before the one the index follows (a rotated
                 file): its point is answered as stored.
             config: the record's ``config`` (the session's host option values), if any.
+            follows: the index was told of every line before this record's; else only
+                the session's row is kept (the log position the index reached, from
+                which a catch-up reads, stays where it was).
         """
         if not self._behind:
             value, keep = previous
@@ -569,13 +580,25 @@ class RestoreIndex:
                 self._pending.clear()
                 self._behind = True
                 self._problem = self._problem or f"over {MAX_PENDING} sessions waited"
-        self.advance(offset, head)
+        if follows:
+            self.advance(offset, head)
+        else:
+            self._count()
+
+    @property
+    def offset(self) -> int:
+        """The byte offset in the log up to which the index was told of every line."""
+        return self._offset
 
     def advance(self, offset: int | None, head: str | None) -> None:
         """Note that the log reaches *offset* with chain head *head* (a rejection: no mode)."""
         if offset is not None:
             self._offset = offset
         self.head = head
+        self._count()
+
+    def _count(self) -> None:
+        """Count one update; commit after :attr:`commit_every` or :attr:`commit_seconds`."""
         self._records += 1
         if self._records >= self.commit_every or (
             time.monotonic() - self._last_commit >= self.commit_seconds
@@ -600,10 +623,8 @@ class RestoreIndex:
         try:
             self._db.execute("BEGIN IMMEDIATE")
             self._db.executemany(_UPSERT, rows)
-            self._db.execute(
-                "UPDATE log_position SET device = ?, inode = ?, offset = ?, head = ? WHERE id = 1",
-                position,
-            )
+            if position != self._committed:  # else another process may have moved it on
+                self._db.execute(_MOVE_POSITION, (*position, self._restarted))
             self._db.execute("COMMIT")
         except (sqlite3.Error, OverflowError) as exc:  # OverflowError: past SQLite's INTEGER
             with contextlib.suppress(sqlite3.Error):
@@ -613,6 +634,7 @@ class RestoreIndex:
             return
         self._pending.clear()
         self._committed = position
+        self._restarted = False
         self._problem = None
         self._records = 0
         self._last_commit = time.monotonic()
@@ -669,6 +691,8 @@ class RestoreIndex:
         except OSError as exc:
             raise LogError(f"cannot read the transition log: {exc.strerror}", str(path)) from None
         self.log_path = path
+        if self._pending and not self._behind:
+            self.commit()  # rows told out of order must not hide later records read here
         if not self._pending and not self._behind:
             self._reload_position()  # another process may have moved it (a shared index)
         same = (stat.st_dev, stat.st_ino) == (self._device, self._inode)
@@ -687,6 +711,36 @@ class RestoreIndex:
         if strict and (self._pending or self._behind):
             raise LogError(f"cannot write the restore index: {self._problem}", str(self.path))
         return applied
+
+    def resume(self, log: str | Path) -> int | None:
+        """Where in *log* the index's log position is, for its writer to go on from there.
+
+        The updates kept so far are committed first, and the position is then the one
+        committed last by any process sharing the index. The caller tells the index of
+        every line of *log* from there on, in order (:meth:`update`, :meth:`advance`).
+
+        Returns:
+            The byte offset, or ``None`` when the index does not follow *log* there (another
+            file, one replaced, updates dropped): :meth:`catch_up` reads it then.
+        """
+        path = Path(log)
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        if self._behind:
+            return None
+        if self._pending:
+            self.commit()
+            if self._pending:
+                return None
+        self._reload_position()
+        if (stat.st_dev, stat.st_ino) != (self._device, self._inode) or not (
+            self._ends_with_head(path, stat.st_size)
+        ):
+            return None
+        self.log_path = path
+        return self._offset
 
     def _ends_with_head(self, path: Path, size: int) -> bool:
         """Whether the line that ends at the committed offset is the record indexed last.
@@ -732,6 +786,7 @@ class RestoreIndex:
         be vouched for and their offsets are forgotten (each lookup then checks the log).
         """
         earlier = int(continued)
+        self._restarted = True
         self._pending = {
             sid: (
                 mode,
