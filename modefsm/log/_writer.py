@@ -209,7 +209,13 @@ class _JSONLines:
         Returns:
             The line's length in bytes, its newline included.
         """
-        rendered: Any = {**fields, "event": event, "level": method}
+        return self.write_own(method, event, {**fields})
+
+    def write_own(self, method: str, event: str, fields: dict[str, Any]) -> int:
+        """:meth:`write` of a dict the caller gives up: ``event`` and ``level`` are added to it."""
+        fields["event"] = event
+        fields["level"] = method
+        rendered: Any = fields
         processors = self._processors or self._load()
         for processor in processors:
             rendered = processor(self, method, rendered)
@@ -644,18 +650,23 @@ class TransitionLog:
                 refused until the log is reopened); the caller must not commit the change.
         """
         digest = None
+        own = False  # whether fields is this call's own copy
         if event in CHAINED_EVENTS:
-            if self._headers:
+            if self._headers and fields.get("spec_hash") not in self._named:
                 self.prepare(fields)
             fields = {**fields, "event": event, "prev": self._head}
             digest = record_digest(fields)
             del fields["event"]
             fields["digest"] = digest
+            own = True
         length = 0
         try:
             if self._lines is not None:  # modefsm's own writer takes the dict as it is
-                info = event in _INFO_EVENTS
-                length = self._lines.write("info" if info else "warning", event, fields)
+                method = "info" if event in _INFO_EVENTS else "warning"
+                if own:
+                    length = self._lines.write_own(method, event, fields)
+                else:
+                    length = self._lines.write(method, event, fields)
             elif event not in _INFO_EVENTS:
                 self._logger.warning(event, **fields)
             else:

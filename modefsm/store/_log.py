@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from modefsm.log import RECORD_EVENTS, TransitionLog
-from modefsm.store._interface import RestorePoint
 from modefsm.store._memory import MemoryStore
 
 if TYPE_CHECKING:
@@ -72,10 +71,12 @@ class LogStore(MemoryStore):
         self.log.write(event, fields)
         return self.log.head if event in RECORD_EVENTS else None
 
-    def _commit(self, event: str, fields: dict[str, Any], held: RestorePoint | None) -> str:
+    def _commit(self, event: str, fields: dict[str, Any], session_prev: str | None) -> str:
         """Write a committed record (as the log writes it: no ``session_prev``)."""
-        del held
-        digest = self._write(event, fields)
+        del session_prev
+        log = self.log
+        log.write(event, fields)
+        digest = log.head
         assert digest is not None  # noqa: S101 - a record is chained
         return digest
 
@@ -86,5 +87,5 @@ class LogStore(MemoryStore):
 
     def release(self, session_id: str) -> None:
         """Forget the closed session *session_id* (the engine calls it on close)."""
-        self._points.pop(session_id, None)
+        self._heads.pop(session_id, None)
         self._listed.pop(session_id, None)
