@@ -201,7 +201,8 @@ class _JSONLines:
     def __init__(self, stream: BinaryIO) -> None:
         self._processors: tuple[Callable[..., Any], ...] = ()  # loaded by the first write
         self._write = stream.write
-        self._flush = stream.flush
+        # an _AppendFile writes through: nothing to flush
+        self._flush = None if isinstance(stream, _AppendFile) else stream.flush
 
     def write(self, method: str, event: str, fields: dict[str, Any]) -> int:
         """Render ``fields``, ``event`` and ``level`` through the processors; write one line.
@@ -221,7 +222,8 @@ class _JSONLines:
             rendered = processor(self, method, rendered)
         line = rendered + b"\n"
         self._write(line)
-        self._flush()
+        if self._flush is not None:
+            self._flush()
         return len(line)
 
     def _load(self) -> tuple[Callable[..., Any], ...]:
@@ -627,7 +629,7 @@ class TransitionLog:
         """
         return cls(_bind(stream), path=path, head=head)
 
-    def write(self, event: str, fields: dict[str, Any]) -> None:
+    def write(self, event: str, fields: dict[str, Any]) -> str | None:
         """Write one record.
 
         Records and decisions (:data:`CHAINED_EVENTS`) get ``prev`` and ``digest``; other
@@ -643,6 +645,9 @@ class TransitionLog:
         Args:
             event: one of the ``modefsm.*`` event names.
             fields: the record's other fields (see :class:`TransitionRecord`).
+
+        Returns:
+            The line's ``digest``: the new :attr:`head` for a chained line, else ``None``.
 
         Raises:
             LogError: the write failed (``ENOSPC``, ``EFBIG``, ``EIO``, a failed ``fsync``,
@@ -679,6 +684,7 @@ class TransitionLog:
             self._head = digest
         if self.index is not None:
             self._index_line(event, fields, digest, length)
+        return digest
 
     def prepare(self, fields: dict[str, Any]) -> None:
         """Write the header a record of *fields* needs before it, if it needs one.

@@ -125,6 +125,12 @@ class MemoryStore:
             self._listed[session_id] = (cwd, fields["timestamp"])
         return digest
 
+    def _forget(self, session_id: str) -> None:
+        """Drop the point and the ``session/list`` entry of *session_id*."""
+        self._heads.pop(session_id, None)
+        if self._listed:
+            self._listed.pop(session_id, None)
+
     async def append_async(
         self,
         event: str,
