@@ -111,14 +111,13 @@ class MemoryStore:
             if seq != 1:
                 raise SessionMoved(RestorePoint(session_id, fields["to_mode"], seq - 1))
             digest = self._commit(event, fields, None)
-            previous = None
+        elif seq != held[1] + 1:
+            raise SessionMoved(RestorePoint(session_id, *held))
         else:
-            if seq != held[1] + 1:
-                raise SessionMoved(RestorePoint(session_id, *held))
             digest = self._commit(event, fields, held[3])
-            previous, keep = previous_of(fields["origin"], fields["from_mode"], event)
-            if keep:
-                previous = held[2]
+        previous, keep = previous_of(fields["origin"], fields["from_mode"], event)
+        if keep:
+            previous = held[2] if held is not None else None
         self._heads[session_id] = (fields["to_mode"], seq, previous, digest, fields.get("config"))
         cwd = fields.get("cwd") if seq == 1 else self._listed.get(session_id, (None,))[0]
         if cwd is not None:
