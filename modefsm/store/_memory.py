@@ -230,7 +230,6 @@ class MemoryStore:
         self._closed = True
 
 
-
 _Head = tuple[str, int, str | None, str | None, dict[str, str | bool] | None]
 """A session's point as the store keeps it: a :class:`~modefsm.store.RestorePoint`'s fields
 after ``session_id``, as a plain tuple (the point is built only when asked for)."""
