@@ -106,7 +106,7 @@ class MemoryStore:
         seq = fields["seq"]
         held = self._heads.get(session_id)
         if held is None and seq != 1 and head is not None:
-            held = _head_of(head)  # a session restored from elsewhere: its head is the caller's
+            held = head[1:]  # a session restored from elsewhere: its head is the caller's
         if held is None:
             if seq != 1:
                 raise SessionMoved(RestorePoint(session_id, fields["to_mode"], seq - 1))
@@ -233,7 +233,3 @@ class MemoryStore:
 _Head = tuple[str, int, str | None, str | None, dict[str, str | bool] | None]
 """A session's point as the store keeps it: a :class:`~modefsm.store.RestorePoint`'s fields
 after ``session_id``, as a plain tuple (the point is built only when asked for)."""
-
-
-def _head_of(point: RestorePoint) -> _Head:
-    return (point.mode, point.seq, point.previous, point.digest, point.config)
