@@ -69,7 +69,7 @@ class LogIndex(Protocol):
 
     head: str | None
     """The ``digest`` of the last record indexed."""
-    report: Callable[[str, dict[str, Any]], None] | None
+    report: Callable[[str, dict[str, Any]], object] | None
     """Where the index reports a row that disagrees with the log (the log's ``write``)."""
 
     def catch_up(self, log: str | Path) -> int:
