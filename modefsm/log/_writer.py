@@ -69,7 +69,7 @@ class LogIndex(Protocol):
 
     head: str | None
     """The ``digest`` of the last record indexed."""
-    report: Callable[[str, dict[str, Any]], None] | None
+    report: Callable[[str, dict[str, Any]], object] | None
     """Where the index reports a row that disagrees with the log (the log's ``write``)."""
 
     def catch_up(self, log: str | Path) -> int:
@@ -202,7 +202,8 @@ class _JSONLines:
     def __init__(self, stream: BinaryIO) -> None:
         self._processors: tuple[Callable[..., Any], ...] = ()  # loaded by the first write
         self._write = stream.write
-        self._flush = stream.flush
+        # an _AppendFile writes through: nothing to flush
+        self._flush = None if isinstance(stream, _AppendFile) else stream.flush
 
     def write(self, method: str, event: str, fields: dict[str, Any]) -> int:
         """Render ``fields``, ``event`` and ``level`` through the processors; write one line.
@@ -210,13 +211,20 @@ class _JSONLines:
         Returns:
             The line's length in bytes, its newline included.
         """
-        rendered: Any = {**fields, "event": event, "level": method}
+        return self.write_own(method, event, {**fields})
+
+    def write_own(self, method: str, event: str, fields: dict[str, Any]) -> int:
+        """:meth:`write` of a dict the caller gives up: ``event`` and ``level`` are added to it."""
+        fields["event"] = event
+        fields["level"] = method
+        rendered: Any = fields
         processors = self._processors or self._load()
         for processor in processors:
             rendered = processor(self, method, rendered)
         line = rendered + b"\n"
         self._write(line)
-        self._flush()
+        if self._flush is not None:
+            self._flush()
         return len(line)
 
     def _load(self) -> tuple[Callable[..., Any], ...]:
@@ -638,7 +646,7 @@ class TransitionLog:
         """
         return cls(_bind(stream), path=path, head=head)
 
-    def write(self, event: str, fields: dict[str, Any]) -> None:
+    def write(self, event: str, fields: dict[str, Any]) -> str | None:
         """Write one record.
 
         Records and decisions (:data:`CHAINED_EVENTS`) get ``prev`` and ``digest``; other
@@ -655,24 +663,32 @@ class TransitionLog:
             event: one of the ``modefsm.*`` event names.
             fields: the record's other fields (see :class:`TransitionRecord`).
 
+        Returns:
+            The line's ``digest``: the new :attr:`head` for a chained line, else ``None``.
+
         Raises:
             LogError: the write failed (``ENOSPC``, ``EFBIG``, ``EIO``, a failed ``fsync``,
                 or an earlier failed record that could not be cut off: every record is then
                 refused until the log is reopened); the caller must not commit the change.
         """
         digest = None
+        own = False  # whether fields is this call's own copy
         if event in CHAINED_EVENTS:
-            if self._headers:
+            if self._headers and fields.get("spec_hash") not in self._named:
                 self.prepare(fields)
             fields = {**fields, "event": event, "prev": self._head}
             digest = record_digest(fields)
             del fields["event"]
             fields["digest"] = digest
+            own = True
         length = 0
         try:
             if self._lines is not None:  # modefsm's own writer takes the dict as it is
-                info = event in _INFO_EVENTS
-                length = self._lines.write("info" if info else "warning", event, fields)
+                method = "info" if event in _INFO_EVENTS else "warning"
+                if own:
+                    length = self._lines.write_own(method, event, fields)
+                else:
+                    length = self._lines.write(method, event, fields)
             elif event not in _INFO_EVENTS:
                 self._logger.warning(event, **fields)
             else:
@@ -685,6 +701,7 @@ class TransitionLog:
             self._head = digest
         if self.index is not None:
             self._index_line(event, fields, digest, length)
+        return digest
 
     def prepare(self, fields: dict[str, Any]) -> None:
         """Write the header a record of *fields* needs before it, if it needs one.

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from modefsm.log import RECORD_EVENTS, TransitionLog
-from modefsm.store._interface import RestorePoint
 from modefsm.store._memory import MemoryStore
 
 if TYPE_CHECKING:
@@ -69,13 +68,13 @@ class LogStore(MemoryStore):
         Raises:
             LogError: the log could not write it (nothing was kept).
         """
-        self.log.write(event, fields)
-        return self.log.head if event in RECORD_EVENTS else None
+        digest = self.log.write(event, fields)
+        return digest if event in RECORD_EVENTS else None
 
-    def _commit(self, event: str, fields: dict[str, Any], held: RestorePoint | None) -> str:
+    def _commit(self, event: str, fields: dict[str, Any], session_prev: str | None) -> str:
         """Write a committed record (as the log writes it: no ``session_prev``)."""
-        del held
-        digest = self._write(event, fields)
+        del session_prev
+        digest = self.log.write(event, fields)
         assert digest is not None  # noqa: S101 - a record is chained
         return digest
 
@@ -100,5 +99,4 @@ class LogStore(MemoryStore):
 
     def release(self, session_id: str) -> None:
         """Forget the closed session *session_id* (the engine calls it on close)."""
-        self._points.pop(session_id, None)
-        self._listed.pop(session_id, None)
+        self._forget(session_id)

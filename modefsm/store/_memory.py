@@ -52,7 +52,7 @@ class MemoryStore:
         """An empty store."""
         self._timeout = timeout
         self.lines: list[dict[str, Any]] = []
-        self._points: dict[str, RestorePoint] = {}
+        self._heads: dict[str, _Head] = {}  # sessionId -> its point, as a plain tuple
         self._records: dict[str, list[dict[str, Any]]] = {}
         self._listed: dict[str, tuple[str, str]] = {}  # sessionId -> (cwd, updated_at)
         self._head: str | None = None  # the digest of the last record (the chain's head)
@@ -80,12 +80,12 @@ class MemoryStore:
         self.lines.append(line)
         return digest
 
-    def _commit(self, event: str, fields: dict[str, Any], held: RestorePoint | None) -> str:
-        """Keep a committed record after *held* (the session's point): its ``digest``.
+    def _commit(self, event: str, fields: dict[str, Any], session_prev: str | None) -> str:
+        """Keep a committed record after the session's record *session_prev*: its ``digest``.
 
         *fields* gets ``session_prev`` and ``digest``.
         """
-        fields["session_prev"] = held.digest if held is not None else None
+        fields["session_prev"] = session_prev
         digest = self._write(event, fields)
         assert digest is not None  # noqa: S101 - a committed record has a digest
         fields["digest"] = digest
@@ -101,25 +101,35 @@ class MemoryStore:
             SessionMoved: ``fields["seq"]`` is not the session's next; nothing was kept.
             LogError: the store is closed.
         """
-        self._open()
+        if self._closed:
+            self._open()
         session_id = fields["session_id"]
         seq = fields["seq"]
-        held = self._points.get(session_id)
+        held = self._heads.get(session_id)
         if held is None and seq != 1 and head is not None:
-            held = head  # a session restored from elsewhere: its head is the caller's
-        if seq != (held.seq if held is not None else 0) + 1:
-            raise SessionMoved(held or RestorePoint(session_id, fields["to_mode"], seq - 1))
-        digest = self._commit(event, fields, held)
+            held = head[1:]  # a session restored from elsewhere: its head is the caller's
+        if held is None:
+            if seq != 1:
+                raise SessionMoved(RestorePoint(session_id, fields["to_mode"], seq - 1))
+            digest = self._commit(event, fields, None)
+        elif seq != held[1] + 1:
+            raise SessionMoved(RestorePoint(session_id, *held))
+        else:
+            digest = self._commit(event, fields, held[3])
         previous, keep = previous_of(fields["origin"], fields["from_mode"], event)
         if keep:
-            previous = held.previous if held is not None else None
-        self._points[session_id] = RestorePoint(
-            session_id, fields["to_mode"], seq, previous, digest, fields.get("config")
-        )
+            previous = held[2] if held is not None else None
+        self._heads[session_id] = (fields["to_mode"], seq, previous, digest, fields.get("config"))
         cwd = fields.get("cwd") if seq == 1 else self._listed.get(session_id, (None,))[0]
         if cwd is not None:
             self._listed[session_id] = (cwd, fields["timestamp"])
         return digest
+
+    def _forget(self, session_id: str) -> None:
+        """Drop the point and the ``session/list`` entry of *session_id*."""
+        self._heads.pop(session_id, None)
+        if self._listed:
+            self._listed.pop(session_id, None)
 
     async def append_async(
         self,
@@ -141,9 +151,9 @@ class MemoryStore:
         """
         self._open()
         if head is not None:
-            held = self._points.get(head.session_id)
-            if held is not None and held.seq > head.seq:
-                raise SessionMoved(held)
+            held = self._heads.get(head.session_id)
+            if held is not None and held[1] > head.seq:
+                raise SessionMoved(RestorePoint(head.session_id, *held))
         self._write(event, fields)
 
     async def note_async(
@@ -159,7 +169,8 @@ class MemoryStore:
             LogError: the store is closed.
         """
         self._open()
-        return self._points.get(session_id)
+        held = self._heads.get(session_id)
+        return None if held is None else RestorePoint(session_id, *held)
 
     async def restore_point_async(
         self,
@@ -234,3 +245,8 @@ class MemoryStore:
     def close(self) -> None:
         """Refuse later calls (idempotent); what was kept stays readable in :attr:`lines`."""
         self._closed = True
+
+
+_Head = tuple[str, int, str | None, str | None, dict[str, str | bool] | None]
+"""A session's point as the store keeps it: a :class:`~modefsm.store.RestorePoint`'s fields
+after ``session_id``, as a plain tuple (the point is built only when asked for)."""

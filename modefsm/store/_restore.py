@@ -312,7 +312,7 @@ class RestoreIndex:
         self.log_path: Path | None = None
         """The log file the index follows (set by :meth:`catch_up`); restore points are
         checked against it. ``None``: points are answered as stored."""
-        self.report: Callable[[str, dict[str, Any]], None] | None = None
+        self.report: Callable[[str, dict[str, Any]], object] | None = None
         """``report(event, fields)`` for a row that disagrees with the log, e.g. the
         ``write`` of the :class:`~modefsm.log.TransitionLog` that keeps the index."""
         self._committed = (self._device, self._inode, self._offset, self.head)

@@ -5,13 +5,23 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from acp import RequestError
 
-from modefsm import LogStore, ModeAgent, ModeEngine, SharedEngine, TransitionLog, preset
+from modefsm import (
+    LogStore,
+    ModeAgent,
+    ModeEngine,
+    RestorePoint,
+    SessionMoved,
+    SharedEngine,
+    TransitionLog,
+    preset,
+)
 from modefsm.errors import LogError, UnknownModeError
 from modefsm.log._records import record_digest
 from tests.replay.golden_logs import fixed_clock
@@ -109,6 +119,93 @@ class TestLines:
             None,
             [],
         )
+
+
+class TestPoints:
+    """A live session's point is exact and guarded, though the store keeps no point object."""
+
+    def test_points_are_exact_and_a_stale_seq_or_head_is_refused(self):
+        buffer = io.BytesIO()
+        store = LogStore(TransitionLog.to_stream(buffer))
+        engine = ModeEngine(SPEC, store=store)
+        engine.new_session("s1", cwd="/src")
+        assert store.restore_point("s1") == RestorePoint(
+            "s1", "ask", 1, None, engine.get("s1").digest
+        )
+        asyncio.run(engine.set_mode("s1", "architect"))
+        asyncio.run(engine.set_mode("s1", "code"))
+        current = RestorePoint("s1", "code", 3, "architect", engine.get("s1").digest)
+        assert store.restore_point("s1") == current
+        written = buffer.getvalue()
+        fields = {
+            "timestamp": "2026-01-01T00:00:00.000000Z",
+            "session_id": "s1",
+            "seq": 3,
+            "from_mode": "architect",
+            "to_mode": "ask",
+            "origin": "set_mode",
+            "spec": SPEC.name,
+            "spec_hash": HASH,
+        }
+        stale = RestorePoint("s1", "architect", 2)
+        with pytest.raises(SessionMoved) as moved:
+            store.append("modefsm.mode_changed", fields, stale)
+        assert moved.value.current == current
+        with pytest.raises(SessionMoved) as noted:
+            store.note("modefsm.change_rejected", {**fields, "seq": None}, stale)
+        assert noted.value.current == current
+        assert (buffer.getvalue(), store.restore_point("s1")) == (written, current)
+
+    def test_a_session_restored_from_elsewhere_continues_from_the_callers_head(self):
+        store = LogStore(TransitionLog.to_stream(io.BytesIO()))
+        head = RestorePoint("s9", "code", 4, "architect", "d" * 64)
+        fields = {
+            "timestamp": "2026-01-01T00:00:00.000000Z",
+            "session_id": "s9",
+            "seq": 6,
+            "from_mode": "code",
+            "to_mode": "ask",
+            "origin": "set_mode",
+            "spec": SPEC.name,
+            "spec_hash": HASH,
+        }
+        with pytest.raises(SessionMoved) as moved:  # seq 6 does not follow the head's 4
+            store.append("modefsm.mode_changed", fields, head)
+        assert (moved.value.current, store.restore_point("s9")) == (head, None)
+        digest = store.append("modefsm.mode_changed", {**fields, "seq": 5}, head)
+        assert store.restore_point("s9") == RestorePoint("s9", "ask", 5, "code", digest)
+        digest = store.append(
+            "modefsm.mode_changed",
+            {**fields, "seq": 6, "from_mode": "ask", "to_mode": "ask", "origin": "restore"},
+            None,
+        )
+        assert store.restore_point("s9") == RestorePoint("s9", "ask", 6, "code", digest)
+
+    def test_write_returns_the_digest_it_chained(self, tmp_path: Path):
+        log = TransitionLog.to_file(tmp_path / "modes.jsonl")
+        fields = {
+            "timestamp": "2026-01-01T00:00:00.000000Z",
+            "session_id": "s1",
+            "seq": 1,
+            "from_mode": None,
+            "to_mode": "ask",
+            "origin": "new",
+            "spec": SPEC.name,
+            "spec_hash": HASH,
+        }
+        given = dict(fields)
+        digest = log.write("modefsm.session_created", fields)
+        diagnostic = log.write("modefsm.notify_failed", {"session_id": "s1", "error": "gone"})
+        log.close()
+        first, second = (tmp_path / "modes.jsonl").read_bytes().splitlines()
+        assert (digest, diagnostic, log.head) == (orjson.loads(first)["digest"], None, digest)
+        assert orjson.loads(second) == {
+            "session_id": "s1",
+            "error": "gone",
+            "event": "modefsm.notify_failed",
+            "level": "warning",
+        }
+        assert fields == given  # the caller's dict is left as it was
 
 
 class TestMemory:
