@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -528,27 +528,54 @@ class ToolCalls:
         records are written before this returns, blocking while the store waits for its
         lock (:meth:`_tools_closed_async` awaits it).
         """
-        tools = self._closing_tools(session)
-        if tools is None:
-            return
-        point = _head(session)
-        for ask in list(tools.asks.values()):
-            final = None
-            for _ in range(_TRIES):
-                final = self._cancelled(point, ask.decision)
-                try:
-                    if final is not None:
-                        self._record_now(final, point)
-                except SessionMoved as moved:
-                    point = moved.current
-                    continue
-                except ModefsmError as exc:
-                    self._log_failure("modefsm.cancel_failed", session.session_id, exc)
-                break
-            self._close_cancelled(tools, ask, final)
+        steps = self._cancel_steps(session)
+        moved: RestorePoint | None = None
+        while True:
+            try:
+                final, point = steps.send(moved)
+            except StopIteration:
+                return
+            moved = None
+            try:
+                self._record_now(final, point)
+            except SessionMoved as exc:
+                moved = exc.current
+            except ModefsmError as exc:
+                self._log_failure("modefsm.cancel_failed", session.session_id, exc)
 
     async def _tools_closed_async(self, session: Session) -> None:
-        """:meth:`_tools_closed`, each record awaited (the loop runs while the store waits)."""
+        """:meth:`_tools_closed`, each record awaited (the loop runs while the store waits).
+
+        A record that cannot be written is logged as a warning (a ``cancel_failed``
+        record would wait for the same store).
+        """
+        steps = self._cancel_steps(session)
+        moved: RestorePoint | None = None
+        while True:
+            try:
+                final, point = steps.send(moved)
+            except StopIteration:
+                return
+            moved = None
+            try:
+                await self._record_at(final, point)
+            except SessionMoved as exc:
+                moved = exc.current
+            except ModefsmError as exc:
+                _LOGGER.warning(
+                    "the cancellation of %s could not be recorded: %s", final.call.tool_call_id, exc
+                )
+
+    def _cancel_steps(
+        self, session: Session
+    ) -> Generator[tuple[ToolDecision, RestorePoint], RestorePoint | None, None]:
+        """The closing session's open asks cancelled, for :meth:`_tools_closed` and its twin.
+
+        Yields ``(record, point)`` for each record to write against *point*; the driver
+        answers ``None`` (written, or failed and logged) or the :class:`RestorePoint` of a
+        :class:`SessionMoved` that refused it (the ask is judged again there, at most
+        ``_TRIES`` times). Each ask is ended as it was recorded, or cancelled.
+        """
         tools = self._closing_tools(session)
         if tools is None:
             return
@@ -557,19 +584,10 @@ class ToolCalls:
             final = None
             for _ in range(_TRIES):
                 final = self._cancelled(point, ask.decision)
-                try:
-                    if final is not None:
-                        await self._record_at(final, point)
-                except SessionMoved as moved:
-                    point = moved.current
-                    continue
-                except ModefsmError as exc:
-                    _LOGGER.warning(
-                        "the cancellation of %s could not be recorded: %s",
-                        ask.decision.call.tool_call_id,
-                        exc,
-                    )
-                break
+                moved = None if final is None else (yield final, point)
+                if moved is None:
+                    break
+                point = moved
             self._close_cancelled(tools, ask, final)
 
     def _closing_tools(self, session: Session) -> _Tools | None:

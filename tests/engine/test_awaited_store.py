@@ -331,3 +331,30 @@ async def test_closing_a_session_with_an_open_ask_awaits_the_lock_then_answers(
             "spec_hash": PERMISSION.content_hash,
         }
     ]
+
+
+@pytest.mark.parametrize("awaited", [False, True], ids=["close_session", "close_session_async"])
+async def test_an_ask_cancelled_at_close_is_judged_by_the_mode_another_process_committed(
+    log: Path, store: FileStore, awaited: bool
+) -> None:
+    """Another process moved the session to ``plan`` while it had an open ask here: the
+    close's record is refused once (``SessionMoved``), then written against ``plan``,
+    where the edit is denied, not cancelled in ``default``."""
+    engine = ModeEngine(PERMISSION, store=store)
+    one = (await engine.new_session_async("one")).session_id
+    call = ToolCall("t1", kind="edit", name="edit_file", title="Edit notes.txt")
+    asked = await engine.decide_async(one, call)
+    with elsewhere(log, PERMISSION, one) as other:
+        await other.set_mode(one, "plan")
+    if awaited:
+        await engine.close_session_async(one)
+    else:
+        engine.close_session(one)
+    final = await engine.outcome_of(asked)
+    assert (final.decision, final.outcome, final.mode, final.mode_seq) == ("deny", None, "plan", 2)
+    decided = [
+        (r["tool_call_id"], r["decision"], r.get("outcome"), r["mode"], r["mode_seq"])
+        for r in records(log)
+        if r["event"] == "modefsm.tool_decided"
+    ]
+    assert decided == [("t1", "deny", None, "plan", 2)]  # an ask alone is not a record
