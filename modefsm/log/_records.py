@@ -234,14 +234,19 @@ def canonical_record(data: Mapping[str, Any]) -> bytes:
         if event == EVENT_SPEC
         else _DIGEST_KEYS
     )
-    if not data.keys() <= keys:
+    if not keys.issuperset(data):
         data = {key: value for key, value in data.items() if key in keys}
-    return orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+    return _dumps(data, option=_SORT_KEYS)
 
 
 def record_digest(data: Mapping[str, Any]) -> str:
     """SHA-256 of :func:`canonical_record` of *data*, as 64 lowercase hex digits."""
-    return hashlib.sha256(canonical_record(data)).hexdigest()
+    return _sha256(canonical_record(data)).hexdigest()
+
+
+_dumps = orjson.dumps
+_SORT_KEYS = orjson.OPT_SORT_KEYS
+_sha256 = hashlib.sha256
 
 
 def title_digest(title: str | None) -> str | None:

@@ -190,17 +190,20 @@ class _JSONLines:
     """structlog's renderer writing one JSON line per record to a binary stream.
 
     A record is its fields, then ``event``, then ``level`` (the method name, as structlog's
-    ``add_log_level`` sets it), rendered by structlog's ``JSONRenderer`` with ``orjson``
-    (:func:`_processors`): the same bytes as a ``structlog.BytesLogger`` behind a bound
-    logger with ``add_log_level`` and that renderer. Each line is written with a single
-    ``write``, then ``flush``. It leaves out the bound logger's per-call work (keyword
-    packing, context copy, method dispatch, the ``BytesLogger`` lock), which cost more
-    than rendering and writing the line together, and the ``add_log_level`` call (the
-    level is one key); :meth:`TransitionLog.write` hands it the record's dict directly.
+    ``add_log_level`` sets it), rendered as structlog's ``JSONRenderer`` with ``orjson``
+    renders it (:func:`_processors`): the same bytes as a ``structlog.BytesLogger`` behind
+    a bound logger with ``add_log_level`` and that renderer. Each line is written with a
+    single ``write``, then ``flush``. It leaves out the bound logger's per-call work
+    (keyword packing, context copy, method dispatch, the ``BytesLogger`` lock) and the
+    ``add_log_level`` call (the level is one key); :meth:`TransitionLog.write` hands it the
+    record's dict directly. The renderer calls ``orjson.dumps(fields, default=...)``, whose
+    ``default`` orjson calls only for a value it cannot serialize: a line orjson serializes
+    without it is rendered by ``orjson`` directly (the same bytes); any other goes through
+    the renderer itself (loaded then, with structlog).
     """
 
     def __init__(self, stream: BinaryIO) -> None:
-        self._processors: tuple[Callable[..., Any], ...] = ()  # loaded by the first write
+        self._processors: tuple[Callable[..., Any], ...] = ()  # loaded when first needed
         self._write = stream.write
         # an _AppendFile writes through: nothing to flush
         self._flush = None if isinstance(stream, _AppendFile) else stream.flush
@@ -217,15 +220,21 @@ class _JSONLines:
         """:meth:`write` of a dict the caller gives up: ``event`` and ``level`` are added to it."""
         fields["event"] = event
         fields["level"] = method
-        rendered: Any = fields
-        processors = self._processors or self._load()
-        for processor in processors:
-            rendered = processor(self, method, rendered)
-        line = rendered + b"\n"
+        try:
+            line = orjson.dumps(fields, option=orjson.OPT_APPEND_NEWLINE)
+        except TypeError:  # orjson.JSONEncodeError: a value only the renderer's default takes
+            line = self._render(method, fields) + b"\n"
         self._write(line)
         if self._flush is not None:
             self._flush()
         return len(line)
+
+    def _render(self, method: str, fields: dict[str, Any]) -> bytes:
+        """*fields* through the processors (structlog's renderer), as bytes."""
+        rendered: Any = fields
+        for processor in self._processors or self._load():
+            rendered = processor(self, method, rendered)
+        return bytes(rendered)
 
     def _load(self) -> tuple[Callable[..., Any], ...]:
         self._processors = tuple(_processors())
@@ -531,6 +540,7 @@ class TransitionLog:
         self._owns_index = False
         self._headers: dict[str, dict[str, Any]] = {}  # spec_hash: its header's fields
         self._named: set[str] = set()  # the spec_hash of every header the file has
+        self._unnamed = False  # whether a header described is not in the file yet
 
     def describe(self, spec: ModeSpec) -> None:
         """Name *spec* in the log: a header before the first record written with it.
@@ -543,14 +553,21 @@ class TransitionLog:
         calls it with its spec.
         """
         self._headers.setdefault(spec.content_hash, spec_header(spec))
+        self._recount()
 
     def named(self, spec_hash: str) -> None:
         """Note that the file has a header for *spec_hash* (another writer appended it)."""
         self._named.add(spec_hash)
+        self._recount()
 
     def unnamed(self) -> None:
         """Forget the headers noted: the file is read again from its start (cut, refilled)."""
         self._named = set()
+        self._recount()
+
+    def _recount(self) -> None:
+        """Note whether a header described is not in the file yet (after a change to either)."""
+        self._unnamed = not self._headers.keys() <= self._named
 
     @property
     def head(self) -> str | None:
@@ -628,6 +645,7 @@ class TransitionLog:
         self._file = log_file
         self._logger = self._lines = _bind(log_file.file)
         self._named = log_file.specs
+        self._recount()
         self._head = log_file.head
         self._end = log_file.size
         if self.index is not None and not log_file.has_records:
@@ -671,24 +689,33 @@ class TransitionLog:
                 or an earlier failed record that could not be cut off: every record is then
                 refused until the log is reopened); the caller must not commit the change.
         """
+        return self.write_own(event, {**fields})
+
+    def write_own(self, event: str, fields: dict[str, Any]) -> str | None:
+        """:meth:`write` of a dict the caller gives up: it becomes the line written.
+
+        A chained line's *fields* get ``prev`` and ``digest``, and from modefsm's own
+        writer (:meth:`to_file`, :meth:`to_stream`) ``event`` and ``level``; the line's
+        bytes are :meth:`write`'s. For a writer that builds each record's dict for this
+        call alone (:class:`~modefsm.store.LogStore`): it saves :meth:`write`'s copy.
+
+        Raises:
+            LogError: as :meth:`write` (*fields* may then hold the keys added).
+        """
         digest = None
-        own = False  # whether fields is this call's own copy
         if event in CHAINED_EVENTS:
-            if self._headers and fields.get("spec_hash") not in self._named:
+            if self._unnamed and fields.get("spec_hash") not in self._named:
                 self.prepare(fields)
-            fields = {**fields, "event": event, "prev": self._head}
+            fields["prev"] = self._head
+            fields["event"] = event  # covered by the digest, written after it
             digest = record_digest(fields)
             del fields["event"]
             fields["digest"] = digest
-            own = True
         length = 0
         try:
             if self._lines is not None:  # modefsm's own writer takes the dict as it is
                 method = "info" if event in _INFO_EVENTS else "warning"
-                if own:
-                    length = self._lines.write_own(method, event, fields)
-                else:
-                    length = self._lines.write(method, event, fields)
+                length = self._lines.write_own(method, event, fields)
             elif event not in _INFO_EVENTS:
                 self._logger.warning(event, **fields)
             else:
@@ -727,6 +754,8 @@ class TransitionLog:
         except LogError:
             self._named.discard(spec_hash)
             raise
+        finally:
+            self._recount()
 
     def _index_line(
         self, event: str, fields: dict[str, Any], digest: str | None, length: int

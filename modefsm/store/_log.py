@@ -53,10 +53,22 @@ class LogStore(MemoryStore):
         True
     """
 
+    _session_prev = False  # the log's lines have none
+
     def __init__(self, log: TransitionLog, *, timeout: float = 1.0) -> None:
         """A store writing to *log*, holding no session yet."""
         super().__init__(timeout=timeout)
         self.log = log
+
+    @property
+    def log(self) -> TransitionLog:
+        """The transition log every line goes to (settable: a new log takes the next line)."""
+        return self._log
+
+    @log.setter
+    def log(self, log: TransitionLog) -> None:
+        self._log = log
+        self._chain = log.write_own  # append's guard, then one call: the log chains, writes
 
     def describe(self, spec: ModeSpec) -> None:
         """Name *spec* in the log: a header before its first record (see ``TransitionLog``)."""
@@ -70,13 +82,6 @@ class LogStore(MemoryStore):
         """
         digest = self.log.write(event, fields)
         return digest if event in RECORD_EVENTS else None
-
-    def _commit(self, event: str, fields: dict[str, Any], session_prev: str | None) -> str:
-        """Write a committed record (as the log writes it: no ``session_prev``)."""
-        del session_prev
-        digest = self.log.write(event, fields)
-        assert digest is not None  # noqa: S101 - a record is chained
-        return digest
 
     def history(self, session_id: str) -> Iterator[TransitionRecord]:
         """Nothing: the records are in the log, which this store does not read."""

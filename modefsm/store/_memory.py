@@ -9,7 +9,7 @@ process only.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from modefsm.errors import LogError
@@ -57,6 +57,11 @@ class MemoryStore:
         self._listed: dict[str, tuple[str, str]] = {}  # sessionId -> (cwd, updated_at)
         self._head: str | None = None  # the digest of the last record (the chain's head)
         self._closed = False
+        self._chain: Callable[[str, dict[str, Any]], str | None] = self._keep
+        """Chain, keep or write, one committed record (its fields, given up); its digest."""
+
+    _session_prev = True
+    """Whether the records this store keeps carry ``session_prev``."""
 
     @property
     def timeout(self) -> float:
@@ -80,14 +85,12 @@ class MemoryStore:
         self.lines.append(line)
         return digest
 
-    def _commit(self, event: str, fields: dict[str, Any], session_prev: str | None) -> str:
-        """Keep a committed record after the session's record *session_prev*: its ``digest``.
+    def _keep(self, event: str, fields: dict[str, Any]) -> str | None:
+        """Keep a committed record (*fields*, with its ``session_prev``): its ``digest``.
 
-        *fields* gets ``session_prev`` and ``digest``.
+        *fields* gets ``digest``. This store's :attr:`_chain`.
         """
-        fields["session_prev"] = session_prev
         digest = self._write(event, fields)
-        assert digest is not None  # noqa: S101 - a committed record has a digest
         fields["digest"] = digest
         self._records.setdefault(fields["session_id"], []).append(self.lines[-1])
         return digest
@@ -95,11 +98,12 @@ class MemoryStore:
     def append(self, event: str, fields: dict[str, Any], head: RestorePoint | None) -> str:
         """Commit one record; see :meth:`SessionStore.append`.
 
-        *fields* gets ``session_prev`` and ``digest``.
+        The guard, then one call that chains and keeps (or writes) the record: *fields*
+        gets ``session_prev`` (where the store keeps it) and ``digest``.
 
         Raises:
             SessionMoved: ``fields["seq"]`` is not the session's next; nothing was kept.
-            LogError: the store is closed.
+            LogError: the store is closed, or the record could not be written.
         """
         if self._closed:
             self._open()
@@ -111,16 +115,26 @@ class MemoryStore:
         if held is None:
             if seq != 1:
                 raise SessionMoved(RestorePoint(session_id, fields["to_mode"], seq - 1))
-            digest = self._commit(event, fields, None)
+            if self._session_prev:
+                fields["session_prev"] = None
+            digest = self._chain(event, fields)
+            origin = fields["origin"]  # a creation (origin new) has no previous mode
+            previous = (
+                None if origin == "new" else previous_of(origin, fields["from_mode"], event)[0]
+            )
+            cwd = fields.get("cwd")
         elif seq != held[1] + 1:
             raise SessionMoved(RestorePoint(session_id, *held))
         else:
-            digest = self._commit(event, fields, held[3])
-        previous, keep = previous_of(fields["origin"], fields["from_mode"], event)
-        if keep:
-            previous = held[2] if held is not None else None
+            if self._session_prev:
+                fields["session_prev"] = held[3]
+            digest = self._chain(event, fields)
+            previous, keep = previous_of(fields["origin"], fields["from_mode"], event)
+            if keep:
+                previous = held[2]
+            cwd = self._listed.get(session_id, (None,))[0] if self._listed else None
+        assert digest is not None  # noqa: S101 - a committed record is chained
         self._heads[session_id] = (fields["to_mode"], seq, previous, digest, fields.get("config"))
-        cwd = fields.get("cwd") if seq == 1 else self._listed.get(session_id, (None,))[0]
         if cwd is not None:
             self._listed[session_id] = (cwd, fields["timestamp"])
         return digest

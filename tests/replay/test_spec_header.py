@@ -245,6 +245,42 @@ class TestWriters:
         assert headers == ["seed", "sandbox"]
         assert replay([path], verify=True).exit_status == 0
 
+    def test_one_log_names_each_spec_before_its_first_record_and_again_when_cut(self):
+        buffer = io.BytesIO()
+        log = TransitionLog.to_stream(buffer)
+        seed = ModeEngine(preset("seed"), store=LogStore(log))
+        sandbox = ModeEngine(preset("sandbox"), store=LogStore(log))
+        seed.new_session("s1")
+        seed.new_session("s2")
+        sandbox.new_session("b1")
+        seed.new_session("s3")
+        log.unnamed()  # the file was cut: both are named again before their next record
+        sandbox.new_session("b2")
+        seed.new_session("s4")
+        lines = [orjson.loads(line) for line in buffer.getvalue().splitlines()]
+        assert [(line["event"], line.get("spec")) for line in lines] == [
+            ("modefsm.spec", "seed"),
+            ("modefsm.session_created", "seed"),
+            ("modefsm.session_created", "seed"),
+            ("modefsm.spec", "sandbox"),
+            ("modefsm.session_created", "sandbox"),
+            ("modefsm.session_created", "seed"),
+            ("modefsm.spec", "sandbox"),
+            ("modefsm.session_created", "sandbox"),
+            ("modefsm.spec", "seed"),
+            ("modefsm.session_created", "seed"),
+        ]
+
+    def test_a_header_named_by_another_writer_is_not_written(self):
+        buffer = io.BytesIO()
+        log = TransitionLog.to_stream(buffer)
+        engine = ModeEngine(preset("seed"), store=LogStore(log))
+        log.named(preset("seed").content_hash)
+        engine.new_session("s1")
+        assert [orjson.loads(line)["event"] for line in buffer.getvalue().splitlines()] == [
+            "modefsm.session_created"
+        ]
+
     def test_a_rotated_file_starts_with_its_header(self, tmp_path):
         path = tmp_path / "modes.jsonl"
         store = FileStore(path)

@@ -23,11 +23,61 @@ from modefsm import (
     preset,
 )
 from modefsm.errors import LogError, UnknownModeError
+from modefsm.log import spec_header
 from modefsm.log._records import record_digest
+from tests.log.test_writer import structlog_reference
 from tests.replay.golden_logs import fixed_clock
 
 SPEC = preset("seed")
 HASH = SPEC.content_hash
+STAMP = "2026-01-01T00:00:00.000000Z"
+
+_RECORDS: list[tuple[str, dict[str, Any]]] = [
+    (
+        "modefsm.session_created",
+        {"timestamp": STAMP, "session_id": "s1", "seq": 1, "from_mode": None, "to_mode": "ask",
+         "origin": "new", "spec": "seed", "spec_hash": HASH},
+    ),
+    (
+        "modefsm.session_created",
+        {"timestamp": STAMP, "session_id": "s\u00e9\u2603", "seq": 1, "from_mode": None,
+         "to_mode": "ask", "origin": "new", "request_id": "r-1", "protocol": 2, "spec": "seed",
+         "spec_hash": HASH, "cwd": "/src/caf\u00e9"},
+    ),
+    (
+        "modefsm.mode_changed",
+        {"timestamp": STAMP, "session_id": "s1", "seq": 2, "from_mode": "ask",
+         "to_mode": "architect", "origin": "switch_mode", "tool_call_id": "call_1",
+         "option_id": "architect", "proposed_in": "ask", "spec": "seed", "spec_hash": HASH},
+    ),
+    (
+        "modefsm.config_changed",
+        {"timestamp": STAMP, "session_id": "s1", "seq": 3, "from_mode": "architect",
+         "to_mode": "architect", "origin": "set_config_option", "request_id": 7,
+         "config_id": "model", "value": "smart", "spec": "seed", "spec_hash": HASH,
+         "config": {"model": "smart", "fast": True}},
+    ),
+    (
+        "modefsm.mode_changed",
+        {"timestamp": STAMP, "session_id": "s1", "seq": 4, "from_mode": "architect",
+         "to_mode": "code", "origin": "restore", "spec": "seed", "spec_hash": HASH,
+         "config": {"model": "smart", "fast": True}},
+    ),
+]  # fmt: skip
+"""Committed records of every kind and optional field, in the order a session writes them."""
+
+
+def _structlog_lines(records: list[tuple[str, dict[str, Any]]]) -> bytes:
+    """The lines structlog itself writes for *records*: a ``BytesLogger`` behind a bound
+    logger with ``add_log_level`` and ``JSONRenderer(serializer=orjson.dumps)``, each chained
+    by :func:`record_digest` (which leaves out any key no record model has)."""
+    out, bound = structlog_reference()
+    prev = None
+    for event, fields in records:
+        chained = {**fields, "prev": prev}
+        prev = record_digest({**chained, "event": event})
+        bound.info(event, **chained, digest=prev)
+    return out.getvalue()
 
 
 def _lines(buffer: io.BytesIO) -> list[dict[str, Any]]:
@@ -105,6 +155,22 @@ class TestLines:
         ]
         assert [record_digest(line) for line in lines] == [line["digest"] for line in lines]
         assert engine.get("s1").digest == second
+
+    def test_appended_lines_are_the_logs_general_write_and_structlogs_own_bytes(
+        self, tmp_path: Path
+    ):
+        store = LogStore(TransitionLog.to_file(tmp_path / "store.jsonl"))
+        log = TransitionLog.to_file(tmp_path / "log.jsonl")
+        store.describe(SPEC)
+        log.describe(SPEC)
+        for event, fields in _RECORDS:  # the store holds each session's head
+            assert store.append(event, dict(fields), None) == log.write(event, fields)
+        store.log.close()
+        log.close()
+        header = {"timestamp": STAMP, **spec_header(SPEC)}
+        expected = _structlog_lines([("modefsm.spec", header), *_RECORDS])
+        assert (tmp_path / "store.jsonl").read_bytes() == expected
+        assert (tmp_path / "log.jsonl").read_bytes() == expected
 
     def test_a_failed_write_keeps_no_point(self):
         read_end, write_end = os.pipe()

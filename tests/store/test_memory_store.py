@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import io
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
 from modefsm import (
     FileStore,
+    LogStore,
     MemoryStore,
     ModeAgent,
     ModeEngine,
     RestorePoint,
     SessionMoved,
     SessionStore,
+    TransitionLog,
     preset,
     replay,
 )
 from modefsm.errors import LogError, UnknownModeError
+from modefsm.store import ListedSession
 
 SPEC = preset("seed")
 
@@ -151,3 +156,37 @@ def test_an_agent_takes_the_store_and_restores_from_it():
     assert loaded.modes.current_mode_id == "code"
     listed = asyncio.run(later.list_sessions())
     assert [(s.session_id, s.cwd) for s in listed.sessions] == [(session_id, "/w")]
+
+
+def _first(session_id: str, origin: str, from_mode: str | None, **extra: str) -> dict[str, object]:
+    return {
+        "timestamp": f"2026-01-01T00:00:0{len(session_id)}.000000Z",
+        "session_id": session_id,
+        "seq": 1,
+        "from_mode": from_mode,
+        "to_mode": "code" if from_mode else "ask",
+        "origin": origin,
+        "spec": SPEC.name,
+        "spec_hash": SPEC.content_hash,
+        **extra,
+    }
+
+
+@pytest.mark.parametrize(
+    "build", [MemoryStore, lambda: LogStore(TransitionLog.to_stream(io.BytesIO()))],
+    ids=["memory", "log"],
+)  # fmt: skip
+def test_a_first_record_sets_the_point_and_the_list_its_origin_and_cwd_say(build: Any):
+    store = build()
+    created = store.append("modefsm.session_created", _first("n", "new", None, cwd="/a"), None)
+    moved = store.append("modefsm.mode_changed", _first("mm", "set_mode", "ask"), None)
+    kept = store.append("modefsm.mode_changed", _first("rrr", "restore", "ask"), None)
+    assert [store.restore_point(s) for s in ("n", "mm", "rrr")] == [
+        RestorePoint("n", "ask", 1, None, created),
+        RestorePoint("mm", "code", 1, "ask", moved),  # a change's previous is its from_mode
+        RestorePoint("rrr", "code", 1, None, kept),  # a restore moves no previous
+    ]
+    later = {**_first("n", "set_mode", "ask"), "seq": 2, "timestamp": "2026-01-01T00:00:09Z"}
+    store.append("modefsm.mode_changed", later, None)
+    store.append("modefsm.mode_changed", {**_first("mm", "set_mode", "code"), "seq": 2}, None)
+    assert store.list_sessions() == [ListedSession("n", "/a", "2026-01-01T00:00:09Z")]
