@@ -210,6 +210,11 @@ _SPEC_KEYS = frozenset({"event", "timestamp", "spec", "spec_hash", "definition",
 ``level`` and ``digest``."""
 
 
+_dumps = orjson.dumps
+_SORT_KEYS = orjson.OPT_SORT_KEYS
+_sha256 = hashlib.sha256
+
+
 def canonical_record(data: Mapping[str, Any]) -> bytes:
     """The bytes a record's digest covers: its fields as compact JSON with sorted keys.
 
@@ -242,11 +247,6 @@ def canonical_record(data: Mapping[str, Any]) -> bytes:
 def record_digest(data: Mapping[str, Any]) -> str:
     """SHA-256 of :func:`canonical_record` of *data*, as 64 lowercase hex digits."""
     return _sha256(canonical_record(data)).hexdigest()
-
-
-_dumps = orjson.dumps
-_SORT_KEYS = orjson.OPT_SORT_KEYS
-_sha256 = hashlib.sha256
 
 
 def title_digest(title: str | None) -> str | None:

@@ -190,16 +190,16 @@ class _JSONLines:
     """structlog's renderer writing one JSON line per record to a binary stream.
 
     A record is its fields, then ``event``, then ``level`` (the method name, as structlog's
-    ``add_log_level`` sets it), rendered as structlog's ``JSONRenderer`` with ``orjson``
-    renders it (:func:`_processors`): the same bytes as a ``structlog.BytesLogger`` behind
-    a bound logger with ``add_log_level`` and that renderer. Each line is written with a
+    ``add_log_level`` sets it), as structlog's ``JSONRenderer`` with ``orjson`` renders
+    them (:func:`_processors`): the same bytes as a ``structlog.BytesLogger`` behind a
+    bound logger with ``add_log_level`` and that renderer. Each line is written with a
     single ``write``, then ``flush``. It leaves out the bound logger's per-call work
     (keyword packing, context copy, method dispatch, the ``BytesLogger`` lock) and the
-    ``add_log_level`` call (the level is one key); :meth:`TransitionLog.write` hands it the
-    record's dict directly. The renderer calls ``orjson.dumps(fields, default=...)``, whose
-    ``default`` orjson calls only for a value it cannot serialize: a line orjson serializes
-    without it is rendered by ``orjson`` directly (the same bytes); any other goes through
-    the renderer itself (loaded then, with structlog).
+    ``add_log_level`` call (the level is one key); :meth:`TransitionLog.write_own` hands it
+    the record's dict directly. The renderer calls ``orjson.dumps(fields, default=...)``,
+    and orjson calls ``default`` only for a value it cannot serialize itself: a line orjson
+    serializes without it is rendered by ``orjson.dumps`` directly (the same bytes); any
+    other goes through the renderer (loaded then, with structlog).
     """
 
     def __init__(self, stream: BinaryIO) -> None:

@@ -30,7 +30,10 @@ class LogStore(MemoryStore):
 
     Memory holds one point per live session (dropped when the engine closes it) and one
     ``session/list`` entry per live session created with a ``cwd``; :attr:`lines` stays
-    empty (the lines are in the log).
+    empty (the lines are in the log). :meth:`append` checks the session's head, then hands
+    the record's dict to the log's :meth:`~modefsm.log.TransitionLog.write_own`, which
+    chains, renders and writes it: the dict becomes the line (``prev``, ``digest``,
+    ``event`` and ``level`` added), not copied.
 
     Args:
         log: where every line goes, written before the change it describes takes effect

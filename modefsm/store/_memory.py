@@ -48,6 +48,9 @@ class MemoryStore:
         ('sess_1', 'architect', 2)
     """
 
+    _session_prev = True
+    """Whether the records this store keeps carry ``session_prev``."""
+
     def __init__(self, *, timeout: float = 1.0) -> None:
         """An empty store."""
         self._timeout = timeout
@@ -58,10 +61,7 @@ class MemoryStore:
         self._head: str | None = None  # the digest of the last record (the chain's head)
         self._closed = False
         self._chain: Callable[[str, dict[str, Any]], str | None] = self._keep
-        """Chain, keep or write, one committed record (its fields, given up); its digest."""
-
-    _session_prev = True
-    """Whether the records this store keeps carry ``session_prev``."""
+        """Chain and keep (or write) one committed record, its fields given up: its digest."""
 
     @property
     def timeout(self) -> float:
