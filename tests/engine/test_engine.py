@@ -515,21 +515,13 @@ class TestLog:
         assert capsys.readouterr() == ("", "")
 
     def test_lines_are_what_a_structlog_bytes_logger_writes(self):
-        import io
-
         import orjson
-        import structlog
+
+        from tests.log.test_writer import structlog_reference
 
         fields = {"timestamp": "t", "session_id": "s1", "seq": None, "from_mode": None}
-        expected, written = io.BytesIO(), io.BytesIO()
-        bound = structlog.wrap_logger(
-            structlog.BytesLogger(expected),
-            processors=[
-                structlog.processors.add_log_level,
-                structlog.processors.JSONRenderer(serializer=orjson.dumps),
-            ],
-            wrapper_class=structlog.make_filtering_bound_logger(0),
-        )
+        written = io.BytesIO()
+        expected, bound = structlog_reference()
         log = TransitionLog.to_stream(written)
         log.write("modefsm.mode_changed", fields)
         log.write("modefsm.change_rejected", fields)
