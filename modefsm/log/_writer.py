@@ -1,4 +1,4 @@
-"""The transition log writer: one JSON line per record, written through structlog.
+"""The transition log writer: one JSON line per record, as structlog writes it.
 
 :class:`TransitionLog` writes :class:`~modefsm.log.TransitionRecord` lines, each chained
 to the one before by ``prev`` and ``digest`` (:func:`~modefsm.log.record_digest`),
