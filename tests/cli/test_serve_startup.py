@@ -1,9 +1,9 @@
 """Start-up of ``modefsm serve``: what it loads before it answers ``initialize``.
 
 A real ``modefsm serve`` runs with ``-X importtime`` on pipes; the modules it imported are
-read from its stderr. structlog renders the records, so it is loaded with the first record
-(``session/new``), not before ``initialize``; the record bytes are checked elsewhere
-(the golden logs, the engine tests).
+read from its stderr. The records are structlog's bytes, rendered by orjson directly:
+structlog is loaded only for a value orjson cannot serialize, never for a record; the
+record bytes are checked elsewhere (the golden logs, the writer and engine tests).
 """
 
 from __future__ import annotations
@@ -66,10 +66,10 @@ def test_initialize_is_answered_without_loading_structlog():
     assert "acp.schema" in modules  # the check reads the imports: the SDK is among them
 
 
-def test_the_first_record_loads_structlog_and_is_written_on_stderr():
+def test_the_first_record_is_written_on_stderr_without_loading_structlog():
     answers, modules, stderr = serve(INITIALIZE, NEW_SESSION)
     assert [(a["id"], "result" in a) for a in answers] == [(0, True), (1, True)]
-    assert "structlog.processors" in _structlog(modules)
+    assert (_structlog(modules), "orjson" in modules) == ([], True)
     records = [orjson.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     assert [(r["event"], r.get("seq"), r.get("to_mode"), r["level"]) for r in records] == [
         ("modefsm.spec", None, None, "info"),  # the stream names its spec first
