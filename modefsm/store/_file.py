@@ -491,48 +491,67 @@ class FileStore:
         for start, block in _blocks(fd, self._seen, size):
             if keep:
                 self._unfed.append((start, block))
-            lines = block.split(b"\n")
-            lines.pop()
-            chained = -1 if _all_passed_over(block, self._heads) else self._take_lines(lines)
-            for at in range(len(lines) - 1, chained, -1):  # the chain head, if passed over
-                data = _record_line(lines[at])
-                if data is not None:
-                    chained = at
-                    break
-            if chained >= 0:
-                chain = _record_line(lines[chained]).get("digest")  # type: ignore[union-attr]
-            last = chain if chained == len(lines) - 1 else None
+            cut = block.rfind(b"\n", 0, len(block) - 1) + 1  # where the last line begins
+            found: dict[str, Any] | None = None  # the last chained line before it
+            if cut:
+                body = block[:cut]
+                lines = body.split(b"\n")
+                lines.pop()
+                at = -1
+                if not _all_passed_over(body, self._heads):
+                    at, found = self._take_lines(lines)
+                for later in range(len(lines) - 1, at, -1):  # the chain head, if passed over
+                    data = _record_line(lines[later])
+                    if data is not None:
+                        found = data
+                        break
+            final = _record_line(block[cut:-1])  # parsed once: a head, and the chain head
+            if final is not None:
+                self._take(final)
+                found = final
+            if found is not None:
+                chain = found.get("digest")
+            last = chain if final is not None else None
         self._log.follow(chain if isinstance(chain, str) else None)
         self._read_to(size, last if isinstance(last, str) else None)
         if align and not keep and self._fed is not None:  # a bounded stretch behind at most
             self._align()
 
-    def _take_lines(self, lines: list[bytes]) -> int:
+    def _take_lines(self, lines: list[bytes]) -> tuple[int, dict[str, Any] | None]:
         """Take the lines other processes wrote that move what this one keeps.
 
         Returns:
-            The position in *lines* of the last chained line parsed, else ``-1``.
+            The position in *lines* of the last chained line parsed and its fields, else
+            ``(-1, None)``.
         """
         heads = self._heads
-        chained = -1
+        chained: tuple[int, dict[str, Any] | None] = (-1, None)
         for at, line in enumerate(lines):
             if _passed_over(line, heads):
                 continue
             data = _record_line(line)
             if data is None:
                 continue
-            chained = at
-            if data.get("event") == EVENT_SPEC:  # another writer's header: not twice
-                spec_hash = data.get("spec_hash")
-                if isinstance(spec_hash, str):
-                    self._log.named(spec_hash)
-            held = heads.get(data.get("session_id"))  # type: ignore[arg-type]
-            seq = data.get("seq")
-            if held is not None and isinstance(seq, int) and seq > held.seq:
-                heads[held.session_id] = _after(held, data, data.get("event"))
-            elif held is not None and data.get("outcome") == "allow_always":
-                self._grant_seen(held.session_id, data)
+            chained = (at, data)
+            self._take(data)
         return chained
+
+    def _take(self, data: dict[str, Any]) -> None:
+        """Take the chained line *data* another process wrote, if it moves what this one keeps.
+
+        A spec header is noted (not written twice); a record of a session held here moves
+        its head; an ``allow_always`` decision of one is kept for :meth:`grants_seen`.
+        """
+        if data.get("event") == EVENT_SPEC:  # another writer's header: not twice
+            spec_hash = data.get("spec_hash")
+            if isinstance(spec_hash, str):
+                self._log.named(spec_hash)
+        held = self._heads.get(data.get("session_id"))  # type: ignore[arg-type]
+        seq = data.get("seq")
+        if held is not None and isinstance(seq, int) and seq > held.seq:
+            self._heads[held.session_id] = _after(held, data, data.get("event"))
+        elif held is not None and data.get("outcome") == "allow_always":
+            self._grant_seen(held.session_id, data)
 
     def _wrote(self, event: str, fields: dict[str, Any], digest: str | None) -> None:
         """This process appended a line of *event* (a record if *digest*), the lock held.
