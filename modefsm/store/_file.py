@@ -105,7 +105,11 @@ if TYPE_CHECKING:
 __all__ = ["FileStore"]
 
 _CHUNK = 1 << 20
-_SPIN = 64
+_SPIN = 100e-6
+"""Seconds a blocking lock is tried again (yielding the processor) before the first sleep."""
+_SPIN_LOOP = 50e-6
+"""Seconds the event loop tries a taken lock again (yielding the processor) before it waits
+for it in a thread: another process holds it a few microseconds per record."""
 _BATCH = 256
 """The most queued records one hold of the lock writes (the others wait for the next)."""
 
@@ -198,9 +202,11 @@ class FileStore:
     async def _lock_async(self, deadline: float | None) -> None:
         """:meth:`_lock`, the waits awaited (the event loop serves others meanwhile).
 
-        After one try, a wait for a lock another process holds is a thread of the store's
-        own blocked until no process holds it (:class:`_LockWatch`), and the lock is tried
-        again at once: no sleeping while it is free. The wait ends by *deadline* (the
+        Each try takes the lock if free, else tries again for up to :data:`_SPIN_LOOP`
+        seconds (yielding the processor); then a wait for a lock another process holds is
+        a thread of the store's own blocked until no process holds it
+        (:class:`_LockWatch`), and the lock is tried again at once: no sleeping while it
+        is free. The wait ends by *deadline* (the
         event loop's ``time()``) if that comes first.
 
         Raises:
@@ -211,7 +217,7 @@ class FileStore:
         limit = self.lock_timeout
         if deadline is not None:
             limit = min(limit, deadline - loop.time())
-        for wait in self._lock_steps(limit, spin=1):
+        for wait in self._lock_steps(limit, spin=_SPIN_LOOP, again=_SPIN_LOOP):
             if wait.fd is None:
                 await asyncio.sleep(wait.pause)
                 continue
@@ -225,7 +231,7 @@ class FileStore:
                 await asyncio.wait_for(freed, left)
 
     def _lock_now(self) -> bool:
-        """Lock the file and notice a rotation if that takes no wait (one try).
+        """Lock the file and notice a rotation if that takes no wait (one try, spun).
 
         Returns:
             Whether the lock is held now (nothing else is).
@@ -233,7 +239,7 @@ class FileStore:
         Raises:
             LogError: a rotated file could not be followed (the lock is not held then).
         """
-        steps = self._lock_steps(self.lock_timeout, spin=1)
+        steps = self._lock_steps(self.lock_timeout, spin=_SPIN_LOOP)
         try:
             next(steps)
         except StopIteration:
@@ -242,7 +248,7 @@ class FileStore:
         return False
 
     def _lock_steps(
-        self, limit: float, *, follow: bool = True, spin: int = _SPIN
+        self, limit: float, *, follow: bool = True, spin: float = _SPIN, again: float = 0.0
     ) -> Generator[_Wait]:
         """Lock the file; with *follow*, then notice a rotation (:meth:`_follow_file`).
 
@@ -250,7 +256,8 @@ class FileStore:
         lock to wait for), for at most *limit* seconds in all. The lock is held only
         between two waits, never across one: when the file was renamed away and another
         process holds the new file's lock, ours is let go and both are tried again after
-        the pause. Each lock is tried *spin* times (yielding the processor) before a wait.
+        the pause. A taken lock is tried again for up to *spin* seconds (yielding the
+        processor) before the first wait, *again* seconds before each later one.
 
         Raises:
             StoreBusy: the locks were not had in time.
@@ -259,7 +266,7 @@ class FileStore:
         started = time.monotonic()
         pause = 50e-6
         while True:
-            yield from self._lock_waits(self._fd, limit, started, spin)
+            yield from self._lock_waits(self._fd, limit, started, spin, again)
             if not follow:
                 return
             try:
@@ -275,32 +282,45 @@ class FileStore:
             yield _Wait(pause, None, started + limit)
             pause = min(pause * 2, 2e-3)
 
-    def _try_lock(self, fd: int, *, spin: int = 1) -> bool:
-        """Take the lock of *fd* if free, trying *spin* times (yielding the processor)."""
-        for tried in range(spin):
-            if tried:
-                os.sched_yield()
+    @staticmethod
+    def _try_lock(fd: int, spin: float = 0.0) -> bool:
+        """Take the lock of *fd* if free, else try again for up to *spin* seconds.
+
+        The processor is yielded between two tries (``sched_yield``): the holder, if
+        waiting for it, runs.
+        """
+        until = 0.0
+        while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
+                now = time.monotonic()
+                if not until:
+                    until = now + spin
+                if now >= until:
+                    return False
+                os.sched_yield()
                 continue
             return True
-        return False
 
-    def _lock_waits(self, fd: int, limit: float, since: float, spin: int) -> Iterator[_Wait]:
+    def _lock_waits(
+        self, fd: int, limit: float, since: float, spin: float, again: float
+    ) -> Iterator[_Wait]:
         """Try the lock of *fd*; yield each wait before the next try, until taken.
+
+        *spin* and *again*: as for :meth:`_lock_steps`.
 
         Raises:
             StoreBusy: the lock was not taken within *limit* seconds of *since* (a
                 ``time.monotonic()``).
         """
-        if self._try_lock(fd, spin=spin):
+        if self._try_lock(fd, spin):
             return
         deadline = since + limit
         pause = 50e-6
         while True:
             yield _Wait(pause, fd, deadline)
-            if self._try_lock(fd):
+            if self._try_lock(fd, again):
                 return
             if time.monotonic() >= deadline:
                 raise self._busy(fd, limit)
@@ -491,31 +511,41 @@ class FileStore:
         for start, block in _blocks(fd, self._seen, size):
             if keep:
                 self._unfed.append((start, block))
-            cut = block.rfind(b"\n", 0, len(block) - 1) + 1  # where the last line begins
-            found: dict[str, Any] | None = None  # the last chained line before it
-            if cut:
-                body = block[:cut]
-                lines = body.split(b"\n")
-                lines.pop()
-                at = -1
-                if not _all_passed_over(body, self._heads):
-                    at, found = self._take_lines(lines)
-                for later in range(len(lines) - 1, at, -1):  # the chain head, if passed over
-                    data = _record_line(lines[later])
-                    if data is not None:
-                        found = data
-                        break
-            final = _record_line(block[cut:-1])  # parsed once: a head, and the chain head
-            if final is not None:
-                self._take(final)
-                found = final
+            found, final = self._take_block(block)
             if found is not None:
                 chain = found.get("digest")
-            last = chain if final is not None else None
+            last = chain if final else None
         self._log.follow(chain if isinstance(chain, str) else None)
         self._read_to(size, last if isinstance(last, str) else None)
         if align and not keep and self._fed is not None:  # a bounded stretch behind at most
             self._align()
+
+    def _take_block(self, block: bytes) -> tuple[dict[str, Any] | None, bool]:
+        """Take the lines of *block* (whole lines others wrote) that move what this one keeps.
+
+        Returns:
+            The fields of the block's last chained line (the chain head), else ``None``;
+            and whether that line is the block's last.
+        """
+        cut = block.rfind(b"\n", 0, len(block) - 1) + 1  # where the last line begins
+        found: dict[str, Any] | None = None
+        if cut:
+            body = block[:cut]
+            lines = body.split(b"\n")
+            lines.pop()
+            at = -1
+            if not _all_passed_over(body, self._heads):
+                at, found = self._take_lines(lines)
+            for later in range(len(lines) - 1, at, -1):  # the chain head, if passed over
+                data = _record_line(lines[later])
+                if data is not None:
+                    found = data
+                    break
+        final = _record_line(block[cut:-1])  # parsed once: a head, and the chain head
+        if final is None:
+            return found, False
+        self._take(final)
+        return final, True
 
     def _take_lines(self, lines: list[bytes]) -> tuple[int, dict[str, Any] | None]:
         """Take the lines other processes wrote that move what this one keeps.
@@ -1197,17 +1227,20 @@ def _resolve(future: asyncio.Future[None]) -> None:
 class _LockWatch:
     """Tells when no process holds a file's ``flock``, from a thread of its own.
 
-    :meth:`wait` opens the file again (a descriptor whose lock is not the store's) and
-    queues it for the thread, which blocks in ``flock(LOCK_SH)`` on it until no process
-    holds the lock, lets it go at once, closes it and calls *notify*. The waiter then
-    tries the lock itself (another process may take it first: it waits again). The
-    thread starts at the first wait (again in a forked child) and ends after
-    :meth:`close` once the waits queued before are done.
+    The watch opens the file once (a descriptor of its own, whose lock is not the
+    store's; again when the store moves to another file) and queues each wait for the
+    thread, which blocks in ``flock(LOCK_SH)`` on that descriptor until no process holds
+    the lock, lets it go at once and calls *notify*. The waiter then tries the lock
+    itself (another process may take it first: it waits again). The thread starts at
+    the first wait (again in a forked child) and ends after :meth:`close` once the
+    waits queued before are done; it closes the descriptors it was given.
     """
 
     def __init__(self) -> None:
-        self._waits: queue.SimpleQueue[tuple[int, Callable[[], object]] | None] | None = None
+        self._waits: _Waits | None = None
         self._pid = 0
+        self._own = -1  # the watching descriptor
+        self._of: tuple[int, int] | None = None  # the device and inode it opened
 
     def wait(self, fd: int, notify: Callable[[], object]) -> None:
         """Call *notify* (from the thread) once the lock of *fd*'s file is free.
@@ -1215,31 +1248,48 @@ class _LockWatch:
         Raises:
             OSError: the file cannot be opened again.
         """
-        own = os.open(_descriptor_path(fd), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         if self._waits is None or self._pid != os.getpid():
+            if self._own >= 0:  # a forked child's copy of its parent's descriptor
+                with contextlib.suppress(OSError):
+                    os.close(self._own)
+            self._own, self._of = -1, None
             self._waits, self._pid = queue.SimpleQueue(), os.getpid()
             threading.Thread(
                 target=_watch, args=(self._waits,), name="modefsm-flock", daemon=True
             ).start()
-        self._waits.put((own, notify))
+        identity = _identity(fd)
+        if identity != self._of:
+            own = os.open(_descriptor_path(fd), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            if self._own >= 0:
+                self._waits.put((self._own, None))  # the thread closes it after its waits
+            self._own, self._of = own, identity
+        self._waits.put((self._own, notify))
 
     def close(self) -> None:
-        """End the thread once the waits queued before are done."""
+        """End the thread (closing the descriptor) once the waits queued before are done."""
         if self._waits is not None and self._pid == os.getpid():
+            if self._own >= 0:
+                self._waits.put((self._own, None))
             self._waits.put(None)
-        self._waits = None
+        self._waits, self._own, self._of = None, -1, None
 
 
-def _watch(waits: queue.SimpleQueue[tuple[int, Callable[[], object]] | None]) -> None:
+_Waits = queue.SimpleQueue[tuple[int, Callable[[], object] | None] | None]
+"""A :class:`_LockWatch`'s queue: a descriptor to watch and whom to tell (``None``: close
+the descriptor), or ``None`` to end."""
+
+
+def _watch(waits: _Waits) -> None:
     """The thread of a :class:`_LockWatch`: each wait in turn, blocked until the lock is free."""
     while (wait := waits.get()) is not None:
         fd, notify = wait
+        if notify is None:
+            os.close(fd)
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             fcntl.flock(fd, fcntl.LOCK_UN)
         except OSError:
             pass  # the waiter tries the lock, and finds out
-        finally:
-            os.close(fd)
         with contextlib.suppress(RuntimeError):  # its event loop has closed
             notify()
