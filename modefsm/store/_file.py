@@ -424,6 +424,7 @@ class FileStore:
             raise
         self._fd = fd
         self._identity = _identity(fd)
+        self._watch.forget()  # the old file is not kept open for the watch
         fcntl.flock(old, fcntl.LOCK_UN)
         os.close(old)
         self._read_again(continued=continued)
@@ -1260,18 +1261,22 @@ class _LockWatch:
         identity = _identity(fd)
         if identity != self._of:
             own = os.open(_descriptor_path(fd), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            if self._own >= 0:
-                self._waits.put((self._own, None))  # the thread closes it after its waits
+            self.forget()
             self._own, self._of = own, identity
         self._waits.put((self._own, notify))
 
+    def forget(self) -> None:
+        """Close the watching descriptor once the waits queued before are done."""
+        if self._waits is not None and self._pid == os.getpid() and self._own >= 0:
+            self._waits.put((self._own, None))
+        self._own, self._of = -1, None
+
     def close(self) -> None:
         """End the thread (closing the descriptor) once the waits queued before are done."""
+        self.forget()
         if self._waits is not None and self._pid == os.getpid():
-            if self._own >= 0:
-                self._waits.put((self._own, None))
             self._waits.put(None)
-        self._waits, self._own, self._of = None, -1, None
+        self._waits = None
 
 
 _Waits = queue.SimpleQueue[tuple[int, Callable[[], object] | None] | None]
