@@ -326,6 +326,18 @@ class FileStore:
                 raise self._busy(fd, limit)
             pause = min(pause * 2, 2e-3)
 
+    def _unlock(self) -> None:
+        """Let the file's lock go; then commit the index if that is due.
+
+        The index's commits for this store's own records wait for this (a commit waits
+        for SQLite's lock, which other processes' commits hold): no other process waits
+        for the file's lock meanwhile.
+        """
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        index = self._index
+        if index is not None and index.due:
+            index.commit()
+
     def _busy(self, fd: int, limit: float) -> StoreBusy:
         """The error for the lock of *fd* not had within *limit* seconds (who holds it)."""
         holders = lock_holders(fd)
@@ -596,7 +608,11 @@ class FileStore:
         index = self._index
         follows = self._fed is not None and self._fed == self._seen
         if index is not None and digest is not None:
-            _index_record(index, event, fields, digest, size, follows=follows)
+            index.defer = True  # committed once the lock is let go (:meth:`_unlock`)
+            try:
+                _index_record(index, event, fields, digest, size, follows=follows)
+            finally:
+                index.defer = False
         if follows:
             self._fed = size
         self._read_to(size, digest)
@@ -737,7 +753,7 @@ class FileStore:
                         except Exception as exc:  # noqa: BLE001 - that record's own outcome
                             written.set_exception(exc)
                 finally:
-                    fcntl.flock(self._fd, fcntl.LOCK_UN)
+                    self._unlock()
         finally:
             self._writer = None
 
@@ -746,7 +762,7 @@ class FileStore:
         try:
             return self._append_held(event, fields)
         finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._unlock()
 
     def _append_held(self, event: str, fields: dict[str, Any]) -> str:
         """:meth:`_append_locked`, the lock kept."""
@@ -805,7 +821,7 @@ class FileStore:
             self._log.write(event, fields)
             self._wrote(event, fields, self._log.head if event in CHAINED_EVENTS else None)
         finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._unlock()
 
     def restore_point(self, session_id: str) -> RestorePoint | None:
         """The session's latest point: the index caught up with the file first.
@@ -843,7 +859,7 @@ class FileStore:
             held = self._heads.get(session_id)
             point = held if held is not None else self._index_caught_up().lookup(session_id)
         finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._unlock()
         return self._hold(session_id, point)
 
     def _read_all(self) -> bool:
@@ -892,7 +908,7 @@ class FileStore:
             self._sync_tail()
             return self._index_caught_up().list_sessions(cwd, after, limit)
         finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._unlock()
 
     @contextlib.contextmanager
     def _caught_up(self) -> Iterator[RestoreIndex]:
@@ -907,7 +923,7 @@ class FileStore:
             self._sync_tail()
             yield self._index_caught_up()
         finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._unlock()
 
     def _index_caught_up(self) -> RestoreIndex:
         """The index, caught up with the file (the lock is held); told of every line after.
@@ -976,7 +992,7 @@ class FileStore:
         try:
             self._sync_tail()
         finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._unlock()
 
     async def reopen_async(self) -> None:
         """:meth:`reopen`, the waits for the locks awaited (``serve`` on ``SIGHUP``).
@@ -988,7 +1004,7 @@ class FileStore:
         try:
             self._sync_tail()
         finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._unlock()
 
     def release(self, session_id: str) -> None:
         """Stop following *session_id* (closed here): held heads stay bounded."""
