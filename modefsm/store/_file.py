@@ -164,6 +164,7 @@ class FileStore:
         self._mark = b""  # the last bytes before _seen: a file cut and refilled differs
         self._fed: int | None = None  # bytes the index was told of in order (caught up here)
         self._unfed: list[tuple[int, bytes]] = []  # others' lines read since _fed, by offset
+        self._telling: list[_Told] = []  # own records the index is told of after the lock
         self._aligning = True  # try to make the index follow at the next append
         try:
             _check_regular(os.fstat(self._fd).st_mode, self.path)
@@ -327,16 +328,23 @@ class FileStore:
             pause = min(pause * 2, 2e-3)
 
     def _unlock(self) -> None:
-        """Let the file's lock go; then commit the index if that is due.
+        """Let the file's lock go; then tell the index of the records written meanwhile.
 
-        The index's commits for this store's own records wait for this (a commit waits
-        for SQLite's lock, which other processes' commits hold): no other process waits
-        for the file's lock meanwhile.
+        The index learns of this store's own records (and commits them when due, which
+        may wait for SQLite's lock) while no other process waits for the file's lock.
         """
         fcntl.flock(self._fd, fcntl.LOCK_UN)
+        if self._telling:
+            self._tell_index()
+
+    def _tell_index(self) -> None:
+        """Tell the index of this store's records not told yet, in the order written."""
+        telling, self._telling = self._telling, []
         index = self._index
-        if index is not None and index.due:
-            index.commit()
+        if index is None:
+            return
+        for event, fields, digest, end, follows in telling:
+            _index_record(index, event, fields, digest, end, follows=follows)
 
     def _busy(self, fd: int, limit: float) -> StoreBusy:
         """The error for the lock of *fd* not had within *limit* seconds (who holds it)."""
@@ -607,12 +615,8 @@ class FileStore:
         size = os.lseek(self._fd, 0, os.SEEK_END)
         index = self._index
         follows = self._fed is not None and self._fed == self._seen
-        if index is not None and digest is not None:
-            index.defer = True  # committed once the lock is let go (:meth:`_unlock`)
-            try:
-                _index_record(index, event, fields, digest, size, follows=follows)
-            finally:
-                index.defer = False
+        if index is not None and digest is not None:  # told once the lock is let go
+            self._telling.append((event, fields, digest, size, follows))
         if follows:
             self._fed = size
         self._read_to(size, digest)
@@ -651,6 +655,8 @@ class FileStore:
         read them; the index keeps them as points of the file before.
         """
         unfed, self._unfed = self._unfed, []
+        if self._telling:
+            self._tell_index()
         index = self._index
         if index is None:
             return
@@ -956,7 +962,14 @@ class FileStore:
             index.commit()
 
     def _open_index(self) -> RestoreIndex:
+        """The index (opened at the first call), told of every record this store wrote.
+
+        Raises:
+            LogError: the index cannot be used (the message says how to rebuild it).
+        """
         if self._index is not None:
+            if self._telling:
+                self._tell_index()
             return self._index
         rebuild = f"`modefsm replay {self.path} --rebuild-index {self.index_path}`"
         if _foreign(self.index_path):
@@ -1222,6 +1235,11 @@ def _after(head: RestorePoint | None, data: dict[str, Any], event: object) -> Re
         data["digest"],
         config if isinstance(config, dict) else None,
     )
+
+
+_Told = tuple[str, dict[str, Any], str, int, bool]
+"""A record written, for the index: its event, fields, digest, where its line ends, and
+whether the index was told of every line before it."""
 
 
 class _Wait(NamedTuple):

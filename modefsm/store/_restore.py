@@ -260,10 +260,6 @@ class RestoreIndex:
         LogError: the file cannot be opened or is not a restore index.
     """
 
-    defer = False
-    """Count updates without committing: the owner commits when :attr:`due` (a writer that
-    must not wait for SQLite while it holds a lock of its own)."""
-
     def __init__(
         self, path: str | Path, *, commit_every: int = 256, commit_seconds: float = 1.0
     ) -> None:
@@ -602,17 +598,12 @@ class RestoreIndex:
         self._count()
 
     def _count(self) -> None:
-        """Count one update; commit when :attr:`due` (unless :attr:`defer`)."""
+        """Count one update; commit after :attr:`commit_every` or :attr:`commit_seconds`."""
         self._records += 1
-        if not self.defer and self.due:
-            self.commit()
-
-    @property
-    def due(self) -> bool:
-        """Whether a commit is due (:attr:`commit_every` updates or :attr:`commit_seconds`)."""
-        return self._records >= self.commit_every or (
+        if self._records >= self.commit_every or (
             time.monotonic() - self._last_commit >= self.commit_seconds
-        )
+        ):
+            self.commit()
 
     def commit(self) -> None:
         """Write every update so far to SQLite, with the log position it reaches.
