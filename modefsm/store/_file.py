@@ -107,9 +107,10 @@ __all__ = ["FileStore"]
 _CHUNK = 1 << 20
 _SPIN = 100e-6
 """Seconds a blocking lock is tried again (yielding the processor) before the first sleep."""
-_SPIN_LOOP = 50e-6
-"""Seconds the event loop tries a taken lock again (yielding the processor) before it waits
-for it in a thread: another process holds it a few microseconds per record."""
+_SPIN_LOOP = 20e-6
+"""Seconds the event loop tries a taken lock again before it waits for it in a thread:
+another process holds it a few microseconds per record. The processor is not yielded (a
+yield on a busy machine can last milliseconds)."""
 _BATCH = 256
 """The most queued records one hold of the lock writes (the others wait for the next)."""
 
@@ -204,11 +205,10 @@ class FileStore:
         """:meth:`_lock`, the waits awaited (the event loop serves others meanwhile).
 
         Each try takes the lock if free, else tries again for up to :data:`_SPIN_LOOP`
-        seconds (yielding the processor); then a wait for a lock another process holds is
-        a thread of the store's own blocked until no process holds it
-        (:class:`_LockWatch`), and the lock is tried again at once: no sleeping while it
-        is free. The wait ends by *deadline* (the
-        event loop's ``time()``) if that comes first.
+        seconds; then a wait for a lock another process holds is a thread of the store's
+        own blocked until no process holds it (:class:`_LockWatch`), and the lock is
+        tried again at once: no sleeping while it is free. The wait ends by *deadline*
+        (the event loop's ``time()``) if that comes first.
 
         Raises:
             StoreBusy: the lock was not had in time.
@@ -218,7 +218,7 @@ class FileStore:
         limit = self.lock_timeout
         if deadline is not None:
             limit = min(limit, deadline - loop.time())
-        for wait in self._lock_steps(limit, spin=_SPIN_LOOP, again=_SPIN_LOOP):
+        for wait in self._lock_steps(limit, spin=_SPIN_LOOP, again=_SPIN_LOOP, yielding=False):
             if wait.fd is None:
                 await asyncio.sleep(wait.pause)
                 continue
@@ -240,7 +240,7 @@ class FileStore:
         Raises:
             LogError: a rotated file could not be followed (the lock is not held then).
         """
-        steps = self._lock_steps(self.lock_timeout, spin=_SPIN_LOOP)
+        steps = self._lock_steps(self.lock_timeout, spin=_SPIN_LOOP, yielding=False)
         try:
             next(steps)
         except StopIteration:
@@ -249,7 +249,13 @@ class FileStore:
         return False
 
     def _lock_steps(
-        self, limit: float, *, follow: bool = True, spin: float = _SPIN, again: float = 0.0
+        self,
+        limit: float,
+        *,
+        follow: bool = True,
+        spin: float = _SPIN,
+        again: float = 0.0,
+        yielding: bool = True,
     ) -> Generator[_Wait]:
         """Lock the file; with *follow*, then notice a rotation (:meth:`_follow_file`).
 
@@ -257,8 +263,9 @@ class FileStore:
         lock to wait for), for at most *limit* seconds in all. The lock is held only
         between two waits, never across one: when the file was renamed away and another
         process holds the new file's lock, ours is let go and both are tried again after
-        the pause. A taken lock is tried again for up to *spin* seconds (yielding the
-        processor) before the first wait, *again* seconds before each later one.
+        the pause. A taken lock is tried again for up to *spin* seconds before the first
+        wait, *again* seconds before each later one (*yielding*: the processor between
+        two tries).
 
         Raises:
             StoreBusy: the locks were not had in time.
@@ -267,7 +274,7 @@ class FileStore:
         started = time.monotonic()
         pause = 50e-6
         while True:
-            yield from self._lock_waits(self._fd, limit, started, spin, again)
+            yield from self._lock_waits(self._fd, limit, started, (spin, again, yielding))
             if not follow:
                 return
             try:
@@ -284,11 +291,11 @@ class FileStore:
             pause = min(pause * 2, 2e-3)
 
     @staticmethod
-    def _try_lock(fd: int, spin: float = 0.0) -> bool:
+    def _try_lock(fd: int, spin: float = 0.0, *, yielding: bool = False) -> bool:
         """Take the lock of *fd* if free, else try again for up to *spin* seconds.
 
-        The processor is yielded between two tries (``sched_yield``): the holder, if
-        waiting for it, runs.
+        *yielding*: the processor is yielded between two tries (``sched_yield``), so
+        that the holder, if waiting for it, runs.
         """
         until = 0.0
         while True:
@@ -300,28 +307,30 @@ class FileStore:
                     until = now + spin
                 if now >= until:
                     return False
-                os.sched_yield()
+                if yielding:
+                    os.sched_yield()
                 continue
             return True
 
     def _lock_waits(
-        self, fd: int, limit: float, since: float, spin: float, again: float
+        self, fd: int, limit: float, since: float, spins: tuple[float, float, bool]
     ) -> Iterator[_Wait]:
         """Try the lock of *fd*; yield each wait before the next try, until taken.
 
-        *spin* and *again*: as for :meth:`_lock_steps`.
+        *spins*: *spin*, *again* and *yielding*, as for :meth:`_lock_steps`.
 
         Raises:
             StoreBusy: the lock was not taken within *limit* seconds of *since* (a
                 ``time.monotonic()``).
         """
-        if self._try_lock(fd, spin):
+        spin, again, yielding = spins
+        if self._try_lock(fd, spin, yielding=yielding):
             return
         deadline = since + limit
         pause = 50e-6
         while True:
             yield _Wait(pause, fd, deadline)
-            if self._try_lock(fd, again):
+            if self._try_lock(fd, again, yielding=yielding):
                 return
             if time.monotonic() >= deadline:
                 raise self._busy(fd, limit)

@@ -47,8 +47,8 @@ def until(condition: object, seconds: float = 5.0) -> bool:
 
 
 def test_a_taken_lock_is_tried_again_until_freed_within_the_spin(tmp_path: Path) -> None:
-    """Held by another process: no spin fails at once; a spin longer than the hold takes
-    the lock as soon as it is freed; a spin shorter than the hold gives up after it."""
+    """Held by another process: no spin fails at once; a spin shorter than the hold gives
+    up after it; a spin longer than the hold takes the lock as soon as it is freed."""
     path = tmp_path / "modes.jsonl"
     path.touch(mode=0o600)
     fd = os.open(path, os.O_RDONLY)
@@ -63,7 +63,7 @@ def test_a_taken_lock_is_tried_again_until_freed_within_the_spin(tmp_path: Path)
             freed = threading.Timer(0.3, holder.stdin.close)
             started = time.monotonic()
             freed.start()
-            assert FileStore._try_lock(fd, 20.0) is True
+            assert FileStore._try_lock(fd, 20.0, yielding=True) is True
             took = time.monotonic() - started
             freed.join()
         assert 0.3 <= took < 5.0, took
