@@ -353,7 +353,10 @@ class FileStore:
         if index is None:
             return
         for event, fields, digest, end, follows in telling:
-            _index_record(index, event, fields, digest, end, follows=follows)
+            if event is None or digest is None:  # another process's line
+                self._feed(index, fields, end)
+            else:
+                _index_record(index, event, fields, digest, end, follows=follows)
 
     def _busy(self, fd: int, limit: float) -> StoreBusy:
         """The error for the lock of *fd* not had within *limit* seconds (who holds it)."""
@@ -527,7 +530,9 @@ class FileStore:
         The index is told of those lines later (:meth:`_index_caught_up`); until then
         they are kept (at most :data:`_ALIGN_MAX` bytes) for a cut file
         (:meth:`_feed_unfed`). With *align*, the index catches up here when that is
-        exceeded.
+        exceeded. One line right after the lines the index was told of (parsed for the
+        chain head) is told of at once, with this store's records: the index then
+        follows the file without a catch-up while two processes take turns.
         """
         fd = self._fd
         size = os.lseek(fd, 0, os.SEEK_END)
@@ -539,9 +544,14 @@ class FileStore:
         last: object = None  # the digest of the last line, if it is a record
         keep = self._fed is not None and size - self._fed < _ALIGN_MAX  # else caught up below
         for start, block in _blocks(fd, self._seen, size):
-            if keep:
-                self._unfed.append((start, block))
             found, final = self._take_block(block)
+            end = start + len(block)
+            one = block.find(b"\n") == len(block) - 1
+            if final and found is not None and start == self._fed and one:
+                self._telling.append((None, found, None, end, True))
+                self._fed = end  # one line, parsed: the index is told of it in order
+            elif keep:
+                self._unfed.append((start, block))
             if found is not None:
                 chain = found.get("digest")
             last = chain if final else None
@@ -1246,9 +1256,10 @@ def _after(head: RestorePoint | None, data: dict[str, Any], event: object) -> Re
     )
 
 
-_Told = tuple[str, dict[str, Any], str, int, bool]
-"""A record written, for the index: its event, fields, digest, where its line ends, and
-whether the index was told of every line before it."""
+_Told = tuple[str | None, dict[str, Any], str | None, int, bool]
+"""A record for the index: its event, fields, digest, where its line ends, and whether the
+index was told of every line before it; or ``None``, another process's parsed line,
+``None``, its end and ``True``."""
 
 
 class _Wait(NamedTuple):
