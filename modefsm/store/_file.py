@@ -29,7 +29,8 @@ keeps: the lines of the sessions it holds, the spec headers and the last chained
 bytes.
 
 The restore index beside the file (``<path>.index``, SQLite in WAL mode) is a shared
-cache of the file. Each store tells it of its own records as it writes them; the log
+cache of the file. Each store tells it of its own records as it lets the file's lock go
+(with one line another process appended just before, parsed for the chain head); the log
 position the index reached (from which a catch-up reads) moves only over lines it was told
 of in order. :meth:`FileStore.restore_point` catches it up from that position (committed
 by whichever process moved it last), under the file's lock, and commits at once; so do
