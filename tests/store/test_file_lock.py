@@ -20,6 +20,7 @@ import pytest
 from modefsm.log import EVENT_CHANGED, EVENT_REPAIRED
 from modefsm.replay import replay
 from modefsm.store import FileStore, RestorePoint, SessionMoved
+from modefsm.store._restore import RestoreIndex
 from tests.reliability.test_lock_waits import locked
 from tests.store.test_file_sharing import MODES, Writer, lines, record, seqs
 
@@ -147,3 +148,37 @@ def test_the_held_sessions_record_as_the_last_line_others_wrote(tmp_path: Path, 
     ]
     assert records[-1]["prev"] == records[-2]["digest"] == moved.digest
     assert replay([path], verify=True).violations == ()
+
+
+def test_two_stores_taking_turns_keep_the_index_position_moving(tmp_path: Path) -> None:
+    """Two stores taking turns, one record each: each tells the index of the other's line
+    it read (the only one, right after its own), so the committed log position follows
+    the file (less than one commit's worth of lines behind) with no catch-up; restores in
+    a third store then give every session's head."""
+    path = tmp_path / "modes.jsonl"
+    first, second = Writer(FileStore(path)), Writer(FileStore(path))
+    try:
+        for name in ("a", "b"):
+            first.create(f"{name}1")
+            second.create(f"{name}2")
+        for turn in range(300):
+            first.change("a1" if turn % 2 else "b1")
+            second.change("a2" if turn % 2 else "b2")
+        written = path.stat().st_size
+        longest = max(len(line) + 1 for line in path.read_bytes().splitlines())
+        index = RestoreIndex(tmp_path / "modes.jsonl.index")
+        try:
+            lag = index.lag(path)
+        finally:
+            index.close()
+        assert lag is not None
+        assert lag <= 256 * longest < written // 2, (lag, written)
+        heads = {**first.heads, **second.heads}
+    finally:
+        first.store.close()
+        second.store.close()
+    third = FileStore(path)
+    try:
+        assert {sid: third.restore_point(sid) for sid in heads} == heads
+    finally:
+        third.close()
