@@ -1305,10 +1305,7 @@ class _LockWatch:
             OSError: the file cannot be opened again.
         """
         if self._waits is None or self._pid != os.getpid():
-            if self._own >= 0:  # a forked child's copy of its parent's descriptor
-                with contextlib.suppress(OSError):
-                    os.close(self._own)
-            self._own, self._of = -1, None
+            self.forget()
             self._waits, self._pid = queue.SimpleQueue(), os.getpid()
             threading.Thread(
                 target=_watch, args=(self._waits,), name="modefsm-flock", daemon=True
@@ -1322,8 +1319,12 @@ class _LockWatch:
 
     def forget(self) -> None:
         """Close the watching descriptor once the waits queued before are done."""
-        if self._waits is not None and self._pid == os.getpid() and self._own >= 0:
-            self._waits.put((self._own, None))
+        if self._own >= 0:
+            if self._waits is not None and self._pid == os.getpid():
+                self._waits.put((self._own, None))
+            else:  # a forked child's copy of its parent's: no thread here uses it
+                with contextlib.suppress(OSError):
+                    os.close(self._own)
         self._own, self._of = -1, None
 
     def close(self) -> None:
