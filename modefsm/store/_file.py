@@ -29,7 +29,8 @@ keeps: the lines of the sessions it holds, the spec headers and the last chained
 bytes.
 
 The restore index beside the file (``<path>.index``, SQLite in WAL mode) is a shared
-cache of the file. Each store tells it of its own records as it writes them; the log
+cache of the file. Each store tells it of its own records as it lets the file's lock go
+(with one line another process appended just before, parsed for the chain head); the log
 position the index reached (from which a catch-up reads) moves only over lines it was told
 of in order. :meth:`FileStore.restore_point` catches it up from that position (committed
 by whichever process moved it last), under the file's lock, and commits at once; so do
@@ -105,7 +106,12 @@ if TYPE_CHECKING:
 __all__ = ["FileStore"]
 
 _CHUNK = 1 << 20
-_SPIN = 64
+_SPIN = 100e-6
+"""Seconds a blocking lock is tried again (yielding the processor) before the first sleep."""
+_SPIN_LOOP = 20e-6
+"""Seconds the event loop tries a taken lock again before it waits for it in a thread:
+another process holds it a few microseconds per record. The processor is not yielded (a
+yield on a busy machine can last milliseconds)."""
 _BATCH = 256
 """The most queued records one hold of the lock writes (the others wait for the next)."""
 
@@ -160,6 +166,7 @@ class FileStore:
         self._mark = b""  # the last bytes before _seen: a file cut and refilled differs
         self._fed: int | None = None  # bytes the index was told of in order (caught up here)
         self._unfed: list[tuple[int, bytes]] = []  # others' lines read since _fed, by offset
+        self._telling: list[_Told] = []  # own records the index is told of after the lock
         self._aligning = True  # try to make the index follow at the next append
         try:
             _check_regular(os.fstat(self._fd).st_mode, self.path)
@@ -198,10 +205,11 @@ class FileStore:
     async def _lock_async(self, deadline: float | None) -> None:
         """:meth:`_lock`, the waits awaited (the event loop serves others meanwhile).
 
-        After one try, a wait for a lock another process holds is a thread of the store's
-        own blocked until no process holds it (:class:`_LockWatch`), and the lock is tried
-        again at once: no sleeping while it is free. The wait ends by *deadline* (the
-        event loop's ``time()``) if that comes first.
+        Each try takes the lock if free, else tries again for up to :data:`_SPIN_LOOP`
+        seconds; then a wait for a lock another process holds is a thread of the store's
+        own blocked until no process holds it (:class:`_LockWatch`), and the lock is
+        tried again at once: no sleeping while it is free. The wait ends by *deadline*
+        (the event loop's ``time()``) if that comes first.
 
         Raises:
             StoreBusy: the lock was not had in time.
@@ -211,7 +219,7 @@ class FileStore:
         limit = self.lock_timeout
         if deadline is not None:
             limit = min(limit, deadline - loop.time())
-        for wait in self._lock_steps(limit, spin=1):
+        for wait in self._lock_steps(limit, spin=_SPIN_LOOP, again=_SPIN_LOOP, yielding=False):
             if wait.fd is None:
                 await asyncio.sleep(wait.pause)
                 continue
@@ -225,7 +233,7 @@ class FileStore:
                 await asyncio.wait_for(freed, left)
 
     def _lock_now(self) -> bool:
-        """Lock the file and notice a rotation if that takes no wait (one try).
+        """Lock the file and notice a rotation if that takes no wait (one try, spun).
 
         Returns:
             Whether the lock is held now (nothing else is).
@@ -233,7 +241,7 @@ class FileStore:
         Raises:
             LogError: a rotated file could not be followed (the lock is not held then).
         """
-        steps = self._lock_steps(self.lock_timeout, spin=1)
+        steps = self._lock_steps(self.lock_timeout, spin=_SPIN_LOOP, yielding=False)
         try:
             next(steps)
         except StopIteration:
@@ -242,7 +250,13 @@ class FileStore:
         return False
 
     def _lock_steps(
-        self, limit: float, *, follow: bool = True, spin: int = _SPIN
+        self,
+        limit: float,
+        *,
+        follow: bool = True,
+        spin: float = _SPIN,
+        again: float = 0.0,
+        yielding: bool = True,
     ) -> Generator[_Wait]:
         """Lock the file; with *follow*, then notice a rotation (:meth:`_follow_file`).
 
@@ -250,7 +264,9 @@ class FileStore:
         lock to wait for), for at most *limit* seconds in all. The lock is held only
         between two waits, never across one: when the file was renamed away and another
         process holds the new file's lock, ours is let go and both are tried again after
-        the pause. Each lock is tried *spin* times (yielding the processor) before a wait.
+        the pause. A taken lock is tried again for up to *spin* seconds before the first
+        wait, *again* seconds before each later one (*yielding*: the processor between
+        two tries).
 
         Raises:
             StoreBusy: the locks were not had in time.
@@ -259,7 +275,7 @@ class FileStore:
         started = time.monotonic()
         pause = 50e-6
         while True:
-            yield from self._lock_waits(self._fd, limit, started, spin)
+            yield from self._lock_waits(self._fd, limit, started, (spin, again, yielding))
             if not follow:
                 return
             try:
@@ -275,36 +291,73 @@ class FileStore:
             yield _Wait(pause, None, started + limit)
             pause = min(pause * 2, 2e-3)
 
-    def _try_lock(self, fd: int, *, spin: int = 1) -> bool:
-        """Take the lock of *fd* if free, trying *spin* times (yielding the processor)."""
-        for tried in range(spin):
-            if tried:
-                os.sched_yield()
+    @staticmethod
+    def _try_lock(fd: int, spin: float = 0.0, *, yielding: bool = False) -> bool:
+        """Take the lock of *fd* if free, else try again for up to *spin* seconds.
+
+        *yielding*: the processor is yielded between two tries (``sched_yield``), so
+        that the holder, if waiting for it, runs.
+        """
+        until = 0.0
+        while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
+                now = time.monotonic()
+                if not until:
+                    until = now + spin
+                if now >= until:
+                    return False
+                if yielding:
+                    os.sched_yield()
                 continue
             return True
-        return False
 
-    def _lock_waits(self, fd: int, limit: float, since: float, spin: int) -> Iterator[_Wait]:
+    def _lock_waits(
+        self, fd: int, limit: float, since: float, spins: tuple[float, float, bool]
+    ) -> Iterator[_Wait]:
         """Try the lock of *fd*; yield each wait before the next try, until taken.
+
+        *spins*: *spin*, *again* and *yielding*, as for :meth:`_lock_steps`.
 
         Raises:
             StoreBusy: the lock was not taken within *limit* seconds of *since* (a
                 ``time.monotonic()``).
         """
-        if self._try_lock(fd, spin=spin):
+        spin, again, yielding = spins
+        if self._try_lock(fd, spin, yielding=yielding):
             return
         deadline = since + limit
         pause = 50e-6
         while True:
             yield _Wait(pause, fd, deadline)
-            if self._try_lock(fd):
+            if self._try_lock(fd, again, yielding=yielding):
                 return
             if time.monotonic() >= deadline:
                 raise self._busy(fd, limit)
             pause = min(pause * 2, 2e-3)
+
+    def _unlock(self) -> None:
+        """Let the file's lock go; then tell the index of the records written meanwhile.
+
+        The index learns of this store's own records (and commits them when due, which
+        may wait for SQLite's lock) while no other process waits for the file's lock.
+        """
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        if self._telling:
+            self._tell_index()
+
+    def _tell_index(self) -> None:
+        """Tell the index of this store's records not told yet, in the order written."""
+        telling, self._telling = self._telling, []
+        index = self._index
+        if index is None:
+            return
+        for event, fields, digest, end, follows in telling:
+            if event is None or digest is None:  # another process's line
+                self._feed(index, fields, end)
+            else:
+                _index_record(index, event, fields, digest, end, follows=follows)
 
     def _busy(self, fd: int, limit: float) -> StoreBusy:
         """The error for the lock of *fd* not had within *limit* seconds (who holds it)."""
@@ -404,6 +457,7 @@ class FileStore:
             raise
         self._fd = fd
         self._identity = _identity(fd)
+        self._watch.forget()  # the old file is not kept open for the watch
         fcntl.flock(old, fcntl.LOCK_UN)
         os.close(old)
         self._read_again(continued=continued)
@@ -477,7 +531,9 @@ class FileStore:
         The index is told of those lines later (:meth:`_index_caught_up`); until then
         they are kept (at most :data:`_ALIGN_MAX` bytes) for a cut file
         (:meth:`_feed_unfed`). With *align*, the index catches up here when that is
-        exceeded.
+        exceeded. One line right after the lines the index was told of (parsed for the
+        chain head) is told of at once, with this store's records: the index then
+        follows the file without a catch-up while two processes take turns.
         """
         fd = self._fd
         size = os.lseek(fd, 0, os.SEEK_END)
@@ -489,50 +545,84 @@ class FileStore:
         last: object = None  # the digest of the last line, if it is a record
         keep = self._fed is not None and size - self._fed < _ALIGN_MAX  # else caught up below
         for start, block in _blocks(fd, self._seen, size):
-            if keep:
+            found, final = self._take_block(block)
+            end = start + len(block)
+            one = block.find(b"\n") == len(block) - 1
+            if final and found is not None and start == self._fed and one:
+                self._telling.append((None, found, None, end, True))
+                self._fed = end  # one line, parsed: the index is told of it in order
+            elif keep:
                 self._unfed.append((start, block))
-            lines = block.split(b"\n")
-            lines.pop()
-            chained = -1 if _all_passed_over(block, self._heads) else self._take_lines(lines)
-            for at in range(len(lines) - 1, chained, -1):  # the chain head, if passed over
-                data = _record_line(lines[at])
-                if data is not None:
-                    chained = at
-                    break
-            if chained >= 0:
-                chain = _record_line(lines[chained]).get("digest")  # type: ignore[union-attr]
-            last = chain if chained == len(lines) - 1 else None
+            if found is not None:
+                chain = found.get("digest")
+            last = chain if final else None
         self._log.follow(chain if isinstance(chain, str) else None)
         self._read_to(size, last if isinstance(last, str) else None)
         if align and not keep and self._fed is not None:  # a bounded stretch behind at most
             self._align()
 
-    def _take_lines(self, lines: list[bytes]) -> int:
+    def _take_block(self, block: bytes) -> tuple[dict[str, Any] | None, bool]:
+        """Take the lines of *block* (whole lines others wrote) that move what this one keeps.
+
+        Returns:
+            The fields of the block's last chained line (the chain head), else ``None``;
+            and whether that line is the block's last.
+        """
+        cut = block.rfind(b"\n", 0, len(block) - 1) + 1  # where the last line begins
+        found: dict[str, Any] | None = None
+        if cut:
+            body = block[:cut]
+            lines = body.split(b"\n")
+            lines.pop()
+            at = -1
+            if not _all_passed_over(body, self._heads):
+                at, found = self._take_lines(lines)
+            for later in range(len(lines) - 1, at, -1):  # the chain head, if passed over
+                data = _record_line(lines[later])
+                if data is not None:
+                    found = data
+                    break
+        final = _record_line(block[cut:-1])  # parsed once: a head, and the chain head
+        if final is None:
+            return found, False
+        self._take(final)
+        return final, True
+
+    def _take_lines(self, lines: list[bytes]) -> tuple[int, dict[str, Any] | None]:
         """Take the lines other processes wrote that move what this one keeps.
 
         Returns:
-            The position in *lines* of the last chained line parsed, else ``-1``.
+            The position in *lines* of the last chained line parsed and its fields, else
+            ``(-1, None)``.
         """
         heads = self._heads
-        chained = -1
+        chained: tuple[int, dict[str, Any] | None] = (-1, None)
         for at, line in enumerate(lines):
             if _passed_over(line, heads):
                 continue
             data = _record_line(line)
             if data is None:
                 continue
-            chained = at
-            if data.get("event") == EVENT_SPEC:  # another writer's header: not twice
-                spec_hash = data.get("spec_hash")
-                if isinstance(spec_hash, str):
-                    self._log.named(spec_hash)
-            held = heads.get(data.get("session_id"))  # type: ignore[arg-type]
-            seq = data.get("seq")
-            if held is not None and isinstance(seq, int) and seq > held.seq:
-                heads[held.session_id] = _after(held, data, data.get("event"))
-            elif held is not None and data.get("outcome") == "allow_always":
-                self._grant_seen(held.session_id, data)
+            chained = (at, data)
+            self._take(data)
         return chained
+
+    def _take(self, data: dict[str, Any]) -> None:
+        """Take the chained line *data* another process wrote, if it moves what this one keeps.
+
+        A spec header is noted (not written twice); a record of a session held here moves
+        its head; an ``allow_always`` decision of one is kept for :meth:`grants_seen`.
+        """
+        if data.get("event") == EVENT_SPEC:  # another writer's header: not twice
+            spec_hash = data.get("spec_hash")
+            if isinstance(spec_hash, str):
+                self._log.named(spec_hash)
+        held = self._heads.get(data.get("session_id"))  # type: ignore[arg-type]
+        seq = data.get("seq")
+        if held is not None and isinstance(seq, int) and seq > held.seq:
+            self._heads[held.session_id] = _after(held, data, data.get("event"))
+        elif held is not None and data.get("outcome") == "allow_always":
+            self._grant_seen(held.session_id, data)
 
     def _wrote(self, event: str, fields: dict[str, Any], digest: str | None) -> None:
         """This process appended a line of *event* (a record if *digest*), the lock held.
@@ -545,8 +635,8 @@ class FileStore:
         size = os.lseek(self._fd, 0, os.SEEK_END)
         index = self._index
         follows = self._fed is not None and self._fed == self._seen
-        if index is not None and digest is not None:
-            _index_record(index, event, fields, digest, size, follows=follows)
+        if index is not None and digest is not None:  # told once the lock is let go
+            self._telling.append((event, fields, digest, size, follows))
         if follows:
             self._fed = size
         self._read_to(size, digest)
@@ -585,6 +675,8 @@ class FileStore:
         read them; the index keeps them as points of the file before.
         """
         unfed, self._unfed = self._unfed, []
+        if self._telling:
+            self._tell_index()
         index = self._index
         if index is None:
             return
@@ -687,7 +779,7 @@ class FileStore:
                         except Exception as exc:  # noqa: BLE001 - that record's own outcome
                             written.set_exception(exc)
                 finally:
-                    fcntl.flock(self._fd, fcntl.LOCK_UN)
+                    self._unlock()
         finally:
             self._writer = None
 
@@ -696,7 +788,7 @@ class FileStore:
         try:
             return self._append_held(event, fields)
         finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._unlock()
 
     def _append_held(self, event: str, fields: dict[str, Any]) -> str:
         """:meth:`_append_locked`, the lock kept."""
@@ -755,7 +847,7 @@ class FileStore:
             self._log.write(event, fields)
             self._wrote(event, fields, self._log.head if event in CHAINED_EVENTS else None)
         finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._unlock()
 
     def restore_point(self, session_id: str) -> RestorePoint | None:
         """The session's latest point: the index caught up with the file first.
@@ -793,7 +885,7 @@ class FileStore:
             held = self._heads.get(session_id)
             point = held if held is not None else self._index_caught_up().lookup(session_id)
         finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._unlock()
         return self._hold(session_id, point)
 
     def _read_all(self) -> bool:
@@ -842,7 +934,7 @@ class FileStore:
             self._sync_tail()
             return self._index_caught_up().list_sessions(cwd, after, limit)
         finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._unlock()
 
     @contextlib.contextmanager
     def _caught_up(self) -> Iterator[RestoreIndex]:
@@ -857,7 +949,7 @@ class FileStore:
             self._sync_tail()
             yield self._index_caught_up()
         finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._unlock()
 
     def _index_caught_up(self) -> RestoreIndex:
         """The index, caught up with the file (the lock is held); told of every line after.
@@ -890,7 +982,14 @@ class FileStore:
             index.commit()
 
     def _open_index(self) -> RestoreIndex:
+        """The index (opened at the first call), told of every record this store wrote.
+
+        Raises:
+            LogError: the index cannot be used (the message says how to rebuild it).
+        """
         if self._index is not None:
+            if self._telling:
+                self._tell_index()
             return self._index
         rebuild = f"`modefsm replay {self.path} --rebuild-index {self.index_path}`"
         if _foreign(self.index_path):
@@ -926,7 +1025,7 @@ class FileStore:
         try:
             self._sync_tail()
         finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._unlock()
 
     async def reopen_async(self) -> None:
         """:meth:`reopen`, the waits for the locks awaited (``serve`` on ``SIGHUP``).
@@ -938,7 +1037,7 @@ class FileStore:
         try:
             self._sync_tail()
         finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._unlock()
 
     def release(self, session_id: str) -> None:
         """Stop following *session_id* (closed here): held heads stay bounded."""
@@ -1158,6 +1257,12 @@ def _after(head: RestorePoint | None, data: dict[str, Any], event: object) -> Re
     )
 
 
+_Told = tuple[str | None, dict[str, Any], str | None, int, bool]
+"""A record for the index: its event, fields, digest, where its line ends, and whether the
+index was told of every line before it; or ``None``, another process's parsed line,
+``None``, its end and ``True``."""
+
+
 class _Wait(NamedTuple):
     """One wait of :meth:`FileStore._lock_steps` before its next try."""
 
@@ -1178,17 +1283,20 @@ def _resolve(future: asyncio.Future[None]) -> None:
 class _LockWatch:
     """Tells when no process holds a file's ``flock``, from a thread of its own.
 
-    :meth:`wait` opens the file again (a descriptor whose lock is not the store's) and
-    queues it for the thread, which blocks in ``flock(LOCK_SH)`` on it until no process
-    holds the lock, lets it go at once, closes it and calls *notify*. The waiter then
-    tries the lock itself (another process may take it first: it waits again). The
-    thread starts at the first wait (again in a forked child) and ends after
-    :meth:`close` once the waits queued before are done.
+    The watch opens the file once (a descriptor of its own, whose lock is not the
+    store's; again when the store moves to another file) and queues each wait for the
+    thread, which blocks in ``flock(LOCK_SH)`` on that descriptor until no process holds
+    the lock, lets it go at once and calls *notify*. The waiter then tries the lock
+    itself (another process may take it first: it waits again). The thread starts at
+    the first wait (again in a forked child) and ends after :meth:`close` once the
+    waits queued before are done; it closes the descriptors it was given.
     """
 
     def __init__(self) -> None:
-        self._waits: queue.SimpleQueue[tuple[int, Callable[[], object]] | None] | None = None
+        self._waits: _Waits | None = None
         self._pid = 0
+        self._own = -1  # the watching descriptor
+        self._of: tuple[int, int] | None = None  # the device and inode it opened
 
     def wait(self, fd: int, notify: Callable[[], object]) -> None:
         """Call *notify* (from the thread) once the lock of *fd*'s file is free.
@@ -1196,31 +1304,53 @@ class _LockWatch:
         Raises:
             OSError: the file cannot be opened again.
         """
-        own = os.open(_descriptor_path(fd), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         if self._waits is None or self._pid != os.getpid():
+            self.forget()
             self._waits, self._pid = queue.SimpleQueue(), os.getpid()
             threading.Thread(
                 target=_watch, args=(self._waits,), name="modefsm-flock", daemon=True
             ).start()
-        self._waits.put((own, notify))
+        identity = _identity(fd)
+        if identity != self._of:
+            own = os.open(_descriptor_path(fd), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            self.forget()
+            self._own, self._of = own, identity
+        self._waits.put((self._own, notify))
+
+    def forget(self) -> None:
+        """Close the watching descriptor once the waits queued before are done."""
+        if self._own >= 0:
+            if self._waits is not None and self._pid == os.getpid():
+                self._waits.put((self._own, None))
+            else:  # a forked child's copy of its parent's: no thread here uses it
+                with contextlib.suppress(OSError):
+                    os.close(self._own)
+        self._own, self._of = -1, None
 
     def close(self) -> None:
-        """End the thread once the waits queued before are done."""
+        """End the thread (closing the descriptor) once the waits queued before are done."""
+        self.forget()
         if self._waits is not None and self._pid == os.getpid():
             self._waits.put(None)
         self._waits = None
 
 
-def _watch(waits: queue.SimpleQueue[tuple[int, Callable[[], object]] | None]) -> None:
+_Waits = queue.SimpleQueue[tuple[int, Callable[[], object] | None] | None]
+"""A :class:`_LockWatch`'s queue: a descriptor to watch and whom to tell (``None``: close
+the descriptor), or ``None`` to end."""
+
+
+def _watch(waits: _Waits) -> None:
     """The thread of a :class:`_LockWatch`: each wait in turn, blocked until the lock is free."""
     while (wait := waits.get()) is not None:
         fd, notify = wait
+        if notify is None:
+            os.close(fd)
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             fcntl.flock(fd, fcntl.LOCK_UN)
         except OSError:
             pass  # the waiter tries the lock, and finds out
-        finally:
-            os.close(fd)
         with contextlib.suppress(RuntimeError):  # its event loop has closed
             notify()
