@@ -112,7 +112,7 @@ __all__ = [
     "ModeChange",  # defined in _events, named here too for the modules that import it from here
     "ModeEngine",
     "NotificationSink",
-    "Session",
+    "Session",  # defined in _rows, named here too
     "notification_kind",
 ]
 

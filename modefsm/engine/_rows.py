@@ -19,25 +19,7 @@ from typing import Final
 
 from modefsm.engine._machine import state_name
 
-__all__ = [
-    "CONFIG",
-    "CWD",
-    "DIGEST",
-    "DOUBT",
-    "MODE",
-    "PREVIOUS",
-    "SEQ",
-    "SERIAL",
-    "Config",
-    "Row",
-    "Session",
-    "config_dict",
-    "config_pairs",
-    "is_live",
-    "put_row",
-    "row_of",
-    "with_doubt",
-]
+__all__ = ["Session"]  # the row layout and its helpers are the engine's own
 
 Config = tuple[tuple[str, str | bool], ...]
 """A session's host config values, ``((configId, value), ...)`` in the order set."""
