@@ -71,6 +71,7 @@ from modefsm.engine._rows import (
     Config,
     Row,
     Session,
+    commit_row,
     config_dict,
     config_pairs,
     put_row,
@@ -183,8 +184,8 @@ class ModeEngine(SwitchOffers, ToolCalls):
         self.after_change: list[ChangeHook] = list(after_change)
         self.host_options = HostOptions(config_options, mode_option_id=spec.config_option_id)
         """The host's config options (see *config_options*)."""
-        before = self._written_ahead if store is not None else _write_nothing
-        self.machine = ModeMachine(spec, before=before, after=self._fired)
+        before = self._append if store is not None else _write_nothing
+        self.machine = ModeMachine(spec, before=before, after=self._commit)
         self.views: Mapping[str, ModeView] = build_views(spec)
         self._sessions: dict[str, Row] = {}  # sessionId -> its row (see _rows)
         self._serial = 0  # the serial of the last session made live here
@@ -523,7 +524,8 @@ class ModeEngine(SwitchOffers, ToolCalls):
             else:
                 self._run_before_hooks(session, context)
                 self._digest = await self._write_async(session, context, deadline)
-                self._commit(session, context.from_mode, context.to_mode, context)
+                firing = _Firing(session, "")  # no machine state: the mode left is gone
+                self._commit(firing, context.from_mode, context.to_mode, context)
         except SessionMoved as moved:
             return moved
         return None
@@ -1138,8 +1140,8 @@ class ModeEngine(SwitchOffers, ToolCalls):
         """Commit a restore from a mode the spec no longer has: same record, hooks, commit."""
         self._run_before_hooks(session, context)
         if self.store is not None:
-            self._append(session, context.from_mode, context.to_mode, context)
-        self._commit(session, context.from_mode, context.to_mode, context)
+            self._append(_Firing(session, ""), context.from_mode, context.to_mode, context)
+        self._commit(_Firing(session, ""), context.from_mode, context.to_mode, context)
 
     async def _fire_async(
         self,
@@ -1264,15 +1266,7 @@ class ModeEngine(SwitchOffers, ToolCalls):
                     seq=context.seq,
                 )
 
-    def _written_ahead(self, firing: _Firing, source: str, dest: str, context: ModeChange) -> None:
-        """The machine's write-ahead callback (with a store): :meth:`_append`."""
-        self._append(firing.session, source, dest, context)
-
-    def _fired(self, firing: _Firing, source: str, dest: str, context: ModeChange) -> None:
-        """The machine's callback once its state is set: :meth:`_commit`."""
-        self._commit(firing.session, source, dest, context)
-
-    def _append(self, session: Session, source: str, dest: str, context: ModeChange) -> None:
+    def _append(self, firing: _Firing, source: str, dest: str, context: ModeChange) -> None:
         """Write the change's record ahead through the store (it checks the session's head).
 
         A record already committed by :meth:`_write_async` is not written again.
@@ -1280,6 +1274,7 @@ class ModeEngine(SwitchOffers, ToolCalls):
         if self._written is not None:
             self._digest = self._written
             return
+        session = firing.session
         row = row_of(session)
         fields = self._change_record(session.session_id, row, source, dest, context)
         head = RestorePoint(session.session_id, source, row[SEQ], row[PREVIOUS], row[DIGEST])
@@ -1378,13 +1373,16 @@ class ModeEngine(SwitchOffers, ToolCalls):
         msg = f"sessionId {session_id} is being changed by another process; retry"
         return StoreBusy(msg)
 
-    def _commit(self, session: Session, source: str, dest: str, context: ModeChange) -> None:
-        # The machine has set the mode already, except for a restore from a mode the spec
-        # no longer has, which has no machine state to leave: the row takes *dest* for both.
-        row = row_of(session)
-        # a fallback (restore) is not a move the user can return from
-        previous = source if context.origin != "restore" else row[PREVIOUS]
-        put_row(session, (dest, context.seq, previous, self._digest, *row[CWD:]))
+    def _commit(self, firing: _Firing, source: str, dest: str, context: ModeChange) -> None:
+        """The machine's callback once its state is set: the session's row takes the change.
+
+        The machine has set the mode already, except for a restore from a mode the spec no
+        longer has, which has no machine state to leave: the row takes *dest* for both.
+        """
+        session = firing.session
+        # a fallback (restore) is not a move the user can return from: previous is kept
+        previous = source if context.origin != "restore" else None
+        row = commit_row(session, dest, context.seq, previous, self._digest)
         self._enqueue(session.session_id, dest, context.seq, row[CONFIG])
         self._tools_moved(session.session_id)
 

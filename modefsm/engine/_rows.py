@@ -64,6 +64,28 @@ def is_live(session: Session) -> bool:
     return session._live()  # noqa: SLF001 - the view's own module
 
 
+def commit_row(
+    session: Session, mode: str, seq: int, previous: str | None, digest: str | None
+) -> Row:
+    """Give *session* the row of a committed change; return the row it replaces.
+
+    *previous* ``None`` keeps the row's previous mode. Its ``cwd``, config values, doubt
+    flag and serial are kept.
+    """
+    rows = session._rows  # noqa: SLF001 - the view's own module
+    session_id = session.session_id
+    old = session._row  # noqa: SLF001
+    live = rows.get(session_id)
+    attached = live is not None and live[SERIAL] == old[SERIAL]
+    if attached:
+        old = live  # type: ignore[assignment]  # not None: checked just above
+    row: Row = (mode, seq, old[PREVIOUS] if previous is None else previous, digest, *old[CWD:])
+    if attached:
+        rows[session_id] = row
+    session._row = row  # noqa: SLF001
+    return old
+
+
 def with_doubt(session: Session, *, doubt: bool) -> None:
     """Set the ``doubt`` flag of *session*'s row (nothing is made when it is already so)."""
     row = session._now()  # noqa: SLF001 - the view's own module
