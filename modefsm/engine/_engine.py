@@ -471,16 +471,7 @@ class ModeEngine(SwitchOffers, ToolCalls):
             live = self._view(session_id)
             if live is not None:
                 return live
-            mode_id, seq, previous, digest, config = last
-            session, context = self._restoring(
-                session_id,
-                mode_id,
-                seq,
-                previous=previous,
-                request_id=request_id,
-                digest=digest,
-                config=config_pairs(self.host_options.restored(config)),
-            )
+            session, context = self._restoring(session_id, last, request_id)
             if context is not None:
                 moved = yield session, context
                 if moved is not None:  # another process wrote the fallback (or more)
@@ -533,18 +524,15 @@ class ModeEngine(SwitchOffers, ToolCalls):
     def _restoring(
         self,
         session_id: str,
-        mode_id: str,
-        seq: int,
-        *,
-        previous: str | None,
+        last: tuple[str, int, str | None, str | None, Mapping[str, object] | None],
         request_id: str | int | None,
-        digest: str | None,
-        config: Config | None,
     ) -> tuple[Session, ModeChange | None]:
-        """The session as its last record left it (not live yet), and the fallback to fire.
+        """The session as its *last* record left it (not live yet), and the fallback to fire.
 
         The fallback is ``None`` when the session comes back in the mode it was in.
         """
+        mode_id, seq, previous, digest, values = last
+        config = config_pairs(self.host_options.restored(values))
         known = self.spec.has_mode(mode_id)
         if previous is not None and not (
             self.spec.has_mode(previous) and self.spec.mode(previous).restorable
