@@ -74,6 +74,7 @@ from modefsm.engine._rows import (
     commit_row,
     config_dict,
     config_pairs,
+    is_live,
     put_row,
     row_of,
     with_doubt,
@@ -354,7 +355,7 @@ class ModeEngine(SwitchOffers, ToolCalls):
         session = self.get(session_id)
         while session_id in self._tools:
             await self._tools_closed_async(session)
-            if not session._live():  # noqa: SLF001 - the engine's own view
+            if not is_live(session):
                 return  # another close ended it meanwhile
         self._drop(session_id)
 
@@ -482,7 +483,7 @@ class ModeEngine(SwitchOffers, ToolCalls):
             if live is not None:  # pragma: no cover - held by the async turn
                 return live
             self._tools_restored(session_id, past)
-            self._sessions[session_id] = session._now()  # noqa: SLF001 - live from now on
+            self._sessions[session_id] = row_of(session)  # live from now on
             return session
         raise self._busy(session_id)
 
