@@ -2,7 +2,8 @@
 
 The stage that holds every session's mode: one ``transitions`` machine per engine
 (``_machine``, its only importer), the change pipeline (policy, hooks, write-ahead
-through the store, commit, notifications in commit order) and the ACP-free views of each
+through the store, commit, notifications in commit order), live sessions as rows of plain
+values with ``Session`` as their view (``_rows``) and the ACP-free views of each
 mode (``_views``) and events (``_events``) a protocol renders. No ACP SDK.
 
 Exports: ``ModeEngine``, ``Session``, ``ModeChange``, ``SwitchOffer`` and

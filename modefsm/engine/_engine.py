@@ -56,9 +56,29 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from modefsm.engine._backlog import Backlog
 from modefsm.engine._events import ConfigChanged, ModeChange, ModeChanged
-from modefsm.engine._machine import ModeMachine, mode_of, state_name
+from modefsm.engine._machine import ModeMachine, state_name
 from modefsm.engine._offers import SwitchOffers
 from modefsm.engine._options import HostOption, HostOptions, OptionChange
+from modefsm.engine._rows import (
+    CONFIG,
+    CWD,
+    DIGEST,
+    DOUBT,
+    MODE,
+    PREVIOUS,
+    SEQ,
+    SERIAL,
+    Config,
+    Row,
+    Session,
+    commit_row,
+    config_dict,
+    config_pairs,
+    is_live,
+    put_row,
+    row_of,
+    with_doubt,
+)
 from modefsm.engine._tools import ToolCalls
 from modefsm.engine._views import ModeView, OptionView, build_views
 from modefsm.errors import (
@@ -94,7 +114,7 @@ __all__ = [
     "ModeChange",  # defined in _events, named here too for the modules that import it from here
     "ModeEngine",
     "NotificationSink",
-    "Session",
+    "Session",  # defined in _rows, named here too
     "notification_kind",
 ]
 
@@ -104,63 +124,6 @@ own update given to :meth:`ModeEngine.notify`, as given (see
 :func:`modefsm.protocol.v1.session_updates` for their ACP v1 ``session/update`` models)."""
 
 _KIND = ORIGIN_KINDS
-
-
-class Session:
-    """One session's mode: the model the transitions machine moves.
-
-    Attributes:
-        session_id: ACP ``sessionId``.
-        fsm_state: the machine's state (:func:`~modefsm.engine.state_name` of the mode).
-        seq: the sequence number of the session's last record (1 after creation).
-        previous: the mode before the last client or switch change (the target of
-            ``$previous``), or ``None``.
-        digest: the ``digest`` of the session's last record when written through a
-            :class:`~modefsm.store.SessionStore` (the next record's ``session_prev``).
-        cwd: the ACP ``cwd`` given to ``session/new`` in this process, or ``None``.
-        doubt: a record of this session was sent to the store and its commit not answered
-            (:class:`~modefsm.store.StoreInDoubt`): its next use reads its point back first.
-        config: the values of the host's config options set in the session, by
-            ``configId`` (``None``: none set; the others are at their defaults).
-    """
-
-    __slots__ = (
-        "config",
-        "cwd",
-        "digest",
-        "doubt",
-        "fsm_state",
-        "previous",
-        "seq",
-        "session_id",
-    )
-
-    def __init__(
-        self,
-        session_id: str,
-        state: str,
-        seq: int,
-        previous: str | None = None,
-        digest: str | None = None,
-    ) -> None:
-        """Create a session in mode *state* whose last record had sequence number *seq*."""
-        self.session_id = session_id
-        self.fsm_state = state_name(state)
-        self.seq = seq
-        self.previous = previous
-        self.digest = digest
-        self.cwd: str | None = None
-        self.doubt = False
-        self.config: dict[str, str | bool] | None = None
-
-    @property
-    def state(self) -> str:
-        """The current mode id (ACP ``currentModeId``)."""
-        return mode_of(self.fsm_state)
-
-    def __repr__(self) -> str:
-        """Return ``Session('sess_1', state='ask', seq=1)``."""
-        return f"Session({self.session_id!r}, state={self.state!r}, seq={self.seq})"
 
 
 ChangeHook = Callable[[ModeChange], None]
@@ -225,7 +188,8 @@ class ModeEngine(SwitchOffers, ToolCalls):
         before = self._append if store is not None else _write_nothing
         self.machine = ModeMachine(spec, before=before, after=self._commit)
         self.views: Mapping[str, ModeView] = build_views(spec)
-        self._sessions: dict[str, Session] = {}
+        self._sessions: dict[str, Row] = {}  # sessionId -> its row (see _rows)
+        self._serial = 0  # the serial of the last session made live here
         self._turns: dict[str, _Turn] = {}
         self._outbox: deque[tuple[str, object]] = deque()
         self._backlog = Backlog()  # records written after their callback returned
@@ -264,15 +228,15 @@ class ModeEngine(SwitchOffers, ToolCalls):
             SessionExistsError: *session_id* is in use.
             LogError: the creation record cannot be written (no session is created).
         """
-        session, fields = self._creating(session_id, request_id, cwd)
+        fields = self._creating(session_id, request_id, cwd)
+        digest = None
         store = self.store
         if store is not None:
             try:
-                session.digest = store.append(EVENT_CREATED, fields, None)
+                digest = store.append(EVENT_CREATED, fields, None)
             except SessionMoved:  # another process created this sessionId first
-                raise SessionExistsError(session.session_id) from None
-        self._sessions[session.session_id] = session
-        return session
+                raise SessionExistsError(fields["session_id"]) from None
+        return self._created(fields["session_id"], digest, cwd)
 
     async def new_session_async(
         self,
@@ -288,18 +252,17 @@ class ModeEngine(SwitchOffers, ToolCalls):
         """
         if self.store is None:
             return self.new_session(session_id, request_id=request_id, cwd=cwd)
-        session, fields = self._creating(session_id, request_id, cwd)
+        fields = self._creating(session_id, request_id, cwd)
         try:
-            session.digest = await self.store.append_async(EVENT_CREATED, fields, None)
+            digest = await self.store.append_async(EVENT_CREATED, fields, None)
         except SessionMoved:
-            raise SessionExistsError(session.session_id) from None
-        self._sessions[session.session_id] = session
-        return session
+            raise SessionExistsError(fields["session_id"]) from None
+        return self._created(fields["session_id"], digest, cwd)
 
     def _creating(
         self, session_id: str | None, request_id: str | int | None, cwd: str | None
-    ) -> tuple[Session, dict[str, Any]]:
-        """A new session (not yet live) and the fields of its creation record.
+    ) -> dict[str, Any]:
+        """The fields of a new session's creation record (its ``session_id`` chosen).
 
         The record is built in place, in the key order of :meth:`_fields`: this is the
         create path, which the sessions benchmark holds against a hand-written handler.
@@ -308,7 +271,6 @@ class ModeEngine(SwitchOffers, ToolCalls):
         if session_id in self._sessions:
             raise SessionExistsError(session_id)
         initial = self._initial
-        session = Session(session_id, initial, 1)
         fields: dict[str, Any] = {
             "timestamp": utc_timestamp(),
             "session_id": session_id,
@@ -324,9 +286,21 @@ class ModeEngine(SwitchOffers, ToolCalls):
         fields["spec"] = self._spec_name
         fields["spec_hash"] = self._spec_hash
         if cwd is not None:
-            session.cwd = cwd
             fields["cwd"] = cwd
-        return session, fields
+        return fields
+
+    def _created(self, session_id: str, digest: str | None, cwd: str | None) -> Session:
+        """Make the session whose creation record is written live: its row, and a view."""
+        self._serial = serial = self._serial + 1
+        row: Row = (self._initial, 1, None, digest, cwd, None, False, serial)
+        rows = self._sessions
+        rows[session_id] = row
+        return Session(session_id, rows, row)
+
+    def _view(self, session_id: str) -> Session | None:
+        """The view of the live session *session_id*, or ``None``."""
+        row = self._sessions.get(session_id)
+        return None if row is None else Session(session_id, self._sessions, row)
 
     def get(self, session_id: str) -> Session:
         """Return the live session *session_id*.
@@ -334,10 +308,10 @@ class ModeEngine(SwitchOffers, ToolCalls):
         Raises:
             UnknownSessionError: no such session.
         """
-        session = self._sessions.get(session_id)
-        if session is None:
+        row = self._sessions.get(session_id)
+        if row is None:
             raise UnknownSessionError(session_id)
-        return session
+        return Session(session_id, self._sessions, row)
 
     def __contains__(self, session_id: object) -> bool:
         """Whether *session_id* is a live session."""
@@ -349,7 +323,8 @@ class ModeEngine(SwitchOffers, ToolCalls):
 
     def live_sessions(self) -> Iterator[Session]:
         """The live sessions, in the order they became live."""
-        return iter(list(self._sessions.values()))
+        rows = self._sessions
+        return iter([Session(session_id, rows, row) for session_id, row in rows.items()])
 
     def close_session(self, session_id: str) -> None:
         """Forget session *session_id*; later changes to it raise ``UnknownSessionError``.
@@ -361,7 +336,9 @@ class ModeEngine(SwitchOffers, ToolCalls):
         Raises:
             UnknownSessionError: no such session.
         """
-        self._tools_closed(self.get(session_id))
+        session = self.get(session_id)
+        if session_id in self._tools:
+            self._tools_closed(session)
         self._drop(session_id)
 
     async def close_session_async(self, session_id: str) -> None:
@@ -378,7 +355,7 @@ class ModeEngine(SwitchOffers, ToolCalls):
         session = self.get(session_id)
         while session_id in self._tools:
             await self._tools_closed_async(session)
-            if self._sessions.get(session_id) is not session:
+            if not is_live(session):
                 return  # another close ended it meanwhile
         self._drop(session_id)
 
@@ -492,24 +469,21 @@ class ModeEngine(SwitchOffers, ToolCalls):
             StoreBusy: other processes moved the session every time it was tried.
         """
         for _ in range(_RACES):
-            live = self._sessions.get(session_id)
+            live = self._view(session_id)
             if live is not None:
                 return live
-            mode_id, seq, previous, digest, config = last
-            session, context = self._restoring(
-                session_id, mode_id, seq, previous=previous, request_id=request_id, digest=digest
-            )
-            session.config = self.host_options.restored(config)
+            session, context = self._restoring(session_id, last, request_id)
             if context is not None:
                 moved = yield session, context
                 if moved is not None:  # another process wrote the fallback (or more)
                     last = moved.current[1:]
                     continue
             past = yield session, None
-            if session_id in self._sessions:  # pragma: no cover - held by the async turn
-                return self._sessions[session_id]
+            live = self._view(session_id)
+            if live is not None:  # pragma: no cover - held by the async turn
+                return live
             self._tools_restored(session_id, past)
-            self._sessions[session_id] = session
+            self._sessions[session_id] = row_of(session)  # live from now on
             return session
         raise self._busy(session_id)
 
@@ -542,7 +516,8 @@ class ModeEngine(SwitchOffers, ToolCalls):
             else:
                 self._run_before_hooks(session, context)
                 self._digest = await self._write_async(session, context, deadline)
-                self._commit(session, context.from_mode, context.to_mode, context)
+                firing = _Firing(session, "")  # no machine state: the mode left is gone
+                self._commit(firing, context.from_mode, context.to_mode, context)
         except SessionMoved as moved:
             return moved
         return None
@@ -550,22 +525,26 @@ class ModeEngine(SwitchOffers, ToolCalls):
     def _restoring(
         self,
         session_id: str,
-        mode_id: str,
-        seq: int,
-        *,
-        previous: str | None,
+        last: tuple[str, int, str | None, str | None, Mapping[str, object] | None],
         request_id: str | int | None,
-        digest: str | None,
     ) -> tuple[Session, ModeChange | None]:
-        """The session as its last record left it, and the fallback to fire (or ``None``)."""
+        """The session as its *last* record left it (not live yet), and the fallback to fire.
+
+        The fallback is ``None`` when the session comes back in the mode it was in.
+        """
+        mode_id, seq, previous, digest, values = last
+        config = config_pairs(self.host_options.restored(values))
         known = self.spec.has_mode(mode_id)
         if previous is not None and not (
             self.spec.has_mode(previous) and self.spec.mode(previous).restorable
         ):
             previous = None  # a non-restorable mode is not carried across a restart
-        session = Session(
-            session_id, mode_id if known else self.spec.initial, seq, previous, digest
-        )
+        self._serial = serial = self._serial + 1
+        row: Row = (
+            mode_id if known else self.spec.initial, seq, previous, digest, None, config, False,
+            serial,
+        )  # fmt: skip
+        session = Session(session_id, self._sessions, row)
         target = self.spec.restore_target(mode_id) if known else self.spec.initial
         if known and target == mode_id:
             return session, None
@@ -661,17 +640,20 @@ class ModeEngine(SwitchOffers, ToolCalls):
         field: str,
     ) -> ModeChange | None:
         session = self.get(session_id)
-        if session.doubt:
+        row = row_of(session)
+        if row[DOUBT]:
             self._confirm(session)
+            row = row_of(session)
         target = self._requested(session, mode_id, origin, request_id, field)
-        if target == session.state:
+        mode = row[MODE]
+        if target == mode:
             self._confirm(session)
             return None
         kind = _KIND[origin]
-        if not self.machine.allows(kind, session.state, target):
+        if not self.machine.allows(kind, mode, target):
             self._confirm(session)  # refused on the committed mode, not on a stale view
             self._refuse(session, target, origin, request_id, field)
-        context = ModeChange(session_id, session.seq + 1, session.state, target, origin, request_id)
+        context = ModeChange(session_id, row[SEQ] + 1, mode, target, origin, request_id)
         self._fire(session, kind, target, context)
         return context
 
@@ -685,17 +667,20 @@ class ModeEngine(SwitchOffers, ToolCalls):
         deadline: float | None,
     ) -> ModeChange | None:
         session = self.get(session_id)
-        if session.doubt:
+        row = row_of(session)
+        if row[DOUBT]:
             await self._confirm_async(session, deadline)
+            row = row_of(session)
         target = self._requested(session, mode_id, origin, request_id, field)
-        if target == session.state:
+        mode = row[MODE]
+        if target == mode:
             await self._confirm_async(session, deadline)
             return None
         kind = _KIND[origin]
-        if not self.machine.allows(kind, session.state, target):
+        if not self.machine.allows(kind, mode, target):
             await self._confirm_async(session, deadline)
             self._refuse(session, target, origin, request_id, field)
-        context = ModeChange(session_id, session.seq + 1, session.state, target, origin, request_id)
+        context = ModeChange(session_id, row[SEQ] + 1, mode, target, origin, request_id)
         await self._fire_async(session, kind, target, context, deadline)
         return context
 
@@ -864,7 +849,7 @@ class ModeEngine(SwitchOffers, ToolCalls):
                             EVENT_CONFIG, fields, head, deadline=deadline
                         )
                     except (StoreInDoubt, asyncio.CancelledError):  # it may have committed
-                        session.doubt = True
+                        with_doubt(session, doubt=True)
                         raise
                     self._commit_config(session, change, fields, digest)
                     return change
@@ -884,7 +869,8 @@ class ModeEngine(SwitchOffers, ToolCalls):
             ChangeRefused, HookError: ``on_change`` refused (logged, nothing changed).
         """
         assert isinstance(value, str)  # noqa: S101 - checked against the option's values
-        previous = self.host_options.value(session.config, option.id)
+        config = row_of(session)[CONFIG]
+        previous = self.host_options.value(config_dict(config), option.id)
         if value == previous:
             return None
         change = OptionChange(
@@ -913,7 +899,7 @@ class ModeEngine(SwitchOffers, ToolCalls):
                 if error is exc:
                     raise
                 raise error from exc
-        values = {**(session.config or {}), option.id: value}
+        values = {**(config_dict(config) or {}), option.id: value}
         fields = self._fields(
             session.session_id,
             change.seq,
@@ -937,18 +923,19 @@ class ModeEngine(SwitchOffers, ToolCalls):
         try:
             return self.store.append(EVENT_CONFIG, fields, head)
         except StoreInDoubt:
-            session.doubt = True
+            with_doubt(session, doubt=True)
             raise
 
     def _commit_config(
         self, session: Session, change: OptionChange, fields: dict[str, Any], digest: str | None
     ) -> None:
         """The record is written: the session takes the value; its notification is queued."""
-        session.seq = change.seq
-        session.digest = digest
-        session.config = fields["config"]
+        row = row_of(session)
+        config = config_pairs(fields["config"])
+        seq, mode = change.seq, row[MODE]
+        put_row(session, (mode, seq, row[PREVIOUS], digest, row[CWD], config, *row[DOUBT:]))
         if self.sink is not None:
-            options = self._complete(self.views[session.state], session)
+            options = self._complete(self.views[row[MODE]], config)
             event = ConfigChanged(
                 session.session_id, change.config_id, change.value, change.seq, options
             )
@@ -959,7 +946,10 @@ class ModeEngine(SwitchOffers, ToolCalls):
 
         The stand-in (no mode, ``seq`` 0) is for logging a rejection about it.
         """
-        return self._sessions.get(session_id) or Session(session_id, "", 0)
+        live = self._view(session_id)
+        if live is not None:
+            return live
+        return Session(session_id, self._sessions, ("", 0, None, None, None, None, False, 0))
 
     async def set_mode(
         self, session_id: str, mode_id: object, *, request_id: str | int | None = None
@@ -1009,10 +999,12 @@ class ModeEngine(SwitchOffers, ToolCalls):
             await self.change_async(
                 session_id, value, "set_config_option", request_id=request_id, field="value"
             )
+        row_of(session)  # the view takes the committed row
         await self.flush()
-        # The session object, not the id: a close during the flush must not fail a change
-        # that is committed; and its state now, so the answer matches the last notification.
-        return self._complete(self.views[session.state], session)
+        # The view, not the id: a close during the flush must not fail a change that is
+        # committed; and its row now, so the answer matches the last notification.
+        row = row_of(session)
+        return self._complete(self.views[row[MODE]], row[CONFIG])
 
     async def refresh(self, session_id: str) -> Session:
         """Catch up with what other processes committed to the session, before acting on it.
@@ -1054,7 +1046,10 @@ class ModeEngine(SwitchOffers, ToolCalls):
         Raises:
             UnknownSessionError: no such session.
         """
-        return self._complete(self.view(session_id), self.get(session_id))
+        row = self._sessions.get(session_id)
+        if row is None:
+            raise UnknownSessionError(session_id)
+        return self._complete(self.views[row[MODE]], row[CONFIG])
 
     def view(self, session_id: str) -> ModeView:
         """The ACP views (``modes``, ``configOptions``, updates) of the session's current mode.
@@ -1124,7 +1119,8 @@ class ModeEngine(SwitchOffers, ToolCalls):
         if not self.machine.allows(kind, context.from_mode, dest):
             return False
         self._run_before_hooks(session, context)
-        if not self.machine.fire(session, kind, dest, context):  # pragma: no cover - allowed
+        firing = _Firing(session, state_name(context.from_mode))
+        if not self.machine.fire(firing, kind, dest, context):  # pragma: no cover - allowed
             return False
         self._run_after_hooks(session, context)
         return True
@@ -1133,8 +1129,8 @@ class ModeEngine(SwitchOffers, ToolCalls):
         """Commit a restore from a mode the spec no longer has: same record, hooks, commit."""
         self._run_before_hooks(session, context)
         if self.store is not None:
-            self._append(session, context.from_mode, context.to_mode, context)
-        self._commit(session, context.from_mode, context.to_mode, context)
+            self._append(_Firing(session, ""), context.from_mode, context.to_mode, context)
+        self._commit(_Firing(session, ""), context.from_mode, context.to_mode, context)
 
     async def _fire_async(
         self,
@@ -1158,7 +1154,8 @@ class ModeEngine(SwitchOffers, ToolCalls):
         written = await self._write_async(session, context, deadline)
         self._written = written
         try:
-            fired = self.machine.fire(session, kind, dest, context)
+            firing = _Firing(session, state_name(context.from_mode))
+            fired = self.machine.fire(firing, kind, dest, context)
         finally:
             self._written = None
         assert fired  # noqa: S101 - allowed (checked by the caller) and serialized
@@ -1173,16 +1170,19 @@ class ModeEngine(SwitchOffers, ToolCalls):
             SessionMoved, StoreBusy, LogError: as the store's ``append_async``.
             StoreInDoubt: the commit was not answered (the session is marked in doubt).
         """
-        fields = self._change_record(session, context.from_mode, context.to_mode, context)
+        row = row_of(session)
+        fields = self._change_record(
+            session.session_id, row, context.from_mode, context.to_mode, context
+        )
         head = RestorePoint(
-            session.session_id, context.from_mode, session.seq, session.previous, session.digest
+            session.session_id, context.from_mode, row[SEQ], row[PREVIOUS], row[DIGEST]
         )
         try:
             return await self.store.append_async(  # type: ignore[union-attr]
                 EVENT_CHANGED, fields, head, deadline=deadline
             )
         except (StoreInDoubt, asyncio.CancelledError):  # it may have committed
-            session.doubt = True
+            with_doubt(session, doubt=True)
             raise
 
     async def _in_turn(
@@ -1255,7 +1255,7 @@ class ModeEngine(SwitchOffers, ToolCalls):
                     seq=context.seq,
                 )
 
-    def _append(self, session: Session, source: str, dest: str, context: ModeChange) -> None:
+    def _append(self, firing: _Firing, source: str, dest: str, context: ModeChange) -> None:
         """Write the change's record ahead through the store (it checks the session's head).
 
         A record already committed by :meth:`_write_async` is not written again.
@@ -1263,18 +1263,18 @@ class ModeEngine(SwitchOffers, ToolCalls):
         if self._written is not None:
             self._digest = self._written
             return
-        fields = self._change_record(session, source, dest, context)
-        head = RestorePoint(
-            session.session_id, source, session.seq, session.previous, session.digest
-        )
+        session = firing.session
+        row = row_of(session)
+        fields = self._change_record(session.session_id, row, source, dest, context)
+        head = RestorePoint(session.session_id, source, row[SEQ], row[PREVIOUS], row[DIGEST])
         try:
             self._digest = self.store.append(EVENT_CHANGED, fields, head)  # type: ignore[union-attr]
         except StoreInDoubt:
-            session.doubt = True
+            with_doubt(session, doubt=True)
             raise
 
     def _change_record(
-        self, session: Session, source: str, dest: str, context: ModeChange
+        self, session_id: str, row: Row, source: str, dest: str, context: ModeChange
     ) -> dict[str, Any]:
         """The fields of a ``mode_changed`` record, in the key order of :meth:`_fields`.
 
@@ -1282,7 +1282,7 @@ class ModeEngine(SwitchOffers, ToolCalls):
         """
         fields: dict[str, Any] = {
             "timestamp": utc_timestamp(),
-            "session_id": session.session_id,
+            "session_id": session_id,
             "seq": context.seq,
             "from_mode": source,
             "to_mode": dest,
@@ -1298,8 +1298,9 @@ class ModeEngine(SwitchOffers, ToolCalls):
             fields["proposed_in"] = context.proposed_in
         if self.protocol is not None:
             fields["protocol"] = self.protocol
-        if session.config is not None:
-            fields["config"] = session.config
+        config = row[CONFIG]
+        if config is not None:
+            fields["config"] = dict(config)
         fields["spec"] = self._spec_name
         fields["spec_hash"] = self._spec_hash
         return fields
@@ -1313,26 +1314,26 @@ class ModeEngine(SwitchOffers, ToolCalls):
         Returns:
             Whether the session moved (``False``: not live, or *current* is not later).
         """
-        session = self._sessions.get(current.session_id)
-        if session is None or current.seq <= session.seq:
+        row = self._sessions.get(current.session_id)
+        if row is None or current.seq <= row[SEQ]:
             return False
         self._adopt(current)
         return True
 
     def _adopt(self, current: RestorePoint) -> None:
         """Take the point another process moved the session to; tell the client."""
-        session = self._sessions.get(current.session_id)
-        if session is None:
+        session_id = current.session_id
+        row = self._sessions.get(session_id)
+        if row is None:
             return
         mode = current.mode if self.spec.has_mode(current.mode) else self.spec.initial
-        session.fsm_state = state_name(mode)
-        session.seq = current.seq
-        session.previous = current.previous
-        session.digest = current.digest
-        session.doubt = False
-        session.config = self.host_options.restored(current.config)
-        self._enqueue(session, mode, current.seq)
-        self._tools_moved(session.session_id)
+        config = config_pairs(self.host_options.restored(current.config))
+        self._sessions[session_id] = (
+            mode, current.seq, current.previous, current.digest, row[CWD], config, False,
+            row[SERIAL],
+        )  # fmt: skip
+        self._enqueue(session_id, mode, current.seq, config)
+        self._tools_moved(session_id)
 
     def _confirm(self, session: Session) -> None:
         """Before deciding on the session's mode: is it still where this process saw it?
@@ -1355,35 +1356,35 @@ class ModeEngine(SwitchOffers, ToolCalls):
     def _confirmed(session: Session, current: RestorePoint | None) -> None:
         if current is not None and current.seq > session.seq:
             raise SessionMoved(current)
-        session.doubt = False
+        with_doubt(session, doubt=False)
 
     def _busy(self, session_id: str) -> StoreBusy:
         msg = f"sessionId {session_id} is being changed by another process; retry"
         return StoreBusy(msg)
 
-    def _commit(self, session: Session, source: str, dest: str, context: ModeChange) -> None:
-        session.seq = context.seq
-        session.digest = self._digest
-        if context.origin != "restore":  # a fallback is not a move the user can return from
-            session.previous = source
-        # The machine has set fsm_state already, except for a restore from a mode the spec
-        # no longer has, which has no machine state to leave: set it here for both.
-        session.fsm_state = state_name(dest)
-        self._enqueue(session, dest, context.seq)
+    def _commit(self, firing: _Firing, source: str, dest: str, context: ModeChange) -> None:
+        """The machine's callback once its state is set: the session's row takes the change.
+
+        The machine has set the mode already, except for a restore from a mode the spec no
+        longer has, which has no machine state to leave: the row takes *dest* for both.
+        """
+        session = firing.session
+        # a fallback (restore) is not a move the user can return from: previous is kept
+        previous = source if context.origin != "restore" else None
+        row = commit_row(session, dest, context.seq, previous, self._digest)
+        self._enqueue(session.session_id, dest, context.seq, row[CONFIG])
         self._tools_moved(session.session_id)
 
-    def _enqueue(self, session: Session, mode_id: str, seq: int) -> None:
+    def _enqueue(self, session_id: str, mode_id: str, seq: int, config: Config | None) -> None:
         if self.sink is not None:
-            options = self._complete(self.views[mode_id], session)
-            sid = session.session_id
-            self._outbox.append((sid, ModeChanged(sid, mode_id, seq, options)))
+            options = self._complete(self.views[mode_id], config)
+            self._outbox.append((session_id, ModeChanged(session_id, mode_id, seq, options)))
 
-    def _complete(self, view: ModeView, session: Session | None) -> tuple[OptionView, ...]:
-        """The mode option of *view* followed by the host's options at the session's values."""
+    def _complete(self, view: ModeView, config: Config | None) -> tuple[OptionView, ...]:
+        """The mode option of *view* followed by the host's options at *config*'s values."""
         if not self.host_options:
             return (view.mode_option,)
-        values = session.config if session is not None else None
-        return (view.mode_option, *self.host_options.views(values))
+        return (view.mode_option, *self.host_options.views(config_dict(config)))
 
     def _reject(
         self,
@@ -1537,9 +1538,23 @@ class ModeEngine(SwitchOffers, ToolCalls):
             store.note(event, record)
 
 
-def _write_nothing(session: Session, source: str, dest: str, context: ModeChange) -> None:
+def _write_nothing(firing: _Firing, source: str, dest: str, context: ModeChange) -> None:
     """The machine's write-ahead callback of an engine without a store: no record."""
-    del session, source, dest, context
+    del firing, source, dest, context
+
+
+class _Firing:
+    """What the machine moves in one firing: the session, and its machine state.
+
+    The machine reads and sets :data:`~modefsm.engine.MODEL_ATTRIBUTE` on it; the
+    engine's commit then writes the session's new row (the session's state is its row).
+    """
+
+    __slots__ = ("fsm_state", "session")
+
+    def __init__(self, session: Session, fsm_state: str) -> None:
+        self.session = session
+        self.fsm_state = fsm_state
 
 
 def _hook_error(hook: Callable[..., None], exc: Exception) -> HookError:

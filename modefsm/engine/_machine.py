@@ -1,9 +1,10 @@
 """The ``transitions`` state machine of a spec; the only module that imports ``transitions``.
 
 One synchronous :class:`transitions.Machine` is built per engine, with ``model=None``:
-sessions are small objects that are never added to the machine and are fired through
-``machine.events[trigger].trigger(session, ...)``. The machine keeps its state in the
-session's :data:`MODEL_ATTRIBUTE`, under a name derived from the mode id
+the model of a firing is a small object that is never added to the machine and is fired
+through ``machine.events[trigger].trigger(model, ...)`` (the engine makes one per change,
+from the session's row). The machine keeps its state in the model's
+:data:`MODEL_ATTRIBUTE`, under a name derived from the mode id
 (:func:`state_name`): transitions gives ``*`` and ``=`` special meanings, so a mode id is
 never used as a state name as it is. This is the
 "static machine, unbound models" pattern: a session is cheap to start, O(1) to drop and

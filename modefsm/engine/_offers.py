@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
 from modefsm.engine._events import ModeChange
+from modefsm.engine._rows import MODE, Row, Session
 from modefsm.errors import (
     HookError,
     LogError,
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from modefsm.engine._backlog import Backlog
-    from modefsm.engine._engine import ModeEngine, Session
+    from modefsm.engine._engine import ModeEngine
     from modefsm.engine._machine import ModeMachine
     from modefsm.spec import ModeSpec, PermissionOptionKind, SwitchOption
 
@@ -154,7 +155,7 @@ class SwitchOffers:
 
     spec: ModeSpec
     machine: ModeMachine
-    _sessions: dict[str, Session]
+    _sessions: dict[str, Row]
     _backlog: Backlog
 
     @property
@@ -272,7 +273,7 @@ class SwitchOffers:
         if reason == "option_not_offered" and option_id is not None and live is not None:
             error = TransitionNotAllowedError(
                 session_id=session_id,
-                source=live.state,
+                source=live[MODE],
                 dest=option_id,
                 origin="switch_mode",
                 allowed=[o.option_id for o in offer.options if o.target is not None],
@@ -397,7 +398,7 @@ class SwitchOffers:
 
         async def attempt(deadline: float | None) -> SwitchResult:
             nonlocal stale
-            session = self._sessions.get(offer.session_id)
+            session = self._engine._view(offer.session_id)
             if session is None:
                 self.reject_switch(
                     offer.session_id,

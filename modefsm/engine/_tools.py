@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import msgspec.structs
 
-from modefsm.engine._machine import state_name
+from modefsm.engine._rows import MODE, SEQ, Row, Session
 from modefsm.errors import (
     AskClosedError,
     AskLimitError,
@@ -43,7 +43,7 @@ from modefsm.log import EVENT_DECIDED, title_digest, utc_timestamp
 from modefsm.store import RestorePoint, SessionMoved
 
 if TYPE_CHECKING:
-    from modefsm.engine._engine import Session, _Turn
+    from modefsm.engine._engine import _Turn
     from modefsm.log import DecisionRecord, Outcome
     from modefsm.spec import (
         Decision,
@@ -195,9 +195,10 @@ class ToolCalls:
     if TYPE_CHECKING:
         spec: ModeSpec
         store: SessionStore | None
-        _sessions: dict[str, Session]
+        _sessions: dict[str, Row]
 
         def get(self, session_id: str) -> Session: ...
+        def _view(self, session_id: str) -> Session | None: ...
         async def refresh(self, session_id: str) -> Session: ...
         async def flush(self) -> None: ...
         def _turn(self, session_id: str) -> _Turn: ...
@@ -233,25 +234,25 @@ class ToolCalls:
             InvalidParamsError: ``call.kind`` is not an ACP ``ToolKind`` (field ``kind``).
         """
         try:
-            session = self._sessions[session_id]
+            row = self._sessions[session_id]
         except KeyError:
             raise UnknownSessionError(session_id) from None
-        fixed = self._fixed[session.fsm_state][call.kind]
+        fixed = self._fixed[row[MODE]][call.kind]
         if fixed is None or (fixed[4] and session_id in self._granting):
-            return self._judged(session, call)  # a name decides, or a grant may cover it
+            # a name decides, or a grant may cover it
+            return self._judged(session_id, row[MODE], row[SEQ], call)
         decision, rule, reason, mode, options = fixed
-        return ToolDecision(call, decision, rule, reason, mode, session.seq, None, options)
+        return ToolDecision(call, decision, rule, reason, mode, row[SEQ], None, options)
 
-    def _judged(self, session: Session, call: ToolCall) -> ToolDecision:
+    def _judged(self, session_id: str, mode: str, seq: int, call: ToolCall) -> ToolDecision:
         """:meth:`decide` by the rules' judge and the grants (an ask, or a name decides)."""
-        mode, seq = session.state, session.seq
         try:
             verdict = self._rules.judge(mode, call.kind, call.name)
         except ValueError:
             raise _bad_kind(call.kind) from None
         rule, reason = verdict.rule_index, verdict.reason
         if verdict.decision == "ask":
-            tools = self._tools.get(session.session_id)
+            tools = self._tools.get(session_id)
             if tools is not None and tools.grants.covers(mode, call.kind or "other", call.name):
                 return ToolDecision(call, "allow", rule, reason, mode, seq, "granted", ())
             return ToolDecision(call, "ask", rule, reason, mode, seq, None, ASK_OPTIONS)
@@ -504,7 +505,7 @@ class ToolCalls:
     async def _rejudge_soon(self, session_id: str) -> None:
         for _ in range(_TRIES):
             async with self._turn(session_id):
-                session = self._sessions.get(session_id)
+                session = self._view(session_id)
                 tools = self._tools.get(session_id)
                 if session is None or tools is None:
                     return
@@ -694,7 +695,7 @@ class _ByKind(dict[str | None, "_Fixed | None"]):
 
 
 def _fixed_verdicts(spec: ModeSpec, rules: RuleTable) -> dict[str, _ByKind]:
-    """The verdicts only the kind decides, by mode (its machine state's name) and kind.
+    """The verdicts only the kind decides, by mode id and kind.
 
     What :meth:`ToolCalls.decide` answers without the judge.
     """
@@ -707,7 +708,7 @@ def _fixed_verdicts(spec: ModeSpec, rules: RuleTable) -> dict[str, _ByKind]:
                 options = ASK_OPTIONS if decided == "ask" else ()
                 by_kind[kind] = (decided, verdict.rule_index, verdict.reason, mode_id, options)
         by_kind[None] = by_kind["other"]  # ACP: a tool call without a kind is "other"
-        fixed[state_name(mode_id)] = by_kind
+        fixed[mode_id] = by_kind
     return fixed
 
 

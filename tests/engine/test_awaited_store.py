@@ -217,7 +217,7 @@ async def test_refresh_takes_what_another_process_committed_and_says_so(
     assert (await engine.refresh(sid)).state == "architect"
     assert sink.sent == announced(SEED, sid, "architect")
     assert engine.get(sid).seq == 2
-    assert await engine.refresh(sid) is engine.get(sid)  # nothing moved: nothing sent
+    assert await engine.refresh(sid) == engine.get(sid)  # nothing moved: nothing sent
     assert len(sink.sent) == 2
 
 

@@ -397,7 +397,7 @@ class TestRestore:
     def test_live_session_is_returned_unchanged(self, make_engine):
         engine = make_engine()
         live = engine.new_session("s1")
-        assert engine.restore_session("s1", "code", 9) is live
+        assert engine.restore_session("s1", "code", 9) == live
         assert live.state == "ask"
 
     def test_refused_fallback_leaves_the_session_unknown(self, make_engine):

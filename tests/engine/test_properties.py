@@ -104,7 +104,7 @@ class EngineMachine(RuleBasedStateMachine):
         fresh = ModeEngine(self.spec, store=LogStore(self.log), sink=self._sink)
         for other in SESSIONS:
             if other != sid:
-                fresh._sessions[other] = self.engine.get(other)
+                fresh._sessions[other] = self.engine._sessions[other]
         session = fresh.restore_session(sid, point.mode, point.seq)
         self.loop.run_until_complete(fresh.flush())
         self._expect_commit(sid, self.spec.restore_target(point.mode))
