@@ -128,6 +128,9 @@ def _writer(  # noqa: PLR0917 - a multiprocessing target takes positional argume
     from modefsm.store import FileStore  # noqa: PLC0415
     from modefsm.store._postgres import PgStore  # noqa: PLC0415
 
+    if kind == "engine":  # url: the shared file
+        out.put(asyncio.run(_engine_changes(url, index, changes, go=go, out=out)))
+        return
     log = TransitionLog.to_file(Path(folder) / f"{kind}{index}.jsonl")
     store: Any = None
     if kind == "pg":
@@ -191,6 +194,39 @@ async def _writes(
         for sid, pick in plan:
             await change(sid, pick)
     return start, time.perf_counter()
+
+
+async def _engine_changes(
+    path: str, index: int, changes: int, *, go: Any, out: Any
+) -> tuple[float, float]:
+    """One process serving its sessions: ``ModeEngine.set_mode`` through a shared FileStore.
+
+    Each change is what a serving process does for ``session/set_mode`` below the wire:
+    the engine's checks and machine, the record through the store (under the file's
+    lock), both ACP v1 notifications serialized as the SDK writes them (into a null sink).
+    """
+    from benchmarks.baselines.handlers import _v1  # noqa: PLC0415, PLC2701
+    from benchmarks.baselines.wire import NullWire  # noqa: PLC0415
+    from modefsm import ModeEngine, preset  # noqa: PLC0415
+    from modefsm.store import FileStore  # noqa: PLC0415
+
+    store = FileStore(path, lock_timeout=60.0)
+    engine = ModeEngine(preset("seed"), store=store, sink=_v1(NullWire()))
+    try:
+        sessions = [f"p{index}-s{i}" for i in range(OWN_SESSIONS)]
+        for sid in sessions:
+            await engine.new_session_async(sid)
+        rng = random.Random(index)
+        plan = [(rng.choice(sessions), rng.randrange(2)) for _ in range(changes)]
+        out.put(None)  # ready
+        await asyncio.to_thread(go.wait)
+        start = time.perf_counter()
+        for sid, pick in plan:
+            mode = engine.get(sid).state
+            await engine.set_mode(sid, [m for m in MODES if m != mode][pick])
+        return start, time.perf_counter()
+    finally:
+        store.close()
 
 
 def _throughput(
@@ -348,6 +384,18 @@ def run(size: Size) -> Result:
                 for together in (False, True)
                 for processes in PROCESSES[size.name]
             }
+            served = {
+                processes: result.add(
+                    Row(
+                        "changes/s",
+                        f"engine on the embedded file store, {processes} proc",
+                        "changes/s",
+                        [],
+                        note=shared + "; ModeEngine.set_mode, v1 notifications serialized",
+                    )
+                )
+                for processes in PROCESSES[size.name]
+            }
             rows = {
                 (processes, together): result.add(
                     Row(
@@ -368,6 +416,9 @@ def run(size: Size) -> Result:
                     row.samples.append(
                         _throughput("fs", path, processes, changes, folder, together=together)
                     )
+                for processes, row in served.items():
+                    path = str(Path(folder) / f"served-{turn}-{processes}.jsonl")
+                    row.samples.append(_throughput("engine", path, processes, changes, folder))
                 for (processes, together), row in rows.items():
                     with database(url) as db:
                         row.samples.append(
@@ -390,6 +441,13 @@ def run(size: Size) -> Result:
         result.rows.clear()
         result.skipped = str(exc)
         return result
+    alone = statistics.median(served[1].samples)
+    fewest = min(statistics.median(row.samples) for row in served.values())
+    result.target(
+        "engine on the file store: total changes/s at every process count >= 1 process",
+        met=fewest >= alone,
+        measured=f"{fewest / alone:.2f}x",
+    )
     worst = max(medians)
     result.target(
         f"restore_point median <= {RESTORE_BOUND_MS:g} ms at every size",
