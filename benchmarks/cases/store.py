@@ -205,7 +205,7 @@ async def _engine_changes(
     the engine's checks and machine, the record through the store (under the file's
     lock), both ACP v1 notifications serialized as the SDK writes them (into a null sink).
     """
-    from benchmarks.baselines.handlers import _v1  # noqa: PLC0415, PLC2701
+    from benchmarks.baselines.handlers import _v1  # noqa: PLC0415
     from benchmarks.baselines.wire import NullWire  # noqa: PLC0415
     from modefsm import ModeEngine, preset  # noqa: PLC0415
     from modefsm.store import FileStore  # noqa: PLC0415
