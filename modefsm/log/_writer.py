@@ -132,6 +132,9 @@ class _AppendFile:
         self._fsync = fsync
         self.torn: str | None = None
         """Why a failed record could not be removed (every write is then refused)."""
+        self.direct: int | None = None if fsync else fd
+        """The descriptor a line may be given to with a bare ``os.write`` (its bytes then
+        handed to :meth:`complete`), or ``None``: :meth:`write` only (``fsync``, or torn)."""
 
     def write(self, data: bytes) -> int:
         """Append all of *data* or nothing; return its length.
@@ -142,10 +145,19 @@ class _AppendFile:
         """
         if self.torn is not None:
             raise OSError(errno.EIO, f"{self.torn}; restart to repair the log")
+        written = os.write(self._fd, data)  # raising, it wrote nothing
+        if written < len(data) or self._fsync:
+            self.complete(data, written)
+        return len(data)
+
+    def complete(self, data: bytes, written: int) -> None:
+        """Finish a :meth:`write` of *data* whose first ``os.write`` took *written* bytes.
+
+        Raises:
+            OSError: as :meth:`write`.
+        """
         fd = self._fd
-        written = 0
         try:
-            written = os.write(fd, data)
             while written < len(data):  # a short write: the disk or the size limit is full
                 step = os.write(fd, memoryview(data)[written:])
                 if step <= 0:
@@ -157,7 +169,6 @@ class _AppendFile:
             if written:
                 self._undo(written)
             raise
-        return written
 
     def _undo(self, written: int) -> None:
         """Cut the *written* bytes of a failed record off the end of the file."""
@@ -166,12 +177,14 @@ class _AppendFile:
             end = os.lseek(fd, 0, os.SEEK_CUR)  # O_APPEND: just past our last byte
             if os.fstat(fd).st_size != end:  # another writer appended after our bytes
                 self.torn = "a failed record could not be removed: another writer followed it"
+                self.direct = None
                 return
             os.ftruncate(fd, end - written)
             if self._fsync:
                 os.fsync(fd)
         except OSError as exc:
             self.torn = f"a failed record could not be removed: {exc.strerror}"
+            self.direct = None
 
     def flush(self) -> None:
         """Nothing to flush: :meth:`write` wrote through."""
@@ -206,7 +219,8 @@ class _JSONLines:
         self._processors: tuple[Callable[..., Any], ...] = ()  # loaded when first needed
         self._write = stream.write
         # an _AppendFile writes through: nothing to flush
-        self._flush = None if isinstance(stream, _AppendFile) else stream.flush
+        self._file = stream if isinstance(stream, _AppendFile) else None
+        self._flush = None if self._file is not None else stream.flush
 
     def write(self, method: str, event: str, fields: dict[str, Any]) -> int:
         """Render ``fields``, ``event`` and ``level`` through the processors; write one line.
@@ -224,9 +238,17 @@ class _JSONLines:
             line = orjson.dumps(fields, option=orjson.OPT_APPEND_NEWLINE)
         except TypeError:  # orjson.JSONEncodeError: a value only the renderer's default takes
             line = self._render(method, fields) + b"\n"
-        self._write(line)
-        if self._flush is not None:
-            self._flush()
+        file = self._file
+        if file is None:
+            self._write(line)
+            if self._flush is not None:
+                self._flush()
+        elif file.direct is None:
+            file.write(line)
+        else:  # the append-only file's write, without its call
+            written = os.write(file.direct, line)  # raising, it wrote nothing
+            if written < len(line):
+                file.complete(line, written)
         return len(line)
 
     def _render(self, method: str, fields: dict[str, Any]) -> bytes:

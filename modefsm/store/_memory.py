@@ -55,7 +55,8 @@ class MemoryStore:
         """An empty store."""
         self._timeout = timeout
         self.lines: list[dict[str, Any]] = []
-        self._heads: dict[str, _Head] = {}  # sessionId -> its point, as a plain tuple
+        self._heads: dict[str, _Head | str] = {}  # sessionId -> its point (see _Head)
+        self._created: str | None = None  # the mode of a point kept as its digest alone
         self._records: dict[str, list[dict[str, Any]]] = {}
         self._listed: dict[str, tuple[str, str]] = {}  # sessionId -> (cwd, updated_at)
         self._head: str | None = None  # the digest of the last record (the chain's head)
@@ -109,35 +110,79 @@ class MemoryStore:
             self._open()
         session_id = fields["session_id"]
         seq = fields["seq"]
-        held = self._heads.get(session_id)
-        if held is None and seq != 1 and head is not None:
-            held = head[1:]  # a session restored from elsewhere: its head is the caller's
-        if held is None:
-            if seq != 1:
-                raise SessionMoved(RestorePoint(session_id, fields["to_mode"], seq - 1))
+        heads = self._heads
+        held = heads.get(session_id)
+        if held is None and seq == 1:  # a creation
             if self._session_prev:
                 fields["session_prev"] = None
             digest = self._chain(event, fields)
-            origin = fields["origin"]  # a creation (origin new) has no previous mode
-            previous = (
-                None if origin == "new" else previous_of(origin, fields["from_mode"], event)[0]
-            )
+            assert digest is not None  # noqa: S101 - a committed record is chained
+            mode = fields["to_mode"]
+            config = fields.get("config")
+            if fields["origin"] != "new":  # a creation (origin new) has no previous mode
+                previous = previous_of(fields["origin"], fields["from_mode"], event)[0]
+                heads[session_id] = (mode, 1, previous, digest, _pairs(config))
+            elif config is None and mode == (self._created or mode):
+                self._created = mode
+                heads[session_id] = digest  # the point (mode, 1, None, digest, None)
+            else:
+                heads[session_id] = (mode, 1, None, digest, _pairs(config))
             cwd = fields.get("cwd")
-        elif seq != held[1] + 1:
-            raise SessionMoved(RestorePoint(session_id, *held))
+            if cwd is not None:
+                self._listed[session_id] = (cwd, fields["timestamp"])
+            return digest
+        return self._follow(event, fields, held, head)
+
+    def _follow(
+        self,
+        event: str,
+        fields: dict[str, Any],
+        held: _Head | str | None,
+        head: RestorePoint | None,
+    ) -> str:
+        """:meth:`append` of a record that is not a creation."""
+        session_id = fields["session_id"]
+        seq = fields["seq"]
+        point: tuple[Any, ...]
+        if held is not None:
+            point = self._held(held)
+            if seq != point[1] + 1:
+                raise SessionMoved(self._point(session_id, held))
+        elif head is not None:
+            point = head[1:]  # a session restored from elsewhere: its head is the caller's
+            if seq != point[1] + 1:
+                raise SessionMoved(head)
         else:
-            if self._session_prev:
-                fields["session_prev"] = held[3]
-            digest = self._chain(event, fields)
-            previous, keep = previous_of(fields["origin"], fields["from_mode"], event)
-            if keep:
-                previous = held[2]
-            cwd = self._listed.get(session_id, (None,))[0] if self._listed else None
+            raise SessionMoved(RestorePoint(session_id, fields["to_mode"], seq - 1))
+        if self._session_prev:
+            fields["session_prev"] = point[3]
+        digest = self._chain(event, fields)
         assert digest is not None  # noqa: S101 - a committed record is chained
-        self._heads[session_id] = (fields["to_mode"], seq, previous, digest, fields.get("config"))
+        previous, keep = previous_of(fields["origin"], fields["from_mode"], event)
+        if keep:
+            previous = point[2]
+        self._heads[session_id] = (
+            fields["to_mode"],
+            seq,
+            previous,
+            digest,
+            _pairs(fields.get("config")),
+        )
+        cwd = self._listed.get(session_id, (None,))[0] if self._listed else None
         if cwd is not None:
             self._listed[session_id] = (cwd, fields["timestamp"])
         return digest
+
+    def _held(self, held: _Head | str) -> _Head:
+        """A point as :data:`_Head` (one kept as its creation's digest alone, unfolded)."""
+        if held.__class__ is str:
+            return (self._created, 1, None, held, None)  # type: ignore[return-value]
+        return held  # type: ignore[return-value]
+
+    def _point(self, session_id: str, held: _Head | str) -> RestorePoint:
+        """The :class:`RestorePoint` of *session_id* from its *held* point."""
+        mode, seq, previous, digest, config = self._held(held)
+        return RestorePoint(session_id, mode, seq, previous, digest, _values(config))
 
     def _forget(self, session_id: str) -> None:
         """Drop the point and the ``session/list`` entry of *session_id*."""
@@ -166,8 +211,8 @@ class MemoryStore:
         self._open()
         if head is not None:
             held = self._heads.get(head.session_id)
-            if held is not None and held[1] > head.seq:
-                raise SessionMoved(RestorePoint(head.session_id, *held))
+            if held is not None and self._held(held)[1] > head.seq:
+                raise SessionMoved(self._point(head.session_id, held))
         self._write(event, fields)
 
     async def note_async(
@@ -184,7 +229,7 @@ class MemoryStore:
         """
         self._open()
         held = self._heads.get(session_id)
-        return None if held is None else RestorePoint(session_id, *held)
+        return None if held is None else self._point(session_id, held)
 
     async def restore_point_async(
         self,
@@ -261,6 +306,19 @@ class MemoryStore:
         self._closed = True
 
 
-_Head = tuple[str, int, str | None, str | None, dict[str, str | bool] | None]
+_Head = tuple[str, int, str | None, str | None, tuple[tuple[str, str | bool], ...] | None]
 """A session's point as the store keeps it: a :class:`~modefsm.store.RestorePoint`'s fields
-after ``session_id``, as a plain tuple (the point is built only when asked for)."""
+after ``session_id``, as a plain tuple of plain values (the config values as ``(configId,
+value)`` pairs), so that the collector stops tracking it; the point is built only when asked
+for. A point ``(mode, 1, None, digest, None)`` of a creation to the mode of the store's
+first creation is kept as its ``digest`` alone."""
+
+
+def _pairs(config: dict[str, str | bool] | None) -> tuple[tuple[str, str | bool], ...] | None:
+    """A record's ``config`` as the point keeps it, or ``None``."""
+    return None if config is None else tuple(config.items())
+
+
+def _values(pairs: tuple[tuple[str, str | bool], ...] | None) -> dict[str, str | bool] | None:
+    """A point's config values as :attr:`RestorePoint.config` has them (a new dict)."""
+    return None if pairs is None else dict(pairs)

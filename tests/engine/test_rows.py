@@ -74,8 +74,11 @@ class TestNothingTracked:
         assert states["s999"] == ("architect", 2, "/src")
         assert not any(gc.is_tracked(row) for row in engine._sessions.values())
 
-    def test_host_config_values_neither(self) -> None:
-        engine = ModeEngine(SEED, config_options=[MODEL])
+    @pytest.mark.parametrize("logged", [False, True])
+    def test_host_config_values_neither(self, logged: bool, tmp_path: Path) -> None:
+        log = TransitionLog.to_file(tmp_path / "modes.jsonl")
+        store = LogStore(log) if logged else None
+        engine = ModeEngine(SEED, config_options=[MODEL], store=store)
         engine.new_session("warm")
         engine.change("warm", "code", "set_mode")
         engine.set_config_value("warm", "model", "large")
@@ -84,7 +87,9 @@ class TestNothingTracked:
             engine.new_session(f"s{i}")
             engine.change(f"s{i}", "code", "set_mode")
             engine.set_config_value(f"s{i}", "model", "large")
-        assert _tracked_since(before) == []
+        new = _tracked_since(before)
+        log.close()
+        assert new == []
         last = engine.get("s999")
         assert (last.state, last.seq, last.config) == ("code", 3, {"model": "large"})
         assert not any(gc.is_tracked(row) for row in engine._sessions.values())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import io
 import os
 from pathlib import Path
@@ -14,6 +15,7 @@ from acp import RequestError
 
 from modefsm import (
     LogStore,
+    MemoryStore,
     ModeAgent,
     ModeEngine,
     RestorePoint,
@@ -246,6 +248,64 @@ class TestPoints:
             None,
         )
         assert store.restore_point("s9") == RestorePoint("s9", "ask", 6, "code", digest)
+
+    def test_a_second_creation_is_refused_with_the_first_ones_point(self):
+        buffer = io.BytesIO()
+        store = LogStore(TransitionLog.to_stream(buffer))
+        engine = ModeEngine(SPEC, store=store)
+        first = engine.new_session("s1", cwd="/src")
+        written = buffer.getvalue()
+        point = RestorePoint("s1", "ask", 1, None, first.digest)
+        fields = {**_RECORDS[0][1], "timestamp": STAMP}
+        with pytest.raises(SessionMoved) as moved:
+            store.append("modefsm.session_created", fields, None)
+        assert (moved.value.current, store.restore_point("s1")) == (point, point)
+        assert (buffer.getvalue(), store.list_sessions()[0][:2]) == (written, ("s1", "/src"))
+
+    @pytest.mark.parametrize("kind", ["memory", "log"])
+    def test_creations_to_any_mode_with_any_fields_keep_exact_points(self, kind: str):
+        log = TransitionLog.to_stream(io.BytesIO())
+        store = MemoryStore() if kind == "memory" else LogStore(log)
+        created = {**_RECORDS[0][1]}
+        made = {
+            "s1": {**created},
+            "s2": {**created, "session_id": "s2", "to_mode": "code"},  # another spec's initial
+            "s3": {**created, "session_id": "s3", "config": {"model": "smart", "fast": True}},
+            "s4": {**created, "session_id": "s4", "origin": "restore", "from_mode": "ask"},
+            "s5": {**created, "session_id": "s5"},
+        }
+        digests = {sid: store.append("modefsm.session_created", f, None) for sid, f in made.items()}
+        assert [store.restore_point(sid) for sid in made] == [
+            RestorePoint("s1", "ask", 1, None, digests["s1"]),
+            RestorePoint("s2", "code", 1, None, digests["s2"]),
+            RestorePoint("s3", "ask", 1, None, digests["s3"], {"model": "smart", "fast": True}),
+            RestorePoint("s4", "ask", 1, None, digests["s4"]),
+            RestorePoint("s5", "ask", 1, None, digests["s5"]),
+        ]
+        changed = {**_RECORDS[2][1], "session_id": "s2", "from_mode": "code", "seq": 2}
+        digest = store.append("modefsm.mode_changed", changed, None)
+        assert store.restore_point("s2") == RestorePoint("s2", "architect", 2, "code", digest)
+        with pytest.raises(SessionMoved) as moved:
+            store.append("modefsm.mode_changed", {**changed, "session_id": "s1", "seq": 3}, None)
+        assert moved.value.current == RestorePoint("s1", "ask", 1, None, digests["s1"])
+
+    def test_config_values_are_kept_as_plain_pairs_and_given_as_new_dicts(self):
+        store = LogStore(TransitionLog.to_stream(io.BytesIO()))
+        config = {"model": "smart", "fast": True}
+        created = {**_RECORDS[0][1], "config": config}
+        first = store.append("modefsm.session_created", created, None)
+        changed = {**_RECORDS[3][1], "from_mode": "ask", "to_mode": "ask", "seq": 2}
+        digest = store.append("modefsm.config_changed", changed, None)
+        config["model"] = "changed by the caller"
+        given = store.restore_point("s1")
+        assert given == RestorePoint("s1", "ask", 2, None, digest, {"model": "smart", "fast": True})
+        assert given.config is not None
+        given.config["model"] = "changed by a reader"
+        assert store.restore_point("s1").config == {"model": "smart", "fast": True}  # type: ignore[union-attr]
+        for _ in range(3):  # a collection untracks a tuple once its items are untracked
+            gc.collect()
+        assert [gc.is_tracked(point) for point in store._heads.values()] == [False]
+        assert first != digest
 
     def test_write_returns_the_digest_it_chained(self, tmp_path: Path):
         log = TransitionLog.to_file(tmp_path / "modes.jsonl")
