@@ -233,7 +233,7 @@ class ModeEngine(SwitchOffers, ToolCalls):
         store = self.store
         if store is not None:
             try:
-                digest = store.append(EVENT_CREATED, fields, None)
+                digest = store.append(EVENT_CREATED, fields, None, exact=True)
             except SessionMoved:  # another process created this sessionId first
                 raise SessionExistsError(fields["session_id"]) from None
         return self._created(fields["session_id"], digest, cwd)
@@ -254,7 +254,7 @@ class ModeEngine(SwitchOffers, ToolCalls):
             return self.new_session(session_id, request_id=request_id, cwd=cwd)
         fields = self._creating(session_id, request_id, cwd)
         try:
-            digest = await self.store.append_async(EVENT_CREATED, fields, None)
+            digest = await self.store.append_async(EVENT_CREATED, fields, None, exact=True)
         except SessionMoved:
             raise SessionExistsError(fields["session_id"]) from None
         return self._created(fields["session_id"], digest, cwd)
@@ -266,6 +266,7 @@ class ModeEngine(SwitchOffers, ToolCalls):
 
         The record is built in place, in the key order of :meth:`_fields`: this is the
         create path, which the sessions benchmark holds against a hand-written handler.
+        Its keys are all record fields: the store is told so (``exact``).
         """
         session_id = session_id or f"sess_{uuid.uuid4().hex}"
         if session_id in self._sessions:

@@ -81,6 +81,7 @@ __all__ = [
     "Outcome",
     "RejectReason",
     "canonical_record",
+    "exact_digest",
     "previous_of",
     "record_digest",
     "title_digest",
@@ -247,6 +248,16 @@ def canonical_record(data: Mapping[str, Any]) -> bytes:
 def record_digest(data: Mapping[str, Any]) -> str:
     """SHA-256 of :func:`canonical_record` of *data*, as 64 lowercase hex digits."""
     return _sha256(canonical_record(data)).hexdigest()
+
+
+def exact_digest(data: Mapping[str, Any]) -> str:
+    """:func:`record_digest` of a record whose every key its digest covers but ``digest``.
+
+    For a writer that built *data* from a record's fields alone (``prev`` and ``event``
+    included, no ``level``, no ``digest``, no key of a host's): the same digest, without
+    looking for keys to leave out. A key the digest does not cover would be hashed.
+    """
+    return _sha256(_dumps(data, option=_SORT_KEYS)).hexdigest()
 
 
 def title_digest(title: str | None) -> str | None:

@@ -36,6 +36,7 @@ from modefsm.log._records import (
     EVENT_SPEC,
     MAX_LINE,
     MAX_SPEC_TEXT,
+    exact_digest,
     previous_of,
     record_digest,
     utc_timestamp,
@@ -713,13 +714,21 @@ class TransitionLog:
         """
         return self.write_own(event, {**fields})
 
-    def write_own(self, event: str, fields: dict[str, Any]) -> str | None:
+    def write_own(self, event: str, fields: dict[str, Any], exact: bool = False) -> str | None:  # noqa: FBT001, FBT002 - positional: the hot path's call
         """:meth:`write` of a dict the caller gives up: it becomes the line written.
 
         A chained line's *fields* get ``prev`` and ``digest``, and from modefsm's own
         writer (:meth:`to_file`, :meth:`to_stream`) ``event`` and ``level``; the line's
         bytes are :meth:`write`'s. For a writer that builds each record's dict for this
         call alone (:class:`~modefsm.store.LogStore`): it saves :meth:`write`'s copy.
+
+        Args:
+            event: as :meth:`write`.
+            fields: as :meth:`write`.
+            exact: the caller's word that *fields* hold only keys a record's digest
+                covers (no host context): the digest is then taken of them all
+                (:func:`~modefsm.log._records.exact_digest`) without looking for keys to
+                leave out. The same digest and bytes as with ``False``.
 
         Raises:
             LogError: as :meth:`write` (*fields* may then hold the keys added).
@@ -730,7 +739,7 @@ class TransitionLog:
                 self.prepare(fields)
             fields["prev"] = self._head
             fields["event"] = event  # covered by the digest, written after it
-            digest = record_digest(fields)
+            digest = exact_digest(fields) if exact else record_digest(fields)
             del fields["event"]
             fields["digest"] = digest
         length = 0

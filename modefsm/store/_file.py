@@ -706,7 +706,14 @@ class FileStore:
         """
         self._log.describe(spec)
 
-    def append(self, event: str, fields: dict[str, Any], head: RestorePoint | None) -> str:
+    def append(
+        self,
+        event: str,
+        fields: dict[str, Any],
+        head: RestorePoint | None,
+        *,
+        exact: bool = False,  # noqa: ARG002 - the digest is taken as for any record
+    ) -> str:
         """Write-ahead one committed record; see :meth:`SessionStore.append`.
 
         *fields* gets ``session_prev`` (and, written, ``prev`` and ``digest``).
@@ -724,6 +731,7 @@ class FileStore:
         head: RestorePoint | None,
         *,
         deadline: float | None = None,
+        exact: bool = False,  # noqa: ARG002 - the digest is taken as for any record
     ) -> str:
         """:meth:`append`, with the wait for the lock awaited; the write itself is local.
 

@@ -151,7 +151,9 @@ class SessionStore(Protocol):
         """
         ...  # pragma: no cover
 
-    def append(self, event: str, fields: dict[str, Any], head: RestorePoint | None) -> str:
+    def append(
+        self, event: str, fields: dict[str, Any], head: RestorePoint | None, *, exact: bool = False
+    ) -> str:
         """Write-ahead one committed record; return its ``digest`` once durable.
 
         Args:
@@ -161,6 +163,12 @@ class SessionStore(Protocol):
                 ``fields["seq"]`` must be ``head.seq + 1`` (``1`` when *head* is ``None``).
                 The store adds ``prev``, ``session_prev`` and ``digest``.
             head: where the caller believes the session stands (``None``: a new session).
+            exact: the caller's word that *fields* hold only
+                :class:`~modefsm.log.TransitionRecord` fields (no key of a host's, no
+                ``level``, no ``digest``): a store may then take the digest of them all
+                (:func:`~modefsm.log.exact_digest`) without looking for keys to leave out,
+                or ignore it. The record's digest and bytes are the same either way. The
+                engine gives it for its creation records.
 
         Raises:
             SessionMoved: the session is not at *head* any more; nothing was written.
@@ -176,6 +184,7 @@ class SessionStore(Protocol):
         head: RestorePoint | None,
         *,
         deadline: float | None = None,
+        exact: bool = False,
     ) -> str:
         """:meth:`append`, awaited (the event loop serves other work meanwhile).
 

@@ -77,13 +77,13 @@ class LogStore(MemoryStore):
         """Name *spec* in the log: a header before its first record (see ``TransitionLog``)."""
         self.log.describe(spec)
 
-    def _write(self, event: str, fields: dict[str, Any]) -> str | None:
+    def _write(self, event: str, fields: dict[str, Any], exact: bool = False) -> str | None:  # noqa: FBT001, FBT002 - as MemoryStore's
         """Write one line to the log; a record's ``digest`` (the log chains it).
 
         Raises:
             LogError: the log could not write it (nothing was kept).
         """
-        digest = self.log.write(event, fields)
+        digest = self.log.write_own(event, {**fields}, exact)
         return digest if event in RECORD_EVENTS else None
 
     def history(self, session_id: str) -> Iterator[TransitionRecord]:

@@ -13,7 +13,13 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from modefsm.errors import LogError
-from modefsm.log import EVENT_DECIDED, RECORD_EVENTS, previous_of, record_digest
+from modefsm.log import (
+    EVENT_DECIDED,
+    RECORD_EVENTS,
+    exact_digest,
+    previous_of,
+    record_digest,
+)
 from modefsm.store._interface import ListAfter, ListedSession, RestorePoint, SessionMoved
 
 if TYPE_CHECKING:
@@ -61,8 +67,9 @@ class MemoryStore:
         self._listed: dict[str, tuple[str, str]] = {}  # sessionId -> (cwd, updated_at)
         self._head: str | None = None  # the digest of the last record (the chain's head)
         self._closed = False
-        self._chain: Callable[[str, dict[str, Any]], str | None] = self._keep
-        """Chain and keep (or write) one committed record, its fields given up: its digest."""
+        self._chain: Callable[[str, dict[str, Any], bool], str | None] = self._keep
+        """Chain and keep (or write) one committed record, its fields given up (and whether
+        they are exact: see :meth:`append`): its digest."""
 
     @property
     def timeout(self) -> float:
@@ -73,31 +80,33 @@ class MemoryStore:
         if self._closed:
             raise LogError("the store is closed")
 
-    def _write(self, event: str, fields: dict[str, Any]) -> str | None:
+    def _write(self, event: str, fields: dict[str, Any], exact: bool = False) -> str | None:  # noqa: FBT001, FBT002 - positional: the hot path's call
         """Keep one line; a record (:data:`~modefsm.log.RECORD_EVENTS`) gets its digest."""
         line = {**fields, "event": event}
         digest = None
         if event in RECORD_EVENTS:
             line["prev"] = self._head
             line.pop("digest", None)
-            digest = record_digest(line)
+            digest = exact_digest(line) if exact else record_digest(line)
             line["digest"] = digest
             self._head = digest
         self.lines.append(line)
         return digest
 
-    def _keep(self, event: str, fields: dict[str, Any]) -> str | None:
+    def _keep(self, event: str, fields: dict[str, Any], exact: bool) -> str | None:  # noqa: FBT001 - positional: the hot path's call
         """Keep a committed record (*fields*, with its ``session_prev``): its ``digest``.
 
         *fields* gets ``digest``. This store's :attr:`_chain`.
         """
-        digest = self._write(event, fields)
+        digest = self._write(event, fields, exact)
         fields["digest"] = digest
         self._records.setdefault(fields["session_id"], []).append(self.lines[-1])
         return digest
 
-    def append(self, event: str, fields: dict[str, Any], head: RestorePoint | None) -> str:
-        """Commit one record; see :meth:`SessionStore.append`.
+    def append(
+        self, event: str, fields: dict[str, Any], head: RestorePoint | None, *, exact: bool = False
+    ) -> str:
+        """Commit one record; see :meth:`SessionStore.append` (*exact* is taken at its word).
 
         The guard, then one call that chains and keeps (or writes) the record: *fields*
         gets ``session_prev`` (where the store keeps it) and ``digest``.
@@ -115,7 +124,7 @@ class MemoryStore:
         if held is None and seq == 1:  # a creation
             if self._session_prev:
                 fields["session_prev"] = None
-            digest = self._chain(event, fields)
+            digest = self._chain(event, fields, exact)
             assert digest is not None  # noqa: S101 - a committed record is chained
             mode = fields["to_mode"]
             config = fields.get("config")
@@ -131,7 +140,7 @@ class MemoryStore:
             if cwd is not None:
                 self._listed[session_id] = (cwd, fields["timestamp"])
             return digest
-        return self._follow(event, fields, held, head)
+        return self._follow(event, fields, held, head, exact)
 
     def _follow(
         self,
@@ -139,6 +148,7 @@ class MemoryStore:
         fields: dict[str, Any],
         held: _Head | str | None,
         head: RestorePoint | None,
+        exact: bool,  # noqa: FBT001 - positional: as the hot path's
     ) -> str:
         """:meth:`append` of a record that is not a creation."""
         session_id = fields["session_id"]
@@ -156,7 +166,7 @@ class MemoryStore:
             raise SessionMoved(RestorePoint(session_id, fields["to_mode"], seq - 1))
         if self._session_prev:
             fields["session_prev"] = point[3]
-        digest = self._chain(event, fields)
+        digest = self._chain(event, fields, exact)
         assert digest is not None  # noqa: S101 - a committed record is chained
         previous, keep = previous_of(fields["origin"], fields["from_mode"], event)
         if keep:
@@ -197,9 +207,10 @@ class MemoryStore:
         head: RestorePoint | None,
         *,
         deadline: float | None = None,  # noqa: ARG002 - nothing here waits
+        exact: bool = False,
     ) -> str:
         """:meth:`append` (nothing to wait for)."""
-        return self.append(event, fields, head)
+        return self.append(event, fields, head, exact=exact)
 
     def note(self, event: str, fields: dict[str, Any], head: RestorePoint | None = None) -> None:
         """Keep a rejection or a diagnostic; see :meth:`SessionStore.note`.

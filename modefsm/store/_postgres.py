@@ -556,7 +556,14 @@ class PgStore:
 
     # -- SessionStore -------------------------------------------------------------------
 
-    def append(self, event: str, fields: dict[str, Any], head: RestorePoint | None) -> str:
+    def append(
+        self,
+        event: str,
+        fields: dict[str, Any],
+        head: RestorePoint | None,
+        *,
+        exact: bool = False,  # noqa: ARG002 - the digest is taken as for any record
+    ) -> str:
         """:meth:`append_async`, blocking until it ends."""
         return self._blocking(self.append_async(event, fields, head))
 
@@ -567,6 +574,7 @@ class PgStore:
         head: RestorePoint | None,
         *,
         deadline: float | None = None,
+        exact: bool = False,  # noqa: ARG002 - the digest is taken as for any record
     ) -> str:
         """Commit one record if *head* is still the session's head; return its digest.
 
@@ -585,6 +593,7 @@ class PgStore:
             head: the point the change starts from, as this process knows it.
             deadline: when the request this call is part of must end (the event loop's
                 ``time()``); the call's waits end by then (and within *timeout* anyway).
+            exact: see :meth:`SessionStore.append`; the digest is taken as for any record.
 
         Raises:
             SessionMoved: another process committed this ``seq`` first, or *head* is not

@@ -9,6 +9,7 @@ to the engine, and the engine calls each member directly.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,6 +41,15 @@ def test_every_store_implements_every_member_itself(store: type[Any]) -> None:
     assert {n for n in members if getattr(store, n) is getattr(SessionStore, n, None)} == set()
 
 
+@pytest.mark.parametrize("store", [MemoryStore, LogStore, FileStore, PgStore])
+def test_every_store_takes_the_callers_word_that_a_records_keys_are_exact(
+    store: type[Any],
+) -> None:
+    for member in (store.append, store.append_async):
+        exact = inspect.signature(member).parameters["exact"]
+        assert (exact.kind, exact.default) == (inspect.Parameter.KEYWORD_ONLY, False)
+
+
 class HostStore:
     """A host's store: the whole seam, by delegation; each call of the new members noted."""
 
@@ -51,8 +61,10 @@ class HostStore:
     def timeout(self) -> float:
         return self.kept.timeout
 
-    def append(self, event: str, fields: dict[str, Any], head: RestorePoint | None) -> str:
-        return self.kept.append(event, fields, head)
+    def append(
+        self, event: str, fields: dict[str, Any], head: RestorePoint | None, *, exact: bool = False
+    ) -> str:
+        return self.kept.append(event, fields, head, exact=exact)
 
     async def append_async(
         self,
@@ -61,8 +73,9 @@ class HostStore:
         head: RestorePoint | None,
         *,
         deadline: float | None = None,
+        exact: bool = False,
     ) -> str:
-        return await self.kept.append_async(event, fields, head, deadline=deadline)
+        return await self.kept.append_async(event, fields, head, deadline=deadline, exact=exact)
 
     def note(self, event: str, fields: dict[str, Any], head: RestorePoint | None = None) -> None:
         self.kept.note(event, fields, head)
