@@ -727,7 +727,7 @@ class TransitionLog:
             fields: as :meth:`write`.
             exact: the caller's word that *fields* hold only keys a record's digest
                 covers (no host context): the digest is then taken of them all
-                (:func:`~modefsm.log._records.exact_digest`) without looking for keys to
+                (:func:`~modefsm.log.exact_digest`) without looking for keys to
                 leave out. The same digest and bytes as with ``False``.
 
         Raises:
