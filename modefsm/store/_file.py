@@ -484,6 +484,7 @@ class FileStore:
         read so far, so it keeps their points as those of an earlier file.
         """
         self._seen, self._mark, self._fed = 0, b"", None
+        self._ahead = None
         self._unfed.clear()
         self._log.unnamed()  # the headers it has are those read now
         index = self._usable_index()
@@ -650,7 +651,8 @@ class FileStore:
     def _wrote(self, event: str, fields: dict[str, Any], digest: str | None) -> None:
         """This process appended a line of *event* (a record if *digest*), the lock held.
 
-        Notes how far the file is read and tells the index of the record: the log
+        Notes how far the file is read (the next record of this hold of the lock reads
+        nothing) and tells the index of the record: the log
         position the index reached moves with it only when the index was told of every
         line before it (:attr:`_fed`); else the record's row alone is kept, and a catch-up
         (:meth:`_index_caught_up`) reads others' lines from that position.
@@ -663,6 +665,7 @@ class FileStore:
         if follows:
             self._fed = size
         self._read_to(size, digest)
+        self._ahead = (size, b"")  # the next record of this hold of the lock: nothing new
 
     def _feed_lines(self, index: RestoreIndex, start: int) -> None:
         """Tell *index* of every line from byte *start* to :attr:`_seen` (the lock held).

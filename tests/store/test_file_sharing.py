@@ -285,7 +285,7 @@ def test_a_late_commit_never_moves_the_shared_position_back(tmp_path: Path) -> N
 
 
 TRACED = """
-import os, sys
+import asyncio, fcntl, os, sys
 from modefsm.log import EVENT_CHANGED, EVENT_CREATED
 from modefsm.store import FileStore, RestorePoint
 sys.path.insert(0, sys.argv[2])
@@ -300,7 +300,24 @@ os.path.exists(path + ".begin-others")
 digest = first.append(EVENT_CHANGED, record("mine", 2, "ask", "code"), head)
 head = RestorePoint("mine", "code", 2, "ask", digest)
 os.path.exists(path + ".begin-alone")
-first.append(EVENT_CHANGED, record("mine", 3, "code", "ask"), head)
+digest = first.append(EVENT_CHANGED, record("mine", 3, "code", "ask"), head)
+head = RestorePoint("mine", "ask", 3, "code", digest)
+os.path.exists(path + ".waits")
+
+
+async def batch():
+    fcntl.flock(second._fd, fcntl.LOCK_EX)  # another store holds the lock: both calls wait
+    waits = asyncio.gather(
+        first.append_async(EVENT_CHANGED, record("mine", 4, "ask", "code"), head),
+        first.append_async(EVENT_CREATED, record("new", 1, None, "ask"), None),
+    )
+    await asyncio.sleep(0.5)
+    os.path.exists(path + ".begin-batch")
+    fcntl.flock(second._fd, fcntl.LOCK_UN)
+    await waits
+
+
+asyncio.run(batch())
 os.path.exists(path + ".end")
 first.close()
 second.close()
@@ -313,7 +330,8 @@ def test_an_append_reads_others_lines_with_one_read(tmp_path: Path) -> None:
 
     The look for a rotation (the path's ``stat``, under the lock) gives the file's size;
     when another store appended, one ``pread`` takes the bytes that mark what was read
-    before and the new lines together; when none did, nothing is read.
+    before and the new lines together; when none did, nothing is read; the records of
+    calls that waited together are written in one hold with nothing read between them.
     """
     path = tmp_path / "modes.jsonl"
     trace = tmp_path / "trace"
@@ -330,7 +348,9 @@ def test_an_append_reads_others_lines_with_one_read(tmp_path: Path) -> None:
         name, _, rest = line.partition("(")
         if rest.startswith(f'AT_FDCWD, "{path}.end"'):
             break
-        for mark in ("begin-others", "begin-alone"):
+        if rest.startswith(f'AT_FDCWD, "{path}.waits"'):  # tries while another holds it
+            part = []
+        for mark in ("begin-others", "begin-alone", "begin-batch"):
             if rest.startswith(f'AT_FDCWD, "{path}.{mark}"'):
                 part = calls.setdefault(mark, [])
                 break
@@ -340,4 +360,5 @@ def test_an_append_reads_others_lines_with_one_read(tmp_path: Path) -> None:
     assert calls == {
         "begin-others": ["flock", "stat", "pread64", "write", "lseek", "flock"],
         "begin-alone": ["flock", "stat", "write", "lseek", "flock"],
+        "begin-batch": ["flock", "stat", "write", "lseek", "write", "lseek", "flock"],
     }  # fmt: skip
