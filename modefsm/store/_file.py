@@ -141,6 +141,7 @@ class FileStore:
     ) -> None:
         """Open the file, ending a torn last line under the lock."""
         self.path = Path(path)
+        self._path_text = os.fspath(self.path)
         self.lock_timeout = lock_timeout
         self.index_path = Path(index) if index is not None else _index_path(self.path)
         try:
@@ -401,7 +402,7 @@ class FileStore:
             LogError: the new file cannot be opened (nothing changed).
         """
         try:
-            named = self.path.stat()
+            named = os.stat(self._path_text)  # noqa: PTH116 - each append: no pathlib
         except FileNotFoundError:
             named = None
         except OSError as exc:
@@ -922,7 +923,7 @@ class FileStore:
         if os.lseek(self._fd, 0, os.SEEK_END) != self._seen:
             return False
         try:
-            named = self.path.stat()
+            named = os.stat(self._path_text)  # noqa: PTH116 - each append: no pathlib
         except OSError:
             return False
         return (named.st_dev, named.st_ino) == self._identity
