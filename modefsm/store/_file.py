@@ -57,7 +57,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from functools import cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -141,6 +141,7 @@ class FileStore:
     ) -> None:
         """Open the file, ending a torn last line under the lock."""
         self.path = Path(path)
+        self._path_text = os.fspath(self.path)
         self.lock_timeout = lock_timeout
         self.index_path = Path(index) if index is not None else _index_path(self.path)
         try:
@@ -168,6 +169,7 @@ class FileStore:
         self._unfed: list[tuple[int, bytes]] = []  # others' lines read since _fed, by offset
         self._telling: list[_Told] = []  # own records the index is told of after the lock
         self._aligning = True  # try to make the index follow at the next append
+        self._ahead: tuple[int, bytes] | None = None  # the file's size, and bytes after _seen
         try:
             _check_regular(os.fstat(self._fd).st_mode, self.path)
             self._identity = _identity(self._fd)
@@ -343,6 +345,7 @@ class FileStore:
         The index learns of this store's own records (and commits them when due, which
         may wait for SQLite's lock) while no other process waits for the file's lock.
         """
+        self._ahead = None
         fcntl.flock(self._fd, fcntl.LOCK_UN)
         if self._telling:
             self._tell_index()
@@ -399,27 +402,39 @@ class FileStore:
             LogError: the new file cannot be opened (nothing changed).
         """
         try:
-            named = self.path.stat()
+            named = os.stat(self._path_text)  # noqa: PTH116 - each append: no pathlib
         except FileNotFoundError:
             named = None
         except OSError as exc:
             raise self._cannot_open(exc) from None
         if named is None or (named.st_dev, named.st_ino) != self._identity:
             return self._move_to_new_file()
-        if named.st_size < self._seen or (named.st_size > self._seen and not self._unchanged()):
+        size = named.st_size
+        if size < self._seen or (size > self._seen and not self._unchanged(size)):
             self._feed_unfed()
             self._read_again(continued=self._fed is not None)
+        elif size == self._seen:
+            self._ahead = (size, b"")
         return None
 
     def _cannot_open(self, exc: OSError) -> LogError:
         return LogError(f"cannot open the transition log: {exc.strerror}", str(self.path))
 
-    def _unchanged(self) -> bool:
-        """Whether the bytes just before :attr:`_seen` still hold :attr:`_mark`."""
-        mark = self._mark
-        if not mark:
-            return True
-        return mark in os.pread(self._fd, _MARK, max(0, self._seen - _MARK))
+    def _unchanged(self, size: int) -> bool:
+        """Whether the bytes just before :attr:`_seen` still hold :attr:`_mark`.
+
+        The file is *size* bytes long (more than :attr:`_seen`): the same read takes the
+        bytes after :attr:`_seen` too, up to :data:`_CHUNK` of them, for
+        :meth:`_sync_tail` (:attr:`_ahead`), so a look at others' lines costs one read.
+        """
+        seen, mark = self._seen, self._mark
+        start = max(0, seen - _MARK) if mark else seen
+        read = os.pread(self._fd, min(size, seen + _CHUNK) - start, start)
+        if mark and mark not in read[: seen - start]:
+            return False
+        if len(read) == size - start:  # all of it: else the lines are read in blocks
+            self._ahead = (size, read[seen - start :])
+        return True
 
     def _move_to_new_file(self) -> StoreBusy | None:
         """The file was renamed away: read its last lines, then follow the new one.
@@ -470,6 +485,7 @@ class FileStore:
         read so far, so it keeps their points as those of an earlier file.
         """
         self._seen, self._mark, self._fed = 0, b"", None
+        self._ahead = None
         self._unfed.clear()
         self._log.unnamed()  # the headers it has are those read now
         index = self._usable_index()
@@ -536,15 +552,23 @@ class FileStore:
         follows the file without a catch-up while two processes take turns.
         """
         fd = self._fd
-        size = os.lseek(fd, 0, os.SEEK_END)
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            size, read = os.lseek(fd, 0, os.SEEK_END), None
+        else:  # what the look for a rotation found, under this hold of the lock
+            size, read = ahead
         if size == self._seen:
             return  # nobody else wrote: the hot path
-        if os.pread(fd, 1, size - 1) != b"\n":  # a writer died inside its write
-            size += _end_torn_line(fd, size)
+        if read is not None and read.endswith(b"\n"):
+            blocks: Iterable[tuple[int, bytes]] = ((self._seen, read),)
+        else:
+            if os.pread(fd, 1, size - 1) != b"\n":  # a writer died inside its write
+                size += _end_torn_line(fd, size)
+            blocks = _blocks(fd, self._seen, size)
         chain: object = self._log.head
         last: object = None  # the digest of the last line, if it is a record
         keep = self._fed is not None and size - self._fed < _ALIGN_MAX  # else caught up below
-        for start, block in _blocks(fd, self._seen, size):
+        for start, block in blocks:
             found, final = self._take_block(block)
             end = start + len(block)
             one = block.find(b"\n") == len(block) - 1
@@ -569,6 +593,7 @@ class FileStore:
             and whether that line is the block's last.
         """
         cut = block.rfind(b"\n", 0, len(block) - 1) + 1  # where the last line begins
+        final = _record_line(block[cut:-1])  # parsed once: a head, and the chain head
         found: dict[str, Any] | None = None
         if cut:
             body = block[:cut]
@@ -577,12 +602,12 @@ class FileStore:
             at = -1
             if not _all_passed_over(body, self._heads):
                 at, found = self._take_lines(lines)
-            for later in range(len(lines) - 1, at, -1):  # the chain head, if passed over
-                data = _record_line(lines[later])
-                if data is not None:
-                    found = data
-                    break
-        final = _record_line(block[cut:-1])  # parsed once: a head, and the chain head
+            if final is None:  # the chain head is an earlier line: the last record's
+                for later in range(len(lines) - 1, at, -1):
+                    data = _record_line(lines[later])
+                    if data is not None:
+                        found = data
+                        break
         if final is None:
             return found, False
         self._take(final)
@@ -627,7 +652,8 @@ class FileStore:
     def _wrote(self, event: str, fields: dict[str, Any], digest: str | None) -> None:
         """This process appended a line of *event* (a record if *digest*), the lock held.
 
-        Notes how far the file is read and tells the index of the record: the log
+        Notes how far the file is read (the next record of this hold of the lock reads
+        nothing) and tells the index of the record: the log
         position the index reached moves with it only when the index was told of every
         line before it (:attr:`_fed`); else the record's row alone is kept, and a catch-up
         (:meth:`_index_caught_up`) reads others' lines from that position.
@@ -640,6 +666,7 @@ class FileStore:
         if follows:
             self._fed = size
         self._read_to(size, digest)
+        self._ahead = (size, b"")  # the next record of this hold of the lock: nothing new
 
     def _feed_lines(self, index: RestoreIndex, start: int) -> None:
         """Tell *index* of every line from byte *start* to :attr:`_seen` (the lock held).
@@ -904,7 +931,7 @@ class FileStore:
         if os.lseek(self._fd, 0, os.SEEK_END) != self._seen:
             return False
         try:
-            named = self.path.stat()
+            named = os.stat(self._path_text)  # noqa: PTH116 - each append: no pathlib
         except OSError:
             return False
         return (named.st_dev, named.st_ino) == self._identity

@@ -282,3 +282,83 @@ def test_a_late_commit_never_moves_the_shared_position_back(tmp_path: Path) -> N
         assert third.offset == path.stat().st_size > told
     finally:
         third.close()
+
+
+TRACED = """
+import asyncio, fcntl, os, sys
+from modefsm.log import EVENT_CHANGED, EVENT_CREATED
+from modefsm.store import FileStore, RestorePoint
+sys.path.insert(0, sys.argv[2])
+from test_file_sharing import record
+path = sys.argv[1]
+first, second = FileStore(path), FileStore(path)
+digest = first.append(EVENT_CREATED, record("mine", 1, None, "ask"), None)
+head = RestorePoint("mine", "ask", 1, None, digest)
+second.append(EVENT_CREATED, record("theirs", 1, None, "ask"), None)
+print(first._fd, first._log._file.fd, flush=True)
+os.path.exists(path + ".begin-others")
+digest = first.append(EVENT_CHANGED, record("mine", 2, "ask", "code"), head)
+head = RestorePoint("mine", "code", 2, "ask", digest)
+os.path.exists(path + ".begin-alone")
+digest = first.append(EVENT_CHANGED, record("mine", 3, "code", "ask"), head)
+head = RestorePoint("mine", "ask", 3, "code", digest)
+os.path.exists(path + ".waits")
+
+
+async def batch():
+    fcntl.flock(second._fd, fcntl.LOCK_EX)  # another store holds the lock: both calls wait
+    waits = asyncio.gather(
+        first.append_async(EVENT_CHANGED, record("mine", 4, "ask", "code"), head),
+        first.append_async(EVENT_CREATED, record("new", 1, None, "ask"), None),
+    )
+    await asyncio.sleep(0.5)
+    os.path.exists(path + ".begin-batch")
+    fcntl.flock(second._fd, fcntl.LOCK_UN)
+    await waits
+
+
+asyncio.run(batch())
+os.path.exists(path + ".end")
+first.close()
+second.close()
+"""
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (.ci/run installs it)")
+def test_an_append_reads_others_lines_with_one_read(tmp_path: Path) -> None:
+    """The system calls of an append on the log: one read takes the others' lines.
+
+    The look for a rotation (the path's ``stat``, under the lock) gives the file's size;
+    when another store appended, one ``pread`` takes the bytes that mark what was read
+    before and the new lines together; when none did, nothing is read; the records of
+    calls that waited together are written in one hold with nothing read between them.
+    """
+    path = tmp_path / "modes.jsonl"
+    trace = tmp_path / "trace"
+    done = subprocess.run(
+        ["strace", "-qq", "-o", str(trace),
+         "-e", "trace=flock,pread64,read,lseek,write,newfstatat,stat,statx,fstat",
+         sys.executable, "-c", TRACED, str(path), str(Path(__file__).parent)],
+        capture_output=True, check=True, text=True, timeout=60,
+    )  # fmt: skip
+    fd, log_fd = done.stdout.split()
+    calls: dict[str, list[str]] = {}
+    part: list[str] = []
+    for line in trace.read_text().splitlines():
+        name, _, rest = line.partition("(")
+        if rest.startswith(f'AT_FDCWD, "{path}.end"'):
+            break
+        if rest.startswith(f'AT_FDCWD, "{path}.waits"'):  # tries while another holds it
+            part = []
+        for mark in ("begin-others", "begin-alone", "begin-batch"):
+            if rest.startswith(f'AT_FDCWD, "{path}.{mark}"'):
+                part = calls.setdefault(mark, [])
+                break
+        else:
+            if rest.startswith((f"{fd},", f"{log_fd},", f'AT_FDCWD, "{path}"', f'"{path}"')):
+                part.append("stat" if "stat" in name else name)
+    assert calls == {
+        "begin-others": ["flock", "stat", "pread64", "write", "lseek", "flock"],
+        "begin-alone": ["flock", "stat", "write", "lseek", "flock"],
+        "begin-batch": ["flock", "stat", "write", "lseek", "write", "lseek", "flock"],
+    }  # fmt: skip
