@@ -38,7 +38,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from importlib import metadata
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from acp import PROTOCOL_VERSION, RequestError
 from acp.schema import (
@@ -63,16 +63,20 @@ from acp.schema import (
 
 from modefsm.engine import HostOption, ModeChange, ModeEngine, Session, SwitchResult, ToolCall
 from modefsm.errors import UnknownSessionError
-from modefsm.log import ConversationStore, Part
+from modefsm.log import ConversationItem, ConversationStore, Part, owner_alive
 from modefsm.protocol._list import list_page
 from modefsm.protocol.errors import acp_errors, invalid_params
 from modefsm.protocol.transport._shared import SharedEngine
 from modefsm.protocol.transport._stdio import PermissionRequest
+from modefsm.protocol.v1._ask import text_content
 from modefsm.protocol.v1._render import config_options, mode_state, session_updates
 from modefsm.protocol.v1._switch import propose_switch
 from modefsm.protocol.v1._tools import ToolResult, run_tool
-from modefsm.spec import ModeSpec
+from modefsm.spec import TOOL_KINDS, ModeSpec
 from modefsm.store import RestorePoint, SessionStore
+
+if TYPE_CHECKING:
+    from modefsm.spec import ToolKind
 
 __all__ = ["CLOSE_WAIT", "MAX_CWD_CHARS", "ModeAgent"]
 
@@ -235,11 +239,8 @@ class ModeAgent:
         ``session/update`` notifications (see :meth:`replay`).
         """
         del cwd, mcp_servers, kwargs
-        point = None
+        point = await self._settled_point(session_id)
         if self.replay_on_load:
-            with acp_errors():
-                if session_id not in self.engine:
-                    point = await self._restore_point(session_id)
             await self.replay(session_id)
         view = await self._restore(session_id, point)
         return LoadSessionResponse(
@@ -252,7 +253,7 @@ class ModeAgent:
     ) -> ResumeSessionResponse:
         """``session/resume`` (unstable): as :meth:`load_session`, without any replay."""
         del cwd, kwargs
-        view = await self._restore(session_id)
+        view = await self._restore(session_id, await self._settled_point(session_id))
         return ResumeSessionResponse(
             modes=mode_state(view),
             config_options=config_options(self.engine.config_options(session_id)),
@@ -345,6 +346,44 @@ class ModeAgent:
         if point is None:
             raise UnknownSessionError(session_id)
         return point
+
+    async def _settled_point(self, session_id: str) -> RestorePoint | None:
+        """For a session not live here: settle what ended processes left open; its point.
+
+        A tool call the kept conversation shows still open (``pending``: its permission
+        request unanswered; ``in_progress``: running) whose sender no longer runs
+        (:func:`~modefsm.log.owner_alive`) ends ``failed`` in the conversation, after a
+        ``pending`` one is recorded ``abandoned`` (:meth:`ModeEngine.abandon_ask
+        <modefsm.engine.ModeEngine.abandon_ask>`, written once). ``None`` for a live session.
+
+        Raises:
+            RequestError: ``-32002`` for an unknown session; ``-32603`` when the store or
+                the journal cannot be read, or the record cannot be written.
+        """
+        with acp_errors():
+            if session_id in self.engine:
+                return None
+            point = await self._restore_point(session_id)
+            left = left_open(await self.conversation.history(session_id))
+            wrote = False
+            for item, status in left:
+                update = item.update
+                call_id = update["toolCallId"]
+                text = _RESTARTED_RUNNING
+                if status == "pending":
+                    kind = update.get("kind", "other")
+                    kind = cast("ToolKind", kind if kind in TOOL_KINDS else "other")
+                    call = ToolCall(call_id, kind, None, update.get("title"))
+                    wrote = await self.engine.abandon_ask(point, call) or wrote
+                    text = _RESTARTED_ASKING
+                final = ToolCallProgress(
+                    session_update="tool_call_update",
+                    tool_call_id=call_id,
+                    status="failed",
+                    content=text_content(text),
+                )
+                self._keep(session_id, final, item.part)
+            return await self._restore_point(session_id) if wrote else point
 
     async def _restore(self, session_id: str, point: RestorePoint | None = None) -> Any:
         """Bring the session back from *point* (looked up if ``None``) unless it is live.
@@ -703,6 +742,36 @@ class ModeAgent:
             option_id=_selected(response),
             request_id=request.request_id,
         )
+
+
+_RESTARTED_ASKING = "Failed: the agent restarted before the permission request was answered."
+_RESTARTED_RUNNING = "Failed: the agent restarted while the tool call ran; its result is unknown."
+
+
+def left_open(items: Iterable[ConversationItem]) -> list[tuple[ConversationItem, str]]:
+    """The tool calls *items* leave open whose sender no longer runs, oldest first.
+
+    Returns:
+        ``(item, status)`` pairs: the ``tool_call`` item and the last status sent
+        (``pending`` or ``in_progress``); a tool call whose last update is ``completed``
+        or ``failed`` has ended, one whose sender runs (:func:`~modefsm.log.owner_alive`)
+        is its own.
+    """
+    started: dict[str, tuple[ConversationItem, str]] = {}
+    for item in items:
+        update = item.update
+        call_id = update.get("toolCallId")
+        if not isinstance(call_id, str):
+            continue
+        kind, status = update.get("sessionUpdate"), update.get("status")
+        if kind == "tool_call":
+            started[call_id] = (item, status if isinstance(status, str) else "pending")
+        elif kind == "tool_call_update" and call_id in started:
+            if status in ("completed", "failed"):
+                del started[call_id]
+            elif isinstance(status, str):
+                started[call_id] = (started[call_id][0], status)
+    return [(item, status) for item, status in started.values() if not owner_alive(item.owner)]
 
 
 _ABANDONED_KEPT = 1024

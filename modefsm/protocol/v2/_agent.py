@@ -379,7 +379,7 @@ class ModeAgentV2:
         del cwd, kwargs
         base = self.base
         with _V2_ERRORS, acp_errors():
-            point = None if session_id in base.engine else await base._restore_point(session_id)  # noqa: SLF001
+            point = await base._settled_point(session_id)  # noqa: SLF001
         if replay_from is not None:
             cursor = replay_from
             if not isinstance(cursor, dict):
