@@ -36,7 +36,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -62,7 +62,7 @@ from acp.schema import (
 )
 
 from modefsm.engine import HostOption, ModeChange, ModeEngine, Session, SwitchResult, ToolCall
-from modefsm.errors import UnknownSessionError
+from modefsm.errors import InvalidParamsError, UnknownSessionError
 from modefsm.log import ConversationItem, ConversationStore, Part, owner_alive
 from modefsm.protocol._list import list_page
 from modefsm.protocol.errors import acp_errors, invalid_params
@@ -159,8 +159,12 @@ class ModeAgent:
         self._cancels: dict[str, set[asyncio.Event]] = {}
         self._closing: set[str] = set()  # sessions whose session/close waits for their turns
         self._turn_ended = asyncio.Event()  # set by end_turn (a closing session's wait)
-        # (sessionId, toolCallId) of the permission requests a cancel or a withdrawal ended
-        self._abandoned: OrderedDict[tuple[str, str], None] = OrderedDict()
+        # (sessionId, toolCallId, request id) of the permission requests a cancel or a
+        # withdrawal ended (request id None: the transport did not say which it was)
+        self._abandoned: OrderedDict[tuple[str, str, Any], None] = OrderedDict()
+        # (sessionId, toolCallId) -> JSON-RPC id of its permission request awaiting an answer
+        self._sent: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self._asking: set[tuple[str, str]] = set()  # (sessionId, toolCallId) being asked
 
     def on_connect(self, conn: Any) -> None:
         """Called by the SDK with the connection to the client."""
@@ -605,6 +609,12 @@ class ModeAgent:
                 switch: nothing was proposed (see :func:`modefsm.protocol.propose_switch`).
         """
         tool_call_id = tool_call_id or f"call_switch_mode_{uuid.uuid4().hex[:12]}"
+        with acp_errors(), self._asked(session_id, tool_call_id):
+            return await self._propose(session_id, plan, tool_call_id, cancelled)
+
+    async def _propose(
+        self, session_id: str, plan: str, tool_call_id: str, cancelled: asyncio.Event | None
+    ) -> SwitchResult:
         waiter = cancelled if cancelled is not None else self.begin_turn(session_id)
         try:
             with acp_errors():
@@ -650,6 +660,16 @@ class ModeAgent:
                 not run) or the session has too many asks open.
             Exception: whatever *run* raised.
         """
+        with acp_errors(), self._asked(session_id, call.tool_call_id):
+            return await self._run_tool(session_id, call, run, cancelled)
+
+    async def _run_tool(
+        self,
+        session_id: str,
+        call: ToolCall,
+        run: Callable[[], Awaitable[_T]],
+        cancelled: asyncio.Event | None,
+    ) -> ToolResult[_T]:
         waiter = cancelled if cancelled is not None else self.begin_turn(session_id)
         try:
             with acp_errors():
@@ -698,9 +718,41 @@ class ModeAgent:
             )
 
     def _abandon(self, session_id: str, tool_call_id: str) -> None:
-        self._abandoned[session_id, tool_call_id] = None
+        request_id = self._sent.pop((session_id, tool_call_id), None)
+        self._abandoned[session_id, tool_call_id, request_id] = None
         while len(self._abandoned) > _ABANDONED_KEPT:
             self._abandoned.popitem(last=False)
+
+    def permission_sent(self, request: PermissionRequest) -> None:
+        """A ``session/request_permission`` of this agent's goes out (its JSON-RPC id).
+
+        Called by the transports (:class:`~modefsm.protocol.CheckedTransport`, HTTP and
+        WebSocket) so that an answer that comes after the wait ended is matched to the
+        request it answers, by id, even when a ``toolCallId`` is asked again meanwhile.
+        """
+        key = (request.session_id, request.tool_call_id)
+        self._sent[key] = request.request_id
+        self._sent.move_to_end(key)
+        while len(self._sent) > _ABANDONED_KEPT:
+            self._sent.popitem(last=False)
+
+    @contextlib.contextmanager
+    def _asked(self, session_id: str, tool_call_id: str) -> Iterator[None]:
+        """Hold *tool_call_id* as asked in the session for the ``with`` block.
+
+        Raises:
+            InvalidParamsError: the session has a switch or a tool call with this
+                ``toolCallId`` open here (field ``toolCallId``): nothing is sent.
+        """
+        key = (session_id, tool_call_id)
+        if key in self._asking:
+            msg = f"toolCallId: {tool_call_id!r} already has an open permission request"
+            raise InvalidParamsError("toolCallId", tool_call_id, (), msg)
+        self._asking.add(key)
+        try:
+            yield
+        finally:
+            self._asking.discard(key)
 
     def late_answer(self, request: PermissionRequest, response: dict[str, Any]) -> None:
         """The first answer to a ``session/request_permission``, seen on the wire.
@@ -714,9 +766,14 @@ class ModeAgent:
         another process's lock never holds up the event loop; the transports wait for it
         (:meth:`~modefsm.engine.ModeEngine.drain_notes`) when their connection ends.
         """
-        key = (request.session_id, request.tool_call_id)
+        asked = (request.session_id, request.tool_call_id)
+        if self._sent.get(asked) == request.request_id:
+            del self._sent[asked]
+        key = (*asked, request.request_id)
         if key not in self._abandoned:
-            return
+            key = (*asked, None)  # abandoned before the transport named its request
+            if key not in self._abandoned:
+                return
         del self._abandoned[key]
         option_id = _selected(response)
         if option_id is not None:
