@@ -84,7 +84,12 @@ class HoldFirst(TestClient):
         super().__init__()
         self.late, self.now = late, now
         self.release = asyncio.Event()
+        self.ended = asyncio.Event()  # set once a tool call ends (completed or failed)
         self.asked = 0
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        if getattr(update, "status", None) in {"completed", "failed"}:
+            self.ended.set()
 
     async def request_permission(
         self, options: list[Any], session_id: str, tool_call: Any, **kwargs: Any
@@ -148,47 +153,70 @@ def late_record(
     }
 
 
-async def test_a_late_answer_to_a_reused_switch_id_is_logged_as_its_own(tmp_path: Path):
+FIRST = "the first request's id"  # stands for it in REUSES
+
+# prompt, mode set first, (late answer, answer now), the records after the creation as
+# (event, reason, outcome, request_id, to_mode), the mode of the late answer's record
+REUSES: dict[str, tuple[str, str | None, tuple[str, str], list[tuple[Any, ...]], str]] = {
+    "switch": (
+        "plan",
+        "architect",
+        ("code", "code"),
+        [
+            ("modefsm.mode_changed", None, None, None, "architect"),
+            ("modefsm.change_rejected", "cancelled", None, None, None),
+            ("modefsm.mode_changed", None, None, None, "code"),
+            ("modefsm.change_rejected", "late_answer", None, FIRST, None),
+        ],
+        "code",
+    ),
+    "tool": (
+        "edit",
+        None,
+        ("allow_always", "allow_once"),
+        [
+            ("modefsm.tool_decided", None, "cancelled", None, None),
+            ("modefsm.tool_decided", None, "allow_once", None, None),
+            ("modefsm.change_rejected", "late_answer", None, FIRST, None),
+        ],
+        "ask",
+    ),
+}
+
+
+def shown(records: list[dict[str, Any]], first: int) -> list[tuple[Any, ...]]:
+    """*records* but the creation, as REUSES lists them (*first* shown as FIRST)."""
+    return [
+        (
+            r["event"],
+            r.get("reason"),
+            r.get("outcome"),
+            FIRST if r.get("request_id") == first else r.get("request_id"),
+            r.get("to_mode"),
+        )
+        for r in records
+        if r["event"] != "modefsm.session_created"
+    ]
+
+
+@pytest.mark.parametrize("reuse", REUSES)
+async def test_a_late_answer_to_a_reused_tool_call_id_is_logged_as_its_own(tmp_path: Path, reuse):
+    """The second ask's answer is applied; the first's late answer is logged with its id."""
+    prompt, set_first, (late, now), expected, mode = REUSES[reuse]
     log = tmp_path / "modes.jsonl"
-    client = HoldFirst(late="code", now="code")
+    client = HoldFirst(late=late, now=now)
     async with host_v1(tmp_path, client) as conn:
         session_id = (await conn.new_session(cwd=str(tmp_path))).session_id
-        await conn.set_session_mode(session_id=session_id, mode_id="architect")
-        await cancelled_then_asked_again(conn, client, session_id, "plan")
+        if set_first is not None:
+            await conn.set_session_mode(session_id=session_id, mode_id=set_first)
+        await cancelled_then_asked_again(conn, client, session_id, prompt)
         # a request after the late answer: the late answer's record is written by then
         await conn.load_session(cwd=str(tmp_path), session_id=session_id)
     first, second = asked_ids(client)
-    records = [r for r in read_log(log) if r["event"] != "modefsm.session_created"]
-    assert [
-        (r["event"], r.get("reason"), r.get("request_id"), r.get("to_mode")) for r in records
-    ] == [
-        ("modefsm.mode_changed", None, None, "architect"),
-        ("modefsm.change_rejected", "cancelled", None, None),
-        ("modefsm.mode_changed", None, None, "code"),
-        ("modefsm.change_rejected", "late_answer", first, None),
-    ]
-    assert records[-1] == late_record(session_id, "code", first, "code")
     assert second != first
-    assert replay([log], [SEED], verify=True).violations == ()
-
-
-async def test_a_late_answer_to_a_reused_tool_call_id_is_logged_as_its_own(tmp_path: Path):
-    log = tmp_path / "modes.jsonl"
-    client = HoldFirst(late="allow_always", now="allow_once")
-    async with host_v1(tmp_path, client) as conn:
-        session_id = (await conn.new_session(cwd=str(tmp_path))).session_id
-        await cancelled_then_asked_again(conn, client, session_id, "edit")
-        await conn.load_session(cwd=str(tmp_path), session_id=session_id)
-    first, _second = asked_ids(client)
-    records = [r for r in read_log(log) if r["event"] != "modefsm.session_created"]
-    assert [
-        (r["event"], r.get("outcome"), r.get("reason"), r.get("request_id")) for r in records
-    ] == [
-        ("modefsm.tool_decided", "cancelled", None, None),
-        ("modefsm.tool_decided", "allow_once", None, None),
-        ("modefsm.change_rejected", None, "late_answer", first),
-    ]
-    assert records[-1] == late_record(session_id, "ask", first, "allow_always")
+    records = read_log(log)
+    assert shown(records, first) == expected
+    assert records[-1] == late_record(session_id, mode, first, late)
     assert replay([log], [SEED], verify=True).violations == ()
 
 
@@ -206,7 +234,7 @@ async def test_a_second_switch_with_an_open_tool_call_id_is_refused(tmp_path: Pa
         with pytest.raises(RequestError) as refused:
             await asyncio.wait_for(turn, TIMEOUT)
         # the first switch goes on: wait until its tool call ends
-        await asyncio.wait_for(ended(client, session_id), TIMEOUT)
+        await asyncio.wait_for(client.ended.wait(), TIMEOUT)
     assert (refused.value.code, refused.value.data) == (
         -32602,
         {
@@ -229,14 +257,6 @@ async def test_a_second_switch_with_an_open_tool_call_id_is_refused(tmp_path: Pa
         ("modefsm.mode_changed", "architect"),
         ("modefsm.mode_changed", "code"),
     ]
-
-
-async def ended(client: TestClient, session_id: str) -> None:
-    """Wait until a ``tool_call_update`` ends a tool call of the session."""
-    while not any(
-        u["update"].get("status") in {"completed", "failed"} for u in client.updates(session_id)
-    ):
-        await asyncio.sleep(0.01)
 
 
 class V2HoldFirst:
@@ -298,14 +318,7 @@ async def test_v2_a_late_answer_to_a_reused_switch_id_is_logged_as_its_own(tmp_p
         await conn.close()
         await end_agent(process)
     first = next(f["id"] for f in client.frames if f.get("method") == "session/request_permission")
-    records = [r for r in read_log(log) if r["event"] != "modefsm.session_created"]
-    assert [
-        (r["event"], r.get("reason"), r.get("request_id"), r.get("to_mode")) for r in records
-    ] == [
-        ("modefsm.mode_changed", None, None, "architect"),
-        ("modefsm.change_rejected", "cancelled", None, None),
-        ("modefsm.mode_changed", None, None, "code"),
-        ("modefsm.change_rejected", "late_answer", first, None),
-    ]
+    records = read_log(log)
+    assert shown(records, first) == REUSES["switch"][3]
     assert records[-1] == late_record(session_id, "code", first, "code", protocol=2)
     assert replay([log], [SEED], verify=True).violations == ()

@@ -132,21 +132,28 @@ def abandoned(
     }
 
 
-async def test_a_switch_asked_when_the_agent_was_killed_ends_failed_on_load(tmp_path: Path):
+# (prompt, mode set first, tool call as sent: title, kind, content; the mode and seq then)
+ASKS = {
+    "switch": (PLAN, "architect", (SWITCH_TITLE, "switch_mode", PLAN), ("architect", 2)),
+    "tool": ("edit notes.txt", None, ("Edit notes.txt", "edit", None), ("ask", 1)),
+}
+
+
+@pytest.mark.parametrize("ask", ASKS)
+async def test_an_ask_open_when_the_agent_was_killed_ends_failed_on_load(tmp_path: Path, ask):
+    """A switch, or a tool call the mode asks about: recorded once, replayed as failed."""
+    prompt, set_first, (title, kind, content), (mode, seq) = ASKS[ask]
     log = tmp_path / "modes.jsonl"
-    session_id, call, _request = await killed_mid_ask(log, PLAN, "architect")
+    session_id, call, _request = await killed_mid_ask(log, prompt, set_first)
     before = read_log(log)
+    sent = {"title": title, "kind": kind, "status": "pending"}
+    if content is not None:
+        sent["content"] = tool_text(content)
     expected = [
-        v1(session_id, sessionUpdate="user_message_chunk", content={"type": "text", "text": PLAN}),
         v1(
-            session_id,
-            sessionUpdate="tool_call",
-            toolCallId=call,
-            title=SWITCH_TITLE,
-            kind="switch_mode",
-            status="pending",
-            content=tool_text(PLAN),
+            session_id, sessionUpdate="user_message_chunk", content={"type": "text", "text": prompt}
         ),
+        v1(session_id, sessionUpdate="tool_call", toolCallId=call, **sent),
         v1(
             session_id,
             sessionUpdate="tool_call_update",
@@ -155,46 +162,11 @@ async def test_a_switch_asked_when_the_agent_was_killed_ends_failed_on_load(tmp_
             content=tool_text(RESTARTED),
         ),
     ]
-    frames, mode = await loaded(log, session_id)
-    assert (frames, mode) == (expected, "architect")
-    record = abandoned(session_id, call, "switch_mode", SWITCH_TITLE, mode="architect", seq=2)
+    assert await loaded(log, session_id) == (expected, mode)
+    record = abandoned(session_id, call, kind, title, mode=mode, seq=seq)
     assert read_log(log) == [*before, record]
     # a second restart replays the same and writes nothing more
-    assert await loaded(log, session_id) == (expected, "architect")
-    assert read_log(log) == [*before, record]
-    assert_replay_clean(log)
-
-
-async def test_a_tool_call_asked_when_the_agent_was_killed_ends_failed_on_load(tmp_path: Path):
-    log = tmp_path / "modes.jsonl"
-    session_id, call, _request = await killed_mid_ask(log, "edit notes.txt", None)
-    before = read_log(log)
-    expected = [
-        v1(
-            session_id,
-            sessionUpdate="user_message_chunk",
-            content={"type": "text", "text": "edit notes.txt"},
-        ),
-        v1(
-            session_id,
-            sessionUpdate="tool_call",
-            toolCallId=call,
-            title="Edit notes.txt",
-            kind="edit",
-            status="pending",
-        ),
-        v1(
-            session_id,
-            sessionUpdate="tool_call_update",
-            toolCallId=call,
-            status="failed",
-            content=tool_text(RESTARTED),
-        ),
-    ]
-    assert await loaded(log, session_id) == (expected, "ask")
-    record = abandoned(session_id, call, "edit", "Edit notes.txt", mode="ask", seq=1)
-    assert read_log(log) == [*before, record]
-    assert await loaded(log, session_id) == (expected, "ask")
+    assert await loaded(log, session_id) == (expected, mode)
     assert read_log(log) == [*before, record]
     assert_replay_clean(log)
 
