@@ -306,7 +306,7 @@ async def test_v2_a_late_answer_to_a_reused_switch_id_is_logged_as_its_own(tmp_p
         await conn.set_config_option(
             config_id="mode", session_id=session_id, value="architect", type="id"
         )
-        prompt = [s2.TextContentBlock(text="plan")]
+        prompt: list[Any] = [s2.TextContentBlock(text="plan")]
         turn = asyncio.ensure_future(conn.prompt(session_id=session_id, prompt=prompt))
         await asyncio.wait_for(client.pending.wait(), TIMEOUT)
         await conn.cancel_session(session_id=session_id)

@@ -146,7 +146,7 @@ async def test_an_ask_open_when_the_agent_was_killed_ends_failed_on_load(tmp_pat
     log = tmp_path / "modes.jsonl"
     session_id, call, _request = await killed_mid_ask(log, prompt, set_first)
     before = read_log(log)
-    sent = {"title": title, "kind": kind, "status": "pending"}
+    sent: dict[str, Any] = {"title": title, "kind": kind, "status": "pending"}
     if content is not None:
         sent["content"] = tool_text(content)
     expected = [
@@ -300,7 +300,7 @@ async def test_v2_resume_replays_the_abandoned_switch_as_failed(tmp_path: Path):
         await conn.set_config_option(
             config_id="mode", session_id=session_id, value="architect", type="id"
         )
-        prompt = [s2.TextContentBlock(text=PLAN)]
+        prompt: list[Any] = [s2.TextContentBlock(text=PLAN)]
         turn = asyncio.ensure_future(conn.prompt(session_id=session_id, prompt=prompt))
         await asyncio.wait_for(client.asked.wait(), TIMEOUT)
         process.send_signal(signal.SIGKILL)
