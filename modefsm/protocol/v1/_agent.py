@@ -36,7 +36,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -604,13 +604,19 @@ class ModeAgent:
         as *cancelled*, any time during the turn.
 
         Raises:
-            RequestError: ``-32002`` for an unknown session.
+            RequestError: ``-32002`` for an unknown session; ``-32602`` naming
+                ``toolCallId`` when a switch or a tool call with *tool_call_id* is open in
+                the session here (nothing is sent).
             NoSwitchError: the mode, caught up with what other processes committed, has no
                 switch: nothing was proposed (see :func:`modefsm.protocol.propose_switch`).
         """
         tool_call_id = tool_call_id or f"call_switch_mode_{uuid.uuid4().hex[:12]}"
-        with acp_errors(), self._asked(session_id, tool_call_id):
+        with acp_errors():
+            key = self._ask_begins(session_id, tool_call_id)
+        try:
             return await self._propose(session_id, plan, tool_call_id, cancelled)
+        finally:
+            self._asking.discard(key)
 
     async def _propose(
         self, session_id: str, plan: str, tool_call_id: str, cancelled: asyncio.Event | None
@@ -655,13 +661,17 @@ class ModeAgent:
 
         Raises:
             RequestError: ``-32002`` for an unknown session; ``-32602`` naming ``kind`` or
-                ``toolCallId`` (a kind that is not an ACP ``ToolKind``, an ask already open
-                for the id); ``-32603`` when the decision cannot be recorded (the tool did
+                ``toolCallId`` (a kind that is not an ACP ``ToolKind``; a switch or a tool
+                call with the id open in the session: being asked or run); ``-32603`` when the decision cannot be recorded (the tool did
                 not run) or the session has too many asks open.
             Exception: whatever *run* raised.
         """
-        with acp_errors(), self._asked(session_id, call.tool_call_id):
+        with acp_errors():
+            key = self._ask_begins(session_id, call.tool_call_id)
+        try:
             return await self._run_tool(session_id, call, run, cancelled)
+        finally:
+            self._asking.discard(key)
 
     async def _run_tool(
         self,
@@ -736,23 +746,19 @@ class ModeAgent:
         while len(self._sent) > _ABANDONED_KEPT:
             self._sent.popitem(last=False)
 
-    @contextlib.contextmanager
-    def _asked(self, session_id: str, tool_call_id: str) -> Iterator[None]:
-        """Hold *tool_call_id* as asked in the session for the ``with`` block.
+    def _ask_begins(self, session_id: str, tool_call_id: str) -> tuple[str, str]:
+        """Hold *tool_call_id* as being asked in the session (the caller discards the key).
 
         Raises:
             InvalidParamsError: the session has a switch or a tool call with this
-                ``toolCallId`` open here (field ``toolCallId``): nothing is sent.
+                ``toolCallId`` being asked here (field ``toolCallId``): nothing is sent.
         """
         key = (session_id, tool_call_id)
         if key in self._asking:
             msg = f"toolCallId: {tool_call_id!r} already has an open permission request"
             raise InvalidParamsError("toolCallId", tool_call_id, (), msg)
         self._asking.add(key)
-        try:
-            yield
-        finally:
-            self._asking.discard(key)
+        return key
 
     def late_answer(self, request: PermissionRequest, response: dict[str, Any]) -> None:
         """The first answer to a ``session/request_permission``, seen on the wire.
