@@ -165,6 +165,7 @@ class ModeAgent:
         # (sessionId, toolCallId) -> JSON-RPC id of its permission request awaiting an answer
         self._sent: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._asking: set[tuple[str, str]] = set()  # (sessionId, toolCallId) being asked
+        self._ids_known = False  # whether the transport reports each request's id
 
     def on_connect(self, conn: Any) -> None:
         """Called by the SDK with the connection to the client."""
@@ -662,8 +663,9 @@ class ModeAgent:
         Raises:
             RequestError: ``-32002`` for an unknown session; ``-32602`` naming ``kind`` or
                 ``toolCallId`` (a kind that is not an ACP ``ToolKind``; a switch or a tool
-                call with the id open in the session: being asked or run); ``-32603`` when the decision cannot be recorded (the tool did
-                not run) or the session has too many asks open.
+                call with the id open in the session: being asked or run); ``-32603``
+                when the decision cannot be recorded (the tool did not run) or the session
+                has too many asks open.
             Exception: whatever *run* raised.
         """
         with acp_errors():
@@ -729,6 +731,8 @@ class ModeAgent:
 
     def _abandon(self, session_id: str, tool_call_id: str) -> None:
         request_id = self._sent.pop((session_id, tool_call_id), None)
+        if request_id is None and self._ids_known:
+            return  # the request never went out: no answer can come
         self._abandoned[session_id, tool_call_id, request_id] = None
         while len(self._abandoned) > _ABANDONED_KEPT:
             self._abandoned.popitem(last=False)
@@ -740,6 +744,7 @@ class ModeAgent:
         WebSocket) so that an answer that comes after the wait ended is matched to the
         request it answers, by id, even when a ``toolCallId`` is asked again meanwhile.
         """
+        self._ids_known = True
         key = (request.session_id, request.tool_call_id)
         self._sent[key] = request.request_id
         self._sent.move_to_end(key)
