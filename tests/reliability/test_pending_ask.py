@@ -16,10 +16,12 @@ import contextlib
 import signal
 import subprocess
 import sys
+import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import acp
 import orjson
 import pytest
 from acp.experimental import v2
@@ -44,6 +46,7 @@ pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
 
 PLAN = "## Plan\n1. Write it"
 RESTARTED = "Failed: the agent restarted before the permission request was answered."
+RAN = "Failed: the agent restarted while the tool call ran; its result is unknown."
 SWITCH_TITLE = "Ready for implementation"
 
 
@@ -346,4 +349,108 @@ async def test_v2_resume_replays_the_abandoned_switch_as_failed(tmp_path: Path):
     assert read_log(log)[-1] == abandoned(
         session_id, call, "switch_mode", SWITCH_TITLE, mode="architect", seq=2
     )
+    assert_replay_clean(log)
+
+
+RUNNING_HOST = textwrap.dedent(
+    """
+    import asyncio
+    import sys
+
+    from acp.schema import PromptResponse
+
+    from modefsm import FileStore, ModeAgent, ToolCall, preset, run_agent
+    from modefsm.log import ConversationStore
+
+
+    class Host(ModeAgent):
+        replay_on_load = True
+
+        async def prompt(self, prompt, session_id, **kwargs):
+            async def forever() -> str:
+                await asyncio.Event().wait()
+                return "never"
+
+            call = ToolCall("call_read", "read", "read_file", "Read notes.txt")
+            await self.run_tool(session_id, call, forever)
+            return PromptResponse(stop_reason="end_turn")
+
+
+    journal = ConversationStore(sys.argv[1] + ".conversation")
+    agent = Host(preset("seed"), store=FileStore(sys.argv[1]), conversation=journal)
+    asyncio.run(run_agent(agent))
+    """
+)
+
+
+class RunningClient(TestClient):
+    """Sets :attr:`running` once a tool call is ``in_progress``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.running = asyncio.Event()
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        if getattr(update, "status", None) == "in_progress":
+            self.running.set()
+
+
+@contextlib.asynccontextmanager
+async def running_host(script: Path, log: Path, client: TestClient) -> AsyncIterator[Any]:
+    """The host of RUNNING_HOST under the SDK v1 client; a SIGKILL may break the pipe."""
+    process = None
+    try:
+        async with acp.spawn_agent_process(
+            cast("Any", client),
+            sys.executable,
+            str(script),
+            str(log),
+            transport_kwargs={"stderr": None, "shutdown_timeout": TIMEOUT},
+            observers=[client.observe],
+        ) as (conn, process):
+            await asyncio.wait_for(conn.initialize(protocol_version=1), TIMEOUT)
+            yield conn, process
+    except ConnectionError:
+        if process is None or process.returncode != -signal.SIGKILL:
+            raise
+
+
+async def test_a_tool_call_running_when_the_agent_was_killed_ends_failed_on_load(tmp_path: Path):
+    """A tool allowed and running: no ask to settle (its decision is logged), the call fails."""
+    script, log = tmp_path / "host.py", tmp_path / "modes.jsonl"
+    script.write_text(RUNNING_HOST, encoding="utf-8")
+    client = RunningClient()
+    async with running_host(script, log, client) as (conn, process):
+        session_id = (await conn.new_session(cwd=str(tmp_path))).session_id
+        turn = asyncio.ensure_future(
+            conn.prompt(session_id=session_id, prompt=[text_block("read")])
+        )
+        await asyncio.wait_for(client.running.wait(), TIMEOUT)
+        process.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(process.wait(), TIMEOUT)
+        turn.cancel()
+        with contextlib.suppress(BaseException):
+            await turn
+    before = read_log(log)
+    assert [(r["event"], r.get("decision")) for r in before] == [
+        ("modefsm.session_created", None),
+        ("modefsm.tool_decided", "allow"),
+    ]
+    expected = [
+        v1(session_id, sessionUpdate="tool_call", toolCallId="call_read", title="Read notes.txt",
+           kind="read", status="pending"),
+        v1(session_id, sessionUpdate="tool_call_update", toolCallId="call_read",
+           status="in_progress"),
+        v1(session_id, sessionUpdate="tool_call_update", toolCallId="call_read", status="failed",
+           content=tool_text(RAN)),
+    ]  # fmt: skip
+    for _ in range(2):  # and the same after a second restart
+        again = TestClient()
+        async with running_host(script, log, again) as (conn, _process):
+            mark = again.mark()
+            await asyncio.wait_for(
+                conn.load_session(cwd=str(tmp_path), session_id=session_id), TIMEOUT
+            )
+            assert [m for m in again.since(mark) if "method" in m] == expected
+    assert read_log(log) == before
     assert_replay_clean(log)
