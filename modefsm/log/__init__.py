@@ -28,8 +28,10 @@ if TYPE_CHECKING:
         JOURNAL_SUFFIX,
         ConversationItem,
         ConversationStore,
+        Owner,
         Part,
         journal_path,
+        owner_alive,
     )
     from modefsm.log._files import check_private, create_private, lock_holders, open_private
     from modefsm.log._models import (
@@ -105,6 +107,7 @@ __all__ = [
     "LogProblem",
     "Origin",
     "Outcome",
+    "Owner",
     "Part",
     "ProblemKind",
     "RejectReason",
@@ -121,6 +124,7 @@ __all__ = [
     "journal_path",
     "lock_holders",
     "open_private",
+    "owner_alive",
     "previous_of",
     "read_log",
     "record_checks",
@@ -140,7 +144,9 @@ _MODULES = {
         "EVENT_CONVERSATION",
         "ConversationItem",
         "ConversationStore",
+        "Owner",
         "Part",
+        "owner_alive",
     ),
     "modefsm.log._files": ("check_private", "create_private", "lock_holders", "open_private"),
     "modefsm.log._models": (

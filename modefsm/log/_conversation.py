@@ -16,6 +16,11 @@ With a file (:meth:`ConversationStore.to_file`; ``modefsm serve --log LOG`` keep
 ``"host"`` for everything else (the agent's prompts and messages). The transition log is
 not touched: its records, digests and replay reports stay as they are.
 
+A ``tool_call`` item's line also names the process that sent it, ``"owner": [PID, START]``
+(*START*: the process's start time in clock ticks since boot, from ``/proc``; ``null`` where
+there is none), so that a later process can tell whether a tool call left open is still the
+sender's own (:func:`owner_alive`) or was abandoned by a process that ended.
+
 Bounds: a session keeps at most :data:`CONVERSATION_MAX_ENTRIES` items and
 :data:`CONVERSATION_MAX_BYTES` bytes of them (the oldest are dropped first, from memory and
 from what a later load reads back), and at most :data:`CONVERSATION_SESSIONS_CACHED`
@@ -45,8 +50,10 @@ __all__ = [
     "JOURNAL_SUFFIX",
     "ConversationItem",
     "ConversationStore",
+    "Owner",
     "Part",
     "journal_path",
+    "owner_alive",
 ]
 
 EVENT_CONVERSATION = "modefsm.conversation"
@@ -71,10 +78,79 @@ Part = Literal["mode", "host"]
 """Who sent an item: ``mode`` (modefsm's ``switch_mode`` tool calls) or ``host``."""
 
 
-class ConversationItem(tuple[Part, dict[str, Any]]):
-    """One kept item: ``(part, update)``; *update* is an ACP v1 ``session/update`` update."""
+Owner = tuple[int, int | None]
+"""The process that sent a ``tool_call``: ``(pid, start)``, *start* its start time in clock
+ticks since boot (``None`` where ``/proc`` does not tell)."""
+
+
+def _start_ticks(pid: int) -> int | None:
+    """Process *pid*'s start time in clock ticks since boot (``/proc/PID/stat`` field 22)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:  # noqa: PTH123 - one small read
+            stat_line = file.read()
+    except OSError:
+        return None
+    fields = stat_line[stat_line.rfind(b")") + 2 :].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+_owner: Owner | None = None
+
+
+def this_owner() -> Owner:
+    """This process, as a ``tool_call`` line names its sender (:data:`Owner`)."""
+    global _owner  # noqa: PLW0603 - computed once per process (a fork computes its own)
+    pid = os.getpid()
+    if _owner is None or _owner[0] != pid:
+        _owner = (pid, _start_ticks(pid))
+    return _owner
+
+
+def owner_alive(owner: Owner | None) -> bool:
+    """Whether the process *owner* names still runs (``False`` for ``None``: not named).
+
+    With a start time, a process with the same pid that started at another time is another
+    process (the pid was reused): not alive. Without one, the pid alone decides.
+    """
+    if owner is None:
+        return False
+    pid, start = owner
+    if start is not None:
+        return _start_ticks(pid) == start
+    try:
+        os.kill(pid, 0)
+    except PermissionError:  # it runs, as another user
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _owner_of(value: object) -> Owner | None:
+    """The :data:`Owner` a journal line's ``owner`` holds, or ``None`` if it holds none."""
+    if isinstance(value, list) and len(value) == 2:  # noqa: PLR2004 - [pid, start]
+        pid, start = value
+        if type(pid) is int and (start is None or type(start) is int):
+            return pid, start
+    return None
+
+
+class ConversationItem(tuple[Part, dict[str, Any], Owner | None]):
+    """One kept item: ``(part, update, owner)``.
+
+    *update* is an ACP v1 ``session/update`` update; *owner* the process that sent a
+    ``tool_call`` item (``None`` for other items, and in journals written without it).
+    """
 
     __slots__ = ()
+
+    @property
+    def owner(self) -> Owner | None:
+        """The process that sent this ``tool_call`` item (see :func:`owner_alive`)."""
+        return self[2]
 
     @property
     def part(self) -> Part:
@@ -142,7 +218,10 @@ class ConversationStore:
         Raises:
             LogError: the line could not be written (nothing is kept; do not send it).
         """
-        line = {"session_id": session_id, "part": part, "update": update}
+        line: dict[str, Any] = {"session_id": session_id, "part": part, "update": update}
+        owner = this_owner() if update.get("sessionUpdate") == "tool_call" else None
+        if owner is not None:
+            line["owner"] = owner
         data = orjson.dumps({**line, "event": EVENT_CONVERSATION}) + b"\n"
         if self._fd is not None:
             _write(self._fd, data, self.path, fsync=self._fsync)
@@ -154,7 +233,8 @@ class ConversationStore:
             session = self._cache(session_id, _Session())
         else:
             self._sessions.move_to_end(session_id)
-        session.add(ConversationItem((part, update)), len(data), self.max_entries, self.max_bytes)
+        item = ConversationItem((part, update, owner))
+        session.add(item, len(data), self.max_entries, self.max_bytes)
 
     def start(self, session_id: str) -> None:
         """Note a new session: its (empty) conversation need never be read from the file."""
@@ -263,7 +343,7 @@ def _read(
                     continue
                 part, update = data.get("part"), data.get("update")
                 if part in ("mode", "host") and isinstance(update, dict):
-                    item = ConversationItem((part, update))
+                    item = ConversationItem((part, update, _owner_of(data.get("owner"))))
                     session.add(item, len(line), max_entries, max_bytes)
     except OSError as exc:
         msg = f"cannot read the conversation journal: {exc.strerror}"

@@ -152,11 +152,13 @@ the wait) and ``duplicate_answer`` (a second answer to the same request)."""
 
 Outcome = Literal[
     "allow_once", "allow_always", "reject_once", "reject_always", "cancelled", "granted",
+    "abandoned",
 ]  # fmt: skip
 """How an ``ask`` ended: the kind of the permission option the user selected
 (``session/request_permission``), ``cancelled`` (the request was cancelled, or withdrawn
-when a mode change made it moot), or ``granted`` (a remembered ``allow_always`` applied:
-nobody was asked)."""
+when a mode change made it moot), ``granted`` (a remembered ``allow_always`` applied:
+nobody was asked), or ``abandoned`` (the process that asked ended before the answer: the
+next process to restore the session settled it; the tool call did not run)."""
 
 _DIGEST_KEYS = frozenset(
     {

@@ -10,6 +10,10 @@ judge):
   record (``mode`` and ``mode_seq``);
 - the decision and the rule are what the mode's rules give for the call's kind and tool;
 - an ``ask`` has an outcome, an ``allow`` or ``deny`` none;
+- an ``abandoned`` outcome (an ask a process that ended left open, settled by the next
+  process that restored the session) is not judged against the rules (the call's tool is
+  not known then: ``rule`` and ``tool`` are ``None``), and settles an ask once: a second
+  one for the same ``toolCallId`` with no other decision of that call between is refused;
 - a ``granted`` outcome has a matching ``allow_always`` before it
   (:class:`~modefsm.spec.GrantMemory`, scoped as the spec says; a grant that does not
   persist is accepted after a restart too, since the log does not show restarts). When a
@@ -69,6 +73,8 @@ class ToolLedger:
         # by session: the (mode, kind, tool) of its allow_always answers, in order
         self._given: dict[str, dict[tuple[str, str, str | None], None]] = {}
         self._counts: dict[str, dict[tuple[str, str], list[int]]] = {}
+        # by session: the toolCallIds whose last decision record is an abandoned ask
+        self._abandoned: dict[str, set[str]] = {}
 
     def check(
         self,
@@ -111,13 +117,30 @@ class ToolLedger:
                 f"{what} with decision {record.decision!r} and outcome {record.outcome!r}: "
                 "only an ask has an outcome"
             )
+        problems.extend(self._abandonment(record, what))
         if spec is not None:
             problems.extend(self._against_rules(record, spec, what))
         return problems
 
+    def _abandonment(self, record: DecisionRecord, what: str) -> list[str]:
+        """What is wrong with an ``abandoned`` record; note which calls it settled."""
+        abandoned = self._abandoned.setdefault(record.session_id, set())
+        call = record.tool_call_id
+        if record.outcome != "abandoned":
+            abandoned.discard(call)
+            return []
+        if call in abandoned:
+            return [f"{what} ({call!r}) abandoned twice: its ask was settled already"]
+        abandoned.add(call)
+        if record.rule is not None or record.tool is not None:
+            return [f"{what} abandoned with a rule or a tool: an abandoned ask is not judged"]
+        return []
+
     def _against_rules(self, record: DecisionRecord, spec: ModeSpec, what: str) -> list[str]:
         if not spec.has_mode(record.mode):
             return [f"{what} decided in mode {record.mode!r}, not a mode of spec {spec.name!r}"]
+        if record.outcome == "abandoned":  # not judged: the call's tool is not known
+            return []
         problems = []
         verdict = spec.rules.judge(record.mode, record.kind, record.tool)
         if (verdict.decision, verdict.rule_index) != (record.decision, record.rule):

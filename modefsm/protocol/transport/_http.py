@@ -193,6 +193,7 @@ class _Checked:
     def bind(self, agent: Any) -> None:
         self.ledger.stray = getattr(agent, "stray_answer", None)
         self.ledger.late = getattr(agent, "late_answer", None)
+        self.ledger.sent = getattr(agent, "permission_sent", None)
         base = getattr(agent, "base", agent)  # a v2 agent serves its v1 agent's engine
         engine = getattr(base, "engine", None)
         self.engine = engine if isinstance(engine, SharedEngine) else None

@@ -216,7 +216,14 @@ async def _serve_stdio(agent: Any, protocols: tuple[int, ...], stdio: _Stdio) ->
     def late(request: Any, response: dict[str, Any]) -> None:
         holder["agent"].late_answer(request, response)
 
-    transport = CheckedTransport(reader, writer, stray=stray, late=late, paced=stdio.paced)
+    def sent(request: Any) -> None:
+        hook = getattr(holder["agent"], "permission_sent", None)
+        if hook is not None:
+            hook(request)
+
+    transport = CheckedTransport(
+        reader, writer, stray=stray, late=late, sent=sent, paced=stdio.paced
+    )
     first_task = asyncio.ensure_future(_first_frame(transport, protocols))
     await asyncio.wait({first_task, output.closed}, return_when=asyncio.FIRST_COMPLETED)
     if not first_task.done():

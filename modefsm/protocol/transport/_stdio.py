@@ -831,6 +831,8 @@ class _Ledger:
     Attributes:
         stray: called with a second answer to a ``session/request_permission``.
         late: called with the first answer to a ``session/request_permission``.
+        sent: called with each ``session/request_permission`` as it goes out (its
+            JSON-RPC id is known from then on: a late answer is matched to it by id).
         open: requests admitted and not answered yet (held ones included).
         held: requests admitted and not handed over yet, oldest first.
         unrouted: notifications of methods the SDK does not route, dropped.
@@ -842,10 +844,12 @@ class _Ledger:
         stray: StrayAnswer | None = None,
         late: StrayAnswer | None = None,
         changed: Callable[[], None] | None = None,
+        sent: Callable[[PermissionRequest], None] | None = None,
     ) -> None:
         """Start empty; *changed* is called whenever a request opens or closes."""
         self.stray = stray
         self.late = late
+        self.sent = sent
         self._changed = changed or (lambda: None)
         self.open = 0
         self.held: deque[dict[str, Any]] = deque()
@@ -961,8 +965,10 @@ class _Ledger:
                 message = {**message, "error": _cut(message["error"])}
                 data = _encode(message)
         if not response and type(message.get("id")) is int:
-            self.awaiting[message["id"]] = _permission_request(message)
+            request = self.awaiting[message["id"]] = _permission_request(message)
             self._changed()
+            if request is not None and self.sent is not None:
+                self.sent(request)
         return message, data
 
     def _asked_by(self, response: dict[str, Any]) -> list[tuple[Any, Any]]:
@@ -1037,6 +1043,8 @@ class CheckedTransport:
         stray: called with a second answer to a ``session/request_permission``.
         late: called with the first answer to a ``session/request_permission``; the agent
             logs it if it had stopped waiting (``session/cancel``), as the SDK drops it.
+        sent: called with each ``session/request_permission`` the agent sends, as it
+            goes out (so that the agent knows which request id a ``toolCallId`` has).
         paced: read each line only once every request read before it is answered or
             waits for the client's answer to one of the agent's requests (a recorded
             script in a regular file: its requests run in order, each after the answer
@@ -1054,6 +1062,7 @@ class CheckedTransport:
         *,
         stray: StrayAnswer | None = None,
         late: StrayAnswer | None = None,
+        sent: Callable[[PermissionRequest], None] | None = None,
         paced: bool = False,
     ) -> None:
         """Read frames from *reader* and write them to *writer*."""
@@ -1062,7 +1071,7 @@ class CheckedTransport:
         self._writer = writer
         self._lock = asyncio.Lock()
         self._changed = asyncio.Event()
-        self._ledger = _Ledger(stray, late, self._changed.set)
+        self._ledger = _Ledger(stray, late, self._changed.set, sent)
         self.batches: Any = None
         """A :class:`~modefsm.protocol.transport._batch.Batches` once batches are served (v2)."""
         self._queued: deque[dict[str, Any]] = deque()  # the entries of a batch still to serve
@@ -1469,6 +1478,7 @@ async def run_agent(agent: Any, *, use_unstable_protocol: bool = True) -> Checke
             stdio.writer,
             stray=getattr(agent, "stray_answer", None),
             late=getattr(agent, "late_answer", None),
+            sent=getattr(agent, "permission_sent", None),
             paced=stdio.paced,
         )
         conn = AgentSideConnection(

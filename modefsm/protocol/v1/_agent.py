@@ -38,7 +38,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from importlib import metadata
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from acp import PROTOCOL_VERSION, RequestError
 from acp.schema import (
@@ -62,17 +62,21 @@ from acp.schema import (
 )
 
 from modefsm.engine import HostOption, ModeChange, ModeEngine, Session, SwitchResult, ToolCall
-from modefsm.errors import UnknownSessionError
-from modefsm.log import ConversationStore, Part
+from modefsm.errors import InvalidParamsError, UnknownSessionError
+from modefsm.log import ConversationItem, ConversationStore, Part, owner_alive
 from modefsm.protocol._list import list_page
 from modefsm.protocol.errors import acp_errors, invalid_params
 from modefsm.protocol.transport._shared import SharedEngine
 from modefsm.protocol.transport._stdio import PermissionRequest
+from modefsm.protocol.v1._ask import text_content
 from modefsm.protocol.v1._render import config_options, mode_state, session_updates
 from modefsm.protocol.v1._switch import propose_switch
 from modefsm.protocol.v1._tools import ToolResult, run_tool
-from modefsm.spec import ModeSpec
+from modefsm.spec import TOOL_KINDS, ModeSpec
 from modefsm.store import RestorePoint, SessionStore
+
+if TYPE_CHECKING:
+    from modefsm.spec import ToolKind
 
 __all__ = ["CLOSE_WAIT", "MAX_CWD_CHARS", "ModeAgent"]
 
@@ -155,8 +159,13 @@ class ModeAgent:
         self._cancels: dict[str, set[asyncio.Event]] = {}
         self._closing: set[str] = set()  # sessions whose session/close waits for their turns
         self._turn_ended = asyncio.Event()  # set by end_turn (a closing session's wait)
-        # (sessionId, toolCallId) of the permission requests a cancel or a withdrawal ended
-        self._abandoned: OrderedDict[tuple[str, str], None] = OrderedDict()
+        # (sessionId, toolCallId, request id) of the permission requests a cancel or a
+        # withdrawal ended (request id None: the transport did not say which it was)
+        self._abandoned: OrderedDict[tuple[str, str, Any], None] = OrderedDict()
+        # (sessionId, toolCallId) -> JSON-RPC id of its permission request awaiting an answer
+        self._sent: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self._asking: set[tuple[str, str]] = set()  # (sessionId, toolCallId) being asked
+        self._ids_known = False  # whether the transport reports each request's id
 
     def on_connect(self, conn: Any) -> None:
         """Called by the SDK with the connection to the client."""
@@ -235,11 +244,8 @@ class ModeAgent:
         ``session/update`` notifications (see :meth:`replay`).
         """
         del cwd, mcp_servers, kwargs
-        point = None
+        point = await self._settled_point(session_id)
         if self.replay_on_load:
-            with acp_errors():
-                if session_id not in self.engine:
-                    point = await self._restore_point(session_id)
             await self.replay(session_id)
         view = await self._restore(session_id, point)
         return LoadSessionResponse(
@@ -252,7 +258,7 @@ class ModeAgent:
     ) -> ResumeSessionResponse:
         """``session/resume`` (unstable): as :meth:`load_session`, without any replay."""
         del cwd, kwargs
-        view = await self._restore(session_id)
+        view = await self._restore(session_id, await self._settled_point(session_id))
         return ResumeSessionResponse(
             modes=mode_state(view),
             config_options=config_options(self.engine.config_options(session_id)),
@@ -345,6 +351,44 @@ class ModeAgent:
         if point is None:
             raise UnknownSessionError(session_id)
         return point
+
+    async def _settled_point(self, session_id: str) -> RestorePoint | None:
+        """For a session not live here: settle what ended processes left open; its point.
+
+        A tool call the kept conversation shows still open (``pending``: its permission
+        request unanswered; ``in_progress``: running) whose sender no longer runs
+        (:func:`~modefsm.log.owner_alive`) ends ``failed`` in the conversation, after a
+        ``pending`` one is recorded ``abandoned`` (:meth:`ModeEngine.abandon_ask
+        <modefsm.engine.ModeEngine.abandon_ask>`, written once). ``None`` for a live session.
+
+        Raises:
+            RequestError: ``-32002`` for an unknown session; ``-32603`` when the store or
+                the journal cannot be read, or the record cannot be written.
+        """
+        with acp_errors():
+            if session_id in self.engine:
+                return None
+            point = await self._restore_point(session_id)
+            left = left_open(await self.conversation.history(session_id))
+            wrote = False
+            for item, status in left:
+                update = item.update
+                call_id = update["toolCallId"]
+                text = _RESTARTED_RUNNING
+                if status == "pending":
+                    kind = update.get("kind", "other")
+                    kind = cast("ToolKind", kind if kind in TOOL_KINDS else "other")
+                    call = ToolCall(call_id, kind, None, update.get("title"))
+                    wrote = await self.engine.abandon_ask(point, call) or wrote
+                    text = _RESTARTED_ASKING
+                final = ToolCallProgress(
+                    session_update="tool_call_update",
+                    tool_call_id=call_id,
+                    status="failed",
+                    content=text_content(text),
+                )
+                self._keep(session_id, final, item.part)
+            return await self._restore_point(session_id) if wrote else point
 
     async def _restore(self, session_id: str, point: RestorePoint | None = None) -> Any:
         """Bring the session back from *point* (looked up if ``None``) unless it is live.
@@ -561,11 +605,23 @@ class ModeAgent:
         as *cancelled*, any time during the turn.
 
         Raises:
-            RequestError: ``-32002`` for an unknown session.
+            RequestError: ``-32002`` for an unknown session; ``-32602`` naming
+                ``toolCallId`` when a switch or a tool call with *tool_call_id* is open in
+                the session here (nothing is sent).
             NoSwitchError: the mode, caught up with what other processes committed, has no
                 switch: nothing was proposed (see :func:`modefsm.protocol.propose_switch`).
         """
         tool_call_id = tool_call_id or f"call_switch_mode_{uuid.uuid4().hex[:12]}"
+        with acp_errors():
+            key = self._ask_begins(session_id, tool_call_id)
+        try:
+            return await self._propose(session_id, plan, tool_call_id, cancelled)
+        finally:
+            self._asking.discard(key)
+
+    async def _propose(
+        self, session_id: str, plan: str, tool_call_id: str, cancelled: asyncio.Event | None
+    ) -> SwitchResult:
         waiter = cancelled if cancelled is not None else self.begin_turn(session_id)
         try:
             with acp_errors():
@@ -606,11 +662,26 @@ class ModeAgent:
 
         Raises:
             RequestError: ``-32002`` for an unknown session; ``-32602`` naming ``kind`` or
-                ``toolCallId`` (a kind that is not an ACP ``ToolKind``, an ask already open
-                for the id); ``-32603`` when the decision cannot be recorded (the tool did
-                not run) or the session has too many asks open.
+                ``toolCallId`` (a kind that is not an ACP ``ToolKind``; a switch or a tool
+                call with the id open in the session: being asked or run); ``-32603``
+                when the decision cannot be recorded (the tool did not run) or the session
+                has too many asks open.
             Exception: whatever *run* raised.
         """
+        with acp_errors():
+            key = self._ask_begins(session_id, call.tool_call_id)
+        try:
+            return await self._run_tool(session_id, call, run, cancelled)
+        finally:
+            self._asking.discard(key)
+
+    async def _run_tool(
+        self,
+        session_id: str,
+        call: ToolCall,
+        run: Callable[[], Awaitable[_T]],
+        cancelled: asyncio.Event | None,
+    ) -> ToolResult[_T]:
         waiter = cancelled if cancelled is not None else self.begin_turn(session_id)
         try:
             with acp_errors():
@@ -659,9 +730,40 @@ class ModeAgent:
             )
 
     def _abandon(self, session_id: str, tool_call_id: str) -> None:
-        self._abandoned[session_id, tool_call_id] = None
+        request_id = self._sent.pop((session_id, tool_call_id), None)
+        if request_id is None and self._ids_known:
+            return  # the request never went out: no answer can come
+        self._abandoned[session_id, tool_call_id, request_id] = None
         while len(self._abandoned) > _ABANDONED_KEPT:
             self._abandoned.popitem(last=False)
+
+    def permission_sent(self, request: PermissionRequest) -> None:
+        """A ``session/request_permission`` of this agent's goes out (its JSON-RPC id).
+
+        Called by the transports (:class:`~modefsm.protocol.CheckedTransport`, HTTP and
+        WebSocket) so that an answer that comes after the wait ended is matched to the
+        request it answers, by id, even when a ``toolCallId`` is asked again meanwhile.
+        """
+        self._ids_known = True
+        key = (request.session_id, request.tool_call_id)
+        self._sent[key] = request.request_id
+        self._sent.move_to_end(key)
+        while len(self._sent) > _ABANDONED_KEPT:
+            self._sent.popitem(last=False)
+
+    def _ask_begins(self, session_id: str, tool_call_id: str) -> tuple[str, str]:
+        """Hold *tool_call_id* as being asked in the session (the caller discards the key).
+
+        Raises:
+            InvalidParamsError: the session has a switch or a tool call with this
+                ``toolCallId`` being asked here (field ``toolCallId``): nothing is sent.
+        """
+        key = (session_id, tool_call_id)
+        if key in self._asking:
+            msg = f"toolCallId: {tool_call_id!r} already has an open permission request"
+            raise InvalidParamsError("toolCallId", tool_call_id, (), msg)
+        self._asking.add(key)
+        return key
 
     def late_answer(self, request: PermissionRequest, response: dict[str, Any]) -> None:
         """The first answer to a ``session/request_permission``, seen on the wire.
@@ -675,9 +777,14 @@ class ModeAgent:
         another process's lock never holds up the event loop; the transports wait for it
         (:meth:`~modefsm.engine.ModeEngine.drain_notes`) when their connection ends.
         """
-        key = (request.session_id, request.tool_call_id)
+        asked = (request.session_id, request.tool_call_id)
+        if self._sent.get(asked) == request.request_id:
+            del self._sent[asked]
+        key = (*asked, request.request_id)
         if key not in self._abandoned:
-            return
+            key = (*asked, None)  # abandoned before the transport named its request
+            if key not in self._abandoned:
+                return
         del self._abandoned[key]
         option_id = _selected(response)
         if option_id is not None:
@@ -703,6 +810,36 @@ class ModeAgent:
             option_id=_selected(response),
             request_id=request.request_id,
         )
+
+
+_RESTARTED_ASKING = "Failed: the agent restarted before the permission request was answered."
+_RESTARTED_RUNNING = "Failed: the agent restarted while the tool call ran; its result is unknown."
+
+
+def left_open(items: Iterable[ConversationItem]) -> list[tuple[ConversationItem, str]]:
+    """The tool calls *items* leave open whose sender no longer runs, oldest first.
+
+    Returns:
+        ``(item, status)`` pairs: the ``tool_call`` item and the last status sent
+        (``pending`` or ``in_progress``); a tool call whose last update is ``completed``
+        or ``failed`` has ended, one whose sender runs (:func:`~modefsm.log.owner_alive`)
+        is its own.
+    """
+    started: dict[str, tuple[ConversationItem, str]] = {}
+    for item in items:
+        update = item.update
+        call_id = update.get("toolCallId")
+        if not isinstance(call_id, str):
+            continue
+        kind, status = update.get("sessionUpdate"), update.get("status")
+        if kind == "tool_call":
+            started[call_id] = (item, status if isinstance(status, str) else "pending")
+        elif kind == "tool_call_update" and call_id in started:
+            if status in ("completed", "failed"):
+                del started[call_id]
+            elif isinstance(status, str):
+                started[call_id] = (started[call_id][0], status)
+    return [(item, status) for item, status in started.values() if not owner_alive(item.owner)]
 
 
 _ABANDONED_KEPT = 1024

@@ -379,7 +379,7 @@ class ModeAgentV2:
         del cwd, kwargs
         base = self.base
         with _V2_ERRORS, acp_errors():
-            point = None if session_id in base.engine else await base._restore_point(session_id)  # noqa: SLF001
+            point = await base._settled_point(session_id)  # noqa: SLF001
         if replay_from is not None:
             cursor = replay_from
             if not isinstance(cursor, dict):
@@ -534,6 +534,10 @@ class ModeAgentV2:
     def late_answer(self, request: Any, response: dict[str, Any]) -> None:
         """See :meth:`ModeAgent.late_answer <modefsm.protocol.ModeAgent.late_answer>`."""
         self.base.late_answer(request, response)
+
+    def permission_sent(self, request: Any) -> None:
+        """See :meth:`ModeAgent.permission_sent <modefsm.protocol.ModeAgent.permission_sent>`."""
+        self.base.permission_sent(request)
 
     def stray_answer(self, request: Any, response: dict[str, Any]) -> None:
         """See :meth:`ModeAgent.stray_answer <modefsm.protocol.ModeAgent.stray_answer>`."""
