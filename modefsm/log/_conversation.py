@@ -83,18 +83,35 @@ Owner = tuple[int, int | None]
 ticks since boot (``None`` where ``/proc`` does not tell)."""
 
 
-def _start_ticks(pid: int) -> int | None:
-    """Process *pid*'s start time in clock ticks since boot (``/proc/PID/stat`` field 22)."""
+def _proc_stat(pid: int) -> tuple[bytes, int | None] | None:
+    """Process *pid*'s state and start time from ``/proc/PID/stat`` (fields 3 and 22).
+
+    The state is one letter (``R``, ``S``, ``Z``...); the start time is in clock ticks
+    since boot (``None`` if the line does not hold one). ``None``: no such process, or
+    no ``/proc``.
+    """
     try:
         with open(f"/proc/{pid}/stat", "rb") as file:  # noqa: PTH123 - one small read
             stat_line = file.read()
     except OSError:
         return None
     fields = stat_line[stat_line.rfind(b")") + 2 :].split()
-    try:
-        return int(fields[19])
-    except (IndexError, ValueError):
+    if not fields:
         return None
+    try:
+        return fields[0], int(fields[19])
+    except (IndexError, ValueError):
+        return fields[0], None
+
+
+def _start_ticks(pid: int) -> int | None:
+    """Process *pid*'s start time in clock ticks since boot (``/proc/PID/stat`` field 22)."""
+    stat = _proc_stat(pid)
+    return None if stat is None else stat[1]
+
+
+_ENDED_STATES = (b"Z", b"X")
+"""``/proc`` states of a process that has ended: a zombie (not reaped yet), or dead."""
 
 
 _owner: Owner | None = None
@@ -113,13 +130,18 @@ def owner_alive(owner: Owner | None) -> bool:
     """Whether the process *owner* names still runs (``False`` for ``None``: not named).
 
     With a start time, a process with the same pid that started at another time is another
-    process (the pid was reused): not alive. Without one, the pid alone decides.
+    process (the pid was reused): not alive. Without one, the pid alone decides. A process
+    that ended and was not reaped yet (a zombie: state ``Z`` or ``X`` in ``/proc``) is
+    not alive.
     """
     if owner is None:
         return False
     pid, start = owner
+    stat = _proc_stat(pid)
+    if stat is not None and stat[0] in _ENDED_STATES:
+        return False
     if start is not None:
-        return _start_ticks(pid) == start
+        return stat is not None and stat[1] == start
     try:
         os.kill(pid, 0)
     except PermissionError:  # it runs, as another user

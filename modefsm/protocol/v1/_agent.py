@@ -821,9 +821,9 @@ def left_open(items: Iterable[ConversationItem]) -> list[tuple[ConversationItem,
 
     Returns:
         ``(item, status)`` pairs: the ``tool_call`` item and the last status sent
-        (``pending`` or ``in_progress``); a tool call whose last update is ``completed``
-        or ``failed`` has ended, one whose sender runs (:func:`~modefsm.log.owner_alive`)
-        is its own.
+        (``pending`` or ``in_progress``); a tool call whose last update (the ``tool_call``
+        itself included) is ``completed`` or ``failed`` has ended, one whose sender runs
+        (:func:`~modefsm.log.owner_alive`) is its own.
     """
     started: dict[str, tuple[ConversationItem, str]] = {}
     for item in items:
@@ -833,7 +833,10 @@ def left_open(items: Iterable[ConversationItem]) -> list[tuple[ConversationItem,
             continue
         kind, status = update.get("sessionUpdate"), update.get("status")
         if kind == "tool_call":
-            started[call_id] = (item, status if isinstance(status, str) else "pending")
+            if status in ("completed", "failed"):  # it ended in its first update
+                started.pop(call_id, None)
+            else:
+                started[call_id] = (item, status if isinstance(status, str) else "pending")
         elif kind == "tool_call_update" and call_id in started:
             if status in ("completed", "failed"):
                 del started[call_id]

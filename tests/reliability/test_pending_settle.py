@@ -1,0 +1,176 @@
+"""The settlement of asks left open by ended processes: what it must not settle, and when.
+
+Each test builds, with the real file store and conversation journal, the state an ended
+process leaves (its ``tool_call`` lines name a real process that ran and was reaped, or a
+real zombie), restores the session in a fresh agent and checks the whole decision list and
+the whole kept conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from acp import RequestError
+from acp.schema import ToolCallStart
+
+from modefsm import preset
+from modefsm.engine import ToolCall
+from modefsm.log import ConversationStore, owner_alive
+from modefsm.log._conversation import _start_ticks
+from modefsm.protocol import ModeAgent
+from modefsm.protocol.v2._agent import ModeAgentV2
+from modefsm.store import FileStore
+
+from .harness import assert_replay_clean
+
+pytestmark = [pytest.mark.reliability]
+
+RESTARTED = "Failed: the agent restarted before the permission request was answered."
+SESSION = "sess_1"
+
+
+def ended_process() -> list[int]:
+    """``[pid, start]`` of a process that ran and was reaped (as a journal line names it)."""
+    process = subprocess.Popen(["sleep", "60"])
+    start = _start_ticks(process.pid)
+    assert start is not None
+    process.kill()
+    process.wait()
+    return [process.pid, start]
+
+
+class Conn:
+    """The client side of the connection: takes every ``session/update``."""
+
+    def __init__(self) -> None:
+        self.updates: list[Any] = []
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        self.updates.append(update)
+
+
+class Files:
+    """A log and its conversation journal, written the way ``modefsm serve --log`` does."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.log = tmp_path / "modes.jsonl"
+        self.journal = tmp_path / "modes.jsonl.conversation"
+        self.stores: list[FileStore] = []
+
+    def agent(self, cls: type[ModeAgent] = ModeAgent) -> ModeAgent:
+        store = FileStore(self.log)
+        self.stores.append(store)
+        agent = cls(preset("seed"), store=store, conversation=ConversationStore(self.journal))
+        agent.on_connect(Conn())
+        return agent
+
+    def close(self) -> None:
+        for store in self.stores:
+            store.close()
+
+    def created(self) -> ModeAgent:
+        agent = self.agent()
+        agent.engine.new_session(SESSION, cwd="/")
+        return agent
+
+    def ended(self) -> None:
+        """The owner of every ``tool_call`` line becomes a process that ended."""
+        owner = ended_process()
+        lines = []
+        for line in self.journal.read_bytes().splitlines():
+            data = orjson.loads(line)
+            if "owner" in data:
+                data["owner"] = owner
+            lines.append(orjson.dumps(data))
+        self.journal.write_bytes(b"".join(line + b"\n" for line in lines))
+
+    def append(self, update: dict[str, Any], owner: list[int] | None = None) -> None:
+        line: dict[str, Any] = {"session_id": SESSION, "part": "host", "update": update}
+        line["event"] = "modefsm.conversation"
+        if owner is not None:
+            line["owner"] = owner
+        with self.journal.open("ab") as file:
+            file.write(orjson.dumps(line) + b"\n")
+
+    def decisions(self) -> list[tuple[str, str, int | None, str | None]]:
+        store = FileStore(self.log)
+        try:
+            return [
+                (d.tool_call_id, d.decision, d.rule, d.outcome) for d in store.decisions(SESSION)
+            ]
+        finally:
+            store.close()
+
+    async def kept(self) -> list[dict[str, Any]]:
+        items = await ConversationStore(self.journal).history(SESSION)
+        return [item.update for item in items]
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Iterator[Files]:
+    made = Files(tmp_path)
+    yield made
+    made.close()
+
+
+EDIT = {
+    "sessionUpdate": "tool_call",
+    "toolCallId": "call_1",
+    "title": "Edit",
+    "kind": "edit",
+    "status": "pending",
+}
+
+
+def failed(call: str, text: str) -> dict[str, Any]:
+    return {
+        "toolCallId": call,
+        "status": "failed",
+        "content": [{"content": {"text": text, "type": "text"}, "type": "content"}],
+        "sessionUpdate": "tool_call_update",
+    }
+
+
+@pytest.mark.parametrize("status", ["completed", "failed"])
+async def test_a_tool_call_ended_in_its_first_update_stays_ended(files: Files, status: str):
+    """A ``tool_call`` sent ``completed`` or ``failed`` is not open: nothing is added."""
+    first = files.created()
+    start = ToolCallStart(
+        session_update="tool_call", tool_call_id="call_r", title="Read", kind="read", status=status
+    )
+    first.record(SESSION, start)
+    files.ended()
+    await files.agent().load_session(cwd="/", session_id=SESSION)
+    sent = {"toolCallId": "call_r", "title": "Read", "kind": "read", "status": status}
+    assert await files.kept() == [{**sent, "sessionUpdate": "tool_call"}]
+    assert files.decisions() == []
+
+
+def test_a_killed_unreaped_sender_is_not_alive():
+    process = subprocess.Popen(["sleep", "60"])
+    try:
+        owner = (process.pid, _start_ticks(process.pid))
+        assert owner_alive(owner) is True
+        assert owner_alive((process.pid, None)) is True
+        os.kill(process.pid, signal.SIGKILL)
+        stat = Path(f"/proc/{process.pid}/stat")
+        for _ in range(500):  # the kernel makes it a zombie: wait for the state, bounded
+            if stat.read_bytes().rsplit(b")", 1)[1].split()[0] == b"Z":
+                break
+            time.sleep(0.01)
+        assert stat.read_bytes().rsplit(b")", 1)[1].split()[0] == b"Z"
+        assert owner_alive(owner) is False
+        assert owner_alive((process.pid, None)) is False
+    finally:
+        process.kill()
+        process.wait()
+    assert owner_alive(owner) is False
