@@ -174,3 +174,54 @@ def test_a_killed_unreaped_sender_is_not_alive():
         process.kill()
         process.wait()
     assert owner_alive(owner) is False
+
+
+async def test_two_restores_at_once_settle_an_ask_once(files: Files):
+    """Two ``session/load`` of one session at once in one process: one record, one end."""
+    files.created()
+    files.append(EDIT, ended_process())
+    agent = files.agent()
+    answers = await asyncio.gather(
+        agent.load_session(cwd="/", session_id=SESSION),
+        agent.load_session(cwd="/", session_id=SESSION),
+    )
+    assert [a.modes.current_mode_id for a in answers] == ["ask", "ask"]
+    assert files.decisions() == [("call_1", "ask", None, "abandoned")]
+    assert await files.kept() == [EDIT, failed("call_1", RESTARTED)]
+    assert_replay_clean(files.log)
+
+
+@pytest.mark.parametrize(
+    ("cursor", "field"),
+    [
+        ({"type": "bogus"}, "replayFrom"),
+        ({"type": "_modefsm/message", "messageId": "msg_none"}, "replayFrom.messageId"),
+    ],
+)
+async def test_a_v2_resume_refused_for_replay_from_settles_nothing(
+    files: Files, cursor: dict[str, Any], field: str
+):
+    files.created()
+    files.append(EDIT, ended_process())
+    base = files.agent()
+    agent = ModeAgentV2(base, Conn())
+    with pytest.raises(RequestError) as refused:
+        await agent.resume_session(SESSION, "/", replay_from=cursor)
+    assert refused.value.code == -32602
+    assert refused.value.data["field"] == field
+    assert SESSION not in base.engine
+    assert files.decisions() == []
+    assert await files.kept() == [EDIT]
+    # the same request with a cursor served settles it, once
+    await agent.resume_session(SESSION, "/", replay_from={"type": "start"})
+    assert files.decisions() == [("call_1", "ask", None, "abandoned")]
+    assert await files.kept() == [EDIT, failed("call_1", RESTARTED)]
+    assert_replay_clean(files.log)
+
+
+async def test_a_v2_resume_of_an_unknown_session_settles_nothing(files: Files):
+    files.created()
+    agent = ModeAgentV2(files.agent(), Conn())
+    with pytest.raises(RequestError) as refused:
+        await agent.resume_session("sess_other", "/", replay_from={"type": "bogus"})
+    assert refused.value.code == -32002

@@ -35,6 +35,7 @@ import functools
 import logging
 import time
 import uuid
+import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from importlib import metadata
@@ -361,6 +362,11 @@ class ModeAgent:
         ``pending`` one is recorded ``abandoned`` (:meth:`ModeEngine.abandon_ask
         <modefsm.engine.ModeEngine.abandon_ask>`, written once). ``None`` for a live session.
 
+        Restores of one session in this process (on any connection sharing this agent's
+        conversation store) settle one at a time, each reading the kept conversation in
+        its turn, so a tool call is settled once. Two processes restoring the session at
+        the same moment may both settle it (the store cannot order them).
+
         Raises:
             RequestError: ``-32002`` for an unknown session; ``-32603`` when the store or
                 the journal cannot be read, or the record cannot be written.
@@ -368,7 +374,27 @@ class ModeAgent:
         with acp_errors():
             if session_id in self.engine:
                 return None
+            await self._restore_point(session_id)  # an unknown session: nothing is settled
+        turns = _SETTLING.setdefault(self.conversation, {})
+        turn = turns.get(session_id)
+        if turn is None:
+            turn = turns[session_id] = _Turn()
+        turn.waiting += 1
+        try:
+            async with turn.lock:
+                return await self._settle(session_id)
+        finally:
+            turn.waiting -= 1
+            if not turn.waiting:
+                del turns[session_id]
+
+    async def _settle(self, session_id: str) -> RestorePoint | None:
+        """:meth:`_settled_point`'s work, in the session's settling turn (see there)."""
+        with acp_errors():
+            if session_id in self.engine:  # restored while this waited for its turn
+                return None
             point = await self._restore_point(session_id)
+            # read again in the turn: an earlier settlement here ended what it settled
             left = left_open(await self.conversation.history(session_id))
             wrote = False
             for item, status in left:
@@ -811,6 +837,21 @@ class ModeAgent:
             request_id=request.request_id,
         )
 
+
+class _Turn:
+    """One session's settling turn: its lock, and how many restores hold or wait for it."""
+
+    __slots__ = ("lock", "waiting")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.waiting = 0
+
+
+_SETTLING: weakref.WeakKeyDictionary[ConversationStore, dict[str, _Turn]] = (
+    weakref.WeakKeyDictionary()
+)
+"""By conversation store: the settling turn of each session being restored (while held)."""
 
 _RESTARTED_ASKING = "Failed: the agent restarted before the permission request was answered."
 _RESTARTED_RUNNING = "Failed: the agent restarted while the tool call ran; its result is unknown."

@@ -367,7 +367,9 @@ class ModeAgentV2:
         :func:`replay_cursor`). Then the session's mode is restored (after a restart, from
         the log, whichever version made the session; a fallback is announced), a current
         ``state_update`` is sent, and the answer carries the complete ``configOptions``.
-        Without ``replayFrom`` nothing is replayed. A failed request sends nothing. A
+        Without ``replayFrom`` nothing is replayed. A failed request sends nothing, and a
+        request refused for its params settles nothing (asks ended processes left open
+        are settled only once ``replayFrom`` is known to be served). A
         ``$/cancel_request`` during the replay ends it (``-32800``, nothing restored);
         once the restore has begun, the resume runs to its end and answers.
 
@@ -379,12 +381,21 @@ class ModeAgentV2:
         del cwd, kwargs
         base = self.base
         with _V2_ERRORS, acp_errors():
-            point = await base._settled_point(session_id)  # noqa: SLF001
+            if session_id not in base.engine:
+                await base._restore_point(session_id)  # noqa: SLF001 - unknown: -32002
+        message_id = None
         if replay_from is not None:
             cursor = replay_from
             if not isinstance(cursor, dict):
                 cursor = replay_from.model_dump(mode="json", by_alias=True, exclude_none=True)
-            for update in await self.replay_from(session_id, replay_cursor(cursor)):
+            message_id = replay_cursor(cursor)
+            if message_id is not None:
+                await self.replay_from(session_id, message_id)  # not kept: -32602
+        # the request is valid: settle what ended processes left open, then replay
+        with _V2_ERRORS, acp_errors():
+            point = await base._settled_point(session_id)  # noqa: SLF001
+        if replay_from is not None:
+            for update in await self.replay_from(session_id, message_id):
                 await base.engine.notify(session_id, update)
         # from here on the resume runs to its end: a fallback it applies is logged and
         # announced, so a $/cancel_request must not turn its answer into a failure
