@@ -26,7 +26,7 @@ import asyncio
 import logging
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 import msgspec.structs
@@ -397,24 +397,31 @@ class ToolCalls:
         tools = self._tools.get(session_id)
         return () if tools is None else tuple(a.decision for a in tools.asks.values())
 
-    async def abandon_ask(self, point: RestorePoint, call: ToolCall) -> bool:
+    async def abandon_ask(
+        self, point: RestorePoint, call: ToolCall
+    ) -> Literal["written", "abandoned", "decided"]:
         """Settle an ask a process that ended left open: ``abandoned``, recorded once.
 
         For a session not live here, about to be restored from *point*: the tool call
-        *call* (a ``switch_mode`` switch or a host's tool call) was left waiting for its
-        permission answer by a process that ended. A ``modefsm.tool_decided`` record is
-        written against the session's committed mode at *point* (``decision`` ``ask``,
-        ``outcome`` ``abandoned``, ``rule`` and ``tool`` ``None``: the call is not judged
-        again), unless the session's last decision record for ``call.tool_call_id`` is
-        already one (another process, or an earlier restore, wrote it). Nothing is written
-        without a store (no other process can have left an ask).
+        *call* (a ``switch_mode`` switch or a host's ``run_tool``) was left waiting for its
+        decision or its permission answer by a process that ended. A
+        ``modefsm.tool_decided`` record is written against the session's committed mode at
+        *point* (``decision`` ``ask``, ``outcome`` ``abandoned``, ``rule`` and ``tool``
+        ``None``: the call is not judged again), unless the session already has a decision
+        record for ``call.tool_call_id``: an ``abandoned`` one (another process, or an
+        earlier restore, wrote it), or any other (the call was decided, or answered, before
+        its process ended: it was not an open ask; a ``toolCallId`` used again in the
+        session is never settled ``abandoned`` either, its records cannot be told apart).
+        Nothing is written without a store (no other process can have left an ask).
 
         Args:
             point: where the store last saw the session (its ``mode`` and ``seq``).
             call: the tool call left open (its ``tool_call_id``, ``kind`` and ``title``).
 
         Returns:
-            Whether the record was written here.
+            ``written`` (the record was written here), ``abandoned`` (one was there
+            already, or there is no store) or ``decided`` (another decision of the call is
+            logged: nothing was written).
 
         Raises:
             LogError: the store cannot be read or the record cannot be written; a
@@ -423,20 +430,20 @@ class ToolCalls:
         """
         store = self.store
         if store is None:
-            return False
+            return "abandoned"
         session_id = point.session_id
         for _ in range(_TRIES):
             past = await asyncio.to_thread(lambda: list(store.decisions(session_id)))
             last = next((d for d in reversed(past) if d.tool_call_id == call.tool_call_id), None)
-            if last is not None and last.outcome == "abandoned":
-                return False
+            if last is not None:
+                return "abandoned" if last.outcome == "abandoned" else "decided"
             decision = ToolDecision(call, "ask", None, None, point.mode, point.seq, "abandoned")
             try:
                 await self._record_at(decision, point)
             except SessionMoved as moved:
                 point = moved.current
             else:
-                return True
+                return "written"
         raise self._busy(session_id)
 
     def prompt_for(self, session_id: str) -> str | None:

@@ -19,7 +19,9 @@ not touched: its records, digests and replay reports stay as they are.
 A ``tool_call`` item's line also names the process that sent it, ``"owner": [PID, START]``
 (*START*: the process's start time in clock ticks since boot, from ``/proc``; ``null`` where
 there is none), so that a later process can tell whether a tool call left open is still the
-sender's own (:func:`owner_alive`) or was abandoned by a process that ended.
+sender's own (:func:`owner_alive`) or was abandoned by a process that ended; and, for a tool
+call the session's mode decides (a ``switch_mode`` switch, a host's ``run_tool``: one that
+may have been asked), ``"gated": true``.
 
 Bounds: a session keeps at most :data:`CONVERSATION_MAX_ENTRIES` items and
 :data:`CONVERSATION_MAX_BYTES` bytes of them (the oldest are dropped first, from memory and
@@ -160,14 +162,22 @@ def _owner_of(value: object) -> Owner | None:
     return None
 
 
-class ConversationItem(tuple[Part, dict[str, Any], Owner | None]):
-    """One kept item: ``(part, update, owner)``.
+class ConversationItem(tuple[Part, dict[str, Any], Owner | None, bool]):
+    """One kept item: ``(part, update, owner, gated)``.
 
     *update* is an ACP v1 ``session/update`` update; *owner* the process that sent a
-    ``tool_call`` item (``None`` for other items, and in journals written without it).
+    ``tool_call`` item (``None`` for other items, and in journals written without it);
+    *gated* whether the ``tool_call`` is one the session's mode decides, and may ask the
+    client about (a ``switch_mode`` switch, or a host's ``run_tool``), rather than one a
+    host only reported.
     """
 
     __slots__ = ()
+
+    @property
+    def gated(self) -> bool:
+        """Whether this ``tool_call`` item is decided by the mode (it may have been asked)."""
+        return self[3]
 
     @property
     def owner(self) -> Owner | None:
@@ -234,8 +244,17 @@ class ConversationStore:
         if self.path is not None:
             self._fd = _open(self.path)
 
-    def append(self, session_id: str, update: dict[str, Any], part: Part = "host") -> None:
+    def append(
+        self, session_id: str, update: dict[str, Any], part: Part = "host", *, gated: bool = False
+    ) -> None:
         """Keep *update* as the session's next item; written to the file before it returns.
+
+        Args:
+            session_id: ACP ``sessionId``.
+            update: an ACP v1 ``session/update`` update (its JSON object).
+            part: who sent it (:data:`Part`).
+            gated: a ``tool_call`` the session's mode decides (see
+                :attr:`ConversationItem.gated`); the line says ``"gated": true``.
 
         Raises:
             LogError: the line could not be written (nothing is kept; do not send it).
@@ -244,6 +263,9 @@ class ConversationStore:
         owner = this_owner() if update.get("sessionUpdate") == "tool_call" else None
         if owner is not None:
             line["owner"] = owner
+        gated = gated and owner is not None
+        if gated:
+            line["gated"] = True
         data = orjson.dumps({**line, "event": EVENT_CONVERSATION}) + b"\n"
         if self._fd is not None:
             _write(self._fd, data, self.path, fsync=self._fsync)
@@ -255,7 +277,7 @@ class ConversationStore:
             session = self._cache(session_id, _Session())
         else:
             self._sessions.move_to_end(session_id)
-        item = ConversationItem((part, update, owner))
+        item = ConversationItem((part, update, owner, gated))
         session.add(item, len(data), self.max_entries, self.max_bytes)
 
     def start(self, session_id: str) -> None:
@@ -365,7 +387,8 @@ def _read(
                     continue
                 part, update = data.get("part"), data.get("update")
                 if part in ("mode", "host") and isinstance(update, dict):
-                    item = ConversationItem((part, update, _owner_of(data.get("owner"))))
+                    owner = _owner_of(data.get("owner"))
+                    item = ConversationItem((part, update, owner, data.get("gated") is True))
                     session.add(item, len(line), max_entries, max_bytes)
     except OSError as exc:
         msg = f"cannot read the conversation journal: {exc.strerror}"

@@ -13,7 +13,9 @@ judge):
 - an ``abandoned`` outcome (an ask a process that ended left open, settled by the next
   process that restored the session) is not judged against the rules (the call's tool is
   not known then: ``rule`` and ``tool`` are ``None``), and settles an ask once: a second
-  one for the same ``toolCallId`` with no other decision of that call between is refused;
+  one for the same ``toolCallId`` with no other decision of that call between is refused,
+  and so is one that follows an ``allow`` or a ``deny`` of that call with no ask between
+  (that call was decided, not asked);
 - a ``granted`` outcome has a matching ``allow_always`` before it
   (:class:`~modefsm.spec.GrantMemory`, scoped as the spec says; a grant that does not
   persist is accepted after a restart too, since the log does not show restarts). When a
@@ -73,8 +75,9 @@ class ToolLedger:
         # by session: the (mode, kind, tool) of its allow_always answers, in order
         self._given: dict[str, dict[tuple[str, str, str | None], None]] = {}
         self._counts: dict[str, dict[tuple[str, str], list[int]]] = {}
-        # by session: the toolCallIds whose last decision record is an abandoned ask
-        self._abandoned: dict[str, set[str]] = {}
+        # by session: each toolCallId's last decision record: abandoned, decided (an
+        # allow or a deny), or asked (an ask answered)
+        self._last: dict[str, dict[str, str]] = {}
 
     def check(
         self,
@@ -123,15 +126,18 @@ class ToolLedger:
         return problems
 
     def _abandonment(self, record: DecisionRecord, what: str) -> list[str]:
-        """What is wrong with an ``abandoned`` record; note which calls it settled."""
-        abandoned = self._abandoned.setdefault(record.session_id, set())
+        """What is wrong with an ``abandoned`` record; note each call's last decision."""
+        last = self._last.setdefault(record.session_id, {})
         call = record.tool_call_id
+        before = last.get(call)
         if record.outcome != "abandoned":
-            abandoned.discard(call)
+            last[call] = "decided" if record.decision != "ask" else "asked"
             return []
-        if call in abandoned:
+        last[call] = "abandoned"
+        if before == "abandoned":
             return [f"{what} ({call!r}) abandoned twice: its ask was settled already"]
-        abandoned.add(call)
+        if before == "decided":
+            return [f"{what} ({call!r}) abandoned after an allow or a deny: it was not asked"]
         if record.rule is not None or record.tool is not None:
             return [f"{what} abandoned with a rule or a tool: an abandoned ask is not judged"]
         return []

@@ -31,10 +31,12 @@ from modefsm.protocol.v2._agent import ModeAgentV2
 from modefsm.store import FileStore
 
 from .harness import assert_replay_clean
+from .test_pending_ask import forged
 
 pytestmark = [pytest.mark.reliability]
 
 RESTARTED = "Failed: the agent restarted before the permission request was answered."
+UNKNOWN = "Failed: the agent restarted before the tool call ended; its result is unknown."
 SESSION = "sess_1"
 
 
@@ -93,11 +95,13 @@ class Files:
             lines.append(orjson.dumps(data))
         self.journal.write_bytes(b"".join(line + b"\n" for line in lines))
 
-    def append(self, update: dict[str, Any], owner: list[int] | None = None) -> None:
+    def append(self, update: dict[str, Any], owner: list[int], *, gated: bool = True) -> None:
+        """A ``tool_call`` line as a process that ended wrote it (``run_tool``'s: *gated*)."""
         line: dict[str, Any] = {"session_id": SESSION, "part": "host", "update": update}
+        line["owner"] = owner
+        if gated:
+            line["gated"] = True
         line["event"] = "modefsm.conversation"
-        if owner is not None:
-            line["owner"] = owner
         with self.journal.open("ab") as file:
             file.write(orjson.dumps(line) + b"\n")
 
@@ -225,3 +229,40 @@ async def test_a_v2_resume_of_an_unknown_session_settles_nothing(files: Files):
     with pytest.raises(RequestError) as refused:
         await agent.resume_session("sess_other", "/", replay_from={"type": "bogus"})
     assert refused.value.code == -32002
+
+
+async def test_a_tool_call_a_host_only_reported_is_not_recorded_abandoned(files: Files):
+    """A ``pending`` tool call kept with :meth:`record` was never asked: it ends, no record."""
+    first = files.created()
+    start = ToolCallStart(
+        session_update="tool_call",
+        tool_call_id="call_1",
+        title="Edit",
+        kind="edit",
+        status="pending",
+    )
+    first.record(SESSION, start)
+    files.ended()
+    await files.agent().load_session(cwd="/", session_id=SESSION)
+    assert files.decisions() == []
+    assert await files.kept() == [EDIT, failed("call_1", UNKNOWN)]
+
+
+async def test_a_run_tool_call_allowed_before_its_process_ended_is_not_abandoned(files: Files):
+    """``run_tool``'s ``tool_call`` kept, its ``allow`` logged, then the process ended."""
+    first = files.created()
+    read = {**EDIT, "toolCallId": "call_r", "title": "Read", "kind": "read"}
+    first.conversation.append(SESSION, read, "host", gated=True)
+    decided = await first.engine.decide_async(SESSION, ToolCall("call_r", "read", None, "Read"))
+    assert (decided.decision, decided.outcome) == ("allow", None)
+    files.ended()
+    await files.agent().load_session(cwd="/", session_id=SESSION)
+    assert files.decisions() == [("call_r", "allow", 0, None)]
+    assert await files.kept() == [read, failed("call_r", UNKNOWN)]
+    assert_replay_clean(files.log)
+    # an abandoned record after that allow, with no ask between, is refused
+    done = forged(
+        files.log, {"decision": "ask", "rule": None, "tool": None, "outcome": "abandoned"}
+    )
+    assert done.returncode == 1, done.stdout
+    assert "abandoned after an allow or a deny: it was not asked" in done.stdout

@@ -356,11 +356,15 @@ class ModeAgent:
     async def _settled_point(self, session_id: str) -> RestorePoint | None:
         """For a session not live here: settle what ended processes left open; its point.
 
-        A tool call the kept conversation shows still open (``pending``: its permission
-        request unanswered; ``in_progress``: running) whose sender no longer runs
-        (:func:`~modefsm.log.owner_alive`) ends ``failed`` in the conversation, after a
-        ``pending`` one is recorded ``abandoned`` (:meth:`ModeEngine.abandon_ask
-        <modefsm.engine.ModeEngine.abandon_ask>`, written once). ``None`` for a live session.
+        A tool call the kept conversation shows still open (``pending``: not decided yet,
+        or its permission request unanswered; ``in_progress``: running) whose sender no
+        longer runs (:func:`~modefsm.log.owner_alive`) ends ``failed`` in the conversation.
+        Before that, a ``pending`` one the mode decides (a ``switch_mode`` switch, a
+        ``run_tool`` call: :attr:`~modefsm.log.ConversationItem.gated`) with no decision
+        logged is recorded ``abandoned`` (:meth:`ModeEngine.abandon_ask
+        <modefsm.engine.ModeEngine.abandon_ask>`, written once); a host's tool call only
+        reported with :meth:`record` was never asked: no record. ``None`` for a live
+        session.
 
         Restores of one session in this process (on any connection sharing this agent's
         conversation store) settle one at a time, each reading the kept conversation in
@@ -400,13 +404,15 @@ class ModeAgent:
             for item, status in left:
                 update = item.update
                 call_id = update["toolCallId"]
-                text = _RESTARTED_RUNNING
-                if status == "pending":
+                text = _RESTARTED_RUNNING if status == "in_progress" else _RESTARTED
+                if status == "pending" and item.gated:
                     kind = update.get("kind", "other")
                     kind = cast("ToolKind", kind if kind in TOOL_KINDS else "other")
                     call = ToolCall(call_id, kind, None, update.get("title"))
-                    wrote = await self.engine.abandon_ask(point, call) or wrote
-                    text = _RESTARTED_ASKING
+                    settled = await self.engine.abandon_ask(point, call)
+                    wrote = wrote or settled == "written"
+                    if settled != "decided":
+                        text = _RESTARTED_ASKING
                 final = ToolCallProgress(
                     session_update="tool_call_update",
                     tool_call_id=call_id,
@@ -744,9 +750,15 @@ class ModeAgent:
         self._keep(session_id, update, "mode")
 
     def _keep(self, session_id: str, update: Any, part: Part) -> None:
-        """Keep a tool call's update; only its first (``tool_call``) must be kept to go on."""
+        """Keep a tool call's update; only its first (``tool_call``) must be kept to go on.
+
+        The ``tool_call`` of a switch or a ``run_tool`` call is kept *gated* (see
+        :attr:`~modefsm.log.ConversationItem.gated`).
+        """
         if isinstance(update, ToolCallStart):
-            self.record(session_id, update, part)  # failing: nothing proposed, -32603
+            data = update.model_dump(mode="json", by_alias=True, exclude_none=True)
+            with acp_errors():  # failing: nothing proposed, -32603
+                self.conversation.append(session_id, data, part, gated=True)
             return
         try:  # the outcome stands whether or not the journal takes it
             self.record(session_id, update, part)
@@ -853,6 +865,7 @@ _SETTLING: weakref.WeakKeyDictionary[ConversationStore, dict[str, _Turn]] = (
 )
 """By conversation store: the settling turn of each session being restored (while held)."""
 
+_RESTARTED = "Failed: the agent restarted before the tool call ended; its result is unknown."
 _RESTARTED_ASKING = "Failed: the agent restarted before the permission request was answered."
 _RESTARTED_RUNNING = "Failed: the agent restarted while the tool call ran; its result is unknown."
 
