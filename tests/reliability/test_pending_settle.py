@@ -180,14 +180,22 @@ def test_a_killed_unreaped_sender_is_not_alive():
     assert owner_alive(owner) is False
 
 
-async def test_two_restores_at_once_settle_an_ask_once(files: Files):
-    """Two ``session/load`` of one session at once in one process: one record, one end."""
+@pytest.mark.parametrize("connections", [1, 2])
+async def test_two_restores_at_once_settle_an_ask_once(files: Files, connections: int):
+    """Two ``session/load`` of one session at once in one process: one record, one end.
+
+    On one connection, or on two sharing the engine and the journal (as ``serve --http``).
+    """
     files.created()
     files.append(EDIT, ended_process())
     agent = files.agent()
+    other = agent
+    if connections == 2:
+        other = ModeAgent(preset("seed"), engine=agent.engine, conversation=agent.conversation)
+        other.on_connect(Conn())
     answers = await asyncio.gather(
         agent.load_session(cwd="/", session_id=SESSION),
-        agent.load_session(cwd="/", session_id=SESSION),
+        other.load_session(cwd="/", session_id=SESSION),
     )
     assert [a.modes.current_mode_id for a in answers] == ["ask", "ask"]
     assert files.decisions() == [("call_1", "ask", None, "abandoned")]
