@@ -1,7 +1,8 @@
 """The session store that processes share, the one way the engine writes and restores.
 
 Exports the seam (:mod:`modefsm.store._interface`: ``SessionStore``, ``RestorePoint``,
-``SessionMoved``, ``StoreBusy``, ``StoreInDoubt``, what ``session/list`` reads) and the
+``SessionMoved``, ``StoreBusy``, ``StoreInDoubt``, ``DecidesOnce`` and ``AlreadyDecided``,
+what ``session/list`` reads) and the
 in-memory store ``MemoryStore``, loaded with the package; the backends and the restore
 index (``FileStore``, ``LogStore``, ``open_store``, ``export_store``, ``RestoreIndex``,
 ``LogRestore``, ...) load on first use, so that an engine loads no SQLite and no log
@@ -16,6 +17,8 @@ from typing import TYPE_CHECKING
 from modefsm._lazy import lazy_exports
 from modefsm.store._interface import (
     EXPORT_EVENT,
+    AlreadyDecided,
+    DecidesOnce,
     ListAfter,
     ListedSession,
     RestorePoint,
@@ -47,6 +50,8 @@ __all__ = [
     "EXPORT_EVENT",
     "MAX_PENDING",
     "RETRY_SECONDS",
+    "AlreadyDecided",
+    "DecidesOnce",
     "FileStore",
     "ListAfter",
     "ListedSession",
