@@ -2,9 +2,9 @@
 
 Exports the seam (:mod:`modefsm.store._interface`: ``SessionStore``, ``RestorePoint``,
 ``SessionMoved``, ``StoreBusy``, ``StoreInDoubt``, ``DecidesOnce`` and ``AlreadyDecided``,
-what ``session/list`` reads) and the
-in-memory store ``MemoryStore``, loaded with the package; the backends and the restore
-index (``FileStore``, ``LogStore``, ``open_store``, ``export_store``, ``RestoreIndex``,
+what ``session/list`` reads) and the in-memory store ``MemoryStore`` (with
+``DECIDED_KEPT``), loaded with the package; the backends and the restore index
+(``FileStore``, ``LogStore``, ``open_store``, ``export_store``, ``RestoreIndex``,
 ``LogRestore``, ...) load on first use, so that an engine loads no SQLite and no log
 reader until it opens a store. ``PgStore`` (``modefsm.store._postgres``, psycopg) is
 loaded by ``open_store("postgresql://...")``.
@@ -27,7 +27,7 @@ from modefsm.store._interface import (
     StoreBusy,
     StoreInDoubt,
 )
-from modefsm.store._memory import MemoryStore
+from modefsm.store._memory import DECIDED_KEPT, MemoryStore
 
 if TYPE_CHECKING:
     from modefsm.store._file import FileStore
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "DECIDED_KEPT",
     "EVENT_INDEX_MISMATCH",
     "EXPORT_EVENT",
     "MAX_PENDING",

@@ -883,7 +883,7 @@ class FileStore:
 
         See :meth:`DecidesOnce.note_once_async <modefsm.store.DecidesOnce.note_once_async>`.
         For a session this store holds, the decisions checked are those it read or wrote
-        since it began holding it (at most :data:`~modefsm.store._memory.DECIDED_KEPT` per
+        since it began holding it (at most :data:`~modefsm.store.DECIDED_KEPT` per
         session, kept across a rotation it followed); for one it does not hold, every
         decision in the current file, read under the lock.
 

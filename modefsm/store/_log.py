@@ -29,7 +29,7 @@ class LogStore(MemoryStore):
     """A :class:`~modefsm.store.SessionStore` that writes every line to a transition log.
 
     Memory holds one point per live session (dropped when the engine closes it), its
-    decided ``toolCallId`` values (at most :data:`~modefsm.store._memory.DECIDED_KEPT`, for
+    decided ``toolCallId`` values (at most :data:`~modefsm.store.DECIDED_KEPT`, for
     :meth:`note_once_async`), and one
     ``session/list`` entry per live session created with a ``cwd``; :attr:`lines` stays
     empty (the lines are in the log). :meth:`append` checks the session's head, then hands
