@@ -12,6 +12,7 @@ list asserted; ``modefsm replay --verify`` calls it clean; both clients see the 
 
 from __future__ import annotations
 
+import concurrent.futures
 import signal
 import subprocess
 import sys
@@ -48,10 +49,17 @@ def worker(*args: str) -> subprocess.Popen[str]:
 
 
 def read_line(stream: IO[str] | None) -> str:
+    """The worker's next line, within TIMEOUT (a hung worker fails the test: it is killed)."""
     assert stream is not None
-    line = stream.readline()
-    assert line, "the worker ended"
-    return line.strip()
+    reader = concurrent.futures.ThreadPoolExecutor(1)
+    try:  # the thread ends with the read: once the line comes, or the worker is killed
+        text = reader.submit(stream.readline).result(TIMEOUT)
+    except TimeoutError:
+        pytest.fail(f"a worker said nothing for {TIMEOUT:g} s")
+    finally:
+        reader.shutdown(wait=False)
+    assert text, "the worker ended"
+    return text.strip()
 
 
 def killed_while_asking(store: str, folder: Path) -> None:
