@@ -40,7 +40,7 @@ from modefsm.errors import (
     UnknownSessionError,
 )
 from modefsm.log import EVENT_DECIDED, title_digest, utc_timestamp
-from modefsm.store import RestorePoint, SessionMoved
+from modefsm.store import AlreadyDecided, DecidesOnce, RestorePoint, SessionMoved
 
 if TYPE_CHECKING:
     from modefsm.engine._engine import _Turn
@@ -414,6 +414,13 @@ class ToolCalls:
         session is never settled ``abandoned`` either, its records cannot be told apart).
         Nothing is written without a store (no other process can have left an ask).
 
+        With a store that implements :class:`~modefsm.store.DecidesOnce` (every store of
+        this package), the record is written only if the store, under its own guard, finds
+        no decision of the call either: of several processes restoring the session at the
+        same moment, one writes it and the others return ``abandoned``. With another
+        store, the check is the read of :meth:`SessionStore.decisions
+        <modefsm.store.SessionStore.decisions>` alone.
+
         Args:
             point: where the store last saw the session (its ``mode`` and ``seq``).
             call: the tool call left open (its ``tool_call_id``, ``kind`` and ``title``).
@@ -439,7 +446,13 @@ class ToolCalls:
                 return "abandoned" if last.outcome == "abandoned" else "decided"
             decision = ToolDecision(call, "ask", None, None, point.mode, point.seq, "abandoned")
             try:
-                await self._record_at(decision, point)
+                if isinstance(store, DecidesOnce):
+                    fields = self._decision_fields(session_id, decision)
+                    await store.note_once_async(fields, point)
+                else:
+                    await self._record_at(decision, point)
+            except AlreadyDecided as decided:  # another process settled it, or decided it
+                return "abandoned" if decided.outcome == "abandoned" else "decided"
             except SessionMoved as moved:
                 point = moved.current
             else:

@@ -1,9 +1,10 @@
 """The session store that processes share, the one way the engine writes and restores.
 
 Exports the seam (:mod:`modefsm.store._interface`: ``SessionStore``, ``RestorePoint``,
-``SessionMoved``, ``StoreBusy``, ``StoreInDoubt``, what ``session/list`` reads) and the
-in-memory store ``MemoryStore``, loaded with the package; the backends and the restore
-index (``FileStore``, ``LogStore``, ``open_store``, ``export_store``, ``RestoreIndex``,
+``SessionMoved``, ``StoreBusy``, ``StoreInDoubt``, ``DecidesOnce`` and ``AlreadyDecided``,
+what ``session/list`` reads) and the in-memory store ``MemoryStore`` (with
+``DECIDED_KEPT``), loaded with the package; the backends and the restore index
+(``FileStore``, ``LogStore``, ``open_store``, ``export_store``, ``RestoreIndex``,
 ``LogRestore``, ...) load on first use, so that an engine loads no SQLite and no log
 reader until it opens a store. ``PgStore`` (``modefsm.store._postgres``, psycopg) is
 loaded by ``open_store("postgresql://...")``.
@@ -16,6 +17,8 @@ from typing import TYPE_CHECKING
 from modefsm._lazy import lazy_exports
 from modefsm.store._interface import (
     EXPORT_EVENT,
+    AlreadyDecided,
+    DecidesOnce,
     ListAfter,
     ListedSession,
     RestorePoint,
@@ -24,7 +27,7 @@ from modefsm.store._interface import (
     StoreBusy,
     StoreInDoubt,
 )
-from modefsm.store._memory import MemoryStore
+from modefsm.store._memory import DECIDED_KEPT, MemoryStore
 
 if TYPE_CHECKING:
     from modefsm.store._file import FileStore
@@ -43,10 +46,13 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "DECIDED_KEPT",
     "EVENT_INDEX_MISMATCH",
     "EXPORT_EVENT",
     "MAX_PENDING",
     "RETRY_SECONDS",
+    "AlreadyDecided",
+    "DecidesOnce",
     "FileStore",
     "ListAfter",
     "ListedSession",

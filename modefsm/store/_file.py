@@ -92,12 +92,14 @@ from modefsm.log._writer import (
 )
 from modefsm.spec import MAX_GRANTS
 from modefsm.store._interface import (
+    AlreadyDecided,
     ListAfter,
     ListedSession,
     RestorePoint,
     SessionMoved,
     StoreBusy,
 )
+from modefsm.store._memory import DECIDED_KEPT, remember_decision
 from modefsm.store._restore import RestoreIndex, is_index
 
 if TYPE_CHECKING:
@@ -158,6 +160,8 @@ class FileStore:
             raise LogError(f"cannot open the transition log: {exc.strerror}", str(path)) from None
         self._heads: dict[str, RestorePoint] = {}  # sessions this process holds
         self._granted: dict[str, list[dict[str, Any]]] = {}  # others' allow_always, by session
+        # held sessions' decisions read or written since the hold: toolCallId -> outcome
+        self._decided: dict[str, dict[str, str | None]] = {}
         self._queued: list[tuple[str, dict[str, Any], asyncio.Future[str]]] = []
         self._writer: asyncio.Task[None] | None = None  # writes the queued records
         self._watch = _LockWatch()
@@ -636,7 +640,8 @@ class FileStore:
         """Take the chained line *data* another process wrote, if it moves what this one keeps.
 
         A spec header is noted (not written twice); a record of a session held here moves
-        its head; an ``allow_always`` decision of one is kept for :meth:`grants_seen`.
+        its head; a decision of one is noted for :meth:`note_once_async`, and an
+        ``allow_always`` one kept for :meth:`grants_seen`.
         """
         if data.get("event") == EVENT_SPEC:  # another writer's header: not twice
             spec_hash = data.get("spec_hash")
@@ -646,8 +651,10 @@ class FileStore:
         seq = data.get("seq")
         if held is not None and isinstance(seq, int) and seq > held.seq:
             self._heads[held.session_id] = _after(held, data, data.get("event"))
-        elif held is not None and data.get("outcome") == "allow_always":
-            self._grant_seen(held.session_id, data)
+        elif held is not None and data.get("event") == EVENT_DECIDED:
+            remember_decision(self._decided, data, DECIDED_KEPT)
+            if data.get("outcome") == "allow_always":
+                self._grant_seen(held.session_id, data)
 
     def _wrote(self, event: str, fields: dict[str, Any], digest: str | None) -> None:
         """This process appended a line of *event* (a record if *digest*), the lock held.
@@ -871,18 +878,73 @@ class FileStore:
         await self._lock_async(None)
         self._note_locked(event, fields, head)
 
-    def _note_locked(self, event: str, fields: dict[str, Any], head: RestorePoint | None) -> None:
-        """The rest of :meth:`note`, the lock held (released here)."""
+    async def note_once_async(self, fields: dict[str, Any], head: RestorePoint) -> None:
+        """Write the decision *fields* unless its call has one: checked under the file's lock.
+
+        See :meth:`DecidesOnce.note_once_async <modefsm.store.DecidesOnce.note_once_async>`.
+        For a session this store holds, the decisions checked are those it read or wrote
+        since it began holding it (at most :data:`~modefsm.store.DECIDED_KEPT` per
+        session, kept across a rotation it followed); for one it does not hold, every
+        decision in the current file, read under the lock.
+
+        Raises:
+            AlreadyDecided: the call has a decision record; nothing was written.
+            SessionMoved, StoreBusy, LogError: as :meth:`note`.
+        """
+        await self._lock_async(None)
+        self._note_locked(EVENT_DECIDED, fields, head, once=True)
+
+    def _note_locked(
+        self,
+        event: str,
+        fields: dict[str, Any],
+        head: RestorePoint | None,
+        *,
+        once: bool = False,
+    ) -> None:
+        """The rest of :meth:`note` (of :meth:`note_once_async` if *once*), the lock held.
+
+        The lock is released here.
+        """
         try:
             self._sync_tail()
             if head is not None:
                 held = self._heads.get(head.session_id)
                 if held is not None and held.seq > head.seq:
                     raise SessionMoved(held)
+            if once:
+                self._refuse_decided(fields)
             self._log.write(event, fields)
             self._wrote(event, fields, self._log.head if event in CHAINED_EVENTS else None)
+            if event == EVENT_DECIDED and fields.get("session_id") in self._heads:
+                remember_decision(self._decided, fields, DECIDED_KEPT)
         finally:
             self._unlock()
+
+    def _refuse_decided(self, fields: dict[str, Any]) -> None:
+        """Raise :class:`AlreadyDecided` if the call of *fields* has a decision (the lock held).
+
+        A held session: the file's lines after the point its hold began all passed through
+        :meth:`_take` under this lock, in file order (:meth:`_sync_tail` reads every line
+        after :attr:`_seen` before anything is written, and the hold, taken after a read
+        under the lock, is in place before the next read), so :attr:`_decided` has every
+        decision written since, this store's own included; the caller read
+        :meth:`decisions` after the hold began, which covers the lines before. The two
+        together cover the file, and a decision written by another process after this
+        check waits for this lock, so it sees this line in its own check.
+        """
+        session_id, call_id = fields["session_id"], fields["tool_call_id"]
+        if session_id in self._heads:
+            calls = self._decided.get(session_id, {})
+            if call_id in calls:
+                raise AlreadyDecided(session_id, call_id, calls[call_id])
+            return
+        last = None
+        for record in self.decisions(session_id):  # not followed: the file, read now
+            if record.tool_call_id == call_id:
+                last = record
+        if last is not None:
+            raise AlreadyDecided(session_id, call_id, last.outcome)
 
     def restore_point(self, session_id: str) -> RestorePoint | None:
         """The session's latest point: the index caught up with the file first.
@@ -1078,6 +1140,7 @@ class FileStore:
         """Stop following *session_id* (closed here): held heads stay bounded."""
         self._heads.pop(session_id, None)
         self._granted.pop(session_id, None)
+        self._decided.pop(session_id, None)
 
     def _grant_seen(self, session_id: str, data: dict[str, Any]) -> None:
         seen = self._granted.setdefault(session_id, [])

@@ -17,7 +17,7 @@ backend (and no SQLite, no log reader).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 from modefsm.errors import LogError, ModefsmError
 
@@ -27,6 +27,8 @@ if TYPE_CHECKING:  # a model: loaded by those who read history, not by every wri
 
 __all__ = [
     "EXPORT_EVENT",
+    "AlreadyDecided",
+    "DecidesOnce",
     "ListAfter",
     "ListedSession",
     "RestorePoint",
@@ -99,6 +101,29 @@ class SessionMoved(ModefsmError):  # noqa: N818 - the shared interface names it
         super().__init__(
             f"sessionId {current.session_id} was changed by another process "
             f"(now in mode {current.mode!r} at seq {current.seq})"
+        )
+
+
+class AlreadyDecided(ModefsmError):  # noqa: N818 - named like SessionMoved
+    """The session already has a decision record for the tool call; nothing was written.
+
+    Raised by :meth:`DecidesOnce.note_once_async`.
+
+    Attributes:
+        session_id: ACP ``sessionId``.
+        tool_call_id: ACP ``toolCallId`` of the call.
+        outcome: the ``outcome`` of the call's last decision record the store found
+            (``abandoned``, an ``optionId`` kind, ``cancelled``, ``granted``, or ``None``
+            for an ``allow`` or a ``deny``).
+    """
+
+    def __init__(self, session_id: str, tool_call_id: str, outcome: str | None) -> None:
+        """Build the error for the call *tool_call_id* of *session_id*, decided *outcome*."""
+        self.session_id = session_id
+        self.tool_call_id = tool_call_id
+        self.outcome = outcome
+        super().__init__(
+            f"toolCallId {tool_call_id!r} of sessionId {session_id} already has a decision"
         )
 
 
@@ -338,4 +363,42 @@ class SessionStore(Protocol):
 
     def close(self) -> None:
         """Release the store's files or connections (idempotent)."""
+        ...  # pragma: no cover
+
+
+@runtime_checkable
+class DecidesOnce(Protocol):
+    """A store that writes a tool call's decision only if the call has none yet, in one step.
+
+    What settles an ask a process that ended left open (``outcome`` ``abandoned``) exactly
+    once when several processes restore the session at the same moment: the check and the
+    write are one step under the store's own guard (the file's lock, the database's
+    transaction), so of two processes settling the call one writes and the other is
+    refused. Every store of this package implements it. A host's own store may; one that
+    does not still works with the engine, which then checks
+    :meth:`SessionStore.decisions` and writes with :meth:`SessionStore.note`: two
+    processes restoring the session at the same moment may then both settle the call
+    (``modefsm replay --verify`` reports it as ``abandoned twice``).
+    """
+
+    async def note_once_async(self, fields: dict[str, Any], head: RestorePoint) -> None:
+        """Write the ``modefsm.tool_decided`` record *fields* unless its call has a decision.
+
+        As :meth:`SessionStore.note_async` with *head*, and refused when the session has a
+        decision record for ``fields["tool_call_id"]`` already, any process's. The caller
+        holds the session: it called :meth:`SessionStore.restore_point_async` (which
+        *head* came from) and read :meth:`SessionStore.decisions` after that; a store may
+        rely on both, and check under its guard only the decisions written since it began
+        following the session (its own, and those it read of other processes).
+
+        Args:
+            fields: the record's fields (:class:`~modefsm.log.DecisionRecord`: its
+                ``session_id``, ``tool_call_id`` and ``outcome`` are read).
+            head: where the session stood when the call was decided (its ``mode_seq``).
+
+        Raises:
+            AlreadyDecided: the call has a decision record; nothing was written.
+            SessionMoved: the session moved past *head*; nothing was written.
+            StoreBusy, StoreInDoubt, LogError: as :meth:`SessionStore.note_async`.
+        """
         ...  # pragma: no cover

@@ -20,13 +20,40 @@ from modefsm.log import (
     previous_of,
     record_digest,
 )
-from modefsm.store._interface import ListAfter, ListedSession, RestorePoint, SessionMoved
+from modefsm.store._interface import (
+    AlreadyDecided,
+    ListAfter,
+    ListedSession,
+    RestorePoint,
+    SessionMoved,
+)
 
 if TYPE_CHECKING:
     from modefsm.log import DecisionRecord, TransitionRecord
     from modefsm.spec import ModeSpec
 
-__all__ = ["MemoryStore"]
+__all__ = ["DECIDED_KEPT", "MemoryStore"]
+
+DECIDED_KEPT = 4096
+"""The most decided ``toolCallId`` values a store that follows sessions keeps per session
+for :meth:`~modefsm.store.DecidesOnce.note_once_async` (the oldest are dropped)."""
+
+
+def remember_decision(
+    decided: dict[str, dict[str, str | None]], fields: dict[str, Any], kept: int | None
+) -> None:
+    """Note the decision *fields* in *decided* (``sessionId -> toolCallId -> outcome``).
+
+    At most *kept* calls per session (the oldest dropped; ``None``: every one).
+    """
+    calls = decided.setdefault(fields["session_id"], {})
+    call_id = fields.get("tool_call_id")
+    if not isinstance(call_id, str):
+        return
+    calls.pop(call_id, None)  # the last decision of the call, and now the newest
+    calls[call_id] = fields.get("outcome")
+    if kept is not None and len(calls) > kept:
+        del calls[next(iter(calls))]
 
 
 class MemoryStore:
@@ -56,6 +83,8 @@ class MemoryStore:
 
     _session_prev = True
     """Whether the records this store keeps carry ``session_prev``."""
+    _decided_kept: int | None = None
+    """The most decided ``toolCallId`` values kept per session (``None``: every one)."""
 
     def __init__(self, *, timeout: float = 1.0) -> None:
         """An empty store."""
@@ -65,6 +94,7 @@ class MemoryStore:
         self._created: str | None = None  # the mode of a point kept as its digest alone
         self._records: dict[str, list[dict[str, Any]]] = {}
         self._listed: dict[str, tuple[str, str]] = {}  # sessionId -> (cwd, updated_at)
+        self._decided: dict[str, dict[str, str | None]] = {}  # sessionId -> toolCallId -> outcome
         self._head: str | None = None  # the digest of the last record (the chain's head)
         self._closed = False
         self._chain: Callable[[str, dict[str, Any], bool], str | None] = self._keep
@@ -197,6 +227,7 @@ class MemoryStore:
     def _forget(self, session_id: str) -> None:
         """Drop the point and the ``session/list`` entry of *session_id*."""
         self._heads.pop(session_id, None)
+        self._decided.pop(session_id, None)
         if self._listed:
             self._listed.pop(session_id, None)
 
@@ -225,12 +256,30 @@ class MemoryStore:
             if held is not None and self._held(held)[1] > head.seq:
                 raise SessionMoved(self._point(head.session_id, held))
         self._write(event, fields)
+        if event == EVENT_DECIDED:
+            remember_decision(self._decided, fields, self._decided_kept)
 
     async def note_async(
         self, event: str, fields: dict[str, Any], head: RestorePoint | None = None
     ) -> None:
         """:meth:`note` (nothing to wait for)."""
         self.note(event, fields, head)
+
+    async def note_once_async(self, fields: dict[str, Any], head: RestorePoint) -> None:
+        """:meth:`note` of a decision unless its call has one here (one process: one step).
+
+        See :meth:`DecidesOnce.note_once_async <modefsm.store.DecidesOnce.note_once_async>`.
+
+        Raises:
+            AlreadyDecided: this store holds a decision of ``fields["tool_call_id"]``.
+            SessionMoved, LogError: as :meth:`note`.
+        """
+        self._open()
+        session_id, call_id = fields["session_id"], fields["tool_call_id"]
+        calls = self._decided.get(session_id, {})
+        if call_id in calls:
+            raise AlreadyDecided(session_id, call_id, calls[call_id])
+        self.note(EVENT_DECIDED, fields, head)
 
     def restore_point(self, session_id: str) -> RestorePoint | None:
         """The session's latest committed point, or ``None`` if it has none here.

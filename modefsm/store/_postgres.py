@@ -54,6 +54,7 @@ from modefsm.log import (
 )
 from modefsm.spec import MAX_GRANTS
 from modefsm.store._interface import (
+    AlreadyDecided,
     ListAfter,
     ListedSession,
     RestorePoint,
@@ -169,23 +170,42 @@ CATCH_UP_QUERY = (
 """The one query :meth:`PgStore.restore_point_async` runs: the session's last record, the
 ``gseq`` of its last decision, and the ``allow_always`` decisions after *mark* (the last
 ``gseq`` this store saw of the session), each a backward or range scan of a primary key."""
-_DECIDE = (
+_DECIDE_FORM = (
     "WITH h AS (SELECT to_mode, seq, previous, digest, record->'config' AS config, gseq "
     "FROM modefsm_records WHERE session_id = %(sid)s ORDER BY seq DESC LIMIT 1), "
-    "ins AS (INSERT INTO modefsm_decisions "
+    "{found}ins AS (INSERT INTO modefsm_decisions "
     "(session_id, mode_seq, at_gseq, digest, outcome, record) "
     "SELECT %(sid)s, %(seq)s, h.gseq, %(digest)s, %(outcome)s, %(record)s::jsonb FROM h "
-    "WHERE h.seq = %(seq)s ON CONFLICT (session_id, digest) DO NOTHING "
+    "WHERE h.seq = %(seq)s{unless} ON CONFLICT (session_id, digest) DO NOTHING "
     "RETURNING gseq, at_gseq) "
-    "SELECT d.gseq, d.at_gseq, h.to_mode, h.seq, h.previous, h.digest, h.config FROM h "
-    "LEFT JOIN (SELECT gseq, at_gseq FROM ins UNION ALL SELECT gseq, at_gseq "
+    "SELECT d.gseq, d.at_gseq, h.to_mode, h.seq, h.previous, h.digest, h.config{answer} "
+    "FROM h LEFT JOIN (SELECT gseq, at_gseq FROM ins UNION ALL SELECT gseq, at_gseq "
     "FROM modefsm_decisions WHERE session_id = %(sid)s AND digest = %(digest)s) d ON true"
 )
+_DECIDE = _DECIDE_FORM.format(found="", unless="", answer="")
 """A decision, guarded as a record is: inserted only if the session's last record is still
 the one it was decided against (``mode_seq``); one statement (its own transaction). The
 answer: its ``gseq`` and ``at_gseq`` (``NULL``: refused) and the session's head; no row:
 no record. A decision sent again after a lost answer is found by its digest (the
 statement's own insert and that lookup never both hold it), not written twice."""
+_DECIDE_ONCE = _DECIDE_FORM.format(
+    found=(
+        "x AS (SELECT outcome FROM modefsm_decisions WHERE session_id = %(sid)s "
+        "AND record->>'tool_call_id' = %(call)s AND digest <> %(digest)s "
+        "ORDER BY gseq DESC LIMIT 1), "
+    ),
+    unless=" AND NOT EXISTS (SELECT 1 FROM x)",
+    answer=", EXISTS (SELECT 1 FROM x), (SELECT outcome FROM x)",
+)
+""":data:`_DECIDE`, and only if the session has no other decision of the call
+(``toolCallId``); the answer adds whether it has one and that one's ``outcome`` (the
+last). Run after :data:`_DECIDE_LOCK` in the same transaction: its snapshot, taken after
+the lock, holds every decision committed before the lock was granted."""
+_DECIDE_LOCK = "SELECT pg_advisory_xact_lock(%(lock)s, hashtext(%(sid)s))"
+"""The session's decide-once lock, held to the transaction's end: two :data:`_DECIDE_ONCE`
+of a session run one after the other (the two-key advisory locks, apart from the schema's
+one-key lock)."""
+_DECIDE_KEY = 0x6D6F6465
 _LIST = (
     "SELECT c.session_id, c.record->>'cwd', h.updated_at FROM modefsm_records c "
     "CROSS JOIN LATERAL (SELECT r.record->>'timestamp' AS updated_at FROM modefsm_records r "
@@ -804,6 +824,20 @@ class PgStore:
             return
         self._note_local(event, fields)
 
+    async def note_once_async(self, fields: dict[str, Any], head: RestorePoint) -> None:
+        """Commit the decision *fields* unless the session has a decision of its call.
+
+        See :meth:`DecidesOnce.note_once_async <modefsm.store.DecidesOnce.note_once_async>`:
+        as :meth:`note_async` of a decision, in one transaction that first takes the
+        session's decide-once lock (:data:`_DECIDE_LOCK`), then checks every decision the
+        database holds for ``fields["tool_call_id"]`` and inserts (:data:`_DECIDE_ONCE`).
+
+        Raises:
+            AlreadyDecided: the session has a decision of the call; nothing was written.
+            SessionMoved, StoreBusy, StoreInDoubt, LogError: as :meth:`note_async`.
+        """
+        await self._decide(fields, head, None, once=True)
+
     def _note_local(self, event: str, fields: dict[str, Any]) -> None:
         if self._held is not None:
             self._held.append((event, fields))
@@ -811,9 +845,12 @@ class PgStore:
         self.log.write(event, fields)
 
     async def _decide(
-        self, fields: dict[str, Any], head: RestorePoint, limit: float | None
+        self, fields: dict[str, Any], head: RestorePoint, limit: float | None, *, once: bool = False
     ) -> None:
-        """Commit one decision against *head* (see :meth:`note_async`), then log it."""
+        """Commit one decision against *head* (see :meth:`note_async`), then log it.
+
+        *once*: only if the call has no decision yet (:meth:`note_once_async`).
+        """
         sid = head.session_id
         lane = self._lane()
         async with self._turn(lane, limit):
@@ -835,8 +872,11 @@ class PgStore:
                     attempt.phase = "commit"  # one statement: sent is committed or not
                     return await _rows(conn, _DECIDE, params)
 
+                if once:
+                    params |= {"call": fields["tool_call_id"], "lock": _DECIDE_KEY}
                 try:
-                    rows = await self._call(lane, attempt, insert)
+                    work = functools.partial(_decide_once, attempt=attempt, params=params)
+                    rows = await self._call(lane, attempt, work if once else insert)
                 except _Stalled:
                     what = f"sessionId {sid} (toolCallId {fields['tool_call_id']})"
                     if attempt.phase != "commit":  # not sent: nothing written
@@ -849,7 +889,9 @@ class PgStore:
                 if not rows:
                     msg = f"sessionId {sid} has no record to decide a tool call against"
                     raise LogError(msg, self.where)
-                gseq, at_gseq, mode, seq, previous, at, config = rows[0]
+                gseq, at_gseq, mode, seq, previous, at, config = rows[0][:7]
+                if gseq is None and once and rows[0][7]:
+                    raise AlreadyDecided(sid, fields["tool_call_id"], rows[0][8])
                 if gseq is None:
                     raise SessionMoved(RestorePoint(sid, mode, seq, previous, at, config))
                 self._mirror(EVENT_DECIDED, {**fields, "gseq": gseq, "at_gseq": at_gseq})
@@ -1133,6 +1175,27 @@ async def _insert(
         for sid, mode, seq, previous, digest, config in await found.fetchall()
     }
     return dict(await taken.fetchall()), heads
+
+
+async def _decide_once(conn: Connection, *, attempt: _Try, params: dict[str, Any]) -> list[Any]:
+    """:data:`_DECIDE_ONCE` in a transaction under :data:`_DECIDE_LOCK`: its answer rows.
+
+    ``COMMIT`` only when the decision went in (and the deadline has not passed); else the
+    transaction is rolled back (nothing was written).
+    """
+    attempt.phase = "insert"
+    await conn.execute("BEGIN")
+    await conn.execute(_DECIDE_LOCK, params)
+    rows = await _rows(conn, _DECIDE_ONCE, params)
+    if not rows or rows[0][0] is None:
+        await conn.execute("ROLLBACK")
+        return rows
+    if asyncio.get_running_loop().time() >= attempt.deadline:
+        raise _Stalled  # too late to commit: rolled back when the connection is closed
+    attempt.phase = "commit"
+    await conn.execute("COMMIT")
+    attempt.phase = "committed"
+    return rows
 
 
 def _outcome(entry: _Entry, digest: str | None = None, error: BaseException | None = None) -> None:

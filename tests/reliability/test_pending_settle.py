@@ -274,3 +274,48 @@ async def test_a_run_tool_call_allowed_before_its_process_ended_is_not_abandoned
     )
     assert done.returncode == 1, done.stdout
     assert "abandoned after an allow or a deny: it was not asked" in done.stdout
+
+
+async def test_a_v2_resume_whose_settlement_pushes_the_message_out_still_replays_it(
+    files: Files,
+):
+    """The journal keeps two items; the settlement's ``failed`` update lets the message go.
+
+    The message ``replayFrom`` names was looked up before the settlement: the request
+    succeeds and replays it, the tool call and its end (it would fail with ``-32602``
+    after having settled the call).
+    """
+    files.created()
+    user = {
+        "sessionUpdate": "user_message_chunk",
+        "messageId": "msg_1",
+        "content": {"type": "text", "text": "edit it"},
+    }
+    ConversationStore(files.journal).append(SESSION, user)
+    files.append(EDIT, ended_process())
+    store = FileStore(files.log)
+    files.stores.append(store)
+    bounded = ConversationStore(files.journal, max_entries=2)
+    conn = Conn()
+    base = ModeAgent(preset("seed"), store=store, conversation=bounded)
+    base.on_connect(conn)
+    agent = ModeAgentV2(base, conn)
+    cursor = {"type": "_modefsm/message", "messageId": "msg_1"}
+    await agent.resume_session(SESSION, "/", replay_from=cursor)
+    assert files.decisions() == [("call_1", "ask", None, "abandoned")]
+    assert [item.update for item in await bounded.history(SESSION)] == [
+        EDIT,
+        failed("call_1", RESTARTED),
+    ]
+    sent = [u.model_dump(mode="json", by_alias=True, exclude_none=True) for u in conn.updates]
+    assert sent == [
+        {
+            "sessionUpdate": "user_message",
+            "messageId": "msg_1",
+            "content": [{"type": "text", "text": "edit it"}],
+        },
+        {**EDIT, "sessionUpdate": "tool_call_update"},
+        failed("call_1", RESTARTED),
+        {"sessionUpdate": "state_update", "state": "idle"},
+    ]
+    assert_replay_clean(files.log)

@@ -369,7 +369,8 @@ class ModeAgent:
         Restores of one session in this process (on any connection sharing this agent's
         conversation store) settle one at a time, each reading the kept conversation in
         its turn, so a tool call is settled once. Two processes restoring the session at
-        the same moment may both settle it (the store cannot order them).
+        the same moment record it ``abandoned`` once (the store's
+        :class:`~modefsm.store.DecidesOnce`); each ends it ``failed`` in the conversation.
 
         Raises:
             RequestError: ``-32002`` for an unknown session; ``-32603`` when the store or

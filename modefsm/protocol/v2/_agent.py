@@ -207,6 +207,40 @@ _WHOLE = {
 """The whole-message update of each chunk kind, in the v2 schema."""
 
 
+def _replay(session_id: str, items: list[ConversationItem], message_id: str | None) -> list[Any]:
+    """:meth:`ModeAgentV2.replay_from` of the kept *items*.
+
+    Raises:
+        RequestError: ``-32602`` naming ``replayFrom.messageId`` (not in *items*).
+    """
+    pairs = replay_updates(session_id, items)
+    if message_id is None:
+        return primed(update for _id, update in pairs)
+    for index, (kept, _update) in enumerate(pairs):
+        if kept == message_id:
+            return primed(update for _id, update in pairs[index:])
+    text = f"replayFrom.messageId: {message_id!r} is not in the session's kept conversation"
+    raise invalid_params(text, {"field": "replayFrom.messageId", "value": message_id})
+
+
+def _joined(before: list[ConversationItem], now: list[ConversationItem]) -> list[ConversationItem]:
+    """The kept conversation *before*, then what *now* (read later) added after it.
+
+    The journal keeps a session's last items only: items are appended at the end and the
+    oldest let go, so *now* is a stretch of *before* (from some item on) followed by new
+    items. That stretch is found where the longest end of *before* is the start of *now*;
+    what *now* no longer holds is taken from *before*, so every item of *before* is there,
+    in order (a minted ``messageId`` counts the same earlier messages).
+    """
+    if not now:
+        return before
+    first = now[0]
+    for start, item in enumerate(before):
+        if item == first and before[start:] == now[: len(before) - start]:
+            return before[:start] + now
+    return before + now
+
+
 def primed(updates: Iterable[Any]) -> list[Any]:
     """*updates* with each message's whole-message update before its first chunk.
 
@@ -369,7 +403,10 @@ class ModeAgentV2:
         ``state_update`` is sent, and the answer carries the complete ``configOptions``.
         Without ``replayFrom`` nothing is replayed. A failed request sends nothing, and a
         request refused for its params settles nothing (asks ended processes left open
-        are settled only once ``replayFrom`` is known to be served). A
+        are settled only once ``replayFrom`` is known to be served: the message it names
+        is looked up before, and the replay is the conversation kept then followed by what
+        was kept since, the settlement's ``failed`` updates among it, so a journal whose
+        bound lets that message go meanwhile still serves it). A
         ``$/cancel_request`` during the replay ends it (``-32800``, nothing restored);
         once the restore has begun, the resume runs to its end and answers.
 
@@ -384,18 +421,22 @@ class ModeAgentV2:
             if session_id not in base.engine:
                 await base._restore_point(session_id)  # noqa: SLF001 - unknown: -32002
         message_id = None
+        kept: list[ConversationItem] | None = None
         if replay_from is not None:
             cursor = replay_from
             if not isinstance(cursor, dict):
                 cursor = replay_from.model_dump(mode="json", by_alias=True, exclude_none=True)
             message_id = replay_cursor(cursor)
-            if message_id is not None:
-                await self.replay_from(session_id, message_id)  # not kept: -32602
+            kept = await self._kept(session_id)
+            _replay(session_id, kept, message_id)  # not kept: -32602, nothing changed
         # the request is valid: settle what ended processes left open, then replay
         with _V2_ERRORS, acp_errors():
             point = await base._settled_point(session_id)  # noqa: SLF001
-        if replay_from is not None:
-            for update in await self.replay_from(session_id, message_id):
+        if kept is not None:
+            # what was kept then, and what was appended since (the settlement's ends): the
+            # message named is in it even if the journal's bound has let it go since
+            joined = _joined(kept, await self._kept(session_id))
+            for update in _replay(session_id, joined, message_id):
                 await base.engine.notify(session_id, update)
         # from here on the resume runs to its end: a fallback it applies is logged and
         # announced, so a $/cancel_request must not turn its answer into a failure
@@ -420,16 +461,12 @@ class ModeAgentV2:
                 not a message of the kept conversation; ``-32603`` when the journal
                 cannot be read.
         """
+        return _replay(session_id, await self._kept(session_id), message_id)
+
+    async def _kept(self, session_id: str) -> list[ConversationItem]:
+        """The session's kept conversation (``-32603`` when the journal cannot be read)."""
         with acp_errors():
-            items = await self.base.conversation.history(session_id)
-        pairs = replay_updates(session_id, items)
-        if message_id is None:
-            return primed(update for _id, update in pairs)
-        for index, (kept, _update) in enumerate(pairs):
-            if kept == message_id:
-                return primed(update for _id, update in pairs[index:])
-        text = f"replayFrom.messageId: {message_id!r} is not in the session's kept conversation"
-        raise invalid_params(text, {"field": "replayFrom.messageId", "value": message_id})
+            return await self.base.conversation.history(session_id)
 
     async def close_session(self, session_id: str, **kwargs: Any) -> v2.CloseSessionResponse:
         """``session/close``: forget the session; an unknown one succeeds too (v2).
