@@ -122,6 +122,9 @@ NUMBERED = textwrap.dedent(
 )
 
 
+DROPPED = "modefsm.answer_dropped"
+
+
 async def test_a_late_answer_is_logged_for_its_own_session_and_request(tmp_path: Path):
     """Two sessions with the same ``toolCallId``: session a's withdrawn ask is answered late,
     after session b's ask was answered in time; only a's answer is logged as late."""
@@ -169,10 +172,10 @@ async def test_a_late_answer_is_logged_for_its_own_session_and_request(tmp_path:
     assert [
         tuple(r.get(field) for field in fields)
         for r in read_log(log)
-        if r["event"] in {"modefsm.tool_decided", "modefsm.change_rejected"}
+        if r["event"] in {"modefsm.tool_decided", "modefsm.change_rejected", DROPPED}
     ] == [
         (a, "modefsm.tool_decided", "deny", None, None, None, None),
         (b, "modefsm.tool_decided", "ask", "allow_once", None, None, None),
-        (a, "modefsm.change_rejected", None, None, "late_answer", asked_a["id"], "allow_once"),
+        (a, DROPPED, None, None, "late_answer", asked_a["id"], "allow_once"),
     ]
     assert replay([log], [preset("permission")], verify=True).violations == ()
