@@ -132,28 +132,6 @@ async def cancelled_then_asked_again(conn: Any, client: HoldFirst, session_id: s
     client.release.set()
 
 
-def late_record(
-    session_id: str, mode: str, request_id: int, option: str, **more: Any
-) -> dict[str, Any]:
-    """The ``change_rejected`` line of a switch's late answer."""
-    return {
-        "session_id": session_id,
-        "seq": None,
-        "from_mode": mode,
-        "to_mode": None,
-        "origin": "switch_mode",
-        "request_id": request_id,
-        "tool_call_id": "call_1",
-        "option_id": option,
-        "reason": "late_answer",
-        "spec": "seed",
-        "spec_hash": SEED.content_hash,
-        **more,
-        "event": "modefsm.change_rejected",
-        "level": "warning",
-    }
-
-
 def dropped_record(session_id: str, request_id: int, option: str, **more: Any) -> dict[str, Any]:
     """The ``answer_dropped`` line of a tool call's late answer: no mode, no origin."""
     return {
@@ -167,6 +145,21 @@ def dropped_record(session_id: str, request_id: int, option: str, **more: Any) -
         **more,
         "event": "modefsm.answer_dropped",
         "level": "warning",
+    }
+
+
+def late_record(
+    session_id: str, mode: str, request_id: int, option: str, **more: Any
+) -> dict[str, Any]:
+    """The ``change_rejected`` record of a switch's late answer: the same fields, and the
+    switch's (the mode it was in, no seq, no target, origin ``switch_mode``)."""
+    return {
+        **dropped_record(session_id, request_id, option, **more),
+        "seq": None,
+        "from_mode": mode,
+        "to_mode": None,
+        "origin": "switch_mode",
+        "event": "modefsm.change_rejected",
     }
 
 

@@ -853,16 +853,9 @@ class ModeAgent:
         asker: _Asker | None,
     ) -> None:
         """Log an answer to *request* that changed nothing, as what *asker* asked for."""
-        if asker == "switch":
-            self.engine.reject_switch_soon(
-                request.session_id,
-                reason,
-                tool_call_id=request.tool_call_id,
-                option_id=option_id,
-                request_id=request.request_id,
-            )
-            return
-        self.engine.drop_answer_soon(
+        engine = self.engine
+        note = engine.reject_switch_soon if asker == "switch" else engine.drop_answer_soon
+        note(
             request.session_id,
             reason,
             tool_call_id=request.tool_call_id,
