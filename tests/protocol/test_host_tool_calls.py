@@ -11,13 +11,12 @@ import asyncio
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import acp
 import pytest
 
 from modefsm import preset, replay
-from tests.acp_client import TIMEOUT, TestClient, select, text_block
+from tests.acp_client import TIMEOUT, TestClient, host_command, select, spawn_v1, text_block
 from tests.conftest import read_log
 from tests.reliability.harness import RawPeer
 
@@ -65,16 +64,7 @@ async def test_a_tool_call_object_asked_again_waits_for_its_own_answer(tmp_path:
 
     client = TestClient()
     client.answer = answer
-    async with acp.spawn_agent_process(
-        cast("Any", client),
-        sys.executable,
-        str(script),
-        str(log),
-        str(effects),
-        transport_kwargs={"stderr": None, "shutdown_timeout": TIMEOUT},
-        observers=[client.observe],
-    ) as (conn, _process):
-        await asyncio.wait_for(conn.initialize(protocol_version=1), TIMEOUT)
+    async with spawn_v1(client, *host_command(script, log, effects)) as (conn, _process):
         session_id = (
             await asyncio.wait_for(conn.new_session(cwd=str(tmp_path)), TIMEOUT)
         ).session_id

@@ -13,20 +13,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import acp
 import pytest
 from acp import RequestError
-from acp.experimental import v2
 from acp.experimental.v2 import schema as s2
 
 from modefsm import preset, replay
-from tests.acp_client import TIMEOUT, TestClient, end_agent, select, text_block
+from tests.acp_client import (
+    TIMEOUT,
+    TestClient,
+    V2TestClient,
+    host_command,
+    select,
+    spawn_v1,
+    spawn_v2,
+    text_block,
+)
 from tests.conftest import read_log
 
 pytestmark = pytest.mark.e2e
@@ -106,15 +112,7 @@ class HoldFirst(TestClient):
 async def host_v1(tmp_path: Path, client: Any) -> AsyncIterator[Any]:
     script, log = tmp_path / "host.py", tmp_path / "modes.jsonl"
     script.write_text(HOST, encoding="utf-8")
-    async with acp.spawn_agent_process(
-        cast("Any", client),
-        sys.executable,
-        str(script),
-        str(log),
-        transport_kwargs={"stderr": None, "shutdown_timeout": TIMEOUT},
-        observers=[client.observe],
-    ) as (conn, _process):
-        await asyncio.wait_for(conn.initialize(protocol_version=1), TIMEOUT)
+    async with spawn_v1(client, *host_command(script, log)) as (conn, _process):
         yield conn
 
 
@@ -273,23 +271,16 @@ async def test_a_second_switch_with_an_open_tool_call_id_is_refused(tmp_path: Pa
     ]
 
 
-class V2HoldFirst:
+class V2HoldFirst(V2TestClient):
     """The SDK's v2 client: holds the first permission request until :attr:`release` is
     set, then selects :attr:`late`; answers every later one at once with :attr:`now`."""
 
     def __init__(self, late: str, now: str) -> None:
+        super().__init__()
         self.late, self.now = late, now
-        self.frames: list[dict[str, Any]] = []
         self.release = asyncio.Event()
         self.pending = asyncio.Event()
         self.asked = 0
-
-    def observe(self, event: Any) -> None:
-        if event.direction.value == "incoming":
-            self.frames.append(event.message)
-
-    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
-        return None
 
     async def request_permission(self, session_id: str, **kwargs: Any) -> Any:
         self.asked += 1
@@ -311,19 +302,7 @@ async def test_v2_a_late_answer_to_a_reused_tool_call_id_is_logged_as_its_own(
     script, log = tmp_path / "host.py", tmp_path / "modes.jsonl"
     script.write_text(HOST, encoding="utf-8")
     client = V2HoldFirst(late=late, now=now)
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(script),
-        str(log),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-    )
-    assert process.stdin is not None
-    assert process.stdout is not None
-    conn = v2.connect_to_agent(client, process.stdin, process.stdout, observers=[client.observe])
-    try:
-        info = s2.Implementation(name="reuse-test", version="0")
-        await asyncio.wait_for(conn.initialize(protocol_version=2, info=info), TIMEOUT)
+    async with spawn_v2(client, *host_command(script, log)) as (conn, _process):
         session_id = (await conn.new_session(cwd="/")).session_id
         if set_first is not None:
             await conn.set_config_option(
@@ -337,9 +316,6 @@ async def test_v2_a_late_answer_to_a_reused_tool_call_id_is_logged_as_its_own(
         await asyncio.wait_for(conn.prompt(session_id=session_id, prompt=prompt), TIMEOUT)
         client.release.set()
         await asyncio.wait_for(conn.resume_session(session_id=session_id, cwd="/"), TIMEOUT)
-    finally:
-        await conn.close()
-        await end_agent(process)
     first = next(f["id"] for f in client.frames if f.get("method") == "session/request_permission")
     records = read_log(log)
     assert shown(records, first) == expected
