@@ -1,15 +1,23 @@
-"""A real ACP client for the end-to-end tests: the official SDK driving `modefsm serve`."""
+"""A real ACP client for the end-to-end tests: the official SDK driving `modefsm serve`.
+
+:func:`spawn_v1` and :func:`spawn_v2` start any agent process (``modefsm serve``, or a
+host's script embedding ``ModeAgent``) under the official SDK client of ACP v1 or v2 over
+its stdio, initialized: the one way the tests start a host and connect to it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
 
 import acp
+from acp.experimental import v2
+from acp.experimental.v2 import schema as s2
 from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse, TextContentBlock
 
 Answer = Callable[[list[Any], Any], Awaitable[RequestPermissionResponse]]
@@ -92,6 +100,28 @@ class TestClient:
         ]
 
 
+class V2TestClient:
+    """The SDK's v2 client side, as :func:`spawn_v2` connects it: keeps every frame the agent
+    sent (:attr:`frames`, raw); takes ``session/update``. A test's subclass answers
+    ``session/request_permission``."""
+
+    def __init__(self) -> None:
+        self.frames: list[dict[str, Any]] = []
+
+    def observe(self, event: Any) -> None:
+        if event.direction.value == "incoming":
+            self.frames.append(event.message)
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        return None
+
+    def mark(self) -> int:
+        return len(self.frames)
+
+    def since(self, mark: int) -> list[dict[str, Any]]:
+        return self.frames[mark:]
+
+
 TIMEOUT = 30.0
 """Seconds a spawned agent may take to answer ``session/load``."""
 
@@ -106,13 +136,7 @@ async def start_serve(log: Path, *args: str, **options: Any) -> asyncio.subproce
     for a client that writes and reads raw frames; *options* go to
     :func:`asyncio.create_subprocess_exec` (``stderr``, ``limit``)."""
     return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "modefsm",
-        "serve",
-        "--log",
-        str(log),
-        *args,
+        *serve_command(log, *args),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         **options,
@@ -132,30 +156,94 @@ async def end_agent(process: asyncio.subprocess.Process) -> None:
 
 
 @contextlib.asynccontextmanager
+async def spawn_v1(
+    client: Any, *command: str, unstable: bool = False, sigkill: bool = False
+) -> AsyncIterator[tuple[Any, asyncio.subprocess.Process]]:
+    """Start *command* (a program and its arguments) under the SDK's v1 client, initialized.
+
+    Yields the connection and the agent process. *client* is a :class:`TestClient` (or
+    one with its ``observe``); *unstable* turns on the SDK's unstable methods. With
+    *sigkill*, a pipe broken because the test SIGKILLed the agent is not an error (any
+    other ``ConnectionError`` is).
+    """
+    process = None
+    try:
+        async with acp.spawn_agent_process(
+            cast("Any", client),
+            *command,
+            # the agent ends once its input ends: wait for that, not the SDK's 2 s (under
+            # load an agent still ending was terminated, or ended as terminate() ran:
+            # ProcessLookupError)
+            transport_kwargs={"stderr": None, "shutdown_timeout": TIMEOUT},
+            observers=[client.observe],
+            use_unstable_protocol=unstable,
+        ) as (conn, process):
+            await initialized(conn, process)
+            yield conn, process
+    except ConnectionError:
+        if not sigkill or process is None or process.returncode != -signal.SIGKILL:
+            raise
+
+
+@contextlib.asynccontextmanager
+async def spawn_v2(
+    client: Any, *command: str, sigkill: bool = False
+) -> AsyncIterator[tuple[Any, asyncio.subprocess.Process]]:
+    """Start *command* under the SDK's v2 client over its stdio, initialized (version 2).
+
+    Yields the connection and the agent process; at the end the connection is closed and
+    the agent ended by closing its stdin (:func:`end_agent`) unless it has exited. *client*
+    has ``observe``, ``session_update`` and ``request_permission``. With *sigkill*, as in
+    :func:`spawn_v1`.
+    """
+    process = await asyncio.create_subprocess_exec(
+        *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+    )
+    assert process.stdin is not None
+    assert process.stdout is not None
+    conn = v2.connect_to_agent(client, process.stdin, process.stdout, observers=[client.observe])
+    try:
+        info = s2.Implementation(name="tests", version="0")
+        await asyncio.wait_for(conn.initialize(protocol_version=2, info=info), TIMEOUT)
+        yield conn, process
+    finally:
+        try:
+            await conn.close()
+        except ConnectionError:
+            if not sigkill or process.returncode != -signal.SIGKILL:
+                raise
+        if process.returncode is None:
+            await end_agent(process)
+
+
+def serve_command(log: Path | str, *args: str, option: str = "--log") -> tuple[str, ...]:
+    """``python -m modefsm serve OPTION LOG ARGS...``."""
+    return (sys.executable, "-m", "modefsm", "serve", option, str(log), *args)
+
+
+def host_command(script: Path, *args: str | Path) -> tuple[str, ...]:
+    """``python SCRIPT ARGS...``: a host's own agent script."""
+    return (sys.executable, str(script), *map(str, args))
+
+
+@contextlib.asynccontextmanager
 async def spawn(
     log: Path,
     *args: str,
     client: TestClient | None = None,
     option: str = "--log",
     prefix: tuple[str, ...] = (),
+    sigkill: bool = False,
 ) -> AsyncIterator[tuple[Any, asyncio.subprocess.Process, TestClient]]:
     """Spawn ``[PREFIX...] python -m modefsm serve OPTION LOG ARGS...`` under the SDK client.
 
     Yields the initialized connection, the agent process and the client. *prefix* runs the
-    agent under another command (``prlimit --fsize=N``); *option* is ``--log`` or ``--store``.
+    agent under another command (``prlimit --fsize=N``); *option* is ``--log`` or ``--store``;
+    *sigkill* as in :func:`spawn_v1`.
     """
     client = client or TestClient()
-    command = (*prefix, sys.executable, "-m", "modefsm", "serve", option, str(log), *args)
-    async with acp.spawn_agent_process(
-        cast("Any", client),
-        *command,
-        # the agent ends once its input ends: wait for that, not the SDK's 2 s (under load
-        # an agent still ending was terminated, or ended as terminate() ran: ProcessLookupError)
-        transport_kwargs={"stderr": None, "shutdown_timeout": TIMEOUT},
-        observers=[client.observe],
-        use_unstable_protocol=True,
-    ) as (conn, process):
-        await initialized(conn, process)
+    command = (*prefix, *serve_command(log, *args, option=option))
+    async with spawn_v1(client, *command, unstable=True, sigkill=sigkill) as (conn, process):
         yield conn, process, client
 
 

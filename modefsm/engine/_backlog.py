@@ -75,6 +75,19 @@ class Backlog:
             self._task = asyncio.get_running_loop().create_task(self._run())
         return True
 
+    def put_soon(self, now: Callable[[], None], later: Write) -> None:
+        """:meth:`put` *later* with an event loop running; without one, call ``now()``.
+
+        Raises:
+            Exception: whatever ``now()`` raised (without a running loop only).
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            now()
+            return
+        self.put(later)
+
     async def drain(self) -> None:
         """Wait until every write taken has run (a failed one is logged, not raised)."""
         while self._task is not None and not self._task.done():

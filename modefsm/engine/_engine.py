@@ -52,7 +52,7 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
 
 from modefsm.engine._backlog import Backlog
 from modefsm.engine._events import ConfigChanged, ModeChange, ModeChanged
@@ -98,6 +98,7 @@ from modefsm.log import (
     EVENT_CHANGED,
     EVENT_CONFIG,
     EVENT_CREATED,
+    EVENT_DROPPED,
     EVENT_REJECTED,
     Origin,
     RejectReason,
@@ -1523,6 +1524,47 @@ class ModeEngine(SwitchOffers, ToolCalls):
         fields["spec"] = self._spec_name
         fields["spec_hash"] = self._spec_hash
         return fields
+
+    def drop_answer_soon(
+        self,
+        session_id: str,
+        reason: Literal["late_answer", "duplicate_answer"],
+        *,
+        tool_call_id: str,
+        option_id: str | None = None,
+        request_id: str | int | None = None,
+    ) -> None:
+        """Log an answer to a permission request no switch sent; returns at once.
+
+        For the answers to a host's tool call's ``session/request_permission`` that decide
+        nothing: one that came after the ask was settled (``late_answer``: cancelled,
+        closed, withdrawn by a mode change) or a second one (``duplicate_answer``). The
+        line is a :data:`~modefsm.log.EVENT_DROPPED` diagnostic (``tool_call_id``,
+        ``option_id``, ``request_id``, ``reason``): not a decision, not a change, not
+        chained. It is written as :meth:`reject_switch_soon`'s line is: by the engine's
+        backlog with an event loop running, before this returns without one. Works for
+        closed and unknown sessions; without a store nothing is written.
+
+        Raises:
+            LogError: only without a running loop, when the line could not be written.
+        """
+        store = self.store
+        if store is None:
+            return
+        fields: dict[str, Any] = {"timestamp": utc_timestamp(), "session_id": session_id}
+        if request_id is not None:
+            fields["request_id"] = request_id
+        fields["tool_call_id"] = _clip(tool_call_id)
+        if option_id is not None:
+            fields["option_id"] = _clip(option_id)
+        fields["reason"] = reason
+        if self.protocol is not None:
+            fields["protocol"] = self.protocol
+        fields.update(self._spec_fields)
+        self._backlog.put_soon(
+            lambda: store.note(EVENT_DROPPED, fields),
+            lambda: store.note_async(EVENT_DROPPED, fields),
+        )
 
     def _log_failure(self, event: str, session_id: str, exc: BaseException, **fields: Any) -> None:
         store = self.store

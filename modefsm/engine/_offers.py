@@ -18,7 +18,6 @@ it uses the engine's change pipeline (turns, records, hooks) as the engine's own
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import uuid
@@ -354,12 +353,7 @@ class SwitchOffers:
             option_id=option_id,
             request_id=request_id,
         )
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            reject()
-            return
-        self._backlog.put(lambda: self._rejecting(reject))
+        self._backlog.put_soon(reject, lambda: self._rejecting(reject))
 
     async def _rejecting(self, reject: Callable[[], None]) -> None:
         """Run *reject* (a :meth:`reject_switch`); its line is written awaited (_noting)."""

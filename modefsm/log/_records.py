@@ -70,6 +70,7 @@ __all__ = [
     "EVENT_CONFIG",
     "EVENT_CREATED",
     "EVENT_DECIDED",
+    "EVENT_DROPPED",
     "EVENT_REJECTED",
     "EVENT_REPAIRED",
     "EVENT_SPEC",
@@ -93,6 +94,11 @@ EVENT_CHANGED = "modefsm.mode_changed"
 EVENT_REJECTED = "modefsm.change_rejected"
 EVENT_CONFIG = "modefsm.config_changed"
 """A host config option set by ``session/set_config_option``: a committed record."""
+EVENT_DROPPED = "modefsm.answer_dropped"
+"""A diagnostic, not a record: an answer to a permission request that no ``switch_mode``
+switch sent (a host's tool call's) which decided nothing, with ``tool_call_id``,
+``request_id``, ``option_id`` and ``reason`` (``late_answer``: the tool call was settled
+before it came; ``duplicate_answer``: a second answer). Not a decision, not chained."""
 EVENT_REPAIRED = "modefsm.log_repaired"
 """A diagnostic, not a record: the line before it was torn by a crash (``torn_bytes`` long)."""
 SEQ_MAX = (1 << 63) - 1

@@ -11,13 +11,12 @@ import asyncio
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import acp
 import pytest
 
 from modefsm import preset, replay
-from tests.acp_client import TIMEOUT, TestClient, select, text_block
+from tests.acp_client import TIMEOUT, TestClient, host_command, select, spawn_v1, text_block
 from tests.conftest import read_log
 from tests.reliability.harness import RawPeer
 
@@ -65,16 +64,7 @@ async def test_a_tool_call_object_asked_again_waits_for_its_own_answer(tmp_path:
 
     client = TestClient()
     client.answer = answer
-    async with acp.spawn_agent_process(
-        cast("Any", client),
-        sys.executable,
-        str(script),
-        str(log),
-        str(effects),
-        transport_kwargs={"stderr": None, "shutdown_timeout": TIMEOUT},
-        observers=[client.observe],
-    ) as (conn, _process):
-        await asyncio.wait_for(conn.initialize(protocol_version=1), TIMEOUT)
+    async with spawn_v1(client, *host_command(script, log, effects)) as (conn, _process):
         session_id = (
             await asyncio.wait_for(conn.new_session(cwd=str(tmp_path)), TIMEOUT)
         ).session_id
@@ -120,6 +110,9 @@ NUMBERED = textwrap.dedent(
     asyncio.run(run_agent(Host(preset("permission"), store=FileStore(sys.argv[1]))))
     """
 )
+
+
+DROPPED = "modefsm.answer_dropped"
 
 
 async def test_a_late_answer_is_logged_for_its_own_session_and_request(tmp_path: Path):
@@ -169,10 +162,10 @@ async def test_a_late_answer_is_logged_for_its_own_session_and_request(tmp_path:
     assert [
         tuple(r.get(field) for field in fields)
         for r in read_log(log)
-        if r["event"] in {"modefsm.tool_decided", "modefsm.change_rejected"}
+        if r["event"] in {"modefsm.tool_decided", "modefsm.change_rejected", DROPPED}
     ] == [
         (a, "modefsm.tool_decided", "deny", None, None, None, None),
         (b, "modefsm.tool_decided", "ask", "allow_once", None, None, None),
-        (a, "modefsm.change_rejected", None, None, "late_answer", asked_a["id"], "allow_once"),
+        (a, DROPPED, None, None, "late_answer", asked_a["id"], "allow_once"),
     ]
     assert replay([log], [preset("permission")], verify=True).violations == ()

@@ -8,16 +8,14 @@ whole.
 from __future__ import annotations
 
 import asyncio
-import sys
 import textwrap
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import acp
 import pytest
 from acp import RequestError
 
-from tests.acp_client import TIMEOUT, TestClient
+from tests.acp_client import TIMEOUT, TestClient, host_command, spawn_v1
 
 HOST = textwrap.dedent(
     """
@@ -48,15 +46,7 @@ async def _set_code_mode(tmp_path: Path, how: str) -> tuple[dict[str, Any], str]
     script = tmp_path / "host.py"
     script.write_text(HOST, encoding="utf-8")
     client = TestClient()
-    async with acp.spawn_agent_process(
-        cast("Any", client),
-        sys.executable,
-        str(script),
-        how,
-        transport_kwargs={"stderr": None, "shutdown_timeout": TIMEOUT},
-        observers=[client.observe],
-    ) as (conn, _process):
-        await asyncio.wait_for(conn.initialize(protocol_version=1), TIMEOUT)
+    async with spawn_v1(client, *host_command(script, how)) as (conn, _process):
         session = await asyncio.wait_for(conn.new_session(cwd=str(tmp_path)), TIMEOUT)
         mark = client.mark()
         with pytest.raises(RequestError):

@@ -13,20 +13,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import acp
 import pytest
 from acp import RequestError
-from acp.experimental import v2
 from acp.experimental.v2 import schema as s2
 
 from modefsm import preset, replay
-from tests.acp_client import TIMEOUT, TestClient, end_agent, select, text_block
+from tests.acp_client import (
+    TIMEOUT,
+    TestClient,
+    V2TestClient,
+    host_command,
+    select,
+    spawn_v1,
+    spawn_v2,
+    text_block,
+)
 from tests.conftest import read_log
 
 pytestmark = pytest.mark.e2e
@@ -106,15 +112,7 @@ class HoldFirst(TestClient):
 async def host_v1(tmp_path: Path, client: Any) -> AsyncIterator[Any]:
     script, log = tmp_path / "host.py", tmp_path / "modes.jsonl"
     script.write_text(HOST, encoding="utf-8")
-    async with acp.spawn_agent_process(
-        cast("Any", client),
-        sys.executable,
-        str(script),
-        str(log),
-        transport_kwargs={"stderr": None, "shutdown_timeout": TIMEOUT},
-        observers=[client.observe],
-    ) as (conn, _process):
-        await asyncio.wait_for(conn.initialize(protocol_version=1), TIMEOUT)
+    async with spawn_v1(client, *host_command(script, log)) as (conn, _process):
         yield conn
 
 
@@ -132,15 +130,10 @@ async def cancelled_then_asked_again(conn: Any, client: HoldFirst, session_id: s
     client.release.set()
 
 
-def late_record(
-    session_id: str, mode: str, request_id: int, option: str, **more: Any
-) -> dict[str, Any]:
+def dropped_record(session_id: str, request_id: int, option: str, **more: Any) -> dict[str, Any]:
+    """The ``answer_dropped`` line of a tool call's late answer: no mode, no origin."""
     return {
         "session_id": session_id,
-        "seq": None,
-        "from_mode": mode,
-        "to_mode": None,
-        "origin": "switch_mode",
         "request_id": request_id,
         "tool_call_id": "call_1",
         "option_id": option,
@@ -148,16 +141,32 @@ def late_record(
         "spec": "seed",
         "spec_hash": SEED.content_hash,
         **more,
-        "event": "modefsm.change_rejected",
+        "event": "modefsm.answer_dropped",
         "level": "warning",
+    }
+
+
+def late_record(
+    session_id: str, mode: str, request_id: int, option: str, **more: Any
+) -> dict[str, Any]:
+    """The ``change_rejected`` record of a switch's late answer: the same fields, and the
+    switch's (the mode it was in, no seq, no target, origin ``switch_mode``)."""
+    return {
+        **dropped_record(session_id, request_id, option, **more),
+        "seq": None,
+        "from_mode": mode,
+        "to_mode": None,
+        "origin": "switch_mode",
+        "event": "modefsm.change_rejected",
     }
 
 
 FIRST = "the first request's id"  # stands for it in REUSES
 
 # prompt, mode set first, (late answer, answer now), the records after the creation as
-# (event, reason, outcome, request_id, to_mode), the mode of the late answer's record
-REUSES: dict[str, tuple[str, str | None, tuple[str, str], list[tuple[Any, ...]], str]] = {
+# (event, reason, outcome, request_id, to_mode), the mode of the late answer's record (a
+# switch's; a tool call's late answer is no change_rejected record: no mode)
+REUSES: dict[str, tuple[str, str | None, tuple[str, str], list[tuple[Any, ...]], str | None]] = {
     "switch": (
         "plan",
         "architect",
@@ -177,9 +186,9 @@ REUSES: dict[str, tuple[str, str | None, tuple[str, str], list[tuple[Any, ...]],
         [
             ("modefsm.tool_decided", None, "cancelled", None, None),
             ("modefsm.tool_decided", None, "allow_once", None, None),
-            ("modefsm.change_rejected", "late_answer", None, FIRST, None),
+            ("modefsm.answer_dropped", "late_answer", None, FIRST, None),
         ],
-        "ask",
+        None,
     ),
 }
 
@@ -216,7 +225,10 @@ async def test_a_late_answer_to_a_reused_tool_call_id_is_logged_as_its_own(tmp_p
     assert second != first
     records = read_log(log)
     assert shown(records, first) == expected
-    assert records[-1] == late_record(session_id, mode, first, late)
+    if mode is not None:
+        assert records[-1] == late_record(session_id, mode, first, late)
+    else:
+        assert records[-1] == dropped_record(session_id, first, late)
     assert replay([log], [SEED], verify=True).violations == ()
 
 
@@ -259,54 +271,44 @@ async def test_a_second_switch_with_an_open_tool_call_id_is_refused(tmp_path: Pa
     ]
 
 
-class V2HoldFirst:
-    """The SDK's v2 client: holds the first permission request, answers later ones."""
+class V2HoldFirst(V2TestClient):
+    """The SDK's v2 client: holds the first permission request until :attr:`release` is
+    set, then selects :attr:`late`; answers every later one at once with :attr:`now`."""
 
-    def __init__(self) -> None:
-        self.frames: list[dict[str, Any]] = []
+    def __init__(self, late: str, now: str) -> None:
+        super().__init__()
+        self.late, self.now = late, now
         self.release = asyncio.Event()
         self.pending = asyncio.Event()
         self.asked = 0
 
-    def observe(self, event: Any) -> None:
-        if event.direction.value == "incoming":
-            self.frames.append(event.message)
-
-    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
-        return None
-
     async def request_permission(self, session_id: str, **kwargs: Any) -> Any:
         self.asked += 1
         self.pending.set()
+        option_id = self.now
         if self.asked == 1:
             await held(self.release)
+            option_id = self.late
         return s2.RequestPermissionResponse(
-            outcome=s2.SelectedPermissionOutcomeVariant(option_id="code")
+            outcome=s2.SelectedPermissionOutcomeVariant(option_id=option_id)
         )
 
 
-async def test_v2_a_late_answer_to_a_reused_switch_id_is_logged_as_its_own(tmp_path: Path):
+@pytest.mark.parametrize("reuse", REUSES)
+async def test_v2_a_late_answer_to_a_reused_tool_call_id_is_logged_as_its_own(
+    tmp_path: Path, reuse
+):
+    prompt_text, set_first, (late, now), expected, mode = REUSES[reuse]
     script, log = tmp_path / "host.py", tmp_path / "modes.jsonl"
     script.write_text(HOST, encoding="utf-8")
-    client = V2HoldFirst()
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(script),
-        str(log),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-    )
-    assert process.stdin is not None
-    assert process.stdout is not None
-    conn = v2.connect_to_agent(client, process.stdin, process.stdout, observers=[client.observe])
-    try:
-        info = s2.Implementation(name="reuse-test", version="0")
-        await asyncio.wait_for(conn.initialize(protocol_version=2, info=info), TIMEOUT)
+    client = V2HoldFirst(late=late, now=now)
+    async with spawn_v2(client, *host_command(script, log)) as (conn, _process):
         session_id = (await conn.new_session(cwd="/")).session_id
-        await conn.set_config_option(
-            config_id="mode", session_id=session_id, value="architect", type="id"
-        )
-        prompt: list[Any] = [s2.TextContentBlock(text="plan")]
+        if set_first is not None:
+            await conn.set_config_option(
+                config_id="mode", session_id=session_id, value=set_first, type="id"
+            )
+        prompt: list[Any] = [s2.TextContentBlock(text=prompt_text)]
         turn = asyncio.ensure_future(conn.prompt(session_id=session_id, prompt=prompt))
         await asyncio.wait_for(client.pending.wait(), TIMEOUT)
         await conn.cancel_session(session_id=session_id)
@@ -314,11 +316,11 @@ async def test_v2_a_late_answer_to_a_reused_switch_id_is_logged_as_its_own(tmp_p
         await asyncio.wait_for(conn.prompt(session_id=session_id, prompt=prompt), TIMEOUT)
         client.release.set()
         await asyncio.wait_for(conn.resume_session(session_id=session_id, cwd="/"), TIMEOUT)
-    finally:
-        await conn.close()
-        await end_agent(process)
     first = next(f["id"] for f in client.frames if f.get("method") == "session/request_permission")
     records = read_log(log)
-    assert shown(records, first) == REUSES["switch"][3]
-    assert records[-1] == late_record(session_id, "code", first, "code", protocol=2)
+    assert shown(records, first) == expected
+    if mode is not None:
+        assert records[-1] == late_record(session_id, mode, first, late, protocol=2)
+    else:
+        assert records[-1] == dropped_record(session_id, first, late, protocol=2)
     assert replay([log], [SEED], verify=True).violations == ()

@@ -24,7 +24,7 @@ from packaging.requirements import Requirement
 
 from modefsm.protocol import SDK_VERSION, SUPPORTED_PROTOCOLS, SdkFeatureError, create_app
 from modefsm.protocol._sdk import HAS_V2
-from tests.acp_client import TIMEOUT, TestClient, start_serve, text_block
+from tests.acp_client import TIMEOUT, TestClient, host_command, spawn_v1, start_serve, text_block
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -192,15 +192,7 @@ async def test_an_agent_on_sdk_012_helpers_runs_with_modefsm(tmp_path: Path):
     script.write_text(AGENT_012, encoding="utf-8")
     log = tmp_path / "modes.jsonl"
     client = TestClient()
-    async with acp.spawn_agent_process(
-        cast("Any", client),
-        sys.executable,
-        str(script),
-        str(log),
-        transport_kwargs={"stderr": None, "shutdown_timeout": TIMEOUT},
-        observers=[client.observe],
-    ) as (conn, _process):
-        await asyncio.wait_for(conn.initialize(protocol_version=acp.PROTOCOL_VERSION), TIMEOUT)
+    async with spawn_v1(client, *host_command(script, log)) as (conn, _process):
         created = await conn.new_session(cwd="/")
         session_id = created.session_id
         await conn.set_session_mode(session_id=session_id, mode_id="architect")

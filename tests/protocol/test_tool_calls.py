@@ -16,7 +16,7 @@ from typing import Any
 import acp
 import pytest
 
-from modefsm import MemoryStore, ModeAgent, ModeSpec
+from modefsm import MemoryStore, ModeAgent, ModeSpec, preset
 from modefsm.cli._serve import MAX_TOOL_LINES, TOOL_VERBS
 from tests.acp_client import select, text_block
 from tests.conftest import read_log
@@ -375,8 +375,9 @@ async def test_an_answer_to_a_withdrawn_ask_is_logged_as_late_and_changes_nothin
         if r.get("tool_call_id") == call
     ] == [
         ("modefsm.tool_decided", None, None),
-        ("modefsm.change_rejected", "late_answer", "allow_once"),
+        ("modefsm.answer_dropped", "late_answer", "allow_once"),
     ]
+    assert [r for r in read_log(log_path) if r["event"] == "modefsm.change_rejected"] == []
     assert_replay_clean(log_path)
 
 
@@ -515,10 +516,50 @@ async def test_a_cancelled_turn_settles_its_ask_cancelled_and_runs_nothing(
     } in peer.notifications
     assert decisions(log_path) == [(call, "edit", "edit_file", 1, "ask", "cancelled", "default", 1)]
     assert [
-        (r["reason"], r["option_id"])
+        r
         for r in read_log(log_path)
-        if r["event"] == "modefsm.change_rejected"
-    ] == [("late_answer", "allow_once")]
+        if r["event"] in {"modefsm.change_rejected", "modefsm.answer_dropped"}
+    ] == [dropped(session_id, request, "allow_once", "late_answer")]
+    assert_replay_clean(log_path)
+
+
+def dropped(
+    session_id: str, request: dict[str, Any], option_id: str, reason: str
+) -> dict[str, Any]:
+    """The ``modefsm.answer_dropped`` line of an answer to *request* that decided nothing."""
+    return {
+        "session_id": session_id,
+        "request_id": request["id"],
+        "tool_call_id": asked_call(request),
+        "option_id": option_id,
+        "reason": reason,
+        "spec": "permission",
+        "spec_hash": preset("permission").content_hash,
+        "event": "modefsm.answer_dropped",
+        "level": "warning",
+    }
+
+
+async def test_a_second_answer_to_an_ask_decides_nothing_and_is_logged_as_dropped(
+    log_path: Path,
+):
+    """The tool call was decided by the first answer: the second is no switch's answer."""
+    async with raw_serve(log_path, "--preset", "permission") as peer:
+        session_id, prompt_id, request = await _asked_edit(peer)
+        await peer.answer(request, {"outcome": {"outcome": "selected", "optionId": "allow_once"}})
+        assert (await peer.response(prompt_id))["result"] == {"stopReason": "end_turn"}
+        # the same request id, again
+        await peer.answer(request, {"outcome": {"outcome": "selected", "optionId": "reject_once"}})
+        assert await peer.current_mode(session_id) == "default"  # one more round trip
+    call = asked_call(request)
+    assert decisions(log_path) == [
+        (call, "edit", "edit_file", 1, "ask", "allow_once", "default", 1)
+    ]
+    assert [
+        r
+        for r in read_log(log_path)
+        if r["event"] in {"modefsm.change_rejected", "modefsm.answer_dropped"}
+    ] == [dropped(session_id, request, "reject_once", "duplicate_answer")]
     assert_replay_clean(log_path)
 
 

@@ -17,11 +17,10 @@ from typing import Any
 
 import pytest
 from acp import RequestError
-from acp.experimental import v2
 from acp.experimental.v2 import schema as s2
 
 from modefsm import preset
-from tests.acp_client import end_agent, select, start_serve
+from tests.acp_client import V2TestClient, select, serve_command, spawn_v2
 from tests.acp_client import serve as serve_v1
 from tests.acp_client import text_block as v1_text
 from tests.conftest import mode_option, read_log
@@ -138,20 +137,13 @@ def expected_replay(session_id: str, rejected: str, approved: str) -> list[dict[
     ]
 
 
-class V2Client:
+class V2Client(V2TestClient):
     """The SDK's v2 client side: keeps every raw frame received, answers permissions in turn."""
 
     def __init__(self) -> None:
-        self.frames: list[dict[str, Any]] = []
+        super().__init__()
         self.answers: Iterator[str | None] = iter(())
         self.asked = asyncio.Event()
-
-    def observe(self, event: Any) -> None:
-        if event.direction.value == "incoming":
-            self.frames.append(event.message)
-
-    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
-        return None
 
     async def request_permission(
         self, session_id: str, title: str, options: list[Any], subject: Any = None, **kwargs: Any
@@ -166,12 +158,6 @@ class V2Client:
             outcome=s2.SelectedPermissionOutcomeVariant(option_id=option_id)
         )
 
-    def mark(self) -> int:
-        return len(self.frames)
-
-    def since(self, mark: int) -> list[dict[str, Any]]:
-        return self.frames[mark:]
-
 
 @contextlib.asynccontextmanager
 async def serve_v2(
@@ -179,17 +165,8 @@ async def serve_v2(
 ) -> AsyncIterator[tuple[Any, V2Client]]:
     """`modefsm serve --log LOG`, initialized by the SDK's v2 client."""
     client = client or V2Client()
-    process = await start_serve(log)
-    assert process.stdin is not None
-    assert process.stdout is not None
-    conn = v2.connect_to_agent(client, process.stdin, process.stdout, observers=[client.observe])
-    try:
-        info = s2.Implementation(name="resume-test", version="0")
-        await asyncio.wait_for(conn.initialize(protocol_version=2, info=info), TIMEOUT)
+    async with spawn_v2(client, *serve_command(log)) as (conn, _process):
         yield conn, client
-    finally:
-        await conn.close()
-        await end_agent(process)
 
 
 async def resume(

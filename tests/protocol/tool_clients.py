@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import acp
-from acp.experimental import v2
 from acp.experimental.v2 import schema as s2
 from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse, TextContentBlock
 
-from tests.acp_client import TIMEOUT, end_agent
+from tests.acp_client import TIMEOUT, serve_command, spawn_v1, spawn_v2
 
 Answer = Callable[[dict[str, Any]], Awaitable[str | None]]
 
@@ -134,33 +131,11 @@ async def connect(
 ) -> AsyncIterator[ToolClient]:
     """``modefsm serve OPTION LOG ARGS...`` under the SDK client of ACP *version*."""
     client = ToolClient(version)
-    command = (sys.executable, "-m", "modefsm", "serve", option, str(log), *args)
-    if version == 1:
-        async with acp.spawn_agent_process(
-            cast("Any", client),
-            *command,
-            transport_kwargs={"stderr": None, "shutdown_timeout": TIMEOUT},
-            observers=[client.observe],
-            use_unstable_protocol=True,
-        ) as (conn, process):
-            client.conn = conn
-            client.process = process
-            await asyncio.wait_for(conn.initialize(protocol_version=acp.PROTOCOL_VERSION), TIMEOUT)
-            yield client
-        return
-    process = await asyncio.create_subprocess_exec(
-        *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+    command = serve_command(log, *args, option=option)
+    started = (
+        spawn_v1(client, *command, unstable=True) if version == 1 else spawn_v2(client, *command)
     )
-    assert process.stdin is not None
-    assert process.stdout is not None
-    client.process = process
-    try:
-        connection = v2.connect_to_agent(
-            client, process.stdin, process.stdout, observers=[client.observe]
-        )
-        client.conn = connection
-        info = s2.Implementation(name="tests", version="0")
-        await asyncio.wait_for(connection.initialize(protocol_version=2, info=info), TIMEOUT)
+    async with started as (conn, process):
+        client.conn = conn
+        client.process = process
         yield client
-    finally:
-        await end_agent(process)

@@ -17,14 +17,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import acp
 import orjson
 import pytest
-from acp.experimental import v2
 from acp.experimental.v2 import schema as s2
 
 from modefsm import preset
@@ -32,10 +29,12 @@ from modefsm.log import record_digest, title_digest
 from tests.acp_client import (
     TIMEOUT,
     TestClient,
-    end_agent,
+    V2TestClient,
+    host_command,
     select,
-    spawn,
-    start_serve,
+    serve_command,
+    spawn_v1,
+    spawn_v2,
     text_block,
 )
 from tests.conftest import read_log
@@ -60,15 +59,18 @@ class HoldingClient(TestClient):
         await asyncio.Event().wait()
 
 
-@contextlib.asynccontextmanager
-async def agent(log: Path, client: TestClient) -> AsyncIterator[tuple[Any, Any]]:
+def agent(log: Path, client: TestClient) -> contextlib.AbstractAsyncContextManager[tuple[Any, Any]]:
     """``modefsm serve --log LOG`` under the SDK v1 client; a SIGKILL may break the pipe."""
-    try:
-        async with spawn(log, client=client) as (conn, process, _client):
-            yield conn, process
-    except ConnectionError:
-        if process.returncode != -signal.SIGKILL:
-            raise
+    return spawn_v1(client, *serve_command(log), unstable=True, sigkill=True)
+
+
+async def killed(process: asyncio.subprocess.Process, turn: asyncio.Future[Any]) -> None:
+    """SIGKILL the agent *process* while its *turn* waits; the turn then ends somehow."""
+    process.send_signal(signal.SIGKILL)
+    await asyncio.wait_for(process.wait(), TIMEOUT)
+    turn.cancel()
+    with contextlib.suppress(BaseException):
+        await turn
 
 
 async def killed_mid_ask(log: Path, prompt: str, mode: str | None) -> tuple[str, str, int]:
@@ -85,11 +87,7 @@ async def killed_mid_ask(log: Path, prompt: str, mode: str | None) -> tuple[str,
             conn.prompt(session_id=session_id, prompt=[text_block(prompt)])
         )
         await asyncio.wait_for(client.pending.wait(), TIMEOUT)
-        process.send_signal(signal.SIGKILL)
-        await asyncio.wait_for(process.wait(), TIMEOUT)
-        turn.cancel()
-        with contextlib.suppress(BaseException):
-            await turn
+        await killed(process, turn)
     asked = [m for m in client.received() if m.get("method") == "session/request_permission"]
     assert len(asked) == 1
     return session_id, asked[0]["params"]["toolCall"]["toolCallId"], asked[0]["id"]
@@ -258,37 +256,17 @@ async def test_replay_refuses_a_forged_abandonment(tmp_path: Path, change, probl
     assert problem in done.stdout
 
 
-@contextlib.asynccontextmanager
-async def agent_v2(log: Path, client: Any) -> AsyncIterator[tuple[Any, Any]]:
+def agent_v2(log: Path, client: Any) -> contextlib.AbstractAsyncContextManager[tuple[Any, Any]]:
     """``modefsm serve --log LOG`` under the SDK's v2 client (it may be SIGKILLed)."""
-    process = await start_serve(log)
-    assert process.stdin is not None
-    assert process.stdout is not None
-    conn = v2.connect_to_agent(client, process.stdin, process.stdout, observers=[client.observe])
-    try:
-        info = s2.Implementation(name="pending-test", version="0")
-        await asyncio.wait_for(conn.initialize(protocol_version=2, info=info), TIMEOUT)
-        yield conn, process
-    finally:
-        with contextlib.suppress(ConnectionError):
-            await conn.close()
-        if process.returncode is None:
-            await end_agent(process)
+    return spawn_v2(client, *serve_command(log), sigkill=True)
 
 
-class V2Client:
+class V2Client(V2TestClient):
     """The SDK's v2 client side: keeps the frames received; never answers a permission."""
 
     def __init__(self) -> None:
-        self.frames: list[dict[str, Any]] = []
+        super().__init__()
         self.asked = asyncio.Event()
-
-    def observe(self, event: Any) -> None:
-        if event.direction.value == "incoming":
-            self.frames.append(event.message)
-
-    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
-        return None
 
     async def request_permission(self, session_id: str, **kwargs: Any) -> Any:
         self.asked.set()
@@ -306,11 +284,7 @@ async def test_v2_resume_replays_the_abandoned_switch_as_failed(tmp_path: Path):
         prompt: list[Any] = [s2.TextContentBlock(text=PLAN)]
         turn = asyncio.ensure_future(conn.prompt(session_id=session_id, prompt=prompt))
         await asyncio.wait_for(client.asked.wait(), TIMEOUT)
-        process.send_signal(signal.SIGKILL)
-        await asyncio.wait_for(process.wait(), TIMEOUT)
-        turn.cancel()
-        with contextlib.suppress(BaseException):
-            await turn
+        await killed(process, turn)
     calls = {
         f["params"]["update"]["toolCallId"]
         for f in client.frames
@@ -395,24 +369,11 @@ class RunningClient(TestClient):
             self.running.set()
 
 
-@contextlib.asynccontextmanager
-async def running_host(script: Path, log: Path, client: TestClient) -> AsyncIterator[Any]:
+def running_host(
+    script: Path, log: Path, client: TestClient
+) -> contextlib.AbstractAsyncContextManager[tuple[Any, Any]]:
     """The host of RUNNING_HOST under the SDK v1 client; a SIGKILL may break the pipe."""
-    process = None
-    try:
-        async with acp.spawn_agent_process(
-            cast("Any", client),
-            sys.executable,
-            str(script),
-            str(log),
-            transport_kwargs={"stderr": None, "shutdown_timeout": TIMEOUT},
-            observers=[client.observe],
-        ) as (conn, process):
-            await asyncio.wait_for(conn.initialize(protocol_version=1), TIMEOUT)
-            yield conn, process
-    except ConnectionError:
-        if process is None or process.returncode != -signal.SIGKILL:
-            raise
+    return spawn_v1(client, *host_command(script, log), sigkill=True)
 
 
 async def test_a_tool_call_running_when_the_agent_was_killed_ends_failed_on_load(tmp_path: Path):
@@ -426,11 +387,7 @@ async def test_a_tool_call_running_when_the_agent_was_killed_ends_failed_on_load
             conn.prompt(session_id=session_id, prompt=[text_block("read")])
         )
         await asyncio.wait_for(client.running.wait(), TIMEOUT)
-        process.send_signal(signal.SIGKILL)
-        await asyncio.wait_for(process.wait(), TIMEOUT)
-        turn.cancel()
-        with contextlib.suppress(BaseException):
-            await turn
+        await killed(process, turn)
     before = read_log(log)
     assert [(r["event"], r.get("decision")) for r in before] == [
         ("modefsm.session_created", None),

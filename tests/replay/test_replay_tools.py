@@ -423,6 +423,55 @@ class TestCommandLine:
             ),
         ]
 
+    def test_answers_dropped_are_neither_changes_nor_decisions(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ):
+        """A tool call's late and second answers (``modefsm.answer_dropped``) change no
+        summary, no count and no verdict: the same output with them as without."""
+        path, engine, _ = TestReplay().run(tmp_path)
+        assert main(["replay", str(path), "--verify", "--summary"]) == 0
+        without = capsys.readouterr()
+        before = lines(path)
+        engine.drop_answer_soon(
+            "s1", "late_answer", tool_call_id="call_3", option_id="allow_once", request_id=4
+        )
+        engine.drop_answer_soon(
+            "s1", "duplicate_answer", tool_call_id="call_3", option_id=None, request_id=4
+        )
+        added = lines(path)[len(before) :]
+        for line in added:
+            assert line.pop("timestamp")
+        spec = preset("permission")
+        assert added == [
+            {
+                "session_id": "s1",
+                "request_id": 4,
+                "tool_call_id": "call_3",
+                "option_id": "allow_once",
+                "reason": "late_answer",
+                "spec": "permission",
+                "spec_hash": spec.content_hash,
+                "event": "modefsm.answer_dropped",
+                "level": "warning",
+            },
+            {
+                "session_id": "s1",
+                "request_id": 4,
+                "tool_call_id": "call_3",
+                "reason": "duplicate_answer",
+                "spec": "permission",
+                "spec_hash": spec.content_hash,
+                "event": "modefsm.answer_dropped",
+                "level": "warning",
+            },
+        ]
+        assert main(["replay", str(path), "--verify", "--summary"]) == 0
+        assert capsys.readouterr() == without
+        report = replay([path], verify=True)
+        assert (policy(report), report.records, report.exit_status) == ([], 7, 0)
+        assert report.chain is not None
+        assert (report.chain.verified, report.chain.unverifiable) == (7, 0)
+
 
 class TestSpecChanged:
     """A server restarted on the same log with another spec: its sessions go on under it."""

@@ -39,7 +39,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from acp import PROTOCOL_VERSION, RequestError
 from acp.schema import (
@@ -161,11 +161,15 @@ class ModeAgent:
         self._closing: set[str] = set()  # sessions whose session/close waits for their turns
         self._turn_ended = asyncio.Event()  # set by end_turn (a closing session's wait)
         # (sessionId, toolCallId, request id) of the permission requests a cancel or a
-        # withdrawal ended (request id None: the transport did not say which it was)
-        self._abandoned: OrderedDict[tuple[str, str, Any], None] = OrderedDict()
+        # withdrawal ended (request id None: the transport did not say which it was) ->
+        # what asked (a switch or a tool call)
+        self._abandoned: OrderedDict[tuple[str, str, Any], _Asker] = OrderedDict()
         # (sessionId, toolCallId) -> JSON-RPC id of its permission request awaiting an answer
         self._sent: OrderedDict[tuple[str, str], Any] = OrderedDict()
-        self._asking: set[tuple[str, str]] = set()  # (sessionId, toolCallId) being asked
+        # (sessionId, toolCallId, request id) -> what sent that permission request
+        self._askers: OrderedDict[tuple[str, str, Any], _Asker] = OrderedDict()
+        # (sessionId, toolCallId) being asked -> by what
+        self._asking: dict[tuple[str, str], _Asker] = {}
         self._ids_known = False  # whether the transport reports each request's id
 
     def on_connect(self, conn: Any) -> None:
@@ -646,11 +650,11 @@ class ModeAgent:
         """
         tool_call_id = tool_call_id or f"call_switch_mode_{uuid.uuid4().hex[:12]}"
         with acp_errors():
-            key = self._ask_begins(session_id, tool_call_id)
+            key = self._ask_begins(session_id, tool_call_id, "switch")
         try:
             return await self._propose(session_id, plan, tool_call_id, cancelled)
         finally:
-            self._asking.discard(key)
+            del self._asking[key]
 
     async def _propose(
         self, session_id: str, plan: str, tool_call_id: str, cancelled: asyncio.Event | None
@@ -665,7 +669,7 @@ class ModeAgent:
                     plan=plan,
                     tool_call_id=tool_call_id,
                     cancelled=waiter,
-                    abandoned=lambda: self._abandon(session_id, tool_call_id),
+                    abandoned=lambda: self._abandon(session_id, tool_call_id, "switch"),
                     record=lambda update: self._record_switch(session_id, update),
                 )
         finally:
@@ -702,11 +706,11 @@ class ModeAgent:
             Exception: whatever *run* raised.
         """
         with acp_errors():
-            key = self._ask_begins(session_id, call.tool_call_id)
+            key = self._ask_begins(session_id, call.tool_call_id, "tool")
         try:
             return await self._run_tool(session_id, call, run, cancelled)
         finally:
-            self._asking.discard(key)
+            del self._asking[key]
 
     async def _run_tool(
         self,
@@ -726,7 +730,7 @@ class ModeAgent:
                     call,
                     run,
                     cancelled=waiter,
-                    abandoned=lambda: self._abandon(session_id, call.tool_call_id),
+                    abandoned=lambda: self._abandon(session_id, call.tool_call_id, "tool"),
                     record=lambda update: self._keep(session_id, update, "host"),
                 )
         finally:
@@ -768,13 +772,11 @@ class ModeAgent:
                 "conversation journal: the outcome of %s was not kept", update.tool_call_id
             )
 
-    def _abandon(self, session_id: str, tool_call_id: str) -> None:
+    def _abandon(self, session_id: str, tool_call_id: str, asker: _Asker) -> None:
         request_id = self._sent.pop((session_id, tool_call_id), None)
         if request_id is None and self._ids_known:
             return  # the request never went out: no answer can come
-        self._abandoned[session_id, tool_call_id, request_id] = None
-        while len(self._abandoned) > _ABANDONED_KEPT:
-            self._abandoned.popitem(last=False)
+        _keep_last(self._abandoned, (session_id, tool_call_id, request_id), asker)
 
     def permission_sent(self, request: PermissionRequest) -> None:
         """A ``session/request_permission`` of this agent's goes out (its JSON-RPC id).
@@ -785,13 +787,13 @@ class ModeAgent:
         """
         self._ids_known = True
         key = (request.session_id, request.tool_call_id)
-        self._sent[key] = request.request_id
-        self._sent.move_to_end(key)
-        while len(self._sent) > _ABANDONED_KEPT:
-            self._sent.popitem(last=False)
+        _keep_last(self._sent, key, request.request_id)
+        asker = self._asking.get(key)
+        if asker is not None:
+            _keep_last(self._askers, (*key, request.request_id), asker)
 
-    def _ask_begins(self, session_id: str, tool_call_id: str) -> tuple[str, str]:
-        """Hold *tool_call_id* as being asked in the session (the caller discards the key).
+    def _ask_begins(self, session_id: str, tool_call_id: str, asker: _Asker) -> tuple[str, str]:
+        """Hold *tool_call_id* as asked in the session by *asker* (the caller deletes it).
 
         Raises:
             InvalidParamsError: the session has a switch or a tool call with this
@@ -801,7 +803,7 @@ class ModeAgent:
         if key in self._asking:
             msg = f"toolCallId: {tool_call_id!r} already has an open permission request"
             raise InvalidParamsError("toolCallId", tool_call_id, (), msg)
-        self._asking.add(key)
+        self._asking[key] = asker
         return key
 
     def late_answer(self, request: PermissionRequest, response: dict[str, Any]) -> None:
@@ -810,9 +812,12 @@ class ModeAgent:
         If the switch or the tool call had stopped waiting (``session/cancel``,
         ``session/close``, a mode change that withdrew a tool call's ask), the SDK drops the
         answer: it changes nothing, and an option it selected is logged here
-        (``late_answer``). Called by :class:`~modefsm.protocol.CheckedTransport`; the line
-        is written after this returns, by the engine's backlog
-        (:meth:`~modefsm.engine.ModeEngine.reject_switch_soon`), so a store waiting for
+        (``late_answer``): a switch's as a ``modefsm.change_rejected`` record, a tool
+        call's as a ``modefsm.answer_dropped`` line (the call was settled already: the
+        answer is no decision). Called by :class:`~modefsm.protocol.CheckedTransport`; the
+        line is written after this returns, by the engine's backlog
+        (:meth:`~modefsm.engine.ModeEngine.reject_switch_soon`,
+        :meth:`~modefsm.engine.ModeEngine.drop_answer_soon`), so a store waiting for
         another process's lock never holds up the event loop; the transports wait for it
         (:meth:`~modefsm.engine.ModeEngine.drain_notes`) when their connection ends.
         """
@@ -824,29 +829,38 @@ class ModeAgent:
             key = (*asked, None)  # abandoned before the transport named its request
             if key not in self._abandoned:
                 return
-        del self._abandoned[key]
+        asker = self._abandoned.pop(key)
         option_id = _selected(response)
         if option_id is not None:
-            self.engine.reject_switch_soon(
-                request.session_id,
-                "late_answer",
-                tool_call_id=request.tool_call_id,
-                option_id=option_id,
-                request_id=request.request_id,
-            )
+            self._answer_dropped(request, "late_answer", option_id, asker)
 
     def stray_answer(self, request: PermissionRequest, response: dict[str, Any]) -> None:
         """A second answer to a ``session/request_permission``: change nothing, log it.
 
         The SDK drops such answers silently; :class:`~modefsm.protocol.CheckedTransport` calls
         this so the log shows them (``duplicate_answer``, with the option selected, if any),
-        written after this returns as :meth:`late_answer`'s line is.
+        written after this returns as :meth:`late_answer`'s line is: a ``change_rejected``
+        record for a switch's request, a ``modefsm.answer_dropped`` line for any other
+        (a tool call's, or one the host sent itself).
         """
-        self.engine.reject_switch_soon(
+        asker = self._askers.get((request.session_id, request.tool_call_id, request.request_id))
+        self._answer_dropped(request, "duplicate_answer", _selected(response), asker)
+
+    def _answer_dropped(
+        self,
+        request: PermissionRequest,
+        reason: Literal["late_answer", "duplicate_answer"],
+        option_id: str | None,
+        asker: _Asker | None,
+    ) -> None:
+        """Log an answer to *request* that changed nothing, as what *asker* asked for."""
+        engine = self.engine
+        note = engine.reject_switch_soon if asker == "switch" else engine.drop_answer_soon
+        note(
             request.session_id,
-            "duplicate_answer",
+            reason,
             tool_call_id=request.tool_call_id,
-            option_id=_selected(response),
+            option_id=option_id,
             request_id=request.request_id,
         )
 
@@ -901,7 +915,24 @@ def left_open(items: Iterable[ConversationItem]) -> list[tuple[ConversationItem,
 
 
 _ABANDONED_KEPT = 1024
-"""How many switches given up on by a cancel are remembered, to log their late answers."""
+"""How many permission requests given up on (by a cancel, a close or a withdrawal) are
+remembered, to log their late answers; as many requests sent are remembered with what
+sent them (a switch or a tool call), to log a second answer as the answer it is."""
+
+_Asker = Literal["switch", "tool"]
+"""What sent a permission request: a ``switch_mode`` switch, or a host's tool call."""
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _keep_last(kept: OrderedDict[_K, _V], key: _K, value: _V) -> None:
+    """Set *key* in *kept* as its newest entry; forget the oldest past :data:`_ABANDONED_KEPT`."""
+    kept[key] = value
+    kept.move_to_end(key)
+    while len(kept) > _ABANDONED_KEPT:
+        kept.popitem(last=False)
+
 
 MAX_CWD_CHARS = 4096
 """The longest ``cwd`` a ``session/new`` may give (Linux's ``PATH_MAX``): it is kept whole

@@ -16,7 +16,8 @@ A host runs each tool call its model makes through :func:`run_tool` (or
    ``cancelled``). If the client changes the mode while it decides and the new mode denies
    the call, the engine withdraws the ask: the flow stops waiting at once, the tool call
    fails with the new mode's reason, and an answer that still comes is logged as
-   ``late_answer``; if the new mode allows it, it runs at once;
+   ``late_answer`` (a ``modefsm.answer_dropped`` line: no decision); if the new mode
+   allows it, it runs at once;
 5. allowed (or approved, or covered by a remembered grant): ``tool_call_update``
    ``in_progress``, the host's *run*, then ``completed`` (its result as content when it is
    text). If *run* raises, the tool call ends ``failed`` with the exception's type and
