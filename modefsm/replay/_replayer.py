@@ -67,12 +67,13 @@ from modefsm.log import (
     SpecRecord,
     Take,
     TransitionRecord,
+    canonical_encoder,
     canonical_record,
     previous_of,
     read_log,
     record_checks,
+    record_decoder,
 )
-from modefsm.replay._fast import canonical_encoder, record_decoder
 from modefsm.replay._merge import file_kind, merge_by_gseq, merged_kinds
 from modefsm.replay._tools import ToolLedger, ToolTally
 from modefsm.spec import PREVIOUS, ModeSpec, TransitionTable, preset, preset_names
