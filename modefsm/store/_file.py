@@ -98,7 +98,7 @@ from modefsm.store._interface import (
     SessionMoved,
     StoreBusy,
 )
-from modefsm.store._restore import CATCH_UP_COMMIT, RestoreIndex, is_index
+from modefsm.store._restore import RestoreIndex, is_index
 
 if TYPE_CHECKING:
     from modefsm.spec import ModeSpec
@@ -673,12 +673,9 @@ class FileStore:
 
         *start* is where the index's log position is in this file (a line's end).
         """
-        every, index.commit_every = index.commit_every, max(index.commit_every, CATCH_UP_COMMIT)
-        try:
+        with index.batched():
             for first, block in _blocks(self._fd, start, self._seen):
                 self._feed_block(index, first, block)
-        finally:
-            index.commit_every = every
 
     @staticmethod
     def _feed(index: RestoreIndex, data: dict[str, Any], end: int, *, follows: bool = True) -> None:

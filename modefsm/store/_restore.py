@@ -54,7 +54,7 @@ import os
 import sqlite3
 import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,7 @@ from modefsm.store._interface import ListAfter, ListedSession, RestorePoint
 __all__ = [
     "CATCH_UP_COMMIT",
     "CATCH_UP_ROWS",
+    "CATCH_UP_SECONDS",
     "COMMIT_ROWS",
     "EVENT_INDEX_MISMATCH",
     "MAX_PENDING",
@@ -727,17 +728,32 @@ class RestoreIndex:
                 self._rotated(continued=not self._behind and _continues(path, self.head))
         self._device, self._inode = stat.st_dev, stat.st_ino
         self._offset = start
-        every, self.commit_every = self.commit_every, max(self.commit_every, CATCH_UP_COMMIT)
-        try:
+        with self.batched():
             taken = self._taken
             items = read_log([path], start=start, take=self._take_read)
             applied = self._apply(items, strict=strict) + self._taken - taken
-        finally:
-            self.commit_every = every
         self.commit()
         if strict and (self._pending or self._behind):
             raise LogError(f"cannot write the restore index: {self._problem}", str(self.path))
         return applied
+
+    @contextlib.contextmanager
+    def batched(self) -> Iterator[None]:
+        """Within the block, commit as a catch-up does: in batches of :data:`CATCH_UP_COMMIT`.
+
+        For a caller telling the index of many lines at once (a catch-up): each session's
+        row is written once per commit however many of its records the batch holds; a
+        batch also ends at :data:`CATCH_UP_ROWS` sessions waiting, and after
+        :data:`CATCH_UP_SECONDS` (:attr:`commit_every` and :attr:`commit_seconds`, if more,
+        still apply). The block's last updates wait for the next commit.
+        """
+        every, seconds = self.commit_every, self.commit_seconds
+        self.commit_every = max(every, CATCH_UP_COMMIT)
+        self.commit_seconds = max(seconds, CATCH_UP_SECONDS)
+        try:
+            yield
+        finally:
+            self.commit_every, self.commit_seconds = every, seconds
 
     def _take_read(
         self,
@@ -1042,11 +1058,10 @@ class RestoreIndex:
 MAX_PENDING = 100_000
 """The most sessions whose updates wait in memory for a commit; past it they are dropped and
 the index catches up from the log (from its last committed position) when it can."""
-CATCH_UP_COMMIT = 1 << 18
-"""Records a catch-up applies between two commits (at least; :attr:`RestoreIndex.commit_every`
-if more), or fewer: :attr:`RestoreIndex.commit_seconds` and :data:`CATCH_UP_ROWS` sessions
-waiting end a batch too. A session's row is written once per commit, however many of its
-records the batch holds."""
+CATCH_UP_COMMIT = 1 << 20
+"""Records a catch-up applies between two commits (:meth:`RestoreIndex.batched`)."""
+CATCH_UP_SECONDS = 30.0
+"""Seconds after which a catch-up's batch ends however few records it holds."""
 CATCH_UP_ROWS = 1 << 15
 """The most sessions a catch-up keeps waiting for a commit (well under :data:`MAX_PENDING`)."""
 COMMIT_ROWS = 2048
@@ -1061,7 +1076,7 @@ _OPEN_WAIT = 5.0
 
 
 def _rows_waiting() -> int:
-    """The most sessions waiting before a commit is tried: :data:`CATCH_UP_ROWS`, at most."""
+    """The most sessions waiting before a commit: :data:`CATCH_UP_ROWS`, or fewer."""
     return min(CATCH_UP_ROWS, MAX_PENDING)
 
 
