@@ -83,10 +83,6 @@ from modefsm.log._writer import TransitionLog, _line_ending_at
 from modefsm.store._interface import ListAfter, ListedSession, RestorePoint
 
 __all__ = [
-    "CATCH_UP_COMMIT",
-    "CATCH_UP_ROWS",
-    "CATCH_UP_SECONDS",
-    "COMMIT_ROWS",
     "EVENT_INDEX_MISMATCH",
     "MAX_PENDING",
     "RETRY_SECONDS",

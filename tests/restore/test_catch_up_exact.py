@@ -199,7 +199,7 @@ def test_a_torn_last_line_is_left_for_later(mixed_log: Path, tmp_path: Path) -> 
     assert fast == _slow(log, tmp_path)
     assert fast[1][0] <= len(whole)
     items = list(read_log([log]))
-    assert items[-1].kind == "torn"  # type: ignore[union-attr]
+    assert items[-1].kind == "torn"
 
 
 def test_a_file_store_feeding_its_index_leaves_the_same_rows(
