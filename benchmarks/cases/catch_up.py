@@ -32,9 +32,10 @@ import orjson
 from benchmarks.harness import Result, Row, Size, benchmark, no_gc
 from modefsm import HostOption, LogStore, ModeEngine, ToolCall, TransitionLog, preset
 from modefsm.errors import ModefsmError
-from modefsm.store import RestoreIndex
+from modefsm.spec import ModeSpec
+from modefsm.store import RestoreIndex, RestorePoint, last_points
 
-__all__ = ["catch_up_seconds", "orjson_seconds", "run", "write_mixed_log"]
+__all__ = ["append_mixed", "catch_up_seconds", "orjson_seconds", "run", "write_mixed_log"]
 
 TITLE = "12. index catch-up"
 METRIC = "index catch-up, per line"
@@ -49,45 +50,66 @@ _CALLS = (("edit", "Edit"), ("execute", "Bash"), ("read", "Read"), ("fetch", "We
 def write_mixed_log(path: Path, records: int, sessions: int, seed: int = 13) -> list[str]:
     """Write a log of about *records* lines over *sessions* sessions through the engine.
 
-    After the spec header and the creations, each line is one of: a client change (60%),
-    a host option change (10%), a rejection (an unknown mode, 10%), a tool decision (20%).
-
     Returns:
         The session ids.
     """
-    return asyncio.run(_write(path, records, sessions, seed))
+    ids = [f"sess_{i:032x}" for i in range(sessions)]
+    append_mixed(path, "seed", ids, max(0, records - sessions - 1), seed)
+    return ids
 
 
-async def _write(path: Path, records: int, sessions: int, seed: int) -> list[str]:
-    spec = preset("seed")
+def append_mixed(path: Path, spec: str, ids: list[str], actions: int, seed: int) -> None:
+    """Append to the log *path* through an engine of the preset *spec* and a host option.
+
+    Each of *ids* is created (a ``cwd`` each), or restored from the log's last point of
+    it (a restore record when *spec* does not have its mode); then come *actions* random
+    actions, each one of: a client change (60%), a host option change (10%), a rejection
+    (an unknown mode, 10%), a tool decision (20%).
+    """
+    points = last_points([path]) if path.exists() else {}
+    asyncio.run(_actions(path, preset(spec), ids, actions, seed, points))
+
+
+async def _actions(  # noqa: PLR0917 - append_mixed's arguments
+    path: Path,
+    spec: ModeSpec,
+    ids: list[str],
+    actions: int,
+    seed: int,
+    points: dict[str, RestorePoint],
+) -> None:
     log = TransitionLog.to_file(path)
     try:
         engine = ModeEngine(spec, store=LogStore(log), config_options=[MODEL])
-        ids = [f"sess_{i:032x}" for i in range(sessions)]
         for session_id in ids:
-            engine.new_session(session_id, cwd="/srv/project")
+            point = points.get(session_id)
+            if point is None:
+                engine.new_session(session_id, cwd=f"/srv/{session_id[-1]}")
+            else:
+                engine.restore_session(
+                    session_id, point.mode, point.seq, previous=point.previous,
+                    config=point.config,
+                )  # fmt: skip
         rng = random.Random(seed)
         targets = {mode: spec.client_targets(mode) for mode in spec.mode_ids}
-        models = dict.fromkeys(ids, "fast")
-        for number in range(max(0, records - sessions - 1)):
-            session_id = ids[rng.randrange(sessions)]
+        for number in range(actions):
+            session_id = ids[rng.randrange(len(ids))]
             pick = rng.random()
             if pick < 0.6:
                 mode = rng.choice(targets[engine.get(session_id).state])
                 engine.change(session_id, mode, "set_mode")
             elif pick < 0.7:
-                models[session_id] = "smart" if models[session_id] == "fast" else "fast"
-                engine.set_config_value(session_id, "model", models[session_id])
+                value = (engine.get(session_id).config or {}).get("model", "fast")
+                engine.set_config_value(session_id, "model", "smart" if value == "fast" else "fast")
             elif pick < 0.8:
                 with contextlib.suppress(ModefsmError):  # logged as a rejection
                     engine.change(session_id, "nope", "set_mode")
             else:
                 kind, name = rng.choice(_CALLS)
-                call = ToolCall(f"call_{number}", kind, name, f"{name} something")  # type: ignore[arg-type]
+                call = ToolCall(f"call_{seed}_{number}", kind, name, f"{name} something")  # type: ignore[arg-type]
                 await engine.decide_async(session_id, call)
     finally:
         log.close()
-    return ids
 
 
 def orjson_seconds(path: Path) -> tuple[float, int]:

@@ -10,9 +10,7 @@ line through the record model) holds, and its points are the final ones
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import random
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -20,62 +18,12 @@ from typing import Any
 import orjson
 import pytest
 
-from modefsm import HostOption, LogStore, ModeEngine, ToolCall, TransitionLog, preset
-from modefsm.errors import ModefsmError
+from benchmarks.cases.catch_up import append_mixed
 from modefsm.log import read_log
 from modefsm.replay import replay
-from modefsm.store import FileStore, RestoreIndex, RestorePoint, last_points
+from modefsm.store import FileStore, RestoreIndex, last_points
 
-MODEL = HostOption("model", "Model", [("fast", "Fast"), ("smart", "Smart")], "fast")
-CALLS = (("edit", "Edit"), ("execute", "Bash"), ("read", "Read"), ("fetch", "WebFetch"))
 SESSIONS = 40
-
-
-def _write(path: Path, spec: str, ids: list[str], actions: int, seed: int) -> None:
-    """Append *actions* random actions of the engine (spec *spec*) on sessions *ids*."""
-    points = last_points([path]) if path.exists() else {}
-    asyncio.run(_actions(path, spec, ids, actions, seed, points))
-
-
-async def _actions(  # noqa: PLR0917 - a test helper
-    path: Path,
-    spec: str,
-    ids: list[str],
-    actions: int,
-    seed: int,
-    points: dict[str, RestorePoint],
-) -> None:
-    log = TransitionLog.to_file(path)
-    try:
-        engine = ModeEngine(preset(spec), store=LogStore(log), config_options=[MODEL])
-        rng = random.Random(seed)
-        for session_id in ids:
-            point = points.get(session_id)
-            if point is None:
-                engine.new_session(session_id, cwd=f"/srv/{session_id[-1]}")
-            else:  # a mode this spec does not have comes back through a restore record
-                engine.restore_session(
-                    session_id, point.mode, point.seq, previous=point.previous,
-                    config=point.config,
-                )  # fmt: skip
-        for number in range(actions):
-            session_id = ids[rng.randrange(len(ids))]
-            pick = rng.random()
-            if pick < 0.5:
-                targets = engine.spec.client_targets(engine.get(session_id).state)
-                engine.change(session_id, rng.choice(targets), "set_mode")
-            elif pick < 0.65:
-                value = rng.choice(("fast", "smart"))
-                engine.set_config_value(session_id, "model", value)
-            elif pick < 0.75:
-                with contextlib.suppress(ModefsmError):  # logged as a rejection
-                    engine.change(session_id, "nope", "set_mode")
-            else:
-                kind, name = rng.choice(CALLS)
-                call = ToolCall(f"call_{seed}_{number}", kind, name, f"{name} it")  # type: ignore[arg-type]
-                await engine.decide_async(session_id, call)
-    finally:
-        log.close()
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +31,8 @@ def mixed_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The log: the seed spec, then the permission spec (restores), with a host's lines."""
     path = tmp_path_factory.mktemp("catch-up") / "modes.jsonl"
     ids = [f"sess_{n:02d}" for n in range(SESSIONS)]
-    _write(path, "seed", ids, 1500, 1)
-    _write(path, "permission", ids[: SESSIONS // 2], 500, 2)
+    append_mixed(path, "seed", ids, 1500, 1)
+    append_mixed(path, "permission", ids[: SESSIONS // 2], 500, 2)
     lines = path.read_bytes().splitlines(keepends=True)
     hosted = orjson.loads(lines[300])
     hosted["host_request"] = "r-1"  # a host's key: not a field of the record model
