@@ -14,7 +14,8 @@ The agent then calls :meth:`ModeEngine.restore_session(session_id, point.mode, p
 falls back as the spec says, and that fallback is logged as a ``restore`` record.
 
 Why the index cannot go stale. Commits are batched (one per :attr:`RestoreIndex.commit_every`
-records or :attr:`RestoreIndex.commit_seconds`), and each commit also stores how far into
+records or :attr:`RestoreIndex.commit_seconds`; a catch-up's are larger,
+:meth:`RestoreIndex.batched`), and each commit also stores how far into
 the log the index reaches (a byte offset, with the file's device and inode). The log is
 written before the index, so after a crash the log holds everything the index lost;
 opening the log with the index (:meth:`RestoreIndex.open_log`) first reads
