@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from benchmarks.cases import (  # noqa: F401 - they register
+    catch_up,
     changes,
     decide,
     log_size,

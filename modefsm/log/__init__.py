@@ -5,7 +5,8 @@ the writer) loads neither the reader nor the conversation journal.
 
 Exports: the record format (the ``EVENT_*`` names, ``record_digest``,
 ``canonical_record``, ...; ``_records``, a leaf below the rest), the record models
-(``TransitionRecord``, ``DecisionRecord``, ``record_checks``; ``_models``, pydantic),
+(``TransitionRecord``, ``DecisionRecord``, ``record_checks``; ``_models``, pydantic), their
+fast decoder (``record_decoder``, ``canonical_encoder``; ``_fast``, msgspec),
 the writer (``TransitionLog``, ``LogIndex``), the reader (``read_log``, ``LogEntry``,
 ``LogProblem``, ...), the conversation journal (``ConversationStore``, ``journal_path``,
 ...) and the private-file helpers every file modefsm creates goes through
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
         journal_path,
         owner_alive,
     )
+    from modefsm.log._fast import canonical_encoder, record_decoder
     from modefsm.log._files import check_private, create_private, lock_holders, open_private
     from modefsm.log._models import (
         DecisionRecord,
@@ -118,6 +120,7 @@ __all__ = [
     "Take",
     "TransitionLog",
     "TransitionRecord",
+    "canonical_encoder",
     "canonical_record",
     "check_private",
     "create_private",
@@ -130,6 +133,7 @@ __all__ = [
     "previous_of",
     "read_log",
     "record_checks",
+    "record_decoder",
     "record_digest",
     "spec_header",
     "title_digest",
@@ -150,6 +154,7 @@ _MODULES = {
         "Part",
         "owner_alive",
     ),
+    "modefsm.log._fast": ("canonical_encoder", "record_decoder"),
     "modefsm.log._files": ("check_private", "create_private", "lock_holders", "open_private"),
     "modefsm.log._models": (
         "DecisionRecord",

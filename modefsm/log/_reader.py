@@ -85,19 +85,20 @@ ProblemKind = Literal[
 ]  # fmt: skip
 """What is wrong with a line or a file (see :class:`LogProblem`)."""
 
-Take = Callable[[str, int, list[bytes], int], int]
-"""A fast path for a consumer of :func:`read_log`: ``take(path, line, lines, start) -> stop``.
+Take = Callable[[str, int, list[bytes], int, int], int]
+"""A fast path for a reader's consumer: ``take(path, line, lines, start, offset) -> stop``.
 
 Offered ``lines[start:]``: complete lines of a file without their newline, past the
 file's first line, none longer than :data:`MAX_LINE` (and, after a torn record, only
-once the record after it has settled it); ``lines[start]`` is line number *line*. The
-consumer handles ``lines[start:stop]`` in full and returns ``stop`` (``start``: none):
-the reader yields nothing for those lines and builds no model. It may take only lines
-that the reader would read as a record, each unchanged by the model: a line that starts
-with ``{``, contains :data:`RECORD_MARK`, parses as a JSON object naming a record event
-(one of ``RECORD_EVENTS``: a ``modefsm.tool_decided`` line is left to the reader) and
-fits :class:`~modefsm.log.TransitionRecord` as it is. It must not change anything for the
-line at ``stop``, which the reader then reads as usual.
+once the record after it has settled it); ``lines[start]`` is line number *line* and
+begins at byte *offset* of the (decompressed) file (each line is followed by its
+newline). The consumer handles ``lines[start:stop]`` in full and returns ``stop``
+(``start``: none): the reader yields nothing for those lines and builds no model. It may
+take only lines that the reader would read as a record, each unchanged by the model: a
+line that starts with ``{``, contains :data:`RECORD_MARK`, parses as a JSON object naming
+a record event (one of ``RECORD_EVENTS``: a ``modefsm.tool_decided`` line is left to the
+reader) and fits :class:`~modefsm.log.TransitionRecord` as it is. It must not change
+anything for the line at ``stop``, which the reader then reads as usual.
 """
 
 RECORD_MARK = b'"modefsm.'
@@ -395,7 +396,7 @@ class _FileReader:
                     and content_lines
                     and (index or len(lines[0]) <= MAX_LINE)
                 ):
-                    stop = take(name, lineno + 1, lines, index)
+                    stop = take(name, lineno + 1, lines, index, offset)
                     if stop > index:
                         taken = stop - index
                         lineno += taken

@@ -67,12 +67,13 @@ from modefsm.log import (
     SpecRecord,
     Take,
     TransitionRecord,
+    canonical_encoder,
     canonical_record,
     previous_of,
     read_log,
     record_checks,
+    record_decoder,
 )
-from modefsm.replay._fast import canonical_encoder, record_decoder
 from modefsm.replay._merge import file_kind, merge_by_gseq, merged_kinds
 from modefsm.replay._tools import ToolLedger, ToolTally
 from modefsm.spec import PREVIOUS, ModeSpec, TransitionTable, preset, preset_names
@@ -669,7 +670,14 @@ class Replayer:
             del self._gseqs[next(iter(self._gseqs))]
         return True
 
-    def take(self, path: str, line: int, lines: list[bytes], start: int) -> int:
+    def take(
+        self,
+        path: str,
+        line: int,
+        lines: list[bytes],
+        start: int,
+        offset: int = 0,  # noqa: ARG002 - read_log's Take: replay needs no byte offsets
+    ) -> int:
         """The fast path of :meth:`feed`, for :func:`~modefsm.log.read_log`'s ``take``.
 
         Takes records that only move their session on, without building their
@@ -687,13 +695,21 @@ class Replayer:
             line: the line number of ``lines[start]``, from 1.
             lines: complete lines of the file, without their newline.
             start: the first line offered.
+            offset: where ``lines[start]`` begins in the file (not used here).
 
         Returns:
             The index of the first line not taken (``len(lines)``: all of them).
         """
         return self._take(path, line, lines, start, replayed=True)
 
-    def take_others(self, path: str, line: int, lines: list[bytes], start: int) -> int:
+    def take_others(
+        self,
+        path: str,
+        line: int,
+        lines: list[bytes],
+        start: int,
+        offset: int = 0,  # noqa: ARG002 - as for take
+    ) -> int:
         """:meth:`take`, for the records of the sessions not replayed only.
 
         For a caller that needs each replayed record as a :class:`~modefsm.log.LogEntry`

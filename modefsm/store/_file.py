@@ -680,12 +680,9 @@ class FileStore:
 
         *start* is where the index's log position is in this file (a line's end).
         """
-        every, index.commit_every = index.commit_every, max(index.commit_every, _FEED_COMMIT)
-        try:
+        with index.batched():
             for first, block in _blocks(self._fd, start, self._seen):
                 self._feed_block(index, first, block)
-        finally:
-            index.commit_every = every
 
     @staticmethod
     def _feed(index: RestoreIndex, data: dict[str, Any], end: int, *, follows: bool = True) -> None:
@@ -722,8 +719,18 @@ class FileStore:
         cls, index: RestoreIndex, start: int, block: bytes, *, follows: bool = True
     ) -> None:
         """Tell *index* of the records among *block*'s lines (from byte *start* of the file)."""
-        line_end = start
-        for line in block.split(b"\n")[:-1]:
+        lines = block.split(b"\n")
+        lines.pop()
+        line_end, at, count = start, 0, len(lines)
+        while at < count:
+            if follows:  # the records the index takes at once (RestoreIndex.take)
+                stop = index.take(lines, at, line_end)
+                if stop > at:
+                    line_end, at = index.offset, stop
+                    if at == count:
+                        break
+            line = lines[at]
+            at += 1
             line_end += len(line) + 1
             data = _record_line(line)
             if data is not None:
@@ -1232,9 +1239,6 @@ _SQLITE_HEADER = b"SQLite format 3\x00"
 _ALIGN_MAX = 1 << 20
 """Bytes an index may be behind what a store read: a process's first record catches it
 up if it is no further behind; past it, the store catches it up at once."""
-
-_FEED_COMMIT = 4096
-"""Records a catch-up through the store tells the index between two commits (at least)."""
 
 _MARK = 128
 """Bytes kept from just before the end of what was read (a record's digest is among them)."""

@@ -14,7 +14,8 @@ The agent then calls :meth:`ModeEngine.restore_session(session_id, point.mode, p
 falls back as the spec says, and that fallback is logged as a ``restore`` record.
 
 Why the index cannot go stale. Commits are batched (one per :attr:`RestoreIndex.commit_every`
-records or :attr:`RestoreIndex.commit_seconds`), and each commit also stores how far into
+records or :attr:`RestoreIndex.commit_seconds`; a catch-up's are larger,
+:meth:`RestoreIndex.batched`), and each commit also stores how far into
 the log the index reaches (a byte offset, with the file's device and inode). The log is
 written before the index, so after a crash the log holds everything the index lost;
 opening the log with the index (:meth:`RestoreIndex.open_log`) first reads
@@ -54,7 +55,7 @@ import os
 import sqlite3
 import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,7 @@ from modefsm.log import (
     EVENT_CREATED,
     EVENT_REJECTED,
     JOURNAL_SUFFIX,
+    RECORD_MARK,
     LogEntry,
     LogProblem,
     check_private,
@@ -74,6 +76,7 @@ from modefsm.log import (
     journal_path,
     previous_of,
     read_log,
+    record_decoder,
     record_digest,
     utc_timestamp,
 )
@@ -259,6 +262,11 @@ class RestoreIndex:
     Raises:
         LogError: the file cannot be opened or is not a restore index.
     """
+
+    _decoder: tuple[Callable[[bytes], Any], type[Exception], object] | None = None
+    """:meth:`take`'s decoder (:func:`_decoder`), from its first call on."""
+    _taken = 0
+    """The records :meth:`take` applied so far."""
 
     def __init__(
         self, path: str | Path, *, commit_every: int = 256, commit_seconds: float = 1.0
@@ -576,14 +584,18 @@ class RestoreIndex:
                 int(earlier),
                 None if not config else orjson.dumps(config).decode(),
             )
-            if len(self._pending) > MAX_PENDING:
-                self._pending.clear()
-                self._behind = True
-                self._problem = self._problem or f"over {MAX_PENDING} sessions waited"
+            self._bound_pending()
         if follows:
             self.advance(offset, head)
         else:
             self._count()
+
+    def _bound_pending(self) -> None:
+        """Past :data:`MAX_PENDING` sessions waiting, drop them: catch up from the log later."""
+        if len(self._pending) > MAX_PENDING:
+            self._pending.clear()
+            self._behind = True
+            self._problem = self._problem or f"over {MAX_PENDING} sessions waited"
 
     @property
     def offset(self) -> int:
@@ -597,19 +609,24 @@ class RestoreIndex:
         self.head = head
         self._count()
 
-    def _count(self) -> None:
-        """Count one update; commit after :attr:`commit_every` or :attr:`commit_seconds`."""
-        self._records += 1
-        if self._records >= self.commit_every or (
-            time.monotonic() - self._last_commit >= self.commit_seconds
+    def _count(self, updates: int = 1) -> None:
+        """Count *updates*; commit after :attr:`commit_every` or :attr:`commit_seconds`."""
+        self._records += updates
+        if (
+            self._records >= self.commit_every
+            or len(self._pending) >= _rows_waiting()
+            or time.monotonic() - self._last_commit >= self.commit_seconds
         ):
             self.commit()
 
     def commit(self) -> None:
         """Write every update so far to SQLite, with the log position it reaches.
 
-        Waits at most a few milliseconds for another process's lock; when the commit
-        fails the updates stay in memory and the next commit is tried
+        The rows go in transactions of at most :data:`COMMIT_ROWS` rows each (so that no
+        transaction holds SQLite's write lock long), the log position with the last of
+        them: a row may be written before the position that covers its record, never
+        after. Waits at most a few milliseconds for another process's lock; when a
+        transaction fails the updates stay in memory and the next commit is tried
         :data:`RETRY_SECONDS` later at the earliest (updates and lookups still work).
         """
         if self._db is None or time.monotonic() < self._retry_at:
@@ -619,13 +636,15 @@ class RestoreIndex:
                 self._recover()
             return
         position = (self._device, self._inode, self._offset, self.head)
-        rows = [(sid, *entry) for sid, entry in self._pending.items()]
+        rows = sorted((sid, *entry) for sid, entry in self._pending.items())  # in key order
         try:
-            self._db.execute("BEGIN IMMEDIATE")
-            self._db.executemany(_UPSERT, rows)
-            if position != self._committed:  # else another process may have moved it on
-                self._db.execute(_MOVE_POSITION, (*position, self._restarted))
-            self._db.execute("COMMIT")
+            for first in range(0, len(rows), COMMIT_ROWS) if rows else (0,):
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.executemany(_UPSERT, rows[first : first + COMMIT_ROWS])
+                last = first + COMMIT_ROWS >= len(rows)
+                if last and position != self._committed:  # else another process may move it
+                    self._db.execute(_MOVE_POSITION, (*position, self._restarted))
+                self._db.execute("COMMIT")
         except (sqlite3.Error, OverflowError) as exc:  # OverflowError: past SQLite's INTEGER
             with contextlib.suppress(sqlite3.Error):
                 self._db.execute("ROLLBACK")
@@ -706,11 +725,114 @@ class RestoreIndex:
                 self._rotated(continued=not self._behind and _continues(path, self.head))
         self._device, self._inode = stat.st_dev, stat.st_ino
         self._offset = start
-        applied = self._apply(read_log([path], start=start), strict=strict)
+        with self.batched():
+            taken = self._taken
+            items = read_log([path], start=start, take=self._take_read)
+            applied = self._apply(items, strict=strict) + self._taken - taken
         self.commit()
         if strict and (self._pending or self._behind):
             raise LogError(f"cannot write the restore index: {self._problem}", str(self.path))
         return applied
+
+    @contextlib.contextmanager
+    def batched(self) -> Iterator[None]:
+        """Within the block, commit as a catch-up does: in batches of :data:`CATCH_UP_COMMIT`.
+
+        For a caller telling the index of many lines at once (a catch-up): each session's
+        row is written once per commit however many of its records the batch holds; a
+        batch also ends at :data:`CATCH_UP_ROWS` sessions waiting, and after
+        :data:`CATCH_UP_SECONDS` (:attr:`commit_every` and :attr:`commit_seconds`, if more,
+        still apply). The block's last updates wait for the next commit.
+        """
+        every, seconds = self.commit_every, self.commit_seconds
+        self.commit_every = max(every, CATCH_UP_COMMIT)
+        self.commit_seconds = max(seconds, CATCH_UP_SECONDS)
+        try:
+            yield
+        finally:
+            self.commit_every, self.commit_seconds = every, seconds
+
+    def _take_read(
+        self,
+        path: str,  # noqa: ARG002 - read_log's Take: the lines are the followed file's
+        line: int,  # noqa: ARG002 - as for path
+        lines: list[bytes],
+        start: int,
+        offset: int,
+    ) -> int:
+        """:meth:`take`, as :func:`~modefsm.log.read_log`'s ``take`` for a catch-up."""
+        return self.take(lines, start, offset)
+
+    def take(self, lines: list[bytes], start: int, offset: int) -> int:  # noqa: C901, PLR0912 - the hot loop: no call per line it can spare
+        """Apply the record lines from ``lines[start]`` on, up to the first other line.
+
+        The fast path of a catch-up: the same updates as :meth:`update` and :meth:`advance`
+        for each record, in order, without building its model. Takes the lines that
+        :func:`~modefsm.log.record_decoder` decodes whole (a record whose every field holds
+        a value :class:`~modefsm.log.TransitionRecord` keeps as it is, ``config``
+        included) with a point to keep (a committed record with a ``seq`` and a
+        ``to_mode``) or none (a rejection); stops at the first other line (a decision, a
+        header, a host's line, anything to judge the slow way), changing nothing for it.
+
+        Args:
+            lines: complete lines of the log the index follows, without their newline.
+            start: the first line to look at.
+            offset: the byte offset where ``lines[start]`` begins in the log.
+
+        Returns:
+            The index in *lines* of the first line not taken; when any was taken,
+            :attr:`offset` is where the last one taken ends.
+        """
+        if self._behind:
+            return start  # update() keeps nothing then: the slow way
+        decoder = self._decoder
+        if decoder is None:
+            decoder = self._decoder = _decoder()
+        decode, not_taken, unset = decoder
+        pending, mark, rejected, dumps = self._pending, RECORD_MARK, EVENT_REJECTED, orjson.dumps
+        head, end, most = self.head, offset, _rows_waiting()
+        index, count, points = start, len(lines), 0
+        while index < count:
+            raw = lines[index]
+            if raw[:1] != b"{" or mark not in raw:
+                break
+            try:
+                record = decode(raw)
+            except not_taken:
+                break
+            seq, mode, event = record.seq, record.to_mode, record.event
+            if event != rejected and (seq is None or mode is None):
+                break  # the slow way's to judge
+            index += 1
+            end += len(raw) + 1
+            head = record.digest
+            if head is unset:
+                head = None
+            if event == rejected:
+                continue  # no point moves: the chain does (advance)
+            previous, keep = previous_of(record.origin, record.from_mode, event)
+            session_id, cwd, config = record.session_id, record.cwd, record.config
+            if cwd is unset:
+                cwd = None
+            before = pending.get(session_id)
+            if before is not None:
+                if keep:
+                    previous, keep = before[4], before[5]
+                if cwd is None:
+                    cwd = before[6]
+            points += 1
+            text = None if config is unset or not config else dumps(config).decode()
+            pending[session_id] = (
+                mode, seq, head, end, previous, keep, cwd, record.timestamp, 0, text,
+            )  # fmt: skip
+            if before is None and len(pending) >= most:
+                break  # a commit first
+        if index > start:
+            self._offset, self.head = end, head
+            self._taken += points
+            self._count(index - start)
+            self._bound_pending()
+        return index
 
     def resume(self, log: str | Path) -> int | None:
         """Where in *log* the index's log position is, for its writer to go on from there.
@@ -933,12 +1055,26 @@ class RestoreIndex:
 MAX_PENDING = 100_000
 """The most sessions whose updates wait in memory for a commit; past it they are dropped and
 the index catches up from the log (from its last committed position) when it can."""
+CATCH_UP_COMMIT = 1 << 20
+"""Records a catch-up applies between two commits (:meth:`RestoreIndex.batched`)."""
+CATCH_UP_SECONDS = 30.0
+"""Seconds after which a catch-up's batch ends however few records it holds."""
+CATCH_UP_ROWS = 1 << 15
+"""The most sessions a catch-up keeps waiting for a commit (well under :data:`MAX_PENDING`)."""
+COMMIT_ROWS = 2048
+"""The most rows one SQLite transaction writes (a commit of more takes several: each holds
+the write lock for tens of milliseconds at most)."""
 RETRY_SECONDS = 0.25
 """After a failed commit, the least time before the next is tried."""
 _BUSY_MS = 20
 """How long a write waits for another process's lock, in milliseconds (on the event loop)."""
 _OPEN_WAIT = 5.0
 """How long opening (and closing) the index waits for another process's lock, in seconds."""
+
+
+def _rows_waiting() -> int:
+    """The most sessions waiting before a commit: :data:`CATCH_UP_ROWS`, or fewer."""
+    return min(CATCH_UP_ROWS, MAX_PENDING)
 
 
 def _busy(exc: sqlite3.Error) -> bool:
@@ -1110,6 +1246,17 @@ def _disagreement(  # noqa: PLR0911 - one check after another, each with its sen
     if not keep and previous != point.previous:
         return f"the row's previous mode {point.previous!r} is not the log's {previous!r}"
     return None
+
+
+def _decoder() -> tuple[Callable[[bytes], Any], type[Exception], object]:
+    """The catch-up's decoder, what it raises for a line it does not take, and ``UNSET``.
+
+    The decoder is :func:`~modefsm.log.record_decoder` with ``config`` objects taken;
+    ``UNSET`` is the value of an optional field the line does not have.
+    """
+    import msgspec  # noqa: PLC0415 - with the decoder, at the first catch-up
+
+    return record_decoder(config=True), msgspec.MsgspecError, msgspec.UNSET
 
 
 def _config(text: str | None) -> dict[str, str | bool] | None:

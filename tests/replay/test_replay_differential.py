@@ -293,8 +293,8 @@ def test_the_fast_path_takes_most_of_an_engine_log():
     taken: list[int] = []
     replayer = Replayer(SPECS, verify=True)
 
-    def take(path: str, line: int, lines: list[bytes], start: int) -> int:
-        stop = replayer.take(path, line, lines, start)
+    def take(path: str, line: int, lines: list[bytes], start: int, offset: int) -> int:
+        stop = replayer.take(path, line, lines, start, offset)
         taken.extend(range(line, line + stop - start))
         return stop
 
@@ -318,8 +318,8 @@ def test_the_fast_path_goes_on_after_each_decision():
     taken: list[int] = []
     replayer = Replayer(SPECS, verify=True)
 
-    def take(path: str, line: int, lines: list[bytes], start: int) -> int:
-        stop = replayer.take(path, line, lines, start)
+    def take(path: str, line: int, lines: list[bytes], start: int, offset: int) -> int:
+        stop = replayer.take(path, line, lines, start, offset)
         taken.extend(range(line, line + stop - start))
         return stop
 

@@ -100,8 +100,8 @@ def test_the_permission_log_is_clean_and_taken(tmp_path):
     taken: list[int] = []
     replayer = Replayer(SPECS, verify=True)
 
-    def take(name: str, line: int, lines: list[bytes], start: int) -> int:
-        stop = replayer.take(name, line, lines, start)
+    def take(name: str, line: int, lines: list[bytes], start: int, offset: int) -> int:
+        stop = replayer.take(name, line, lines, start, offset)
         taken.extend(range(line, line + stop - start))
         return stop
 

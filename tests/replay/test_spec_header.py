@@ -352,8 +352,8 @@ def test_a_header_is_one_line_that_the_fast_path_leaves_to_the_reader(tmp_path):
     replayer = Replayer(None, verify=True)
     taken: list[int] = []
 
-    def take(name: str, line: int, lines: list[bytes], start: int) -> int:
-        stop = replayer.take(name, line, lines, start)
+    def take(name: str, line: int, lines: list[bytes], start: int, offset: int) -> int:
+        stop = replayer.take(name, line, lines, start, offset)
         taken.extend(range(line, line + stop - start))
         return stop
 

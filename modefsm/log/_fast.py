@@ -1,4 +1,4 @@
-"""Replay's fast path: a record line decoded and type-checked in one call, without the model.
+"""The readers' fast path: a record line decoded and type-checked in one call, without the model.
 
 :func:`record_struct` derives, from :func:`~modefsm.log.record_checks` (itself derived from
 :class:`~modefsm.log.TransitionRecord`), a msgspec struct whose decoder takes a line only
@@ -6,9 +6,9 @@ when every key is a field of the model and every value one the model keeps as it
 string where the model wants a string, an integer within the model's bounds, a value of a
 ``Literal``. Anything else (a host's key, a value the model would convert or reject, a line
 that is not JSON) raises, and the line goes the slow way, as does every ``config`` object (a
-session's host option values: the struct takes only its ``null``). An optional field the
-line does not have is :data:`msgspec.UNSET`, so that the digest's canonical bytes cover
-exactly the keys the line holds.
+session's host option values) unless asked for (the struct takes only its ``null`` then).
+An optional field the line does not have is :data:`msgspec.UNSET`, so that the digest's
+canonical bytes cover exactly the keys the line holds.
 
 msgspec bounds integers to 64 bits: where the model allows more (``request_id`` up to
 ``2**64 - 1``), the struct stops at ``2**63 - 1`` and the rest goes the slow way.
@@ -17,20 +17,24 @@ msgspec bounds integers to 64 bits: where the model allows more (``request_id`` 
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import msgspec
 
-from modefsm.log import FieldCheck, record_checks
+from modefsm.log._models import FieldCheck, TransitionRecord, record_checks
 
-__all__: list[str] = []  # used by Replayer.take only
+__all__ = ["canonical_encoder", "record_decoder"]
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
 @functools.cache
-def record_struct() -> type[msgspec.Struct]:
+def record_struct(*, config: bool = False) -> type[msgspec.Struct]:
     """The struct of a record line: the model's fields, their checks, no other key.
+
+    Args:
+        config: also take a ``config`` object (string keys, each value a string or a
+            boolean, as the model keeps them); else only its ``null``.
 
     Example:
         >>> line = (b'{"event":"modefsm.session_created","timestamp":"t","session_id":"s",'
@@ -43,11 +47,18 @@ def record_struct() -> type[msgspec.Struct]:
     fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
     for name, check in record_checks().items():
         kind = _type_of(check)
+        if config and dict in check.types:
+            kind = kind | _dict_arm(name)
         fields.append(
             (name, kind) if check.required else (name, kind | msgspec.UnsetType, msgspec.UNSET)
         )
     return msgspec.defstruct(
-        "RecordLine", fields, kw_only=True, forbid_unknown_fields=True, gc=False, module=__name__
+        "ConfigRecordLine" if config else "RecordLine",
+        fields,
+        kw_only=True,
+        forbid_unknown_fields=True,
+        gc=False,
+        module=__name__,
     )
 
 
@@ -67,15 +78,21 @@ def _type_of(check: FieldCheck) -> Any:
     return functools.reduce(lambda a, b: a | b, arms[1:], arms[0]) if len(arms) > 1 else arms[0]
 
 
+def _dict_arm(name: str) -> Any:
+    """The ``dict[...]`` arm of the model's field *name* (msgspec checks its keys and values)."""
+    annotation = TransitionRecord.model_fields[name].annotation
+    return next(arm for arm in get_args(annotation) if get_origin(arm) is dict)
+
+
 @functools.cache
-def record_decoder() -> Any:
-    """``decode(line)``: the :func:`record_struct` of a JSON line.
+def record_decoder(*, config: bool = False) -> Any:
+    """``decode(line)``: the :func:`record_struct` of a JSON line (*config*: as there).
 
     Raises (from the returned function):
         msgspec.MsgspecError: the line is not JSON, or not a record the model keeps as it
             is (see the module's docstring).
     """
-    return msgspec.json.Decoder(record_struct()).decode
+    return msgspec.json.Decoder(record_struct(config=config)).decode
 
 
 @functools.cache
