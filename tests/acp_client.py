@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import acp
-from acp.experimental import v2
-from acp.experimental.v2 import schema as s2
 from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse, TextContentBlock
 
 Answer = Callable[[list[Any], Any], Awaitable[RequestPermissionResponse]]
@@ -196,6 +194,9 @@ async def spawn_v2(
     has ``observe``, ``session_update`` and ``request_permission``. With *sigkill*, as in
     :func:`spawn_v1`.
     """
+    from acp.experimental import v2  # not in SDK 0.12 (the sdk_compat run in .ci/run)
+    from acp.experimental.v2 import schema as s2
+
     process = await asyncio.create_subprocess_exec(
         *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
     )
