@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.acp_client import start_serve
+from tests.acp_client import start_host, start_serve
 
 TIMEOUT = 30.0
 """Seconds any single request may take before the test calls it a hang."""
@@ -300,15 +300,7 @@ async def raw_serve(
     if host is None:
         process = await start_serve(log, *args, stderr=err, limit=2**26)
     else:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            str(host),
-            str(log),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=err,
-            limit=2**26,
-        )
+        process = await start_host(host, log, stderr=err, limit=2**26)
     peer = RawPeer(process)
     reader = asyncio.create_task(peer.read_forever())
     try:
