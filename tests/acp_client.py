@@ -141,6 +141,17 @@ async def start_serve(log: Path, *args: str, **options: Any) -> asyncio.subproce
     )
 
 
+async def start_host(script: Path, *args: str | Path, **options: Any) -> asyncio.subprocess.Process:
+    """Start a host's own agent script (:func:`host_command`) as :func:`start_serve` starts
+    ``modefsm serve``: stdin and stdout piped, *options* to the subprocess."""
+    return await asyncio.create_subprocess_exec(
+        *host_command(script, *args),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        **options,
+    )
+
+
 async def end_agent(process: asyncio.subprocess.Process) -> None:
     """End an agent as a client does, by closing its stdin; wait up to :data:`TIMEOUT`
     seconds for it to exit (on a hang: kill it and raise the wait's :class:`TimeoutError`)."""

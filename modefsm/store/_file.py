@@ -60,7 +60,7 @@ import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from functools import cache, partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from pydantic import ValidationError
 
@@ -99,7 +99,7 @@ from modefsm.store._interface import (
     SessionMoved,
     StoreBusy,
 )
-from modefsm.store._memory import DECIDED_KEPT, remember_decision
+from modefsm.store._memory import DECIDED_KEPT, call_key, remember_decision
 from modefsm.store._restore import RestoreIndex, is_index
 
 if TYPE_CHECKING:
@@ -116,6 +116,13 @@ another process holds it a few microseconds per record. The processor is not yie
 yield on a busy machine can last milliseconds)."""
 _BATCH = 256
 """The most queued records one hold of the lock writes (the others wait for the next)."""
+
+_READ_TRIES = 4
+"""How many times :meth:`FileStore.note_once_async` reads a session's decisions from the file
+again when the session dropped one meanwhile (other processes deciding fast)."""
+
+_UNDECIDED = object()
+"""No decision of the call is known."""
 
 
 class FileStore:
@@ -160,8 +167,10 @@ class FileStore:
             raise LogError(f"cannot open the transition log: {exc.strerror}", str(path)) from None
         self._heads: dict[str, RestorePoint] = {}  # sessions this process holds
         self._granted: dict[str, list[dict[str, Any]]] = {}  # others' allow_always, by session
-        # held sessions' decisions read or written since the hold: toolCallId -> outcome
-        self._decided: dict[str, dict[str, str | None]] = {}
+        # held sessions' decisions read or written since the hold (the last DECIDED_KEPT):
+        # call_key(toolCallId) -> outcome; and how many each has dropped to keep the bound
+        self._decided: dict[str, dict[bytes, str | None]] = {}
+        self._dropped: dict[str, int] = {}
         self._queued: list[tuple[str, dict[str, Any], asyncio.Future[str]]] = []
         self._writer: asyncio.Task[None] | None = None  # writes the queued records
         self._watch = _LockWatch()
@@ -652,7 +661,7 @@ class FileStore:
         if held is not None and isinstance(seq, int) and seq > held.seq:
             self._heads[held.session_id] = _after(held, data, data.get("event"))
         elif held is not None and data.get("event") == EVENT_DECIDED:
-            remember_decision(self._decided, data, DECIDED_KEPT)
+            self._remember(data)
             if data.get("outcome") == "allow_always":
                 self._grant_seen(held.session_id, data)
 
@@ -889,17 +898,53 @@ class FileStore:
         """Write the decision *fields* unless its call has one: checked under the file's lock.
 
         See :meth:`DecidesOnce.note_once_async <modefsm.store.DecidesOnce.note_once_async>`.
-        For a session this store holds, the decisions checked are those it read or wrote
-        since it began holding it (at most :data:`~modefsm.store.DECIDED_KEPT` per
-        session, kept across a rotation it followed); for one it does not hold, every
-        decision in the current file, read under the lock.
+        Exact for every decision in the current file and, for a session this store holds,
+        every one it read or wrote since it began holding it (across a rotation it
+        followed, the last :data:`~modefsm.store.DECIDED_KEPT` of them). A session this
+        store does not hold is held first (as by :meth:`restore_point_async`); its earlier
+        decisions, and those of a held session past :data:`~modefsm.store.DECIDED_KEPT`,
+        are read from the file off the event loop and outside the lock, then the lines
+        written since are checked under the lock.
 
         Raises:
             AlreadyDecided: the call has a decision record; nothing was written.
-            SessionMoved, StoreBusy, LogError: as :meth:`note`.
+            SessionMoved, StoreBusy, LogError: as :meth:`note` (``StoreBusy`` too when
+                other processes keep deciding calls of the session faster than its file
+                is read).
         """
-        await self._lock_async(None)
-        self._note_locked(EVENT_DECIDED, fields, head, once=True)
+        session_id, call_id = fields["session_id"], fields["tool_call_id"]
+        held = session_id in self._heads
+        if not held:
+            await self.restore_point_async(session_id)
+        for _ in range(_READ_TRIES):
+            dropped = self._dropped.get(session_id, 0)
+            read: tuple[str | None] | None = None  # the last outcome of the call read, if any
+            if session_id in self._heads and (not held or dropped):
+                read = await asyncio.to_thread(self._last_outcome, session_id, call_id)
+            await self._lock_async(None)
+            if self._note_locked(EVENT_DECIDED, fields, head, once=(dropped, read)):
+                return
+            held = True  # read: what the file held then is known, the rest was taken since
+        raise self._busy_deciding(session_id)
+
+    def _last_outcome(self, session_id: str, call_id: str) -> tuple[str | None] | None:
+        """The last outcome of *call_id*'s decisions in the file (in a 1-tuple), else ``None``."""
+        last = None
+        for record in self.decisions(session_id):
+            if record.tool_call_id == call_id:
+                last = (record.outcome,)
+        return last
+
+    def _busy_deciding(self, session_id: str) -> StoreBusy:
+        msg = f"sessionId {session_id}: other processes kept deciding its tool calls while "
+        msg += "its decisions were read; nothing was written"
+        return StoreBusy(msg, str(self.path))
+
+    def _remember(self, fields: dict[str, Any]) -> None:
+        """Remember the decision *fields* of a held session (its count of dropped ones)."""
+        if remember_decision(self._decided, fields, DECIDED_KEPT):
+            session_id = fields["session_id"]
+            self._dropped[session_id] = self._dropped.get(session_id, 0) + 1
 
     def _note_locked(
         self,
@@ -907,11 +952,15 @@ class FileStore:
         fields: dict[str, Any],
         head: RestorePoint | None,
         *,
-        once: bool = False,
-    ) -> None:
+        once: tuple[int, tuple[str | None] | None] | None = None,
+    ) -> bool:
         """The rest of :meth:`note` (of :meth:`note_once_async` if *once*), the lock held.
 
-        The lock is released here.
+        *once*: the session's count of dropped decisions before its file was read, and
+        what was read (see :meth:`_refuse_decided`). The lock is released here.
+
+        Returns:
+            ``False`` when *once* must be read again (nothing was written), else ``True``.
         """
         try:
             self._sync_tail()
@@ -919,39 +968,51 @@ class FileStore:
                 held = self._heads.get(head.session_id)
                 if held is not None and held.seq > head.seq:
                     raise SessionMoved(held)
-            if once:
-                self._refuse_decided(fields)
+            if once is not None and not self._refuse_decided(fields, *once):
+                return False
             self._log.write(event, fields)
             self._wrote(event, fields, self._log.head if event in CHAINED_EVENTS else None)
             if event == EVENT_DECIDED and fields.get("session_id") in self._heads:
-                remember_decision(self._decided, fields, DECIDED_KEPT)
+                self._remember(fields)
         finally:
             self._unlock()
+        return True
 
-    def _refuse_decided(self, fields: dict[str, Any]) -> None:
+    def _refuse_decided(
+        self, fields: dict[str, Any], dropped: int, read: tuple[str | None] | None
+    ) -> bool:
         """Raise :class:`AlreadyDecided` if the call of *fields* has a decision (the lock held).
 
         A held session: the file's lines after the point its hold began all passed through
         :meth:`_take` under this lock, in file order (:meth:`_sync_tail` reads every line
         after :attr:`_seen` before anything is written, and the hold, taken after a read
         under the lock, is in place before the next read), so :attr:`_decided` has every
-        decision written since, this store's own included; the caller read
-        :meth:`decisions` after the hold began, which covers the lines before. The two
-        together cover the file, and a decision written by another process after this
-        check waits for this lock, so it sees this line in its own check.
+        decision written since, this store's own included, unless it dropped some to keep
+        its bound; the lines before are covered by a read of the file begun after the hold
+        (the caller's :meth:`decisions`, or *read*, :meth:`_last_outcome`'s answer), a read
+        begun after :attr:`_decided` last dropped one (*dropped*: the count then) when it
+        did. The two together cover the file, and a decision written by another process
+        after this check waits for this lock, so it sees this line in its own check.
+
+        A session not held (it has no point in the file to hold it from): the file is
+        read now, under the lock.
+
+        Returns:
+            ``False`` when the session dropped a decision since *dropped* (what it dropped
+            may be newer than the read: read again), else ``True``: the call has no
+            decision.
         """
         session_id, call_id = fields["session_id"], fields["tool_call_id"]
-        if session_id in self._heads:
-            calls = self._decided.get(session_id, {})
-            if call_id in calls:
-                raise AlreadyDecided(session_id, call_id, calls[call_id])
-            return
-        last = None
-        for record in self.decisions(session_id):  # not followed: the file, read now
-            if record.tool_call_id == call_id:
-                last = record
-        if last is not None:
-            raise AlreadyDecided(session_id, call_id, last.outcome)
+        if session_id not in self._heads:
+            read = self._last_outcome(session_id, call_id)
+        elif self._dropped.get(session_id, 0) != dropped:
+            return False
+        outcome = self._decided.get(session_id, {}).get(call_key(call_id), _UNDECIDED)
+        if outcome is _UNDECIDED and read is not None:
+            outcome = read[0]
+        if outcome is not _UNDECIDED:
+            raise AlreadyDecided(session_id, call_id, cast("str | None", outcome))
+        return True
 
     def restore_point(self, session_id: str) -> RestorePoint | None:
         """The session's latest point: the index caught up with the file first.
@@ -1148,6 +1209,7 @@ class FileStore:
         self._heads.pop(session_id, None)
         self._granted.pop(session_id, None)
         self._decided.pop(session_id, None)
+        self._dropped.pop(session_id, None)
 
     def _grant_seen(self, session_id: str, data: dict[str, Any]) -> None:
         seen = self._granted.setdefault(session_id, [])

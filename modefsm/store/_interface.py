@@ -389,7 +389,12 @@ class DecidesOnce(Protocol):
         holds the session: it called :meth:`SessionStore.restore_point_async` (which
         *head* came from) and read :meth:`SessionStore.decisions` after that; a store may
         rely on both, and check under its guard only the decisions written since it began
-        following the session (its own, and those it read of other processes).
+        following the session (its own, and those it read of other processes). The
+        refusal is exact however many decisions the session has: a store that remembers
+        the decided calls in a bounded memory (:class:`~modefsm.store.FileStore`: the last
+        :data:`~modefsm.store.DECIDED_KEPT` per session) looks the call up in the store
+        when it forgot some, and a ``toolCallId`` of any length is remembered in a bounded
+        size (a digest).
 
         Args:
             fields: the record's fields (:class:`~modefsm.log.DecisionRecord`: its

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from modefsm.log import RECORD_EVENTS, TransitionLog
-from modefsm.store._memory import DECIDED_KEPT, MemoryStore
+from modefsm.store._memory import MemoryStore
 
 if TYPE_CHECKING:
     from modefsm.log import DecisionRecord, TransitionRecord
@@ -28,9 +28,9 @@ __all__ = ["LogStore"]
 class LogStore(MemoryStore):
     """A :class:`~modefsm.store.SessionStore` that writes every line to a transition log.
 
-    Memory holds one point per live session (dropped when the engine closes it), its
-    decided ``toolCallId`` values (at most :data:`~modefsm.store.DECIDED_KEPT`, for
-    :meth:`note_once_async`), and one
+    Memory holds one point per live session (dropped when the engine closes it), a
+    16-byte digest of each ``toolCallId`` it decided (every one, whatever its length, for
+    :meth:`note_once_async`: the log is not read back; forgotten with the session), and one
     ``session/list`` entry per live session created with a ``cwd``; :attr:`lines` stays
     empty (the lines are in the log). :meth:`append` checks the session's head, then hands
     the record's dict to the log's :meth:`~modefsm.log.TransitionLog.write_own`, which
@@ -59,7 +59,6 @@ class LogStore(MemoryStore):
     """
 
     _session_prev = False  # the log's lines have none
-    _decided_kept = DECIDED_KEPT  # per live session, forgotten with it
 
     def __init__(self, log: TransitionLog, *, timeout: float = 1.0) -> None:
         """A store writing to *log*, holding no session yet."""

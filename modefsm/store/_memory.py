@@ -9,6 +9,7 @@ process only.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -35,25 +36,43 @@ if TYPE_CHECKING:
 __all__ = ["DECIDED_KEPT", "MemoryStore"]
 
 DECIDED_KEPT = 4096
-"""The most decided ``toolCallId`` values a store that follows sessions keeps per session
-for :meth:`~modefsm.store.DecidesOnce.note_once_async` (the oldest are dropped)."""
+"""The most decided ``toolCallId`` values a :class:`~modefsm.store.FileStore` keeps in memory
+per held session for :meth:`~modefsm.store.DecidesOnce.note_once_async`; past it, the oldest
+are dropped and the store reads the session's earlier decisions from the file (off the event
+loop) before it answers."""
+
+_CALL_KEY_BYTES = 16
+"""The size of the digest a decided ``toolCallId`` is remembered by (BLAKE2b), whatever
+its length."""
+
+
+def call_key(tool_call_id: str) -> bytes:
+    """The fixed-size key a decided ACP ``toolCallId`` (as logged: whole) is remembered by."""
+    data = tool_call_id.encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=_CALL_KEY_BYTES).digest()
 
 
 def remember_decision(
-    decided: dict[str, dict[str, str | None]], fields: dict[str, Any], kept: int | None
-) -> None:
-    """Note the decision *fields* in *decided* (``sessionId -> toolCallId -> outcome``).
+    decided: dict[str, dict[bytes, str | None]], fields: dict[str, Any], kept: int | None
+) -> bool:
+    """Note the decision *fields* in *decided* (``sessionId -> call_key(toolCallId) -> outcome``).
 
     At most *kept* calls per session (the oldest dropped; ``None``: every one).
+
+    Returns:
+        Whether a call was dropped to keep the bound.
     """
     calls = decided.setdefault(fields["session_id"], {})
     call_id = fields.get("tool_call_id")
     if not isinstance(call_id, str):
-        return
-    calls.pop(call_id, None)  # the last decision of the call, and now the newest
-    calls[call_id] = fields.get("outcome")
+        return False
+    key = call_key(call_id)
+    calls.pop(key, None)  # the last decision of the call, and now the newest
+    calls[key] = fields.get("outcome")
     if kept is not None and len(calls) > kept:
         del calls[next(iter(calls))]
+        return True
+    return False
 
 
 class MemoryStore:
@@ -94,7 +113,8 @@ class MemoryStore:
         self._created: str | None = None  # the mode of a point kept as its digest alone
         self._records: dict[str, list[dict[str, Any]]] = {}
         self._listed: dict[str, tuple[str, str]] = {}  # sessionId -> (cwd, updated_at)
-        self._decided: dict[str, dict[str, str | None]] = {}  # sessionId -> toolCallId -> outcome
+        # sessionId -> call_key(toolCallId) -> outcome
+        self._decided: dict[str, dict[bytes, str | None]] = {}
         self._head: str | None = None  # the digest of the last record (the chain's head)
         self._closed = False
         self._chain: Callable[[str, dict[str, Any], bool], str | None] = self._keep
@@ -277,8 +297,9 @@ class MemoryStore:
         self._open()
         session_id, call_id = fields["session_id"], fields["tool_call_id"]
         calls = self._decided.get(session_id, {})
-        if call_id in calls:
-            raise AlreadyDecided(session_id, call_id, calls[call_id])
+        key = call_key(call_id)
+        if key in calls:
+            raise AlreadyDecided(session_id, call_id, calls[key])
         self.note(EVENT_DECIDED, fields, head)
 
     def restore_point(self, session_id: str) -> RestorePoint | None:

@@ -22,7 +22,7 @@ from acp.experimental import v2
 from acp.experimental.v2 import schema as s2
 
 from modefsm import preset
-from tests.acp_client import TestClient, end_agent
+from tests.acp_client import TestClient, end_agent, start_host
 from tests.conftest import mode_option, read_log
 
 pytestmark = pytest.mark.e2e
@@ -60,13 +60,7 @@ def dumped(model_: Any) -> Any:
 @contextlib.asynccontextmanager
 async def example(store: Path) -> AsyncIterator[asyncio.subprocess.Process]:
     """The example agent on *store*, stopped (stdin closed) at the end."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(EXAMPLE),
-        str(store),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-    )
+    process = await start_host(EXAMPLE, store)
     try:
         yield process
     finally:

@@ -8,7 +8,6 @@ over stdio, and the file, the frames and the log are compared whole.
 from __future__ import annotations
 
 import asyncio
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,15 @@ from typing import Any
 import pytest
 
 from modefsm import preset, replay
-from tests.acp_client import TIMEOUT, TestClient, host_command, select, spawn_v1, text_block
+from tests.acp_client import (
+    TIMEOUT,
+    TestClient,
+    host_command,
+    select,
+    spawn_v1,
+    start_host,
+    text_block,
+)
 from tests.conftest import read_log
 from tests.reliability.harness import RawPeer
 
@@ -120,13 +127,7 @@ async def test_a_late_answer_is_logged_for_its_own_session_and_request(tmp_path:
     after session b's ask was answered in time; only a's answer is logged as late."""
     script, log = tmp_path / "host.py", tmp_path / "modes.jsonl"
     script.write_text(NUMBERED, encoding="utf-8")
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(script),
-        str(log),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-    )
+    process = await start_host(script, log)
     peer = RawPeer(process)
     reader = asyncio.create_task(peer.read_forever())
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.acp_client import start_serve
+from tests.acp_client import start_host, start_serve
 
 TIMEOUT = 30.0
 """Seconds any single request may take before the test calls it a hang."""
@@ -288,13 +288,19 @@ class RawPeer:
 
 
 @contextlib.asynccontextmanager
-async def raw_serve(log: Path, *args: str, stderr: Path | None = None) -> AsyncIterator[RawPeer]:
+async def raw_serve(
+    log: Path, *args: str, stderr: Path | None = None, host: Path | None = None
+) -> AsyncIterator[RawPeer]:
     """Spawn ``python -m modefsm serve --log LOG ARGS...`` and yield a :class:`RawPeer`.
 
+    With *host*, the agent is that host script instead, run as ``python HOST LOG``.
     On exit, stdin is closed and the agent must exit 0 on its own.
     """
     err = stderr.open("wb") if stderr is not None else None
-    process = await start_serve(log, *args, stderr=err, limit=2**26)
+    if host is None:
+        process = await start_serve(log, *args, stderr=err, limit=2**26)
+    else:
+        process = await start_host(host, log, stderr=err, limit=2**26)
     peer = RawPeer(process)
     reader = asyncio.create_task(peer.read_forever())
     try:

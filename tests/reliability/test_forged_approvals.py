@@ -11,6 +11,8 @@ names the tool call.
 from __future__ import annotations
 
 import asyncio
+import textwrap
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,30 @@ async def send_prompt(peer: RawPeer, sid: str) -> int:
         {"jsonrpc": "2.0", "id": peer.next_id, "method": "session/prompt", "params": params}
     )
     return peer.next_id
+
+
+async def rejected_then_answered_again(
+    peer: RawPeer, between: Callable[[RawPeer, str], Awaitable[None]] | None = None
+) -> dict[str, Any]:
+    """A switch's request answered ``reject``, then (after *between*) ``code``: the request.
+
+    The mode stays ``architect``.
+    """
+    sid, prompt_id, request = await pending_switch(peer)
+    await peer.answer(request, selected("reject"))
+    assert (await peer.response(prompt_id))["result"]["stopReason"] == "end_turn"
+    if between is not None:
+        await between(peer, sid)
+    await peer.answer(request, selected("code"))  # the same request id, again
+    assert await peer.current_mode(sid) == "architect"
+    return request
+
+
+REJECTED_THEN_DUPLICATE = [
+    ("modefsm.change_rejected", "option_rejected", "reject"),
+    ("modefsm.change_rejected", "duplicate_answer", "code"),
+]
+"""The records of :func:`rejected_then_answered_again`'s tool call."""
 
 
 def tool_call_id(request: dict[str, Any]) -> str:
@@ -222,6 +248,24 @@ class TestStaleAnswers:
             ("modefsm.change_rejected", "duplicate_answer", "ask"),
         ]
 
+    async def test_a_second_answer_after_many_unanswered_requests_is_the_switchs(
+        self, tmp_path: Path
+    ):
+        # the transport remembers the last 1,024 requests *answered*: requests sent later and
+        # never answered (cancelled turns) must not make a switch's answer a stranger's
+        log = tmp_path / "log.jsonl"
+
+        async def unanswered(peer: RawPeer, sid: str) -> None:
+            for _ in range(1_024):
+                later = await send_prompt(peer, sid)
+                assert (await peer.next_agent_request())["method"] == "session/request_permission"
+                await peer.notify("session/cancel", {"sessionId": sid})
+                assert (await peer.response(later))["result"]["stopReason"] == "cancelled"
+
+        async with raw_serve(log) as peer:
+            request = await rejected_then_answered_again(peer, unanswered)
+        assert records_of(log, tool_call_id(request)) == REJECTED_THEN_DUPLICATE
+
     async def test_a_cancelled_answer_after_cancel_is_not_noise(self, tmp_path: Path):
         log = tmp_path / "log.jsonl"
         async with raw_serve(log) as peer:
@@ -246,4 +290,61 @@ class TestStaleAnswers:
             assert await peer.current_mode(sid) == "b"
         assert records_of(log, tool_call_id(request)) == [
             ("modefsm.change_rejected", "stale_option", "c")
+        ]
+
+
+MODULE_HOST = textwrap.dedent(
+    """
+    import asyncio
+    import sys
+
+    from acp.schema import PromptResponse
+
+    from modefsm import FileStore, ModeAgent, preset, serve_negotiated
+    from modefsm.protocol import propose_switch
+
+
+    class Host(ModeAgent):
+        async def prompt(self, prompt, session_id, **kwargs):
+            turn = self.begin_turn(session_id)
+            try:
+                result = await propose_switch(
+                    self.engine, self.conn, session_id, plan="## Plan", cancelled=turn
+                )
+            finally:
+                self.end_turn(session_id, turn)
+            cancelled = result.reason == "cancelled"
+            return PromptResponse(stop_reason="cancelled" if cancelled else "end_turn")
+
+
+    asyncio.run(serve_negotiated(Host(preset("seed"), store=FileStore(sys.argv[1]))))
+    """
+)
+
+
+class TestModuleLevelSwitch:
+    """A switch a host proposes through ``modefsm.protocol.propose_switch`` (not the agent's
+    method): its late and second answers are logged as a switch's, as the agent's are."""
+
+    async def test_a_second_answer_is_a_switchs(self, tmp_path: Path):
+        host, log = tmp_path / "host.py", tmp_path / "log.jsonl"
+        host.write_text(MODULE_HOST, encoding="utf-8")
+        async with raw_serve(log, host=host) as peer:
+            request = await rejected_then_answered_again(peer)
+        assert records_of(log, tool_call_id(request)) == REJECTED_THEN_DUPLICATE
+
+    async def test_a_late_answer_is_a_switchs(self, tmp_path: Path):
+        host, log = tmp_path / "host.py", tmp_path / "log.jsonl"
+        host.write_text(MODULE_HOST, encoding="utf-8")
+        async with raw_serve(log, host=host) as peer:
+            sid, prompt_id, request = await pending_switch(peer)
+            await peer.notify("session/cancel", {"sessionId": sid})
+            assert (await peer.response(prompt_id))["result"]["stopReason"] == "cancelled"
+            await peer.answer(request, selected("code"))  # the allow, too late
+            await peer.answer(request, selected("ask"))  # and once more
+            assert await peer.current_mode(sid) == "architect"
+        assert records_of(log, tool_call_id(request)) == [
+            ("modefsm.change_rejected", "cancelled", None),
+            ("modefsm.change_rejected", "late_answer", "code"),
+            ("modefsm.change_rejected", "duplicate_answer", "ask"),
         ]

@@ -10,7 +10,10 @@ it, and falls back to reading ``decisions()`` with a host's store that lacks it.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
+import time
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ from modefsm.log import EVENT_DECIDED, DecisionRecord, read_log
 from modefsm.log._reader import DecisionEntry
 from modefsm.replay import replay
 from modefsm.store import (
+    DECIDED_KEPT,
     AlreadyDecided,
     DecidesOnce,
     FileStore,
@@ -246,3 +250,110 @@ async def test_a_store_not_holding_the_session_reads_the_file_under_the_lock(tmp
         writer.close()
         late.close()
     assert file_outcomes(path) == [("call_1", "abandoned")]
+
+
+async def test_a_call_decided_past_the_kept_count_is_still_refused(stores: Stores):
+    """Past ``DECIDED_KEPT`` decisions of the session since the holder began holding it, a
+    call decided before them is refused as the first was: the contract is the same in every
+    store (the decisions here written by another store, a process of its own, when it can
+    be one)."""
+    writer, holder = stores.open(), stores.open()
+    await ModeEngine(SPEC, store=writer).new_session_async("s1")
+    point = await holder.restore_point_async("s1")  # held from here on
+    assert point is not None
+    assert isinstance(holder, DecidesOnce)
+    calls = [f"call_{i}" for i in range(DECIDED_KEPT + 1)]
+    for call in calls:
+        await writer.note_async(EVENT_DECIDED, fields(call, "allow_once"), point)
+    with pytest.raises(AlreadyDecided) as refused:
+        await holder.note_once_async(fields("call_0", "abandoned"), point)
+    assert refused.value.outcome == "allow_once"
+    # and the holder's own decisions past the count, too
+    await holder.note_once_async(fields("call_new", "abandoned"), point)
+    for call in calls[1:]:
+        await holder.note_async(EVENT_DECIDED, fields(call, "cancelled"), point)
+    with pytest.raises(AlreadyDecided) as again:
+        await holder.note_once_async(fields("call_new", "abandoned"), point)
+    assert again.value.outcome == "abandoned"
+    expected = [(call, "allow_once") for call in calls] + [("call_new", "abandoned")]
+    assert stores.decided() == expected + [(call, "cancelled") for call in calls[1:]]
+
+
+# PostgreSQL checks in the database; MemoryStore keeps every line (the ids whole) anyway
+@pytest.mark.parametrize("kind", ["log", "file"])
+async def test_long_tool_call_ids_are_remembered_in_bounded_memory(kind: str, tmp_path: Path):
+    """Each decided ``toolCallId`` a store remembers costs a bounded size, whatever its length;
+    one that differs in its last character is another call."""
+    stores = Stores(kind, tmp_path, None)
+    try:
+        await remembers_long_ids_in_bounded_memory(stores)
+    finally:
+        stores.close()
+
+
+async def remembers_long_ids_in_bounded_memory(stores: Stores) -> None:
+    store = stores.open()
+    await ModeEngine(SPEC, store=store).new_session_async("s1")
+    point = await store.restore_point_async("s1")
+    assert point is not None
+    assert isinstance(store, DecidesOnce)
+    long_id = "c" * (256 * 1024)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(32):
+            await store.note_once_async(fields(f"{long_id}{i:02}", "allow_once"), point)
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 1024 * 1024  # the ids alone are 8 MiB
+    with pytest.raises(AlreadyDecided):
+        await store.note_once_async(fields(f"{long_id}07", "abandoned"), point)
+    await store.note_once_async(fields(f"{long_id}32", "abandoned"), point)
+    assert len(stores.decided()) == 33
+
+
+async def test_a_store_not_holding_the_session_reads_the_file_off_the_event_loop(
+    tmp_path: Path,
+):
+    """A store that does not hold the session holds it first and reads its earlier decisions
+    off the event loop, outside the file's lock; the refusal is as exact."""
+    path = tmp_path / "modes.jsonl"
+    writer = FileStore(path)
+    try:
+        await ModeEngine(SPEC, store=writer).new_session_async("s1")
+        await ModeEngine(SPEC, store=writer).new_session_async("s2")
+        point = await writer.restore_point_async("s1")
+        assert point is not None
+        await writer.note_async(EVENT_DECIDED, fields("open_1", "allow_once"), point)
+        for i in range(100_000):  # another session's: a large file to read
+            writer.note(EVENT_DECIDED, {**fields(f"c{i}", "allow_once"), "session_id": "s2"})
+    finally:
+        writer.close()
+    late = FileStore(path)
+    gaps: list[float] = []
+
+    async def tick() -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0.001)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    try:
+        ticker = asyncio.create_task(tick())
+        await asyncio.sleep(0.02)
+        with pytest.raises(AlreadyDecided) as refused:
+            await late.note_once_async(fields("open_1", "abandoned"), point)
+        await late.note_once_async(fields("open_2", "abandoned"), point)
+        await asyncio.sleep(0.02)  # the ticker wakes: a stall is measured
+        ticker.cancel()
+        assert refused.value.outcome == "allow_once"
+        assert max(gaps) < 0.2  # reading the whole file on the loop stalls it for > 0.5 s
+    finally:
+        late.close()
+    decided = [d for d in file_outcomes(path) if not d[0].startswith("c")]
+    assert decided == [("open_1", "allow_once"), ("open_2", "abandoned")]

@@ -216,10 +216,9 @@ async def _serve_stdio(agent: Any, protocols: tuple[int, ...], stdio: _Stdio) ->
     def late(request: Any, response: dict[str, Any]) -> None:
         holder["agent"].late_answer(request, response)
 
-    def sent(request: Any) -> None:
+    def sent(request: Any) -> str | None:
         hook = getattr(holder["agent"], "permission_sent", None)
-        if hook is not None:
-            hook(request)
+        return hook(request) if hook is not None else None
 
     transport = CheckedTransport(
         reader, writer, stray=stray, late=late, sent=sent, paced=stdio.paced

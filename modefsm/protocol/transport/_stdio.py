@@ -55,7 +55,7 @@ import time
 import traceback
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -165,11 +165,16 @@ class PermissionRequest:
         request_id: its JSON-RPC id.
         session_id: ACP ``sessionId``.
         tool_call_id: ACP ``toolCall.toolCallId``.
+        asker: what sent it, as the agent's ``permission_sent(request)`` hook answered when
+            it went out (:class:`~modefsm.protocol.ModeAgent`: ``"switch"`` or ``"tool"``),
+            or ``None``; kept with the request for as long as the transport remembers it,
+            so a late or second answer is matched to what asked.
     """
 
     request_id: Any
     session_id: str
     tool_call_id: str
+    asker: str | None = None
 
 
 StrayAnswer = Callable[[PermissionRequest, dict[str, Any]], None]
@@ -832,7 +837,9 @@ class _Ledger:
         stray: called with a second answer to a ``session/request_permission``.
         late: called with the first answer to a ``session/request_permission``.
         sent: called with each ``session/request_permission`` as it goes out (its
-            JSON-RPC id is known from then on: a late answer is matched to it by id).
+            JSON-RPC id is known from then on: a late answer is matched to it by id); what
+            it returns, if not ``None``, is kept as the request's
+            :attr:`~PermissionRequest.asker`.
         open: requests admitted and not answered yet (held ones included).
         held: requests admitted and not handed over yet, oldest first.
         unrouted: notifications of methods the SDK does not route, dropped.
@@ -844,7 +851,7 @@ class _Ledger:
         stray: StrayAnswer | None = None,
         late: StrayAnswer | None = None,
         changed: Callable[[], None] | None = None,
-        sent: Callable[[PermissionRequest], None] | None = None,
+        sent: Callable[[PermissionRequest], str | None] | None = None,
     ) -> None:
         """Start empty; *changed* is called whenever a request opens or closes."""
         self.stray = stray
@@ -965,10 +972,13 @@ class _Ledger:
                 message = {**message, "error": _cut(message["error"])}
                 data = _encode(message)
         if not response and type(message.get("id")) is int:
-            request = self.awaiting[message["id"]] = _permission_request(message)
-            self._changed()
+            request = _permission_request(message)
             if request is not None and self.sent is not None:
-                self.sent(request)
+                asker = self.sent(request)
+                if asker is not None:
+                    request = replace(request, asker=asker)
+            self.awaiting[message["id"]] = request
+            self._changed()
         return message, data
 
     def _asked_by(self, response: dict[str, Any]) -> list[tuple[Any, Any]]:
@@ -1062,7 +1072,7 @@ class CheckedTransport:
         *,
         stray: StrayAnswer | None = None,
         late: StrayAnswer | None = None,
-        sent: Callable[[PermissionRequest], None] | None = None,
+        sent: Callable[[PermissionRequest], str | None] | None = None,
         paced: bool = False,
     ) -> None:
         """Read frames from *reader* and write them to *writer*."""

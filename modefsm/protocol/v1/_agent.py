@@ -71,7 +71,7 @@ from modefsm.protocol.transport._shared import SharedEngine
 from modefsm.protocol.transport._stdio import PermissionRequest
 from modefsm.protocol.v1._ask import text_content
 from modefsm.protocol.v1._render import config_options, mode_state, session_updates
-from modefsm.protocol.v1._switch import propose_switch
+from modefsm.protocol.v1._switch import propose_switch, switch_asked
 from modefsm.protocol.v1._tools import ToolResult, run_tool
 from modefsm.spec import TOOL_KINDS, ModeSpec
 from modefsm.store import RestorePoint, SessionStore
@@ -166,8 +166,6 @@ class ModeAgent:
         self._abandoned: OrderedDict[tuple[str, str, Any], _Asker] = OrderedDict()
         # (sessionId, toolCallId) -> JSON-RPC id of its permission request awaiting an answer
         self._sent: OrderedDict[tuple[str, str], Any] = OrderedDict()
-        # (sessionId, toolCallId, request id) -> what sent that permission request
-        self._askers: OrderedDict[tuple[str, str, Any], _Asker] = OrderedDict()
         # (sessionId, toolCallId) being asked -> by what
         self._asking: dict[tuple[str, str], _Asker] = {}
         self._ids_known = False  # whether the transport reports each request's id
@@ -778,19 +776,31 @@ class ModeAgent:
             return  # the request never went out: no answer can come
         _keep_last(self._abandoned, (session_id, tool_call_id, request_id), asker)
 
-    def permission_sent(self, request: PermissionRequest) -> None:
+    def permission_sent(self, request: PermissionRequest) -> _Asker | None:
         """A ``session/request_permission`` of this agent's goes out (its JSON-RPC id).
 
         Called by the transports (:class:`~modefsm.protocol.CheckedTransport`, HTTP and
         WebSocket) so that an answer that comes after the wait ended is matched to the
         request it answers, by id, even when a ``toolCallId`` is asked again meanwhile.
+
+        Returns:
+            What sent it: ``"switch"`` (a ``switch_mode`` switch, proposed through
+            :meth:`propose_switch` or :func:`modefsm.protocol.propose_switch`), ``"tool"``
+            (:meth:`run_tool`), or ``None`` (a request the host sent itself). The
+            transport keeps it with the request
+            (:attr:`~modefsm.protocol.transport.PermissionRequest.asker`) for as long as
+            it remembers the request, to log a second answer as what it answers.
         """
         self._ids_known = True
         key = (request.session_id, request.tool_call_id)
         _keep_last(self._sent, key, request.request_id)
         asker = self._asking.get(key)
-        if asker is not None:
-            _keep_last(self._askers, (*key, request.request_id), asker)
+        if asker is None:
+            switch = switch_asked(self.engine, *key)
+            if switch is not None:  # proposed through the module-level propose_switch
+                asker = "switch"
+                switch.gave_up.append(lambda: self._abandon(*key, "switch"))
+        return asker
 
     def _ask_begins(self, session_id: str, tool_call_id: str, asker: _Asker) -> tuple[str, str]:
         """Hold *tool_call_id* as asked in the session by *asker* (the caller deletes it).
@@ -843,7 +853,9 @@ class ModeAgent:
         record for a switch's request, a ``modefsm.answer_dropped`` line for any other
         (a tool call's, or one the host sent itself).
         """
-        asker = self._askers.get((request.session_id, request.tool_call_id, request.request_id))
+        asker: _Asker | None = None
+        if request.asker in ("switch", "tool"):
+            asker = "switch" if request.asker == "switch" else "tool"
         self._answer_dropped(request, "duplicate_answer", _selected(response), asker)
 
     def _answer_dropped(
@@ -916,8 +928,8 @@ def left_open(items: Iterable[ConversationItem]) -> list[tuple[ConversationItem,
 
 _ABANDONED_KEPT = 1024
 """How many permission requests given up on (by a cancel, a close or a withdrawal) are
-remembered, to log their late answers; as many requests sent are remembered with what
-sent them (a switch or a tool call), to log a second answer as the answer it is."""
+remembered, to log their late answers. What sent a request (a switch or a tool call), to
+log a second answer as the answer it is, is kept by the transport with the request."""
 
 _Asker = Literal["switch", "tool"]
 """What sent a permission request: a ``switch_mode`` switch, or a host's tool call."""

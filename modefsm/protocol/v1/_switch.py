@@ -38,7 +38,9 @@ is locked while the client is deciding.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+import weakref
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from acp.schema import (
@@ -53,6 +55,38 @@ from modefsm.log import RejectReason
 from modefsm.protocol.v1._ask import ask_permission, shielded, text_content
 
 __all__ = ["propose_switch"]
+
+
+class SwitchAsk:
+    """A switch's ``session/request_permission`` being asked (see :func:`switch_asked`).
+
+    Attributes:
+        gave_up: called, in order, the moment a cancel ends the wait for the answer (the
+            SDK then drops the answer if it comes): an agent adds one to log it.
+    """
+
+    __slots__ = ("gave_up",)
+
+    def __init__(self) -> None:
+        self.gave_up: list[Callable[[], None]] = []
+
+
+_ASKING: weakref.WeakKeyDictionary[ModeEngine, dict[tuple[str, str], list[SwitchAsk]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""By engine, by (``sessionId``, ``toolCallId``): the switches asking now, oldest first."""
+
+
+def switch_asked(engine: ModeEngine, session_id: str, tool_call_id: str) -> SwitchAsk | None:
+    """The newest switch of *engine* asking about *tool_call_id* in the session, if any.
+
+    Whichever public path proposed it (:func:`propose_switch` or
+    :meth:`ModeAgent.propose_switch <modefsm.protocol.ModeAgent.propose_switch>`), so a
+    transport's agent can tell a switch's permission request from any other.
+    """
+    asks = _ASKING.get(engine, {}).get((session_id, tool_call_id))
+    return asks[-1] if asks else None
+
 
 _DECLINED_TEXT: dict[RejectReason, str] = {
     "option_rejected": "Declined: staying in {mode} mode.",
@@ -134,27 +168,28 @@ async def propose_switch(  # noqa: C901 - one flow, read top to bottom
     elif not offer.approvable:
         reason = "no_previous_mode"
     else:
-        try:
-            answer = await ask_permission(
-                client,
-                session_id,
-                ToolCallUpdate(
-                    tool_call_id=tool_call_id,
-                    title=offer.title,
-                    kind="switch_mode",
-                    status="pending",
-                    content=content,
-                ),
-                _permission_options(offer),
-                cancelled=cancelled,
-                abandoned=abandoned,
-            )
-        except ConnectionError:
-            await engine.settle_switch(offer, None, reason="session_closed")
-            raise
-        except asyncio.CancelledError:  # $/cancel_request of the request running the turn
-            await _end_cancelled(engine, offer, abandoned)
-            raise
+        with _asking(engine, session_id, tool_call_id, abandoned) as gave_up:
+            try:
+                answer = await ask_permission(
+                    client,
+                    session_id,
+                    ToolCallUpdate(
+                        tool_call_id=tool_call_id,
+                        title=offer.title,
+                        kind="switch_mode",
+                        status="pending",
+                        content=content,
+                    ),
+                    _permission_options(offer),
+                    cancelled=cancelled,
+                    abandoned=gave_up,
+                )
+            except ConnectionError:
+                await engine.settle_switch(offer, None, reason="session_closed")
+                raise
+            except asyncio.CancelledError:  # $/cancel_request of the request running the turn
+                await _end_cancelled(engine, offer, gave_up)
+                raise
         option_id = answer.option_id
         if answer.unanswered is not None:
             reason = "invalid_answer" if answer.unanswered == "invalid_answer" else "cancelled"
@@ -176,6 +211,42 @@ async def propose_switch(  # noqa: C901 - one flow, read top to bottom
         # shielded: once decided, the outcome is announced in full whatever cancels the turn
         await shielded(engine.notify(session_id, final))
     return result
+
+
+@contextlib.contextmanager
+def _asking(
+    engine: ModeEngine,
+    session_id: str,
+    tool_call_id: str,
+    abandoned: Callable[[], None] | None,
+) -> Iterator[Callable[[], None]]:
+    """Hold the switch as asking (:func:`switch_asked`) while the block runs.
+
+    Yields:
+        The callback for the moment a cancel ends the wait: the hooks agents added to
+        :attr:`SwitchAsk.gave_up`, then *abandoned*.
+    """
+    ask = SwitchAsk()
+
+    def gave_up() -> None:
+        for hook in ask.gave_up:
+            hook()
+        if abandoned is not None:
+            abandoned()
+
+    key = (session_id, tool_call_id)
+    asking = _ASKING.setdefault(engine, {})
+    asking.setdefault(key, []).append(ask)
+    try:
+        yield gave_up
+    finally:
+        asks = asking.get(key, [])
+        if ask in asks:
+            asks.remove(ask)
+        if not asks:
+            asking.pop(key, None)
+        if not asking:
+            _ASKING.pop(engine, None)
 
 
 async def _end_cancelled(

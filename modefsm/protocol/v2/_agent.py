@@ -583,9 +583,9 @@ class ModeAgentV2:
         """See :meth:`ModeAgent.late_answer <modefsm.protocol.ModeAgent.late_answer>`."""
         self.base.late_answer(request, response)
 
-    def permission_sent(self, request: Any) -> None:
+    def permission_sent(self, request: Any) -> str | None:
         """See :meth:`ModeAgent.permission_sent <modefsm.protocol.ModeAgent.permission_sent>`."""
-        self.base.permission_sent(request)
+        return self.base.permission_sent(request)
 
     def stray_answer(self, request: Any, response: dict[str, Any]) -> None:
         """See :meth:`ModeAgent.stray_answer <modefsm.protocol.ModeAgent.stray_answer>`."""
