@@ -346,13 +346,17 @@ async def test_a_store_not_holding_the_session_reads_the_file_off_the_event_loop
     try:
         ticker = asyncio.create_task(tick())
         await asyncio.sleep(0.02)
+        took = time.monotonic()
         with pytest.raises(AlreadyDecided) as refused:
             await late.note_once_async(fields("open_1", "abandoned"), point)
         await late.note_once_async(fields("open_2", "abandoned"), point)
+        took = time.monotonic() - took
         await asyncio.sleep(0.02)  # the ticker wakes: a stall is measured
         ticker.cancel()
         assert refused.value.outcome == "allow_once"
-        assert max(gaps) < 0.2  # reading the whole file on the loop stalls it for > 0.5 s
+        # Each call reads the whole file: on the loop, the longest stall is most of the
+        # call's time (whatever the machine's load); off the loop, a small part of it.
+        assert max(gaps) < 0.6 * took, (max(gaps), took)
     finally:
         late.close()
     decided = [d for d in file_outcomes(path) if not d[0].startswith("c")]
