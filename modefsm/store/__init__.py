@@ -15,6 +15,7 @@ May import: ``errors``, ``spec`` (the bound on grants), ``log``, and ``modefsm._
 from typing import TYPE_CHECKING
 
 from modefsm._lazy import lazy_exports
+from modefsm.store._decided import DECIDED_KEPT
 from modefsm.store._interface import (
     EXPORT_EVENT,
     AlreadyDecided,
@@ -27,7 +28,7 @@ from modefsm.store._interface import (
     StoreBusy,
     StoreInDoubt,
 )
-from modefsm.store._memory import DECIDED_KEPT, MemoryStore
+from modefsm.store._memory import MemoryStore
 
 if TYPE_CHECKING:
     from modefsm.store._file import FileStore

@@ -91,6 +91,7 @@ from modefsm.log._writer import (
     _record_line,
 )
 from modefsm.spec import MAX_GRANTS
+from modefsm.store._decided import DECIDED_KEPT, call_key, remember_decision
 from modefsm.store._interface import (
     AlreadyDecided,
     ListAfter,
@@ -99,7 +100,6 @@ from modefsm.store._interface import (
     SessionMoved,
     StoreBusy,
 )
-from modefsm.store._memory import DECIDED_KEPT, call_key, remember_decision
 from modefsm.store._restore import RestoreIndex, is_index
 
 if TYPE_CHECKING:
